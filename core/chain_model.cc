@@ -1,0 +1,22 @@
+#include "core/chain_model.h"
+
+#include "core/status_macros.h"
+#include "core/torch_status.h"
+
+namespace ckpt {
+
+ModelRegistry& Models() {
+  static auto* registry = new ModelRegistry("model");  // leaked: outlives statics
+  return *registry;
+}
+
+absl::StatusOr<std::shared_ptr<ChainModel>> CreateModel(const std::string& spec_text,
+                                                        const ModelContext& context) {
+  ASSIGN_OR_RETURN(Spec spec, ParseSpec(spec_text));
+  // Two layers: RunTorch's (an exception while building) and the factory's own.
+  ASSIGN_OR_RETURN(absl::StatusOr<std::shared_ptr<ChainModel>> model,
+                   RunTorch([&] { return Models().Create(spec, context); }));
+  return model;
+}
+
+}  // namespace ckpt

@@ -1,0 +1,105 @@
+// Everything that needs CUDA's headers: the CUDA memory meter, CUDA-event timers and device
+// synchronisation. Compiled always; the CUDA parts only when the LibTorch in use has CUDA
+// (CKPT_HAS_CUDA, set by third_party/libtorch/libtorch.bzl or the CMake build).
+#include "absl/strings/str_cat.h"
+#include "core/device.h"
+#include "core/memory_meter.h"
+
+#if CKPT_HAS_CUDA
+#include "ATen/cuda/CUDAContext.h"
+#include "ATen/cuda/CUDAEvent.h"
+#include "c10/cuda/CUDACachingAllocator.h"
+#include "c10/cuda/CUDAFunctions.h"
+#include "core/torch_compat.h"
+#include "torch/cuda.h"
+#endif
+
+namespace ckpt {
+
+#if CKPT_HAS_CUDA
+namespace {
+
+class CudaMemoryMeterImpl final : public MemoryMeter {
+ public:
+  explicit CudaMemoryMeterImpl(c10::DeviceIndex index) : index_(index) {}
+
+  MemoryStats Stats() const override {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index_);
+    const auto& allocated = stats.allocated_bytes[compat::kAggregateStat];
+    const auto& reserved = stats.reserved_bytes[compat::kAggregateStat];
+    return {allocated.current, allocated.peak, reserved.current, reserved.peak};
+  }
+  void ResetPeak() override { c10::cuda::CUDACachingAllocator::resetPeakStats(index_); }
+  absl::Status SetCap(std::optional<int64_t> bytes) override {
+    const double total =
+        static_cast<double>(at::cuda::getDeviceProperties(index_)->totalGlobalMem);
+    if (bytes.has_value() && (*bytes < 0 || *bytes > total)) {
+      return absl::InvalidArgumentError(absl::StrCat("memory cap ", *bytes,
+                                                     " bytes; accepted on this GPU: 0..",
+                                                     static_cast<int64_t>(total)));
+    }
+    c10::cuda::CUDACachingAllocator::setMemoryFraction(bytes ? *bytes / total : 1.0, index_);
+    return absl::OkStatus();
+  }
+  std::string Describe() const override {
+    return absl::StrCat("cuda:", index_, " (caching allocator statistics)");
+  }
+
+ private:
+  c10::DeviceIndex index_;
+};
+
+class CudaStepTimer final : public StepTimer {
+ public:
+  void Start() override { start_.record(); }
+  double StopMs() override {
+    stop_.record();
+    stop_.synchronize();
+    return start_.elapsed_time(stop_);
+  }
+
+ private:
+  at::cuda::CUDAEvent start_{cudaEventDefault};
+  at::cuda::CUDAEvent stop_{cudaEventDefault};
+};
+
+}  // namespace
+
+bool CudaBuilt() { return true; }
+
+absl::StatusOr<MemoryMeter*> CudaMemoryMeter(c10::DeviceIndex index) {
+  if (!torch::cuda::is_available()) {
+    return absl::UnavailableError("no CUDA GPU is visible to this process");
+  }
+  static const auto* meters = [] {
+    auto* all = new std::vector<std::unique_ptr<CudaMemoryMeterImpl>>();
+    for (size_t i = 0; i < torch::cuda::device_count(); ++i) {
+      all->push_back(std::make_unique<CudaMemoryMeterImpl>(static_cast<c10::DeviceIndex>(i)));
+    }
+    return all;
+  }();
+  if (index < 0 || index >= static_cast<int>(meters->size())) {
+    return absl::InvalidArgumentError(absl::StrCat("no CUDA device ", index));
+  }
+  return (*meters)[index].get();
+}
+
+std::unique_ptr<StepTimer> MakeCudaStepTimer() { return std::make_unique<CudaStepTimer>(); }
+
+void CudaSynchronize() { c10::cuda::device_synchronize(); }
+
+#else  // !CKPT_HAS_CUDA
+
+bool CudaBuilt() { return false; }
+
+absl::StatusOr<MemoryMeter*> CudaMemoryMeter(c10::DeviceIndex) {
+  return absl::UnavailableError("this LibTorch was built without CUDA");
+}
+
+std::unique_ptr<StepTimer> MakeCudaStepTimer() { return nullptr; }
+
+void CudaSynchronize() {}
+
+#endif  // CKPT_HAS_CUDA
+
+}  // namespace ckpt

@@ -1,0 +1,73 @@
+// The chain executor: runs one training step (forward, loss, backward) of a ChainModel under
+// any valid Plan, and measures it; and the profiler that gives strategies their input.
+//
+//   ASSIGN_OR_RETURN(ChainExecutor exec, ChainExecutor::Create(model, plan, meter, device));
+//   ASSIGN_OR_RETURN(StepResult r, exec.Step(batch));   // gradients are now in .grad
+//
+// Memory is counted by the meter of the model's device (memory_meter.h), so on CPU every
+// figure is exact. All LibTorch exceptions become Status here (torch_status.h): out of
+// memory is ResourceExhausted.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "c10/core/Device.h"
+#include "core/chain_model.h"
+#include "core/memory_meter.h"
+#include "core/plan.h"
+
+namespace ckpt {
+
+struct StepResult {
+  double loss = 0;
+  int64_t baseline_bytes = 0;    // live before forward: parameters, batch, kept gradients
+  int64_t activation_bytes = 0;  // live after forward and loss, minus baseline
+  int64_t peak_bytes = 0;        // highest live bytes during the step (absolute)
+  // Stage forwards run during backward: every stage call beyond the forward pass's one per
+  // stage. store_all: 0; uniform: the stages of its checkpointed segments.
+  int64_t recompute_forwards = 0;
+  double step_ms = 0;            // forward + loss + backward
+};
+
+class ChainExecutor {
+ public:
+  // Validates `plan` against the model's stages. `meter` must outlive the executor.
+  static absl::StatusOr<ChainExecutor> Create(std::shared_ptr<ChainModel> model, Plan plan,
+                                              MemoryMeter* meter, c10::Device device);
+
+  // Sets every parameter's and input's gradient to none, then runs forward under the plan,
+  // the loss and backward, leaving the gradients in .grad. The model's training mode is the
+  // caller's choice.
+  absl::StatusOr<StepResult> Step(const Batch& batch);
+
+  // The loss of a forward pass under the plan, without backward.
+  absl::StatusOr<double> ForwardLoss(const Batch& batch);
+
+  const Plan& plan() const { return plan_; }
+
+ private:
+  ChainExecutor(std::shared_ptr<ChainModel> model, Plan plan, MemoryMeter* meter,
+                c10::Device device);
+  at::Tensor RunForward(const Batch& batch);  // throws
+  StepResult RunStep(const Batch& batch);     // throws
+
+  std::shared_ptr<ChainModel> model_;
+  Plan plan_;
+  std::vector<StageInfo> stages_;
+  MemoryMeter* meter_;
+  c10::Device device_;
+  // Stage forwards since the step began, shared with the checkpointed closures (which run
+  // again in backward, on whichever thread autograd uses).
+  std::shared_ptr<std::atomic<int64_t>> stage_calls_;
+};
+
+// Runs every stage once, stored, and records what each keeps and how long it takes (median
+// of `repeats` forwards). Leaves no graph behind.
+absl::StatusOr<ModelProfile> ProfileModel(ChainModel& model, const Batch& batch,
+                                          MemoryMeter& meter, c10::Device device,
+                                          int repeats = 3);
+
+}  // namespace ckpt

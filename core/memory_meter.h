@@ -1,0 +1,52 @@
+// Memory meters: live and peak bytes held by tensors, on CPU and CUDA, behind one interface.
+//
+// CPU: a counting allocator installed with c10::SetCPUAllocator counts every byte that CPU
+// tensors allocate and free, so live and peak bytes are exact (not sampled). It can also
+// enforce a cap, throwing c10::OutOfMemoryError past it, so "does this fit in N GiB?" can be
+// answered on CPU. CUDA: the caching allocator's statistics (allocated and reserved, current
+// and peak); the cap is the per-process memory fraction.
+//
+//   ASSIGN_OR_RETURN(MemoryMeter* meter, MemoryMeterFor(torch::kCPU));
+//   meter->ResetPeak();
+//   ... run a step ...
+//   int64_t peak = meter->Stats().peak_bytes;
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "c10/core/Device.h"
+
+namespace ckpt {
+
+struct MemoryStats {
+  int64_t live_bytes = 0;           // bytes tensors hold now
+  int64_t peak_bytes = 0;           // most live bytes since the last ResetPeak
+  int64_t reserved_bytes = 0;       // bytes the allocator holds from the system (CPU: = live)
+  int64_t peak_reserved_bytes = 0;  // (CPU: = peak)
+};
+
+class MemoryMeter {
+ public:
+  virtual ~MemoryMeter() = default;
+  virtual MemoryStats Stats() const = 0;
+  // Starts a new peak window at the current live bytes.
+  virtual void ResetPeak() = 0;
+  // Allocations that would take live bytes past `bytes` fail with c10::OutOfMemoryError
+  // (CPU) or the caching allocator's out-of-memory error (CUDA). nullopt removes the cap.
+  virtual absl::Status SetCap(std::optional<int64_t> bytes) = 0;
+  // "cpu (counting allocator, exact)" or "cuda:0 (caching allocator)".
+  virtual std::string Describe() const = 0;
+};
+
+// The meter for `device`, created (and for CPU, its allocator installed) on first use; lives
+// for the whole process. Tensors allocated on CPU before the first call are not counted.
+// Unavailable for CUDA when this LibTorch has no CUDA or no GPU is present.
+absl::StatusOr<MemoryMeter*> MemoryMeterFor(const c10::Device& device);
+
+// Implemented in cuda_backend.cc (an Unavailable error without CUDA).
+absl::StatusOr<MemoryMeter*> CudaMemoryMeter(c10::DeviceIndex index);
+
+}  // namespace ckpt

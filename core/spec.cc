@@ -1,0 +1,196 @@
+#include "core/spec.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace ckpt {
+namespace {
+
+bool IsIdentifier(absl::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (!(absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '_')) return false;
+  }
+  return true;
+}
+
+std::string Quote(absl::string_view s) { return absl::StrCat("'", s, "'"); }
+
+std::string AcceptedKeys(const std::vector<ParamDef>& defs) {
+  if (defs.empty()) return "it takes no parameters";
+  std::vector<std::string> keys;
+  for (const ParamDef& d : defs) keys.push_back(d.key);
+  return absl::StrCat("accepted: ", absl::StrJoin(keys, ", "));
+}
+
+// Checks one value against its definition; returns the parsed integer for kInt.
+absl::StatusOr<std::optional<int64_t>> CheckValue(const std::string& owner, const ParamDef& def,
+                                                  const std::string& value) {
+  switch (def.type) {
+    case ParamDef::Type::kChoice:
+      for (const std::string& c : def.choices) {
+        if (c == value) return std::optional<int64_t>();
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat(owner, ": ", def.key, "=", Quote(value), " is not accepted; ", def.key,
+                       " is one of: ", absl::StrJoin(def.choices, ", ")));
+    case ParamDef::Type::kInt: {
+      if (value == "auto" && def.auto_allowed) return std::optional<int64_t>();
+      int64_t v = 0;
+      if (!absl::SimpleAtoi(value, &v) || v < def.min_value || v > def.max_value) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(owner, ": ", def.key, "=", Quote(value), " is not accepted; ",
+                         def.Describe()));
+      }
+      return std::optional<int64_t>(v);
+    }
+  }
+  return absl::InternalError("unreachable");
+}
+
+}  // namespace
+
+absl::StatusOr<Spec> ParseSpec(absl::string_view text) {
+  text = absl::StripAsciiWhitespace(text);
+  std::vector<absl::string_view> parts = absl::StrSplit(text, ':');
+  Spec spec;
+  spec.name = std::string(parts[0]);
+  if (!IsIdentifier(spec.name)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec ", Quote(text), ": the name ", Quote(spec.name),
+                     " must be non-empty and made of a-z, 0-9 and _ "
+                     "(form: name or name:key=value:key=value)"));
+  }
+  for (size_t i = 1; i < parts.size(); ++i) {
+    std::pair<absl::string_view, absl::string_view> kv =
+        absl::StrSplit(parts[i], absl::MaxSplits('=', 1));
+    const bool has_equals = parts[i].find('=') != absl::string_view::npos;
+    if (!has_equals || !IsIdentifier(kv.first) || kv.second.empty() ||
+        kv.second.find(',') != absl::string_view::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec ", Quote(text), ": ", Quote(parts[i]),
+                       " is not key=value (keys are a-z, 0-9, _; values are non-empty)"));
+    }
+    for (const auto& [key, unused] : spec.params) {
+      if (key == kv.first) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("spec ", Quote(text), ": key ", Quote(key), " is given twice"));
+      }
+    }
+    spec.params.emplace_back(std::string(kv.first), std::string(kv.second));
+  }
+  return spec;
+}
+
+absl::StatusOr<std::vector<Spec>> ParseSpecList(absl::string_view text) {
+  std::vector<Spec> specs;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    absl::StatusOr<Spec> spec = ParseSpec(item);
+    if (!spec.ok()) return spec.status();
+    specs.push_back(*std::move(spec));
+  }
+  return specs;
+}
+
+std::string ParamDef::Describe() const {
+  std::string what;
+  switch (type) {
+    case Type::kChoice:
+      what = absl::StrCat("one of ", absl::StrJoin(choices, ", "));
+      break;
+    case Type::kInt:
+      what = "an integer";
+      if (min_value != std::numeric_limits<int64_t>::min()) {
+        absl::StrAppend(&what, " >= ", min_value);
+      }
+      if (max_value != std::numeric_limits<int64_t>::max()) {
+        absl::StrAppend(&what, " <= ", max_value);
+      }
+      if (auto_allowed) absl::StrAppend(&what, " or auto");
+      break;
+  }
+  return absl::StrCat(key, " is ", what, " (default ", default_value, "): ", help);
+}
+
+ParamDef IntParam(std::string key, std::string default_value, std::string help) {
+  ParamDef d;
+  d.key = std::move(key);
+  d.type = ParamDef::Type::kInt;
+  d.default_value = std::move(default_value);
+  d.help = std::move(help);
+  return d;
+}
+
+ParamDef ChoiceParam(std::string key, std::vector<std::string> choices,
+                     std::string default_value, std::string help) {
+  ParamDef d;
+  d.key = std::move(key);
+  d.type = ParamDef::Type::kChoice;
+  d.choices = std::move(choices);
+  d.default_value = std::move(default_value);
+  d.help = std::move(help);
+  return d;
+}
+
+absl::StatusOr<ParamValues> BindParams(const Spec& spec, const std::vector<ParamDef>& defs) {
+  for (const auto& [key, value] : spec.params) {
+    bool known = false;
+    for (const ParamDef& d : defs) known |= d.key == key;
+    if (!known) {
+      return absl::InvalidArgumentError(absl::StrCat(spec.name, ": unknown parameter ",
+                                                     Quote(key), "; ", AcceptedKeys(defs)));
+    }
+  }
+  ParamValues out;
+  out.name_ = spec.name;
+  for (const ParamDef& d : defs) {
+    std::string value = d.default_value;
+    for (const auto& [key, given] : spec.params) {
+      if (key == d.key) value = given;
+    }
+    absl::StatusOr<std::optional<int64_t>> parsed = CheckValue(spec.name, d, value);
+    if (!parsed.ok()) return parsed.status();
+    if (parsed->has_value()) out.ints_[d.key] = **parsed;
+    out.values_.emplace_back(d.key, value);
+  }
+  return out;
+}
+
+const std::string& ParamValues::Find(absl::string_view key) const {
+  for (const auto& [k, v] : values_) {
+    if (k == key) return v;
+  }
+  std::fprintf(stderr, "ckptlab: %s has no declared parameter '%.*s'\n", name_.c_str(),
+               static_cast<int>(key.size()), key.data());
+  std::abort();
+}
+
+int64_t ParamValues::Int(absl::string_view key) const {
+  Find(key);
+  auto it = ints_.find(key);
+  if (it == ints_.end()) {
+    std::fprintf(stderr, "ckptlab: %s parameter '%.*s' is not an integer here\n",
+                 name_.c_str(), static_cast<int>(key.size()), key.data());
+    std::abort();
+  }
+  return it->second;
+}
+
+bool ParamValues::IsAuto(absl::string_view key) const { return Find(key) == "auto"; }
+
+const std::string& ParamValues::Text(absl::string_view key) const { return Find(key); }
+
+std::string ParamValues::Canonical() const {
+  std::string out = name_;
+  for (const auto& [k, v] : values_) absl::StrAppend(&out, ":", k, "=", v);
+  return out;
+}
+
+}  // namespace ckpt

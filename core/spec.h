@@ -1,0 +1,91 @@
+// The one parameter grammar of ckptlab: `name` or `name:key=value:key=value`.
+//
+// Strategies and models declare their parameters as a list of ParamDef; BindParams checks a
+// parsed Spec against that list, fills in defaults and returns typed values:
+//
+//   ASSIGN_OR_RETURN(Spec spec, ParseSpec("uniform:segments=4"));
+//   ASSIGN_OR_RETURN(ParamValues values, BindParams(spec, {IntParam("segments", ...)}));
+//   int64_t k = values.Int("segments");
+//
+// Needs no LibTorch.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace ckpt {
+
+// A spec as written: the name and the key=value pairs in their order.
+struct Spec {
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> params;
+};
+
+// Parses `name[:key=value]...`. Names and keys are [a-z0-9_]+; values are non-empty and
+// contain no ':' or ','. A repeated key is an error.
+absl::StatusOr<Spec> ParseSpec(absl::string_view text);
+
+// Splits a comma-separated list of specs ("a:x=1,b") and parses each one.
+absl::StatusOr<std::vector<Spec>> ParseSpecList(absl::string_view text);
+
+// One declared parameter. Build them with IntParam / ChoiceParam.
+struct ParamDef {
+  enum class Type { kInt, kChoice };
+  std::string key;
+  Type type = Type::kInt;
+  std::string default_value;  // as written in a spec
+  std::string help;
+  // kInt: inclusive bounds. `auto_allowed` lets the value be the word "auto", which the
+  // owner resolves later (e.g. uniform's segments = ceil(sqrt(L))).
+  int64_t min_value = std::numeric_limits<int64_t>::min();
+  int64_t max_value = std::numeric_limits<int64_t>::max();
+  bool auto_allowed = false;
+  // kChoice: the accepted words.
+  std::vector<std::string> choices;
+
+  ParamDef& Min(int64_t v) { min_value = v; return *this; }
+  ParamDef& Max(int64_t v) { max_value = v; return *this; }
+  ParamDef& AllowAuto() { auto_allowed = true; return *this; }
+
+  // "segments: int >= 1 or auto (default auto): <help>"
+  std::string Describe() const;
+};
+
+ParamDef IntParam(std::string key, std::string default_value, std::string help);
+ParamDef ChoiceParam(std::string key, std::vector<std::string> choices,
+                     std::string default_value, std::string help);
+
+// Values of every declared parameter, defaults filled in, already validated.
+class ParamValues {
+ public:
+  // The integer value of `key`. `key` must be a declared kInt parameter that is not "auto"
+  // (a programming error otherwise: it aborts naming the key).
+  int64_t Int(absl::string_view key) const;
+  bool IsAuto(absl::string_view key) const;
+  const std::string& Text(absl::string_view key) const;
+
+  // `name:key=value:...` with every declared parameter in declaration order.
+  std::string Canonical() const;
+  const std::string& name() const { return name_; }
+
+ private:
+  friend absl::StatusOr<ParamValues> BindParams(const Spec&, const std::vector<ParamDef>&);
+  const std::string& Find(absl::string_view key) const;
+  std::string name_;
+  std::vector<std::pair<std::string, std::string>> values_;  // declaration order
+  std::map<std::string, int64_t, std::less<>> ints_;
+};
+
+// Checks `spec` against `defs`: an unknown key or a bad value is an InvalidArgument error that
+// names the key or value and what is accepted.
+absl::StatusOr<ParamValues> BindParams(const Spec& spec, const std::vector<ParamDef>& defs);
+
+}  // namespace ckpt

@@ -1,0 +1,17 @@
+#include "core/strategy.h"
+
+#include "core/status_macros.h"
+
+namespace ckpt {
+
+StrategyRegistry& Strategies() {
+  static auto* registry = new StrategyRegistry("strategy");  // leaked: outlives statics
+  return *registry;
+}
+
+absl::StatusOr<std::unique_ptr<Strategy>> CreateStrategy(const std::string& spec_text) {
+  ASSIGN_OR_RETURN(Spec spec, ParseSpec(spec_text));
+  return Strategies().Create(spec);
+}
+
+}  // namespace ckpt

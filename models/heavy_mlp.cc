@@ -1,0 +1,83 @@
+#include "models/heavy_mlp.h"
+
+#include <mutex>
+
+#include "ATen/CPUGeneratorImpl.h"
+#include "ATen/Context.h"
+#include "ATen/ops/randn.h"
+#include "ATen/ops/relu.h"
+#include "absl/strings/str_cat.h"
+#include "core/rng.h"
+
+namespace ckpt {
+namespace {
+const ModelRegistration<HeavyMlpModel> registration;
+}  // namespace
+
+HeavyMlpImpl::HeavyMlpImpl(const HeavyMlpOptions& options_) : options(options_) {
+  for (int64_t i = 0; i < options.depth(); ++i) {
+    layers_.push_back(register_module(
+        absl::StrCat("linear", i),
+        torch::nn::Linear(torch::nn::LinearOptions(options.hidden(), options.hidden()))));
+  }
+}
+
+at::Tensor HeavyMlpImpl::forward_block(int64_t i, const at::Tensor& x) {
+  return at::relu(layers_[i]->forward(x));
+}
+
+at::Tensor HeavyMlpImpl::forward(at::Tensor x) {
+  for (int64_t i = 0; i < options.depth(); ++i) x = forward_block(i, x);
+  return x;
+}
+
+std::vector<ParamDef> HeavyMlpModel::Params() {
+  return {IntParam("depth", "20", "number of Linear+ReLU blocks").Min(1).Max(100000),
+          IntParam("hidden", "4096", "width of every block").Min(1).Max(1 << 20),
+          IntParam("batch", "32", "rows per batch").Min(1).Max(1 << 24)};
+}
+
+absl::StatusOr<std::shared_ptr<ChainModel>> HeavyMlpModel::Create(const ParamValues& params,
+                                                                  const ModelContext& context) {
+  // Initialise from the context's seed without disturbing the caller's random stream.
+  const RngState saved = CaptureRng({});
+  {
+    at::Generator gen = at::globalContext().defaultGenerator(c10::DeviceType::CPU);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_current_seed(context.init_seed);
+  }
+  HeavyMlp mlp(HeavyMlpOptions(params.Int("depth"), params.Int("hidden")));
+  RestoreRng(saved);
+  mlp->to(context.device);
+  return std::make_shared<HeavyMlpModel>(params.Canonical(), std::move(mlp),
+                                         params.Int("batch"), context.device);
+}
+
+HeavyMlpModel::HeavyMlpModel(std::string spec, HeavyMlp mlp, int64_t batch, c10::Device device)
+    : spec_(std::move(spec)), mlp_(std::move(mlp)), batch_(batch), device_(device) {}
+
+std::vector<StageInfo> HeavyMlpModel::Stages() const {
+  std::vector<StageInfo> stages;
+  for (int64_t i = 0; i < mlp_->options.depth(); ++i) {
+    stages.push_back({absl::StrCat("block", i), StageKind::kMlp, /*position_wise=*/true,
+                      /*stochastic=*/false});
+  }
+  return stages;
+}
+
+std::vector<at::Tensor> HeavyMlpModel::RunStage(int index, const std::vector<at::Tensor>& in) {
+  return {mlp_->forward_block(index, in.at(0))};
+}
+
+at::Tensor HeavyMlpModel::Loss(const std::vector<at::Tensor>& outputs, const Batch&) {
+  return outputs.at(0).sum();
+}
+
+Batch HeavyMlpModel::MakeBatch(uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  at::Tensor x = at::randn({batch_, mlp_->options.hidden()}, gen).to(device_);
+  x.requires_grad_(true);
+  return {{x}, {}};
+}
+
+}  // namespace ckpt

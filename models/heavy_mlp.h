@@ -1,0 +1,72 @@
+// heavy_mlp: `depth` blocks of Linear(hidden, hidden) + ReLU; loss = sum of the output.
+//
+// The classic checkpointing demonstration: every block keeps one batch x hidden float32
+// tensor for backward (ReLU's output, which is also the next Linear's saved input), so
+// store_all holds depth x batch x hidden x 4 bytes of activations after forward.
+//
+//   HeavyMlp mlp(HeavyMlpOptions(/*depth=*/20, /*hidden=*/4096));
+//   at::Tensor y = mlp->forward(x);
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/chain_model.h"
+#include "core/spec.h"
+#include "torch/arg.h"
+#include "torch/nn/module.h"
+#include "torch/nn/modules/linear.h"
+#include "torch/nn/pimpl.h"
+
+namespace ckpt {
+
+struct HeavyMlpOptions {
+  HeavyMlpOptions(int64_t depth, int64_t hidden) : depth_(depth), hidden_(hidden) {}
+  TORCH_ARG(int64_t, depth);
+  TORCH_ARG(int64_t, hidden);
+};
+
+class HeavyMlpImpl : public torch::nn::Module {
+ public:
+  explicit HeavyMlpImpl(const HeavyMlpOptions& options);
+  // Block i: relu(linear_i(x)).
+  at::Tensor forward_block(int64_t i, const at::Tensor& x);
+  at::Tensor forward(at::Tensor x);
+
+  HeavyMlpOptions options;
+
+ private:
+  std::vector<torch::nn::Linear> layers_;
+};
+TORCH_MODULE(HeavyMlp);
+
+// heavy_mlp as a chain for the executor: one stage per block.
+class HeavyMlpModel : public ChainModel {
+ public:
+  static constexpr char kId[] = "heavy_mlp";
+  static constexpr char kSummary[] =
+      "depth x (Linear(hidden, hidden) + ReLU), loss = sum of the output";
+  static std::vector<ParamDef> Params();
+  static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,
+                                                            const ModelContext& context);
+
+  HeavyMlpModel(std::string spec, HeavyMlp mlp, int64_t batch, c10::Device device);
+
+  std::string spec() const override { return spec_; }
+  std::vector<StageInfo> Stages() const override;
+  std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs) override;
+  at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) override;
+  Batch MakeBatch(uint64_t seed) override;
+  std::vector<at::Tensor> Parameters() override { return mlp_->parameters(); }
+  void SetTraining(bool training) override { mlp_->train(training); }
+
+ private:
+  std::string spec_;
+  HeavyMlp mlp_;
+  int64_t batch_;
+  c10::Device device_;
+};
+
+}  // namespace ckpt

@@ -1,0 +1,39 @@
+"""Thin wrappers over the native C++ rules: one warning/copts list for the whole project.
+
+Native rules only (Bazel 4.2.3, offline): nothing here loads another repository's .bzl.
+"""
+
+# Warnings for ckptlab's own code. LibTorch's headers are included as system headers
+# (-isystem through `includes`), so their warnings stay out of the way.
+CKPT_COPTS = [
+    "-Wall",
+    "-Wextra",
+    "-Wno-unused-parameter",
+    "-Wno-sign-compare",
+]
+
+def ckpt_cc_library(name, copts = [], **kwargs):
+    native.cc_library(name = name, copts = CKPT_COPTS + copts, **kwargs)
+
+def ckpt_cc_binary(name, copts = [], **kwargs):
+    native.cc_binary(name = name, copts = CKPT_COPTS + copts, **kwargs)
+
+def ckpt_cc_test(name, copts = [], deps = [], size = "small", **kwargs):
+    """A GoogleTest test; `deps` should include a main (gtest_main or a custom one)."""
+    native.cc_test(
+        name = name,
+        copts = CKPT_COPTS + copts,
+        deps = deps,
+        size = size,
+        **kwargs
+    )
+
+def ckpt_cc_benchmark(name, copts = [], tags = [], **kwargs):
+    """A Google Benchmark binary: testonly, tagged so `bazel test` wildcards skip it."""
+    native.cc_binary(
+        name = name,
+        copts = CKPT_COPTS + copts,
+        testonly = True,
+        tags = tags + ["benchmark"],
+        **kwargs
+    )
