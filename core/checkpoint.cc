@@ -122,7 +122,7 @@ std::vector<at::Tensor> Checkpoint(TensorFn fn, const std::vector<at::Tensor>& i
   // Function whose inputs require grad; without it, a segment whose inputs are all without
   // grad (token ids) would never be recomputed and its parameters would get no gradient.
   std::vector<at::Tensor> all_inputs = inputs;
-  all_inputs.push_back(at::empty({0}, at::TensorOptions().requires_grad(true)));
+  all_inputs.push_back(at::empty({0}).requires_grad_(true));
   return CheckpointFunction::apply(at::TensorList(all_inputs), std::move(call));
 }
 

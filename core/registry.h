@@ -43,8 +43,8 @@ class Registry {
     auto [it, inserted] = entries_.emplace(entry.id, entry);
     if (!inserted) {
       std::fprintf(stderr,
-                   "ckptlab: fatal: two %ss register the id '%s' (\"%s\" and \"%s\"); "
-                   "ids must be unique\n",
+                   "ckptlab: fatal: duplicate %s id '%s', registered by \"%s\" and by "
+                   "\"%s\"; ids must be unique\n",
                    kind_.c_str(), entry.id.c_str(), it->second.summary.c_str(),
                    entry.summary.c_str());
       std::abort();
@@ -61,8 +61,8 @@ class Registry {
   absl::StatusOr<const Entry*> Find(const std::string& id) const {
     auto it = entries_.find(id);
     if (it == entries_.end()) {
-      return absl::NotFoundError(absl::StrCat("unknown ", kind_, " '", id, "'; known ", kind_,
-                                              "s: ", absl::StrJoin(Ids(), ", ")));
+      return absl::NotFoundError(absl::StrCat("unknown ", kind_, " '", id, "'; known: ",
+                                              absl::StrJoin(Ids(), ", ")));
     }
     return &it->second;
   }

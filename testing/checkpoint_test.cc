@@ -1,0 +1,166 @@
+// The checkpoint primitive against plain autograd: several inputs and outputs, inputs without
+// grad, outputs without grad, RNG replay of dropout, and the recompute count.
+#include "core/checkpoint.h"
+
+#include <torch/torch.h>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ckpt {
+namespace {
+
+std::vector<at::Tensor> TwoInTwoOut(const std::vector<at::Tensor>& in) {
+  const at::Tensor& a = in[0];
+  const at::Tensor& b = in[1];
+  return {a * b + a.sin(), (a - b).exp() * 0.5};
+}
+
+// Gradients of `loss(outputs)` with and without checkpointing must be bitwise equal: the
+// recomputation performs the same operations on the same values.
+TEST(Checkpoint, SeveralInputsAndOutputsMatchPlainAutograd) {
+  torch::manual_seed(1);
+  const at::Tensor a0 = torch::randn({5, 7});
+  const at::Tensor b0 = torch::randn({5, 7});
+  const at::Tensor w = torch::randn({5, 7});
+
+  at::Tensor a = a0.clone().requires_grad_(true), b = b0.clone().requires_grad_(true);
+  std::vector<at::Tensor> plain = TwoInTwoOut({a, b});
+  ((plain[0] * w).sum() + plain[1].sum()).backward();
+
+  at::Tensor ca = a0.clone().requires_grad_(true), cb = b0.clone().requires_grad_(true);
+  std::atomic<int64_t> recomputes{0};
+  std::vector<at::Tensor> ckpt = Checkpoint(TwoInTwoOut, {ca, cb}, {true, &recomputes});
+  EXPECT_TRUE(torch::equal(ckpt[0], plain[0]));
+  EXPECT_TRUE(torch::equal(ckpt[1], plain[1]));
+  EXPECT_EQ(recomputes.load(), 0);  // nothing recomputed before backward
+  ((ckpt[0] * w).sum() + ckpt[1].sum()).backward();
+  EXPECT_EQ(recomputes.load(), 1);
+
+  EXPECT_TRUE(torch::equal(ca.grad(), a.grad()));
+  EXPECT_TRUE(torch::equal(cb.grad(), b.grad()));
+}
+
+TEST(Checkpoint, KeepsNoIntermediateTensors) {
+  // Plain autograd keeps a, b, sin's input... the checkpointed call keeps only its inputs,
+  // so the only graph node between outputs and inputs is the checkpoint itself.
+  at::Tensor a = torch::randn({3}).requires_grad_(true);
+  at::Tensor b = torch::randn({3}).requires_grad_(true);
+  std::vector<at::Tensor> out = Checkpoint(TwoInTwoOut, {a, b});
+  ASSERT_NE(out[0].grad_fn(), nullptr);
+  EXPECT_EQ(out[0].grad_fn(), out[1].grad_fn());
+  EXPECT_THAT(out[0].grad_fn()->name(), ::testing::HasSubstr("CheckpointFunction"));
+}
+
+TEST(Checkpoint, InputsWithoutGradGetNoneAndParametersStillGetTheirs) {
+  torch::manual_seed(2);
+  torch::nn::Linear linear(6, 4);
+  const at::Tensor x0 = torch::randn({3, 6});
+  const at::Tensor index = torch::tensor({2, 0, 1}, torch::kLong);  // an integer input
+  auto fn = [&](const std::vector<at::Tensor>& in) {
+    return std::vector<at::Tensor>{linear(in[0]).index_select(0, in[1]).tanh()};
+  };
+
+  // Plain autograd, x without grad: only the parameters get gradients.
+  fn({x0, index})[0].sum().backward();
+  const at::Tensor weight_grad = linear->weight.grad().clone();
+  const at::Tensor bias_grad = linear->bias.grad().clone();
+  linear->zero_grad();
+
+  // No input requires grad at all: the checkpoint must still be recorded and recomputed.
+  at::Tensor x = x0.clone();
+  std::vector<at::Tensor> out = Checkpoint(fn, {x, index});
+  ASSERT_TRUE(out[0].requires_grad());
+  out[0].sum().backward();
+  EXPECT_FALSE(x.grad().defined());
+  EXPECT_TRUE(torch::equal(linear->weight.grad(), weight_grad));
+  EXPECT_TRUE(torch::equal(linear->bias.grad(), bias_grad));
+}
+
+TEST(Checkpoint, IntegerOutputsAreNotDifferentiableAndUnusedOutputsAreFine) {
+  at::Tensor x = torch::randn({4, 5}).requires_grad_(true);
+  auto fn = [](const std::vector<at::Tensor>& in) {
+    return std::vector<at::Tensor>{in[0].relu(), in[0].argmax(1), in[0] * 3};
+  };
+  std::vector<at::Tensor> out = Checkpoint(fn, {x});
+  EXPECT_TRUE(out[0].requires_grad());
+  EXPECT_FALSE(out[1].requires_grad());
+  EXPECT_EQ(out[1].scalar_type(), torch::kLong);
+  out[0].sum().backward();  // outputs 1 and 2 get no gradient
+  EXPECT_TRUE(torch::equal(x.grad(), (x.detach() > 0).to(torch::kFloat)));
+}
+
+// Dropout inside a checkpoint: the recomputation must draw the same mask as the forward.
+TEST(Checkpoint, RngReplayReproducesDropout) {
+  auto fn = [](const std::vector<at::Tensor>& in) {
+    return std::vector<at::Tensor>{torch::dropout(in[0] * 2, /*p=*/0.5, /*train=*/true)};
+  };
+  const at::Tensor x0 = torch::randn({64, 64});
+
+  torch::manual_seed(7);
+  at::Tensor x = x0.clone().requires_grad_(true);
+  fn({x})[0].sum().backward();
+  const double next_plain = torch::rand({1}).item<double>();
+
+  torch::manual_seed(7);
+  at::Tensor cx = x0.clone().requires_grad_(true);
+  std::vector<at::Tensor> out = Checkpoint(fn, {cx});
+  torch::rand({1});  // draws between forward and backward must not disturb the replay...
+  out[0].sum().backward();
+  EXPECT_TRUE(torch::equal(cx.grad(), x.grad()));
+
+  // ...and backward leaves the generator where the program's own stream had it.
+  torch::manual_seed(7);
+  at::Tensor rx = x0.clone().requires_grad_(true);
+  std::vector<at::Tensor> rout = Checkpoint(fn, {rx});
+  rout[0].sum().backward();
+  EXPECT_EQ(torch::rand({1}).item<double>(), next_plain);
+}
+
+TEST(Checkpoint, WithoutRngReplayDropoutMasksDiffer) {
+  // The control for the test above: with replay off, the recomputed mask is a new draw, so
+  // the gradient no longer matches (the chance that 4096 p=0.5 draws agree is 2^-4096).
+  auto fn = [](const std::vector<at::Tensor>& in) {
+    return std::vector<at::Tensor>{torch::dropout(in[0], 0.5, true)};
+  };
+  torch::manual_seed(3);
+  at::Tensor x = torch::randn({64, 64}).requires_grad_(true);
+  at::Tensor plain_x = x.detach().clone().requires_grad_(true);
+  torch::manual_seed(4);
+  fn({plain_x})[0].sum().backward();
+  torch::manual_seed(4);
+  std::vector<at::Tensor> out = Checkpoint(fn, {x}, {/*preserve_rng_state=*/false, nullptr});
+  out[0].sum().backward();
+  EXPECT_FALSE(torch::equal(x.grad(), plain_x.grad()));
+}
+
+TEST(Checkpoint, CountsOneRecomputePerCheckpointPerBackward) {
+  std::atomic<int64_t> recomputes{0};
+  int calls = 0;
+  auto fn = [&calls](const std::vector<at::Tensor>& in) {
+    ++calls;
+    return std::vector<at::Tensor>{in[0].sigmoid()};
+  };
+  at::Tensor x = torch::randn({8}).requires_grad_(true);
+  std::vector<at::Tensor> h = {x};
+  for (int i = 0; i < 3; ++i) h = Checkpoint(fn, h, {true, &recomputes});
+  EXPECT_EQ(calls, 3);
+  h[0].sum().backward();
+  EXPECT_EQ(recomputes.load(), 3);
+  EXPECT_EQ(calls, 6);
+  EXPECT_TRUE(x.grad().defined());
+}
+
+TEST(Checkpoint, WithoutGradModeRunsOnceAndRecordsNothing) {
+  std::atomic<int64_t> recomputes{0};
+  at::Tensor x = torch::randn({8}).requires_grad_(true);
+  torch::NoGradGuard no_grad;
+  std::vector<at::Tensor> out = Checkpoint(
+      [](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{in[0] * 2}; }, {x},
+      {true, &recomputes});
+  EXPECT_FALSE(out[0].requires_grad());
+  EXPECT_EQ(out[0].grad_fn(), nullptr);
+}
+
+}  // namespace
+}  // namespace ckpt

@@ -1,0 +1,154 @@
+// The CPU memory meter is exact, so measured bytes can be compared with bytes computed by
+// hand. All tensors are float32 (4 bytes per element).
+#include "core/memory_meter.h"
+
+#include <torch/torch.h>
+
+#include "core/chain_model.h"
+#include "core/executor.h"
+#include "core/strategy.h"
+#include "core/torch_status.h"
+#include "gtest/gtest.h"
+
+namespace ckpt {
+namespace {
+
+MemoryMeter& Cpu() { return **MemoryMeterFor(torch::kCPU); }
+
+TEST(CpuMemoryMeter, CountsEveryByteOfEveryTensor) {
+  const int64_t before = Cpu().Stats().live_bytes;
+  {
+    at::Tensor a = torch::empty({1000});            // 4000 bytes
+    at::Tensor b = torch::empty({10, 10}, torch::kDouble);  // 800 bytes
+    EXPECT_EQ(Cpu().Stats().live_bytes - before, 4800);
+    at::Tensor view = a.view({10, 100});            // a view allocates nothing
+    EXPECT_EQ(Cpu().Stats().live_bytes - before, 4800);
+  }
+  EXPECT_EQ(Cpu().Stats().live_bytes, before);
+}
+
+TEST(CpuMemoryMeter, PeakRemembersTheHighestPointSinceReset) {
+  const int64_t before = Cpu().Stats().live_bytes;
+  Cpu().ResetPeak();
+  { at::Tensor big = torch::empty({25000}); }  // 100000 bytes, freed at once
+  at::Tensor small = torch::empty({250});     // 1000 bytes, kept
+  const MemoryStats s = Cpu().Stats();
+  EXPECT_EQ(s.live_bytes - before, 1000);
+  EXPECT_EQ(s.peak_bytes - before, 100000);
+  Cpu().ResetPeak();
+  EXPECT_EQ(Cpu().Stats().peak_bytes, Cpu().Stats().live_bytes);
+}
+
+TEST(CpuMemoryMeter, CapThrowsOutOfMemoryWhichBecomesResourceExhausted) {
+  const int64_t before = Cpu().Stats().live_bytes;
+  ASSERT_TRUE(Cpu().SetCap(before + 4000).ok());
+  absl::Status fits = RunTorch([] { torch::empty({1000}); });       // exactly at the cap
+  absl::Status too_big = RunTorch([] { torch::empty({1001}); });    // 4 bytes over
+  ASSERT_TRUE(Cpu().SetCap(std::nullopt).ok());
+  EXPECT_TRUE(fits.ok()) << fits;
+  EXPECT_EQ(too_big.code(), absl::StatusCode::kResourceExhausted) << too_big;
+  EXPECT_NE(too_big.message().find("over the cap"), absl::string_view::npos) << too_big;
+  EXPECT_EQ(Cpu().Stats().live_bytes, before);  // the failed allocation left nothing behind
+  EXPECT_FALSE(Cpu().SetCap(-1).ok());
+}
+
+// heavy_mlp with L blocks, batch B, hidden H; one B x H activation is A = 4*B*H bytes.
+struct Chain {
+  std::shared_ptr<ChainModel> model;
+  Batch batch;
+};
+
+Chain MakeMlp(int depth, int hidden, int batch) {
+  const std::string spec = "heavy_mlp:depth=" + std::to_string(depth) +
+                           ":hidden=" + std::to_string(hidden) + ":batch=" + std::to_string(batch);
+  absl::StatusOr<std::shared_ptr<ChainModel>> model = CreateModel(spec, {});
+  EXPECT_TRUE(model.ok()) << model.status();
+  Batch b = (*model)->MakeBatch(/*seed=*/5);
+  return {*model, b};
+}
+
+StepResult StepUnder(const std::string& strategy_spec, Chain& chain) {
+  std::unique_ptr<Strategy> strategy = *CreateStrategy(strategy_spec);
+  ModelProfile profile;
+  profile.model = chain.model->spec();
+  for (const StageInfo& s : chain.model->Stages()) profile.stages.push_back({s});
+  Plan plan = *strategy->MakePlan(profile);
+  absl::StatusOr<ChainExecutor> exec =
+      ChainExecutor::Create(chain.model, plan, &Cpu(), torch::kCPU);
+  EXPECT_TRUE(exec.ok()) << exec.status();
+  absl::StatusOr<StepResult> r = exec->Step(chain.batch);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return *r;
+}
+
+TEST(ActivationBytes, StoreAllKeepsOneActivationPerBlock) {
+  // Each block is relu(linear(x)). Linear saves its input (the previous block's output,
+  // already counted) and ReLU saves its output: one new B x H tensor per block. Linear's own
+  // output is freed once ReLU has consumed it. The loss, sum(), keeps nothing and returns a
+  // 4-byte scalar. So activation_bytes = L*A + 4.
+  Chain chain = MakeMlp(/*depth=*/6, /*hidden=*/32, /*batch=*/4);  // A = 4*4*32 = 512
+  const StepResult r = StepUnder("store_all", chain);
+  EXPECT_EQ(r.activation_bytes, 6 * 512 + 4);
+  EXPECT_EQ(r.recompute_forwards, 0);
+}
+
+TEST(ActivationBytes, UniformKeepsSegmentInputsPlusTheLastSegment) {
+  // uniform with k segments: the k-1 checkpointed segments keep only their inputs. The first
+  // one's input is the batch (in the baseline already); each later input is the previous
+  // segment's output, one A each: k-1 of them, the last being the stored segment's input
+  // (which its first Linear saves anyway). The stored last segment of s_k blocks keeps s_k A.
+  // Plus the 4-byte loss: activation_bytes = (k - 1 + s_k) * A + 4.
+  Chain chain = MakeMlp(/*depth=*/10, /*hidden=*/16, /*batch=*/8);  // A = 4*8*16 = 512
+  // k = 4 (default, ceil(sqrt(10))): sizes 3,3,2,2, s_k = 2 -> (3 + 2) * 512 + 4 = 2564.
+  StepResult r = StepUnder("uniform", chain);
+  EXPECT_EQ(r.activation_bytes, 5 * 512 + 4);
+  EXPECT_EQ(r.recompute_forwards, 8);
+  // k = 2: sizes 5,5 -> (1 + 5) * 512 + 4 = 3076.
+  r = StepUnder("uniform:segments=2", chain);
+  EXPECT_EQ(r.activation_bytes, 6 * 512 + 4);
+  EXPECT_EQ(r.recompute_forwards, 5);
+  // k = 10: every block its own segment -> (9 + 1) * 512 + 4 = 5124: as much as store_all,
+  // since each checkpoint keeps exactly what the block would have kept.
+  r = StepUnder("uniform:segments=10", chain);
+  EXPECT_EQ(r.activation_bytes, 10 * 512 + 4);
+  EXPECT_EQ(r.recompute_forwards, 9);
+  // k = 1: one stored segment, identical to store_all.
+  EXPECT_EQ(StepUnder("uniform:segments=1", chain).activation_bytes,
+            StepUnder("store_all", chain).activation_bytes);
+}
+
+TEST(ActivationBytes, ProfileSumsToStoreAll) {
+  Chain chain = MakeMlp(5, 24, 3);  // A = 288
+  absl::StatusOr<ModelProfile> profile =
+      ProfileModel(*chain.model, chain.batch, Cpu(), torch::kCPU);
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  ASSERT_EQ(profile->stages.size(), 5u);
+  for (const StageProfile& s : profile->stages) {
+    EXPECT_EQ(s.activation_bytes, 288) << s.info.name;
+    EXPECT_EQ(s.output_bytes, 288) << s.info.name;
+    // Linear's output lives until ReLU's output exists: one extra A transiently.
+    EXPECT_EQ(s.transient_bytes, 288) << s.info.name;
+  }
+  EXPECT_EQ(profile->input_bytes, 288);
+  EXPECT_EQ(StepUnder("store_all", chain).activation_bytes, 5 * 288 + 4);
+}
+
+TEST(Executor, OutOfMemoryUnderACapIsAResultNotACrash) {
+  Chain chain = MakeMlp(8, 64, 16);  // A = 4096 bytes
+  const int64_t live = Cpu().Stats().live_bytes;
+  ASSERT_TRUE(Cpu().SetCap(live + 3 * 4096).ok());  // room for three activations, not eight
+  std::unique_ptr<Strategy> store_all = *CreateStrategy("store_all");
+  ModelProfile profile;
+  for (const StageInfo& s : chain.model->Stages()) profile.stages.push_back({s});
+  absl::StatusOr<ChainExecutor> exec =
+      ChainExecutor::Create(chain.model, *store_all->MakePlan(profile), &Cpu(), torch::kCPU);
+  ASSERT_TRUE(exec.ok());
+  absl::StatusOr<StepResult> r = exec->Step(chain.batch);
+  ASSERT_TRUE(Cpu().SetCap(std::nullopt).ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  EXPECT_EQ(Cpu().Stats().live_bytes, live);  // everything the failed step made is freed
+  EXPECT_TRUE(exec->Step(chain.batch).ok());  // and the next step, uncapped, works
+}
+
+}  // namespace
+}  // namespace ckpt

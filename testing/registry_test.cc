@@ -1,0 +1,65 @@
+// The strategy registry: every strategy in the aggregate list is registered, lookups of
+// unknown ids fail with the known ids, duplicates are fatal, bad parameters are errors.
+#include <algorithm>
+
+#include "core/strategy.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "strategies/store_all/store_all.h"
+
+namespace ckpt {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Generated from strategies/strategies.bzl: the ids //strategies:all links.
+const std::vector<std::string> kAggregateIds = {
+#include "testing/aggregate_strategy_ids.inc"
+};
+
+TEST(StrategyRegistry, EveryAggregatedStrategyIsRegistered) {
+  std::vector<std::string> expected = kAggregateIds;
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(Strategies().Ids(), expected)
+      << "a strategy listed in strategies.bzl did not register (missing alwayslink = 1 or "
+         "StrategyRegistration), or one registered without being listed";
+}
+
+TEST(StrategyRegistry, EveryStrategyCreatesWithDefaults) {
+  for (const std::string& id : Strategies().Ids()) {
+    absl::StatusOr<std::unique_ptr<Strategy>> s = CreateStrategy(id);
+    EXPECT_TRUE(s.ok()) << id << ": " << s.status();
+  }
+}
+
+TEST(StrategyRegistry, UnknownIdListsTheKnownOnes) {
+  absl::StatusOr<std::unique_ptr<Strategy>> s = CreateStrategy("revolve");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("unknown strategy 'revolve'"));
+  for (const std::string& id : kAggregateIds) {
+    EXPECT_THAT(std::string(s.status().message()), HasSubstr(id));
+  }
+}
+
+TEST(StrategyRegistry, BadParametersAreInvalidArgument) {
+  for (const char* text : {"uniform:segments=0", "uniform:segment=4", "uniform:segments=x",
+                           "store_all:segments=2", "uniform:segments"}) {
+    absl::StatusOr<std::unique_ptr<Strategy>> s = CreateStrategy(text);
+    ASSERT_FALSE(s.ok()) << text;
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << text;
+  }
+}
+
+TEST(StrategyRegistry, DescribeListsParameters) {
+  const std::string text = Strategies().Describe();
+  EXPECT_THAT(text, HasSubstr("uniform: "));
+  EXPECT_THAT(text, HasSubstr("segments is an integer >= 1 or auto (default auto)"));
+}
+
+TEST(StrategyRegistryDeathTest, DuplicateIdIsFatalAndNamesIt) {
+  EXPECT_DEATH(StrategyRegistration<StoreAll>(), "duplicate strategy id 'store_all'");
+}
+
+}  // namespace
+}  // namespace ckpt

@@ -1,0 +1,100 @@
+// Properties of uniform's plans, for generated chain lengths and segment counts (no tensors).
+#include <cmath>
+
+#include "core/plan.h"
+#include "core/strategy.h"
+#include "gtest/gtest.h"
+#include "rapidcheck.h"
+#include "rapidcheck/gtest.h"
+
+namespace ckpt {
+namespace {
+
+ModelProfile ChainOf(int stages) {
+  ModelProfile profile;
+  profile.model = "chain";
+  profile.stages.resize(stages);
+  return profile;
+}
+
+Plan PlanFor(const std::string& spec, int stages) {
+  absl::StatusOr<std::unique_ptr<Strategy>> strategy = CreateStrategy(spec);
+  RC_ASSERT(strategy.ok());
+  absl::StatusOr<Plan> plan = (*strategy)->MakePlan(ChainOf(stages));
+  RC_ASSERT(plan.ok());
+  return *plan;
+}
+
+RC_GTEST_PROP(UniformPlan, CutsIntoNearEqualSegmentsAndStoresOnlyTheLast, ()) {
+  const int stages = *rc::gen::inRange(1, 300).as("stages");
+  const int k = *rc::gen::inRange(1, stages + 1).as("segments");
+  const Plan plan = PlanFor("uniform:segments=" + std::to_string(k), stages);
+
+  RC_ASSERT(ValidatePlan(plan, stages).ok());
+  RC_ASSERT(static_cast<int>(plan.segments.size()) == k);
+  RC_ASSERT(plan.strategy == "uniform:segments=" + std::to_string(k));
+  int smallest = stages;
+  int largest = 0;
+  for (size_t i = 0; i < plan.segments.size(); ++i) {
+    const Segment& s = plan.segments[i];
+    smallest = std::min(smallest, s.size());
+    largest = std::max(largest, s.size());
+    const bool last = i + 1 == plan.segments.size();
+    RC_ASSERT(s.mode == (last ? SegmentMode::kStored : SegmentMode::kCheckpointed));
+  }
+  RC_ASSERT(largest - smallest <= 1);
+  RC_ASSERT(plan.RecomputedStages() == stages - plan.segments.back().size());
+}
+
+RC_GTEST_PROP(UniformPlan, DefaultIsCeilSqrtOfDepth, ()) {
+  const int stages = *rc::gen::inRange(1, 5000).as("stages");
+  const Plan plan = PlanFor("uniform", stages);
+  const int k = static_cast<int>(plan.segments.size());
+  // ceil(sqrt(L)) is the least k with k*k >= L.
+  RC_ASSERT(k * k >= stages);
+  RC_ASSERT((k - 1) * (k - 1) < stages);
+  RC_ASSERT(plan.strategy == "uniform:segments=" + std::to_string(k));
+}
+
+TEST(UniformPlan, HandExamples) {
+  // L = 10, default k = ceil(sqrt(10)) = 4: sizes 3,3,2,2, the last stored.
+  absl::StatusOr<Plan> plan = (*CreateStrategy("uniform"))->MakePlan(ChainOf(10));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->Describe(),
+            "4 segments: [0,3) checkpointed, [3,6) checkpointed, [6,8) checkpointed, [8,10) "
+            "stored");
+  EXPECT_EQ(plan->RecomputedStages(), 8);
+}
+
+TEST(UniformPlan, MoreSegmentsThanStagesNamesBoth) {
+  absl::StatusOr<Plan> plan = (*CreateStrategy("uniform:segments=9"))->MakePlan(ChainOf(4));
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(plan.status().message(),
+            "uniform: segments=9 is more than the 4 stages of chain; accepted: 1..4 or auto");
+}
+
+TEST(StoreAllPlan, OneStoredSegment) {
+  absl::StatusOr<Plan> plan = (*CreateStrategy("store_all"))->MakePlan(ChainOf(7));
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->Describe(), "1 segment: [0,7) stored");
+  EXPECT_EQ(plan->RecomputedStages(), 0);
+}
+
+TEST(ValidatePlan, RejectsGapsOverlapsAndShortCover) {
+  Plan plan;
+  plan.strategy = "test";
+  plan.segments = {{0, 2, SegmentMode::kStored}, {3, 5, SegmentMode::kStored}};
+  EXPECT_FALSE(ValidatePlan(plan, 5).ok());  // gap at 2
+  plan.segments = {{0, 3, SegmentMode::kStored}, {2, 5, SegmentMode::kStored}};
+  EXPECT_FALSE(ValidatePlan(plan, 5).ok());  // overlap
+  plan.segments = {{0, 3, SegmentMode::kStored}};
+  EXPECT_FALSE(ValidatePlan(plan, 5).ok());  // short
+  plan.segments = {{0, 0, SegmentMode::kStored}, {0, 5, SegmentMode::kStored}};
+  EXPECT_FALSE(ValidatePlan(plan, 5).ok());  // empty segment
+  plan.segments = {{0, 2, SegmentMode::kCheckpointed}, {2, 5, SegmentMode::kStored}};
+  EXPECT_TRUE(ValidatePlan(plan, 5).ok());
+}
+
+}  // namespace
+}  // namespace ckpt
