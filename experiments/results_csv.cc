@@ -1,0 +1,79 @@
+#include "experiments/results_csv.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+
+namespace ckpt {
+
+const std::vector<std::string>& ResultColumns() {
+  static const auto* columns = new std::vector<std::string>{
+      "model",
+      "strategy",
+      "device",
+      "status",
+      "baseline_bytes",
+      "activation_bytes",
+      "peak_bytes",
+      "peak_above_baseline_bytes",
+      "step_ms_median",
+      "step_ms_min",
+      "step_ms_max",
+      "overhead_vs_store_all",
+      "activation_vs_store_all",
+      "peak_vs_store_all",
+      "recompute_forwards",
+      "max_grad_diff_vs_store_all",
+      "loss",
+      "steps",
+      "threads",
+      "plan",
+      "message",
+  };
+  return *columns;
+}
+
+std::string CsvField(const std::string& value) {
+  if (value.find_first_of(",\"\r\n") == std::string::npos) return value;
+  return absl::StrCat("\"", absl::StrReplaceAll(value, {{"\"", "\"\""}}), "\"");
+}
+
+absl::StatusOr<CsvAppender> CsvAppender::Create(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
+  }
+  CsvAppender appender(fd, path);
+  if (absl::Status s = appender.Append(ResultColumns()); !s.ok()) return s;
+  return appender;
+}
+
+CsvAppender::CsvAppender(CsvAppender&& other) noexcept
+    : fd_(other.fd_), path_(std::move(other.path_)) {
+  other.fd_ = -1;
+}
+
+CsvAppender::~CsvAppender() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+absl::Status CsvAppender::Append(const std::vector<std::string>& fields) {
+  std::string line = absl::StrJoin(fields, ",", [](std::string* out, const std::string& f) {
+    out->append(CsvField(f));
+  });
+  line.push_back('\n');
+  const ssize_t written = ::write(fd_, line.data(), line.size());
+  if (written != static_cast<ssize_t>(line.size())) {
+    return absl::DataLossError(absl::StrCat("writing ", path_, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ckpt

@@ -1,0 +1,36 @@
+// results.csv: one row per (model, strategy) configuration, appended and flushed as each
+// configuration finishes, so an interrupted sweep leaves a valid file of complete rows.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace ckpt {
+
+// The columns, in order. Documented in README.md ("results.csv").
+const std::vector<std::string>& ResultColumns();
+
+// Quotes a field if it holds a comma, a quote or a line break (RFC 4180).
+std::string CsvField(const std::string& value);
+
+class CsvAppender {
+ public:
+  // Creates (or truncates) `path` and writes the header. Errors name the path.
+  static absl::StatusOr<CsvAppender> Create(const std::string& path);
+  CsvAppender(CsvAppender&& other) noexcept;
+  CsvAppender& operator=(CsvAppender&&) = delete;
+  ~CsvAppender();
+
+  // Writes one complete line (fields joined by commas) with one write(2) to the file,
+  // opened O_APPEND: a kill between rows never leaves half a row.
+  absl::Status Append(const std::vector<std::string>& fields);
+
+ private:
+  CsvAppender(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  int fd_;
+  std::string path_;
+};
+
+}  // namespace ckpt

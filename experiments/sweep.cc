@@ -1,0 +1,331 @@
+#include "experiments/sweep.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <memory>
+
+#include "ATen/Context.h"
+#include "ATen/Parallel.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/chain_model.h"
+#include "core/executor.h"
+#include "core/spec.h"
+#include "core/status_macros.h"
+#include "core/strategy.h"
+#include "core/torch_status.h"
+#include "experiments/results_csv.h"
+
+namespace ckpt {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kGradTolerance = 1e-5;
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return kNaN;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// The strategies to run: store_all first (the reference), then the others in the given
+// order, without repeats.
+std::vector<std::string> StrategyOrder(const std::vector<std::string>& given) {
+  std::vector<std::string> order = {"store_all"};
+  for (const std::string& s : given) {
+    if (std::find(order.begin(), order.end(), s) == order.end()) order.push_back(s);
+  }
+  return order;
+}
+
+std::string StatusName(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kResourceExhausted ? "oom" : "error";
+}
+
+void Fail(ConfigResult& r, const absl::Status& s) {
+  r.status = StatusName(s);
+  r.message = std::string(s.message());
+}
+
+// One strategy's state during a model's sweep.
+struct Config {
+  ConfigResult result;
+  std::optional<ChainExecutor> executor;  // empty once it failed
+};
+
+// Seeds the default generators of CPU and the device so every strategy sees the same random
+// stream (dropout) in the same round.
+void SeedRound(uint64_t seed) { at::manual_seed(seed); }
+
+std::vector<at::Tensor> CollectGradients(ChainModel& model, const Batch& batch) {
+  std::vector<at::Tensor> grads;
+  for (const at::Tensor& p : model.Parameters()) grads.push_back(p.grad());
+  for (const at::Tensor& x : batch.inputs) grads.push_back(x.grad());
+  return grads;
+}
+
+// max |a - b| over all gradients; an undefined gradient on one side only is a mismatch (inf).
+double MaxDiff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].defined() != b[i].defined()) return std::numeric_limits<double>::infinity();
+    if (!a[i].defined()) continue;
+    diff = std::max(diff, a[i].sub(b[i]).abs().max().item<double>());
+  }
+  return diff;
+}
+
+double Elapsed(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Runs every strategy on one model. Results in strategy order, store_all first.
+std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::string& model_spec,
+                                     MemoryMeter& meter, std::ostream& progress) {
+  const std::vector<std::string> order = StrategyOrder(options.strategies);
+  std::vector<Config> configs(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    configs[i].result.strategy = order[i];
+    configs[i].result.device = options.device.str();
+    configs[i].result.model = model_spec;
+  }
+  auto fail_all = [&](const absl::Status& s) {
+    std::vector<ConfigResult> out;
+    for (Config& c : configs) {
+      Fail(c.result, s);
+      out.push_back(c.result);
+    }
+    return out;
+  };
+
+  ModelContext context;
+  context.device = options.device;
+  context.init_seed = options.seed;
+  absl::StatusOr<std::shared_ptr<ChainModel>> created = CreateModel(model_spec, context);
+  if (!created.ok()) return fail_all(created.status());
+  std::shared_ptr<ChainModel> model = *created;
+  model->SetTraining(true);
+  absl::StatusOr<Batch> batch = RunTorch([&] { return model->MakeBatch(options.seed); });
+  if (!batch.ok()) return fail_all(batch.status());
+  absl::StatusOr<ModelProfile> profile = ProfileModel(*model, *batch, meter, options.device);
+  if (!profile.ok()) return fail_all(profile.status());
+
+  for (Config& c : configs) {
+    c.result.model = model->spec();
+    absl::StatusOr<std::unique_ptr<Strategy>> strategy = CreateStrategy(c.result.strategy);
+    absl::StatusOr<Plan> plan =
+        strategy.ok() ? (*strategy)->MakePlan(*profile) : absl::StatusOr<Plan>(strategy.status());
+    if (!plan.ok()) {
+      Fail(c.result, plan.status());
+      continue;
+    }
+    c.result.strategy = plan->strategy;
+    c.result.plan = plan->Describe();
+    absl::StatusOr<ChainExecutor> exec =
+        ChainExecutor::Create(model, *std::move(plan), &meter, options.device);
+    if (!exec.ok()) {
+      Fail(c.result, exec.status());
+      continue;
+    }
+    c.executor.emplace(*std::move(exec));
+  }
+
+  // Timing and memory: interleaved rounds, warm-up first.
+  const int rounds = options.warmup + options.steps;
+  for (int round = 0; round < rounds; ++round) {
+    for (Config& c : configs) {
+      if (!c.executor) continue;
+      SeedRound(options.seed + round);
+      absl::StatusOr<StepResult> r = c.executor->Step(*batch);
+      if (!r.ok()) {
+        Fail(c.result, r.status());
+        c.executor.reset();
+        continue;
+      }
+      if (round < options.warmup) continue;
+      c.result.step_ms.push_back(r->step_ms);
+      c.result.baseline_bytes = r->baseline_bytes;
+      c.result.activation_bytes = r->activation_bytes;
+      c.result.peak_bytes = std::max(c.result.peak_bytes, r->peak_bytes);
+      c.result.recompute_forwards = r->recompute_forwards;
+      c.result.loss = r->loss;
+    }
+    progress << absl::StrFormat("  %s: round %d/%d%s\n", model->spec(), round + 1, rounds,
+                                round < options.warmup ? " (warm-up)" : "");
+  }
+
+  // Gradients against store_all's, after the measurements so that the reference copy
+  // never inflates anyone's memory figures.
+  Config& reference = configs[0];
+  std::vector<at::Tensor> reference_grads;
+  double reference_scale = 0;
+  if (reference.executor) {
+    SeedRound(options.seed);
+    absl::StatusOr<StepResult> r = reference.executor->Step(*batch);
+    const absl::Status copied = !r.ok() ? r.status() : RunTorch([&] {
+      for (const at::Tensor& g : CollectGradients(*model, *batch)) {
+        reference_grads.push_back(g.defined() ? g.clone() : g);
+        if (g.defined()) reference_scale = std::max(reference_scale, g.abs().max().item<double>());
+      }
+    });
+    if (!copied.ok()) reference_grads.clear();  // no reference: differences stay unknown
+  }
+  for (Config& c : configs) {
+    c.result.max_grad_diff_vs_store_all = kNaN;
+    if (!c.executor || reference_grads.empty()) continue;
+    SeedRound(options.seed);
+    absl::StatusOr<StepResult> r = c.executor->Step(*batch);
+    if (!r.ok()) {
+      Fail(c.result, r.status());
+      continue;
+    }
+    absl::StatusOr<double> diff =
+        RunTorch([&] { return MaxDiff(CollectGradients(*model, *batch), reference_grads); });
+    c.result.max_grad_diff_vs_store_all = diff.ok() ? *diff : kNaN;
+    // Agreement is required up to float32 rounding relative to the gradients' scale
+    // (strategies that recompute the same arithmetic are at exactly 0 on CPU).
+    if (!(c.result.max_grad_diff_vs_store_all <= kGradTolerance * (1 + reference_scale))) {
+      c.result.status = "error";
+      c.result.message = absl::StrFormat(
+          "gradients differ from store_all's by %g (max |grad| %g, tolerance %g relative)",
+          c.result.max_grad_diff_vs_store_all, reference_scale, kGradTolerance);
+    }
+  }
+
+  // Ratios against store_all, round by round.
+  const ConfigResult& ref = reference.result;
+  const bool have_ref = ref.status == "ok" && !ref.step_ms.empty();
+  std::vector<ConfigResult> out;
+  for (Config& c : configs) {
+    ConfigResult& r = c.result;
+    r.overhead_vs_store_all = r.activation_vs_store_all = r.peak_vs_store_all = kNaN;
+    if (have_ref && r.status == "ok") {
+      std::vector<double> ratios;
+      for (size_t i = 0; i < r.step_ms.size() && i < ref.step_ms.size(); ++i) {
+        ratios.push_back(r.step_ms[i] / ref.step_ms[i]);
+      }
+      r.overhead_vs_store_all = Median(ratios);
+      r.activation_vs_store_all =
+          static_cast<double>(r.activation_bytes) / static_cast<double>(ref.activation_bytes);
+      r.peak_vs_store_all = static_cast<double>(r.peak_bytes - r.baseline_bytes) /
+                            static_cast<double>(ref.peak_bytes - ref.baseline_bytes);
+    }
+    out.push_back(r);
+  }
+  return out;
+}
+
+std::string Num(double v, int decimals) {
+  if (std::isnan(v)) return "";
+  return absl::StrFormat("%.*f", decimals, v);
+}
+
+std::string Mib(int64_t bytes) { return absl::StrFormat("%.2f", bytes / 1048576.0); }
+
+}  // namespace
+
+absl::Status ValidateSweep(const SweepOptions& options) {
+  if (options.models.empty()) return absl::InvalidArgumentError("no models given (--models)");
+  if (options.steps < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("steps=", options.steps, " is not accepted; accepted: an integer >= 1"));
+  }
+  if (options.warmup < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("warmup=", options.warmup, " is not accepted; accepted: an integer >= 0"));
+  }
+  for (const std::string& text : options.models) {
+    ASSIGN_OR_RETURN(Spec spec, ParseSpec(text));
+    RETURN_IF_ERROR(Models().Bind(spec).status());
+  }
+  for (const std::string& text : options.strategies) {
+    ASSIGN_OR_RETURN(Spec spec, ParseSpec(text));
+    RETURN_IF_ERROR(Strategies().Bind(spec).status());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<ConfigResult>> RunSweep(
+    const SweepOptions& options, MemoryMeter& meter,
+    const std::function<absl::Status(const ConfigResult&)>& on_result, std::ostream& progress) {
+  RETURN_IF_ERROR(ValidateSweep(options));
+  const auto start = std::chrono::steady_clock::now();
+  const size_t per_model = StrategyOrder(options.strategies).size();
+  const size_t total = options.models.size() * per_model;
+  std::vector<ConfigResult> all;
+  for (size_t m = 0; m < options.models.size(); ++m) {
+    progress << absl::StrFormat("[model %d/%d] %s (%.0f s elapsed)\n", m + 1,
+                                options.models.size(), options.models[m], Elapsed(start));
+    for (ConfigResult& r : SweepModel(options, options.models[m], meter, progress)) {
+      RETURN_IF_ERROR(on_result(r));
+      all.push_back(std::move(r));
+      const ConfigResult& done = all.back();
+      progress << absl::StrFormat("[%d/%d] %s %s: %s%s\n", all.size(), total, done.model,
+                                  done.strategy, done.status,
+                                  done.message.empty() ? "" : " (" + done.message + ")");
+    }
+  }
+  return all;
+}
+
+std::vector<std::string> CsvRow(const ConfigResult& r, int threads) {
+  const bool ok = r.status == "ok";
+  auto bytes = [ok](int64_t v) { return ok ? absl::StrCat(v) : std::string(); };
+  const double median = Median(r.step_ms);
+  const double min = r.step_ms.empty() ? kNaN : *std::min_element(r.step_ms.begin(), r.step_ms.end());
+  const double max = r.step_ms.empty() ? kNaN : *std::max_element(r.step_ms.begin(), r.step_ms.end());
+  return {r.model,
+          r.strategy,
+          r.device,
+          r.status,
+          bytes(r.baseline_bytes),
+          bytes(r.activation_bytes),
+          bytes(r.peak_bytes),
+          bytes(r.peak_bytes - r.baseline_bytes),
+          ok ? Num(median, 3) : "",
+          ok ? Num(min, 3) : "",
+          ok ? Num(max, 3) : "",
+          Num(r.overhead_vs_store_all, 4),
+          Num(r.activation_vs_store_all, 4),
+          Num(r.peak_vs_store_all, 4),
+          ok ? absl::StrCat(r.recompute_forwards) : "",
+          ok ? absl::StrFormat("%g", r.max_grad_diff_vs_store_all) : "",
+          ok ? absl::StrFormat("%.9g", r.loss) : "",
+          absl::StrCat(r.step_ms.size()),
+          absl::StrCat(threads),
+          r.plan,
+          r.message};
+}
+
+std::string FormatTable(const std::vector<ConfigResult>& results) {
+  std::string out;
+  std::string last_model;
+  const std::string header = absl::StrFormat(
+      "  %-24s %-6s %12s %8s %10s %8s %10s %9s %10s %11s\n", "strategy", "status", "activ. MiB",
+      "vs s_a", "peak+ MiB", "vs s_a", "step ms", "overhead", "recompute", "max|dgrad|");
+  for (const ConfigResult& r : results) {
+    if (r.model != last_model) {
+      absl::StrAppend(&out, last_model.empty() ? "" : "\n", r.model, "\n", header);
+      last_model = r.model;
+    }
+    if (r.status != "ok") {
+      absl::StrAppend(&out, absl::StrFormat("  %-24s %-6s %s\n", r.strategy, r.status,
+                                            r.message.substr(0, 90)));
+      continue;
+    }
+    absl::StrAppend(
+        &out, absl::StrFormat("  %-24s %-6s %12s %8s %10s %8s %10s %9s %10d %11s\n",
+                              r.strategy, r.status, Mib(r.activation_bytes),
+                              Num(r.activation_vs_store_all, 3), Mib(r.peak_bytes - r.baseline_bytes),
+                              Num(r.peak_vs_store_all, 3), Num(Median(r.step_ms), 1),
+                              Num(r.overhead_vs_store_all, 3), r.recompute_forwards,
+                              absl::StrFormat("%.3g", r.max_grad_diff_vs_store_all)));
+  }
+  return out;
+}
+
+}  // namespace ckpt

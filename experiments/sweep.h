@@ -1,0 +1,69 @@
+// The sweep: every model x strategy, measured side by side on one device.
+//
+// For each model: build it once (same parameters and batch for every strategy), profile it,
+// plan every strategy, then time all strategies interleaved (A B C A B C ...) after warm-up
+// so that machine drift hits them alike, and finally check each strategy's gradients
+// against store_all's. store_all always runs first: it is the reference for every ratio.
+// A configuration that fails (bad plan, out of memory) becomes a row with its status and
+// message; the sweep goes on.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "c10/core/Device.h"
+#include "core/memory_meter.h"
+
+namespace ckpt {
+
+struct SweepOptions {
+  std::vector<std::string> models;      // model specs
+  std::vector<std::string> strategies;  // strategy specs; store_all is added first if absent
+  c10::Device device = c10::Device(c10::DeviceType::CPU);
+  int steps = 5;   // timed rounds
+  int warmup = 1;  // untimed rounds before them
+  uint64_t seed = 0;
+};
+
+// One configuration's measurements (a row of results.csv).
+struct ConfigResult {
+  std::string model;     // canonical spec
+  std::string strategy;  // canonical spec, parameters resolved for this model
+  std::string device;
+  std::string status = "ok";  // ok, oom or error
+  std::string message;
+  std::string plan;
+  int64_t baseline_bytes = 0;
+  int64_t activation_bytes = 0;
+  int64_t peak_bytes = 0;
+  int64_t recompute_forwards = 0;
+  std::vector<double> step_ms;       // one per timed round
+  double overhead_vs_store_all = 0;  // median over rounds of (this / store_all), NaN if n/a
+  double activation_vs_store_all = 0;
+  double peak_vs_store_all = 0;  // of peak_bytes - baseline_bytes
+  double max_grad_diff_vs_store_all = 0;  // max |g - g_store_all| over every gradient
+  double loss = 0;
+};
+
+// Checks every spec against the registries and the numbers for sense, touching no tensor:
+// InvalidArgument / NotFound naming the offending value and the accepted ones.
+absl::Status ValidateSweep(const SweepOptions& options);
+
+// Runs the sweep. `on_result` is called as each configuration finishes (the CSV append);
+// an error from it stops the sweep. Progress lines go to `progress`.
+absl::StatusOr<std::vector<ConfigResult>> RunSweep(
+    const SweepOptions& options, MemoryMeter& meter,
+    const std::function<absl::Status(const ConfigResult&)>& on_result, std::ostream& progress);
+
+// The row's fields in ResultColumns() order.
+std::vector<std::string> CsvRow(const ConfigResult& r, int threads);
+
+// A fixed-width table of the results, grouped by model.
+std::string FormatTable(const std::vector<ConfigResult>& results);
+
+}  // namespace ckpt

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# End-to-end checks of //experiments:sweep: outputs on success, exit 2 and no output on bad
+# input. Runs in Bazel's test sandbox; $TEST_TMPDIR is private to this test.
+set -euo pipefail
+sweep="$TEST_SRCDIR/ckptlab/experiments/sweep"
+tmp="$TEST_TMPDIR"
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+# A tiny run: results.csv with a header and one row per configuration, all ok.
+"$sweep" --models=heavy_mlp:depth=4:hidden=8:batch=2 --strategies=store_all,uniform \
+  --steps=2 --warmup=0 --out="$tmp/ok" >"$tmp/ok.stdout" 2>"$tmp/ok.stderr" ||
+  fail "tiny sweep exited $?: $(cat "$tmp/ok.stderr")"
+csv="$tmp/ok/results.csv"
+if [[ -f "$csv" ]]; then
+  head -1 "$csv" | grep -q '^model,strategy,device,status,baseline_bytes,activation_bytes,peak_bytes,' ||
+    fail "header: $(head -1 "$csv")"
+  [[ $(wc -l <"$csv") -eq 3 ]] || fail "expected header + 2 rows, got $(wc -l <"$csv") lines"
+  columns=$(head -1 "$csv" | tr ',' '\n' | wc -l)
+  # Every row has as many fields as the header (quoted fields, which may hold commas, are
+  # blanked before counting).
+  sed -E 's/"([^"]|"")*"//g' "$csv" | awk -F, -v n="$columns" 'NF != n {exit 1}' ||
+    fail "ragged rows: $(cat "$csv")"
+  grep -q '^heavy_mlp:depth=4:hidden=8:batch=2,uniform:segments=2,cpu,ok,' "$csv" ||
+    fail "no ok row for uniform:segments=2: $(cat "$csv")"
+  grep -q 'uniform:segments=2' "$tmp/ok.stdout" || fail "the table names no strategy"
+else
+  fail "no results.csv"
+fi
+
+# Bad input: exit status 2, a one-line message naming the value, nothing written.
+check_bad() {
+  local expect="$1"
+  shift
+  local out="$tmp/bad"
+  rm -rf "$out"
+  set +e
+  "$sweep" "$@" --out="$out" >/dev/null 2>"$tmp/bad.stderr"
+  local rc=$?
+  set -e
+  [[ $rc -eq 2 ]] || fail "$*: exit $rc, expected 2"
+  grep -q -- "$expect" "$tmp/bad.stderr" || fail "$*: stderr lacks '$expect': $(cat "$tmp/bad.stderr")"
+  [[ $(wc -l <"$tmp/bad.stderr") -eq 1 ]] || fail "$*: more than one line: $(cat "$tmp/bad.stderr")"
+  [[ ! -e "$out" ]] || fail "$*: wrote $out"
+}
+check_bad "unknown strategy 'revolve'; known: store_all" --strategies=revolve
+check_bad "unknown model 'resnet'" --models=resnet
+check_bad "unknown parameter 'layers'; accepted: depth, hidden, batch" --models=heavy_mlp:layers=3
+check_bad "depth='0' is not accepted" --models=heavy_mlp:depth=0
+check_bad "steps=0 is not accepted" --steps=0
+check_bad "unknown device 'tpu'" --device=tpu
+check_bad "--memory_cap='lots' is not accepted" --memory_cap=lots
+check_bad "thread count 0 is not accepted" --threads=0
+
+# An output directory that cannot be created.
+set +e
+"$sweep" --models=heavy_mlp:depth=2:hidden=4:batch=1 --out=/proc/ckptlab-cannot >/dev/null 2>"$tmp/out.stderr"
+rc=$?
+set -e
+[[ $rc -eq 2 ]] || fail "unwritable --out: exit $rc, expected 2"
+grep -q "cannot be created" "$tmp/out.stderr" || fail "unwritable --out: $(cat "$tmp/out.stderr")"
+
+if ((failures)); then
+  echo "$failures check(s) failed" >&2
+  exit 1
+fi
+echo "sweep_cli_test: all checks passed"

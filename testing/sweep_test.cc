@@ -1,0 +1,120 @@
+// The sweep library on tiny models: rows for every configuration, store_all first, ratios
+// against it, exact gradients, failures as rows (a plan that does not fit, out of memory).
+#include "experiments/sweep.h"
+
+#include <sstream>
+
+#include "c10/core/Device.h"
+#include "core/memory_meter.h"
+#include "experiments/results_csv.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ckpt {
+namespace {
+
+using ::testing::HasSubstr;
+
+MemoryMeter& Cpu() { return **MemoryMeterFor(c10::Device(c10::DeviceType::CPU)); }
+
+SweepOptions Tiny() {
+  SweepOptions o;
+  o.models = {"heavy_mlp:depth=6:hidden=16:batch=4"};
+  o.strategies = {"uniform", "uniform:segments=9", "uniform:segments=3"};
+  o.steps = 3;
+  o.warmup = 1;
+  return o;
+}
+
+std::vector<ConfigResult> RunTiny(const SweepOptions& o, std::vector<ConfigResult>* streamed) {
+  std::ostringstream progress;
+  absl::StatusOr<std::vector<ConfigResult>> results = RunSweep(
+      o, Cpu(),
+      [&](const ConfigResult& r) {
+        streamed->push_back(r);
+        return absl::OkStatus();
+      },
+      progress);
+  EXPECT_TRUE(results.ok()) << results.status();
+  EXPECT_THAT(progress.str(), HasSubstr("[4/4]"));
+  return results.ok() ? *results : std::vector<ConfigResult>();
+}
+
+TEST(Sweep, OneRowPerConfigurationStoreAllFirst) {
+  std::vector<ConfigResult> streamed;
+  const std::vector<ConfigResult> rows = RunTiny(Tiny(), &streamed);
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(streamed.size(), 4u);  // each row was handed over as it finished
+
+  const ConfigResult& store_all = rows[0];
+  EXPECT_EQ(store_all.strategy, "store_all");
+  EXPECT_EQ(store_all.model, "heavy_mlp:depth=6:hidden=16:batch=4");
+  EXPECT_EQ(store_all.status, "ok");
+  EXPECT_EQ(store_all.overhead_vs_store_all, 1.0);
+  EXPECT_EQ(store_all.step_ms.size(), 3u);
+  // A = 4 * 16 * 4 bytes = 256; store_all keeps 6 A + the 4-byte loss.
+  EXPECT_EQ(store_all.activation_bytes, 6 * 256 + 4);
+
+  // uniform's default for 6 stages is ceil(sqrt(6)) = 3 segments of 2: (2 + 2) A + 4.
+  const ConfigResult& uniform = rows[1];
+  EXPECT_EQ(uniform.strategy, "uniform:segments=3");
+  EXPECT_EQ(uniform.status, "ok");
+  EXPECT_EQ(uniform.activation_bytes, 4 * 256 + 4);
+  EXPECT_DOUBLE_EQ(uniform.activation_vs_store_all, (4.0 * 256 + 4) / (6.0 * 256 + 4));
+  EXPECT_EQ(uniform.recompute_forwards, 4);
+  EXPECT_EQ(uniform.max_grad_diff_vs_store_all, 0.0);  // bitwise on CPU float32
+  EXPECT_GT(uniform.overhead_vs_store_all, 0.0);
+
+  // More segments than stages: an error row naming the value; the sweep went on.
+  EXPECT_EQ(rows[2].status, "error");
+  EXPECT_THAT(rows[2].message, HasSubstr("segments=9 is more than the 6 stages"));
+  // The same resolved strategy given twice (uniform = uniform:segments=3) is still measured.
+  EXPECT_EQ(rows[3].strategy, "uniform:segments=3");
+  EXPECT_EQ(rows[3].status, "ok");
+}
+
+TEST(Sweep, OutOfMemoryIsARowAndTheSweepGoesOn) {
+  SweepOptions o = Tiny();
+  o.models = {"heavy_mlp:depth=6:hidden=64:batch=64", "heavy_mlp:depth=2:hidden=8:batch=2"};
+  o.strategies = {"uniform"};
+  // The first model's parameters and batch fit (6*(64*64+64)*4 + 64*64*4 = 115,712 bytes),
+  // but store_all's 6 activations of 16 KiB do not; the second model fits entirely.
+  const int64_t live = Cpu().Stats().live_bytes;
+  ASSERT_TRUE(Cpu().SetCap(live + 150 * 1024).ok());
+  std::vector<ConfigResult> streamed;
+  std::ostringstream progress;
+  absl::StatusOr<std::vector<ConfigResult>> rows = RunSweep(
+      o, Cpu(), [](const ConfigResult&) { return absl::OkStatus(); }, progress);
+  ASSERT_TRUE(Cpu().SetCap(std::nullopt).ok());
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 4u);
+  EXPECT_EQ((*rows)[0].status, "oom");
+  EXPECT_THAT((*rows)[0].message, HasSubstr("over the cap"));
+  EXPECT_EQ((*rows)[2].status, "ok");
+  EXPECT_EQ((*rows)[3].status, "ok");
+}
+
+TEST(Sweep, RejectsBadInputBeforeRunning) {
+  SweepOptions o = Tiny();
+  o.strategies = {"uniform:segmnets=2"};
+  EXPECT_THAT(std::string(ValidateSweep(o).message()), HasSubstr("unknown parameter 'segmnets'"));
+  o = Tiny();
+  o.models = {"resnet"};
+  EXPECT_EQ(ValidateSweep(o).code(), absl::StatusCode::kNotFound);
+  o = Tiny();
+  o.steps = 0;
+  EXPECT_THAT(std::string(ValidateSweep(o).message()), HasSubstr("steps=0"));
+}
+
+TEST(CsvRow, HasEveryColumnAndQuotesWhatNeedsIt) {
+  ConfigResult r;
+  r.model = "m";
+  r.strategy = "s";
+  r.message = "a, \"b\"";
+  EXPECT_EQ(CsvRow(r, 1).size(), ResultColumns().size());
+  EXPECT_EQ(CsvField(r.message), "\"a, \"\"b\"\"\"");
+  EXPECT_EQ(CsvField("plain"), "plain");
+}
+
+}  // namespace
+}  // namespace ckpt
