@@ -5,6 +5,12 @@
 
 namespace ckpt {
 
+void ClearGradients(const std::vector<at::Tensor>& tensors) {
+  for (const at::Tensor& t : tensors) {
+    if (t.defined() && t.grad().defined()) t.mutable_grad().reset();
+  }
+}
+
 ModelRegistry& Models() {
   static auto* registry = new ModelRegistry("model");  // leaked: outlives statics
   return *registry;

@@ -34,14 +34,22 @@ class ChainModel {
   // The canonical model spec, every parameter filled in ("heavy_mlp:depth=20:...").
   virtual std::string spec() const = 0;
   virtual std::vector<StageInfo> Stages() const = 0;
-  virtual std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs) = 0;
-  // A scalar.
+  // Runs stage `index` with autograd as the caller's grad mode says. `options` are the plan's
+  // for this stage (ValidatePlan has checked that the stage supports them); `batch` gives
+  // stages that need them the targets (an LM head that computes its own loss).
+  virtual std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
+                                           const StageOptions& options, const Batch& batch) = 0;
+  // A scalar, from the last stage's outputs (which may already be the loss).
   virtual at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) = 0;
   // A synthetic batch on the model's device; the same seed gives the same batch.
   virtual Batch MakeBatch(uint64_t seed) = 0;
   virtual std::vector<at::Tensor> Parameters() = 0;
   virtual void SetTraining(bool training) = 0;
 };
+
+// Sets the gradient of every tensor that has one to none (PyTorch's zero_grad(set_to_none)),
+// so each step allocates its gradients afresh and steps are alike.
+void ClearGradients(const std::vector<at::Tensor>& tensors);
 
 // What every model factory gets besides its parameters.
 struct ModelContext {

@@ -5,6 +5,7 @@
 
 #include "ATen/core/grad_mode.h"
 #include "ATen/core/ivalue.h"
+#include "ATen/ops/cat.h"
 #include "ATen/ops/empty.h"
 #include "core/rng.h"
 #include "torch/csrc/autograd/autograd.h"
@@ -37,6 +38,56 @@ class RngRestorer {
   std::optional<RngState> state_;
 };
 
+// Fresh leaves over the same storage as `tensors`; those marked get requires_grad.
+std::vector<at::Tensor> DetachedLeaves(const std::vector<at::Tensor>& tensors,
+                                       const std::vector<bool>& requires_grad) {
+  std::vector<at::Tensor> leaves;
+  leaves.reserve(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    at::Tensor leaf = tensors[i].detach();
+    if (requires_grad[i]) leaf.requires_grad_(true);
+    leaves.push_back(std::move(leaf));
+  }
+  return leaves;
+}
+
+// Backpropagates `grad_outputs` through the graph that produced `outputs` (skipping outputs
+// without grad or without an incoming gradient) and returns the leaves' gradients (undefined
+// for leaves that do not require grad). Consumes `outputs`.
+variable_list BackwardThrough(variable_list outputs, const variable_list& grad_outputs,
+                              const std::vector<at::Tensor>& leaves) {
+  variable_list roots;
+  variable_list root_grads;
+  for (size_t i = 0; i < outputs.size() && i < grad_outputs.size(); ++i) {
+    if (grad_outputs[i].defined() && outputs[i].defined() && outputs[i].requires_grad()) {
+      roots.push_back(outputs[i]);
+      root_grads.push_back(grad_outputs[i]);
+    }
+  }
+  outputs.clear();  // the graph is owned by `roots` now; free what backward does not need
+  if (!roots.empty()) torch::autograd::backward(roots, root_grads);
+  roots.clear();
+  variable_list grads;
+  grads.reserve(leaves.size());
+  for (const at::Tensor& leaf : leaves) {
+    grads.push_back(leaf.requires_grad() ? leaf.grad() : at::Tensor());
+  }
+  return grads;
+}
+
+void MarkNonDifferentiable(AutogradContext* ctx, const variable_list& outputs) {
+  for (const at::Tensor& out : outputs) {
+    if (out.defined() && !at::isFloatingType(out.scalar_type()) &&
+        !at::isComplexType(out.scalar_type())) {
+      ctx->mark_non_differentiable({out});
+    }
+  }
+}
+
+bool IsDifferentiable(const at::Tensor& t) {
+  return t.defined() && (at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()));
+}
+
 struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
   // `inputs` are the caller's inputs plus, last, the anchor (see Checkpoint). Grad mode is off
   // here (Function::apply turns it off around forward).
@@ -52,12 +103,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     ctx->saved_data["call"] = at::IValue::make_capsule(std::move(call));
     // Unused outputs get no gradient instead of a zero-filled one: no bytes spent on zeros.
     ctx->set_materialize_grads(false);
-    for (const at::Tensor& out : outputs) {
-      if (out.defined() && !at::isFloatingType(out.scalar_type()) &&
-          !at::isComplexType(out.scalar_type())) {
-        ctx->mark_non_differentiable({out});
-      }
-    }
+    MarkNonDifferentiable(ctx, outputs);
     return outputs;
   }
 
@@ -67,14 +113,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     const variable_list saved = ctx->get_saved_variables();
 
     // Fresh leaves over the same storage: the recomputed graph ends at them.
-    std::vector<at::Tensor> inputs;
-    inputs.reserve(saved.size());
-    for (size_t i = 0; i < saved.size(); ++i) {
-      at::Tensor leaf = saved[i].detach();
-      if (call->input_requires_grad[i]) leaf.requires_grad_(true);
-      inputs.push_back(std::move(leaf));
-    }
-
+    std::vector<at::Tensor> inputs = DetachedLeaves(saved, call->input_requires_grad);
     variable_list outputs;
     {
       std::optional<RngState> current;
@@ -88,29 +127,135 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     }
     if (call->options.recompute_count != nullptr) ++*call->options.recompute_count;
 
-    variable_list roots;
-    variable_list root_grads;
-    for (size_t i = 0; i < outputs.size() && i < grad_outputs.size(); ++i) {
-      if (grad_outputs[i].defined() && outputs[i].defined() && outputs[i].requires_grad()) {
-        roots.push_back(outputs[i]);
-        root_grads.push_back(grad_outputs[i]);
-      }
-    }
-    outputs.clear();  // the graph is owned by `roots` now; free what backward does not need
-    if (!roots.empty()) torch::autograd::backward(roots, root_grads);
-
-    variable_list grads;
-    grads.reserve(inputs.size() + 2);
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      grads.push_back(call->input_requires_grad[i] ? inputs[i].grad() : at::Tensor());
-    }
+    variable_list grads = BackwardThrough(std::move(outputs), grad_outputs, inputs);
     grads.emplace_back();  // the anchor
     grads.emplace_back();  // the call capsule (not a tensor)
     return grads;
   }
 };
 
+struct RecomputeAllCall : torch::CustomClassHolder {
+  std::vector<TensorFn> stages;
+  CheckpointOptions options;
+  std::optional<RngState> rng;
+  std::vector<bool> input_requires_grad;
+};
+
+struct RecomputeAllFunction : torch::autograd::Function<RecomputeAllFunction> {
+  static variable_list forward(AutogradContext* ctx, at::TensorList inputs,
+                               c10::intrusive_ptr<RecomputeAllCall> call) {
+    std::vector<at::Tensor> x(inputs.begin(), inputs.end() - 1);  // without the anchor
+    for (const at::Tensor& t : x) call->input_requires_grad.push_back(t.requires_grad());
+    if (call->options.preserve_rng_state) call->rng = CaptureRng(CudaDevicesOf(x));
+    ctx->save_for_backward(x);
+    for (const TensorFn& stage : call->stages) x = stage(x);
+    ctx->saved_data["call"] = at::IValue::make_capsule(std::move(call));
+    ctx->set_materialize_grads(false);
+    MarkNonDifferentiable(ctx, x);
+    return x;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto call = c10::static_intrusive_pointer_cast<RecomputeAllCall>(
+        ctx->saved_data["call"].toCapsule());
+    const variable_list saved = ctx->get_saved_variables();
+    std::optional<RngState> current;
+    if (call->rng) current = CaptureRng(CudaDevicesOf(saved));
+    RngRestorer restore_after(std::move(current));
+
+    variable_list grads = std::move(grad_outputs);
+    for (int k = static_cast<int>(call->stages.size()) - 1; k >= 0; --k) {
+      if (call->rng) RestoreRng(*call->rng);  // stages 0..k draw what they drew in forward
+      std::vector<at::Tensor> x = saved;
+      {
+        at::NoGradGuard no_grad;
+        for (int j = 0; j < k; ++j) x = call->stages[j](x);
+      }
+      std::vector<bool> requires_grad;
+      for (size_t i = 0; i < x.size(); ++i) {
+        requires_grad.push_back(k == 0 ? call->input_requires_grad[i] : IsDifferentiable(x[i]));
+      }
+      std::vector<at::Tensor> leaves = DetachedLeaves(x, requires_grad);
+      x.clear();
+      variable_list outputs;
+      {
+        at::AutoGradMode enable_grad(true);
+        outputs = call->stages[k](leaves);
+      }
+      if (call->options.recompute_count != nullptr) ++*call->options.recompute_count;
+      grads = BackwardThrough(std::move(outputs), grads, leaves);
+    }
+    grads.emplace_back();  // the anchor
+    grads.emplace_back();  // the call capsule
+    return grads;
+  }
+};
+
+// The anchor: an empty tensor (zero bytes) that requires grad. Autograd only records a
+// Function whose inputs require grad; without it, a segment whose inputs are all without grad
+// (token ids) would never be recomputed and its parameters would get no gradient.
+std::vector<at::Tensor> WithAnchor(const std::vector<at::Tensor>& inputs) {
+  std::vector<at::Tensor> all = inputs;
+  all.push_back(at::empty({0}).requires_grad_(true));
+  return all;
+}
+
 }  // namespace
+
+std::vector<at::Tensor> CheckpointRecomputeAll(std::vector<TensorFn> stages,
+                                               const std::vector<at::Tensor>& inputs,
+                                               const CheckpointOptions& options) {
+  if (!at::GradMode::is_enabled()) {
+    std::vector<at::Tensor> x = inputs;
+    for (const TensorFn& stage : stages) x = stage(x);
+    return x;
+  }
+  auto call = c10::make_intrusive<RecomputeAllCall>();
+  call->stages = std::move(stages);
+  call->options = options;
+  std::vector<at::Tensor> all_inputs = WithAnchor(inputs);
+  return RecomputeAllFunction::apply(at::TensorList(all_inputs), std::move(call));
+}
+
+std::vector<at::Tensor> ChunkedCheckpoint(const ChunkFn& fn, const std::vector<at::Tensor>& inputs,
+                                          const std::vector<bool>& split, int64_t dim,
+                                          int chunks, const CheckpointOptions& options) {
+  if (chunks <= 1) return fn(inputs, 0);
+  int64_t length = -1;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (split[i]) length = inputs[i].size(dim);
+  }
+  TORCH_CHECK(length >= 0, "ChunkedCheckpoint: no input is marked to split");
+  const int64_t n = std::min<int64_t>(chunks, std::max<int64_t>(length, 1));
+  std::vector<std::vector<at::Tensor>> pieces;
+  int64_t begin = 0;
+  for (int64_t c = 0; c < n; ++c) {
+    const int64_t size = length / n + (c < length % n ? 1 : 0);
+    std::vector<at::Tensor> chunk_inputs;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      chunk_inputs.push_back(split[i] ? inputs[i].narrow(dim, begin, size) : inputs[i]);
+    }
+    const int64_t offset = begin;
+    pieces.push_back(Checkpoint(
+        // By value: the closure runs again in backward, after this function returned.
+        [fn, offset](const std::vector<at::Tensor>& in) { return fn(in, offset); },
+        chunk_inputs, options));
+    begin += size;
+  }
+  std::vector<at::Tensor> outputs;
+  for (size_t k = 0; k < pieces[0].size(); ++k) {
+    if (pieces[0][k].dim() == 0) {
+      at::Tensor sum = pieces[0][k];
+      for (size_t c = 1; c < pieces.size(); ++c) sum = sum.add(pieces[c][k]);
+      outputs.push_back(sum);
+    } else {
+      std::vector<at::Tensor> parts;
+      for (auto& piece : pieces) parts.push_back(std::move(piece[k]));
+      outputs.push_back(at::cat(parts, dim));
+    }
+  }
+  return outputs;
+}
 
 std::vector<at::Tensor> Checkpoint(TensorFn fn, const std::vector<at::Tensor>& inputs,
                                    const CheckpointOptions& options) {
@@ -118,11 +263,7 @@ std::vector<at::Tensor> Checkpoint(TensorFn fn, const std::vector<at::Tensor>& i
   auto call = c10::make_intrusive<CheckpointCall>();
   call->fn = std::move(fn);
   call->options = options;
-  // The anchor: an empty tensor (zero bytes) that requires grad. Autograd only records a
-  // Function whose inputs require grad; without it, a segment whose inputs are all without
-  // grad (token ids) would never be recomputed and its parameters would get no gradient.
-  std::vector<at::Tensor> all_inputs = inputs;
-  all_inputs.push_back(at::empty({0}).requires_grad_(true));
+  std::vector<at::Tensor> all_inputs = WithAnchor(inputs);
   return CheckpointFunction::apply(at::TensorList(all_inputs), std::move(call));
 }
 

@@ -35,8 +35,34 @@ struct CheckpointOptions {
   std::atomic<int64_t>* recompute_count = nullptr;
 };
 
+// For functions that draw no random numbers themselves (e.g. dropout whose seed was drawn
+// outside and captured): no RNG snapshot, no bytes spent on one.
+inline const CheckpointOptions kNoRngReplay{/*preserve_rng_state=*/false, nullptr};
+
 // When grad mode is off (evaluation), simply returns fn(inputs).
 std::vector<at::Tensor> Checkpoint(TensorFn fn, const std::vector<at::Tensor>& inputs,
                                    const CheckpointOptions& options = {});
+
+// Runs stages[0], stages[1], ... in sequence keeping only `inputs` (and the RNG state at
+// entry). Backward, for k = n-1 down to 0: replay the RNG, rerun stages 0..k-1 from the
+// inputs without a graph, rerun stage k with one and backpropagate through it. Stored
+// activations O(1) in n, stage forwards n(n+1)/2 in backward. `recompute_count` counts one per
+// stage k. Floating-point tensors between stages are treated as requiring grad.
+std::vector<at::Tensor> CheckpointRecomputeAll(std::vector<TensorFn> stages,
+                                               const std::vector<at::Tensor>& inputs,
+                                               const CheckpointOptions& options = {});
+
+// A function of one chunk: `offset` is the chunk's first position along the chunked dim.
+using ChunkFn =
+    std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>& inputs, int64_t offset)>;
+
+// Splits the inputs marked in `split` into `chunks` near-equal slices along `dim` (the first
+// size % chunks one longer; more chunks than positions gives one position each) and runs `fn`
+// on each slice (unmarked inputs whole) under Checkpoint, so only one chunk's intermediates
+// are ever alive. Outputs are concatenated along `dim`; 0-dim outputs (partial sums) are
+// added. With chunks <= 1, runs fn(inputs, 0) directly.
+std::vector<at::Tensor> ChunkedCheckpoint(const ChunkFn& fn, const std::vector<at::Tensor>& inputs,
+                                          const std::vector<bool>& split, int64_t dim,
+                                          int chunks, const CheckpointOptions& options = {});
 
 }  // namespace ckpt

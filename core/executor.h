@@ -1,5 +1,5 @@
 // The chain executor: runs one training step (forward, loss, backward) of a ChainModel under
-// any valid Plan, and measures it; and the profiler that gives strategies their input.
+// any valid Plan, and measures it.
 //
 //   ASSIGN_OR_RETURN(ChainExecutor exec, ChainExecutor::Create(model, plan, meter, device));
 //   ASSIGN_OR_RETURN(StepResult r, exec.Step(batch));   // gradients are now in .grad
@@ -63,11 +63,5 @@ class ChainExecutor {
   // again in backward, on whichever thread autograd uses).
   std::shared_ptr<std::atomic<int64_t>> stage_calls_;
 };
-
-// Runs every stage once, stored, and records what each keeps and how long it takes (median
-// of `repeats` forwards). Leaves no graph behind.
-absl::StatusOr<ModelProfile> ProfileModel(ChainModel& model, const Batch& batch,
-                                          MemoryMeter& meter, c10::Device device,
-                                          int repeats = 3);
 
 }  // namespace ckpt

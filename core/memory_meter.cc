@@ -13,9 +13,10 @@
 namespace ckpt {
 namespace {
 
-// Each allocation is preceded by a header that records its size, so the deleter (which only
-// gets the context pointer) can subtract it. The header is one alignment unit, keeping the
-// data as aligned as c10's own CPU allocations.
+// Each allocation is preceded by a header that records its size, so the deleter, which gets
+// only the data pointer, can subtract it. The header is one alignment unit, keeping the data
+// as aligned as c10's own CPU allocations. The context is the data pointer itself, as
+// LibTorch's raw_allocate/raw_deallocate (used by some kernels for scratch space) require.
 constexpr size_t kHeaderBytes = 64;
 
 class CountingCpuAllocator final : public c10::Allocator {
@@ -36,10 +37,10 @@ class CountingCpuAllocator final : public c10::Allocator {
     void* base = c10::alloc_cpu(nbytes + kHeaderBytes);
     *static_cast<int64_t*>(base) = size;
     void* data = static_cast<char*>(base) + kHeaderBytes;
-    return {data, base, &Delete, c10::Device(c10::DeviceType::CPU)};
+    return {data, data, &Delete, c10::Device(c10::DeviceType::CPU)};
   }
 
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  c10::DeleterFnPtr raw_deleter() const override { return &Delete; }
 
   // LibTorch 2.x declares this pure virtual in c10::Allocator; 1.13 lacks it. Defined
   // without `override` so it compiles against both (see core/torch_compat.h).
@@ -61,8 +62,9 @@ class CountingCpuAllocator final : public c10::Allocator {
   }
 
  private:
-  static void Delete(void* base) {
-    if (base == nullptr) return;
+  static void Delete(void* data) {
+    if (data == nullptr) return;
+    void* base = static_cast<char*>(data) - kHeaderBytes;
     Instance().live_.fetch_sub(*static_cast<int64_t*>(base));
     c10::free_cpu(base);
   }

@@ -30,26 +30,41 @@ std::string AcceptedKeys(const std::vector<ParamDef>& defs) {
   return absl::StrCat("accepted: ", absl::StrJoin(keys, ", "));
 }
 
-// Checks one value against its definition; returns the parsed integer for kInt.
-absl::StatusOr<std::optional<int64_t>> CheckValue(const std::string& owner, const ParamDef& def,
-                                                  const std::string& value) {
+// A checked value: the number, for kInt (not "auto") and kFloat.
+struct Parsed {
+  std::optional<int64_t> integer;
+  std::optional<double> real;
+};
+
+// Checks one value against its definition.
+absl::StatusOr<Parsed> CheckValue(const std::string& owner, const ParamDef& def,
+                                                 const std::string& value) {
+  auto rejected = [&] {
+    return absl::InvalidArgumentError(absl::StrCat(owner, ": ", def.key, "=", Quote(value),
+                                                   " is not accepted; ", def.Describe()));
+  };
   switch (def.type) {
+    case ParamDef::Type::kFloat: {
+      double v = 0;
+      if (!absl::SimpleAtod(value, &v) || !(v >= def.min_float && v <= def.max_float)) {
+        return rejected();
+      }
+      return Parsed{std::nullopt, v};
+    }
     case ParamDef::Type::kChoice:
       for (const std::string& c : def.choices) {
-        if (c == value) return std::optional<int64_t>();
+        if (c == value) return Parsed{};
       }
       return absl::InvalidArgumentError(
           absl::StrCat(owner, ": ", def.key, "=", Quote(value), " is not accepted; ", def.key,
                        " is one of: ", absl::StrJoin(def.choices, ", ")));
     case ParamDef::Type::kInt: {
-      if (value == "auto" && def.auto_allowed) return std::optional<int64_t>();
+      if (value == "auto" && def.auto_allowed) return Parsed{};
       int64_t v = 0;
       if (!absl::SimpleAtoi(value, &v) || v < def.min_value || v > def.max_value) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(owner, ": ", def.key, "=", Quote(value), " is not accepted; ",
-                         def.Describe()));
+        return rejected();
       }
-      return std::optional<int64_t>(v);
+      return Parsed{v, std::nullopt};
     }
   }
   return absl::InternalError("unreachable");
@@ -102,6 +117,9 @@ absl::StatusOr<std::vector<Spec>> ParseSpecList(absl::string_view text) {
 std::string ParamDef::Describe() const {
   std::string what;
   switch (type) {
+    case Type::kFloat:
+      what = absl::StrCat("a number in [", min_float, ", ", max_float, "]");
+      break;
     case Type::kChoice:
       what = absl::StrCat("one of ", absl::StrJoin(choices, ", "));
       break;
@@ -125,6 +143,12 @@ ParamDef IntParam(std::string key, std::string default_value, std::string help) 
   d.type = ParamDef::Type::kInt;
   d.default_value = std::move(default_value);
   d.help = std::move(help);
+  return d;
+}
+
+ParamDef FloatParam(std::string key, std::string default_value, std::string help) {
+  ParamDef d = IntParam(std::move(key), std::move(default_value), std::move(help));
+  d.type = ParamDef::Type::kFloat;
   return d;
 }
 
@@ -155,9 +179,10 @@ absl::StatusOr<ParamValues> BindParams(const Spec& spec, const std::vector<Param
     for (const auto& [key, given] : spec.params) {
       if (key == d.key) value = given;
     }
-    absl::StatusOr<std::optional<int64_t>> parsed = CheckValue(spec.name, d, value);
+    absl::StatusOr<Parsed> parsed = CheckValue(spec.name, d, value);
     if (!parsed.ok()) return parsed.status();
-    if (parsed->has_value()) out.ints_[d.key] = **parsed;
+    if (parsed->integer) out.ints_[d.key] = *parsed->integer;
+    if (parsed->real) out.floats_[d.key] = *parsed->real;
     out.values_.emplace_back(d.key, value);
   }
   return out;
@@ -178,6 +203,17 @@ int64_t ParamValues::Int(absl::string_view key) const {
   if (it == ints_.end()) {
     std::fprintf(stderr, "ckptlab: %s parameter '%.*s' is not an integer here\n",
                  name_.c_str(), static_cast<int>(key.size()), key.data());
+    std::abort();
+  }
+  return it->second;
+}
+
+double ParamValues::Float(absl::string_view key) const {
+  Find(key);
+  auto it = floats_.find(key);
+  if (it == floats_.end()) {
+    std::fprintf(stderr, "ckptlab: %s parameter '%.*s' is not a number here\n", name_.c_str(),
+                 static_cast<int>(key.size()), key.data());
     std::abort();
   }
   return it->second;

@@ -36,9 +36,9 @@ absl::StatusOr<Spec> ParseSpec(absl::string_view text);
 // Splits a comma-separated list of specs ("a:x=1,b") and parses each one.
 absl::StatusOr<std::vector<Spec>> ParseSpecList(absl::string_view text);
 
-// One declared parameter. Build them with IntParam / ChoiceParam.
+// One declared parameter. Build them with IntParam / FloatParam / ChoiceParam.
 struct ParamDef {
-  enum class Type { kInt, kChoice };
+  enum class Type { kInt, kFloat, kChoice };
   std::string key;
   Type type = Type::kInt;
   std::string default_value;  // as written in a spec
@@ -48,18 +48,23 @@ struct ParamDef {
   int64_t min_value = std::numeric_limits<int64_t>::min();
   int64_t max_value = std::numeric_limits<int64_t>::max();
   bool auto_allowed = false;
+  // kFloat: inclusive bounds.
+  double min_float = -1e300;
+  double max_float = 1e300;
   // kChoice: the accepted words.
   std::vector<std::string> choices;
 
   ParamDef& Min(int64_t v) { min_value = v; return *this; }
   ParamDef& Max(int64_t v) { max_value = v; return *this; }
   ParamDef& AllowAuto() { auto_allowed = true; return *this; }
+  ParamDef& Range(double lo, double hi) { min_float = lo; max_float = hi; return *this; }
 
   // "segments: int >= 1 or auto (default auto): <help>"
   std::string Describe() const;
 };
 
 ParamDef IntParam(std::string key, std::string default_value, std::string help);
+ParamDef FloatParam(std::string key, std::string default_value, std::string help);
 ParamDef ChoiceParam(std::string key, std::vector<std::string> choices,
                      std::string default_value, std::string help);
 
@@ -69,6 +74,7 @@ class ParamValues {
   // The integer value of `key`. `key` must be a declared kInt parameter that is not "auto"
   // (a programming error otherwise: it aborts naming the key).
   int64_t Int(absl::string_view key) const;
+  double Float(absl::string_view key) const;
   bool IsAuto(absl::string_view key) const;
   const std::string& Text(absl::string_view key) const;
 
@@ -82,6 +88,7 @@ class ParamValues {
   std::string name_;
   std::vector<std::pair<std::string, std::string>> values_;  // declaration order
   std::map<std::string, int64_t, std::less<>> ints_;
+  std::map<std::string, double, std::less<>> floats_;
 };
 
 // Checks `spec` against `defs`: an unknown key or a bad value is an InvalidArgument error that

@@ -22,6 +22,8 @@ const std::vector<std::string>& ResultColumns() {
       "activation_bytes",
       "peak_bytes",
       "peak_above_baseline_bytes",
+      "predicted_activation_bytes",
+      "predicted_peak_bytes",
       "step_ms_median",
       "step_ms_min",
       "step_ms_max",

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <memory>
 
 #include "ATen/Context.h"
@@ -12,6 +13,8 @@
 #include "absl/strings/str_format.h"
 #include "core/chain_model.h"
 #include "core/executor.h"
+#include "core/memory_model.h"
+#include "core/profiler.h"
 #include "core/spec.h"
 #include "core/status_macros.h"
 #include "core/strategy.h"
@@ -83,6 +86,24 @@ double Elapsed(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// The analytical model's prediction for `plan`, from a profile taken with its stage options.
+absl::StatusOr<MemoryPrediction> Predict(ChainModel& model, const Batch& batch,
+                                         MemoryMeter& meter, c10::Device device,
+                                         const Plan& plan,
+                                         std::map<std::vector<StageOptions>, ModelProfile>& cache) {
+  std::vector<StageOptions> key = plan.stage_options;
+  if (std::all_of(key.begin(), key.end(), [](const StageOptions& o) { return o.IsDefault(); })) {
+    key.clear();
+  }
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    ASSIGN_OR_RETURN(ModelProfile profile,
+                     ProfileModel(model, batch, meter, device, key, /*repeats=*/1));
+    it = cache.emplace(key, std::move(profile)).first;
+  }
+  return PredictMemory(it->second, plan);
+}
+
 // Runs every strategy on one model. Results in strategy order, store_all first.
 std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::string& model_spec,
                                      MemoryMeter& meter, std::ostream& progress) {
@@ -113,6 +134,9 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
   if (!batch.ok()) return fail_all(batch.status());
   absl::StatusOr<ModelProfile> profile = ProfileModel(*model, *batch, meter, options.device);
   if (!profile.ok()) return fail_all(profile.status());
+  // Profiles by stage options, for the predictions (most strategies share the default one).
+  std::map<std::vector<StageOptions>, ModelProfile> profiles;
+  profiles.emplace(std::vector<StageOptions>(), *profile);
 
   for (Config& c : configs) {
     c.result.model = model->spec();
@@ -125,6 +149,13 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
     }
     c.result.strategy = plan->strategy;
     c.result.plan = plan->Describe();
+    absl::StatusOr<MemoryPrediction> predicted = Predict(*model, *batch, meter, options.device,
+                                                         *plan, profiles);
+    if (!predicted.ok()) {
+      Fail(c.result, predicted.status());
+      continue;
+    }
+    c.result.predicted = *predicted;
     absl::StatusOr<ChainExecutor> exec =
         ChainExecutor::Create(model, *std::move(plan), &meter, options.device);
     if (!exec.ok()) {
@@ -286,6 +317,8 @@ std::vector<std::string> CsvRow(const ConfigResult& r, int threads) {
           bytes(r.activation_bytes),
           bytes(r.peak_bytes),
           bytes(r.peak_bytes - r.baseline_bytes),
+          bytes(r.predicted.activation_bytes),
+          bytes(r.baseline_bytes + r.predicted.peak_bytes),
           ok ? Num(median, 3) : "",
           ok ? Num(min, 3) : "",
           ok ? Num(max, 3) : "",

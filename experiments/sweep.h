@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "c10/core/Device.h"
 #include "core/memory_meter.h"
+#include "core/memory_model.h"
 
 namespace ckpt {
 
@@ -42,6 +43,7 @@ struct ConfigResult {
   int64_t activation_bytes = 0;
   int64_t peak_bytes = 0;
   int64_t recompute_forwards = 0;
+  MemoryPrediction predicted;  // the analytical model's, above the baseline
   std::vector<double> step_ms;       // one per timed round
   double overhead_vs_store_all = 0;  // median over rounds of (this / store_all), NaN if n/a
   double activation_vs_store_all = 0;

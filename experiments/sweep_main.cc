@@ -24,7 +24,7 @@
 #include "absl/strings/strip.h"
 #include "core/chain_model.h"
 #include "core/device.h"
-#include "core/executor.h"
+#include "core/profiler.h"
 #include "core/memory_meter.h"
 #include "core/status_macros.h"
 #include "core/strategy.h"
@@ -106,7 +106,7 @@ absl::Status Explain(const SweepOptions& options, MemoryMeter& meter) {
     ASSIGN_OR_RETURN(std::shared_ptr<ChainModel> model, CreateModel(model_spec, context));
     ASSIGN_OR_RETURN(Batch batch, RunTorch([&] { return model->MakeBatch(options.seed); }));
     ASSIGN_OR_RETURN(ModelProfile profile,
-                     ProfileModel(*model, batch, meter, options.device, /*repeats=*/1));
+                     ProfileModel(*model, batch, meter, options.device, {}, /*repeats=*/1));
     std::printf("%s (%zu stages)\n", model->spec().c_str(), profile.stages.size());
     for (const std::string& strategy_spec : options.strategies) {
       ASSIGN_OR_RETURN(std::unique_ptr<Strategy> strategy, CreateStrategy(strategy_spec));

@@ -1,13 +1,13 @@
 #include "models/heavy_mlp.h"
 
-#include <mutex>
 
 #include "ATen/CPUGeneratorImpl.h"
 #include "ATen/Context.h"
 #include "ATen/ops/randn.h"
 #include "ATen/ops/relu.h"
 #include "absl/strings/str_cat.h"
-#include "core/rng.h"
+#include "core/checkpoint.h"
+#include "models/model_init.h"
 
 namespace ckpt {
 namespace {
@@ -39,15 +39,9 @@ std::vector<ParamDef> HeavyMlpModel::Params() {
 
 absl::StatusOr<std::shared_ptr<ChainModel>> HeavyMlpModel::Create(const ParamValues& params,
                                                                   const ModelContext& context) {
-  // Initialise from the context's seed without disturbing the caller's random stream.
-  const RngState saved = CaptureRng({});
-  {
-    at::Generator gen = at::globalContext().defaultGenerator(c10::DeviceType::CPU);
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_current_seed(context.init_seed);
-  }
-  HeavyMlp mlp(HeavyMlpOptions(params.Int("depth"), params.Int("hidden")));
-  RestoreRng(saved);
+  HeavyMlp mlp = InitSeeded(context.init_seed, [&] {
+    return HeavyMlp(HeavyMlpOptions(params.Int("depth"), params.Int("hidden")));
+  });
   mlp->to(context.device);
   return std::make_shared<HeavyMlpModel>(params.Canonical(), std::move(mlp),
                                          params.Int("batch"), context.device);
@@ -65,8 +59,14 @@ std::vector<StageInfo> HeavyMlpModel::Stages() const {
   return stages;
 }
 
-std::vector<at::Tensor> HeavyMlpModel::RunStage(int index, const std::vector<at::Tensor>& in) {
-  return {mlp_->forward_block(index, in.at(0))};
+std::vector<at::Tensor> HeavyMlpModel::RunStage(int index, const std::vector<at::Tensor>& in,
+                                                const StageOptions& options, const Batch&) {
+  // Rows are independent: "sequence" chunks are chunks of the batch.
+  return ChunkedCheckpoint(
+      [this, index](const std::vector<at::Tensor>& x, int64_t) {
+        return std::vector<at::Tensor>{mlp_->forward_block(index, x[0])};
+      },
+      in, {true}, /*dim=*/0, options.sequence_chunks, kNoRngReplay);
 }
 
 at::Tensor HeavyMlpModel::Loss(const std::vector<at::Tensor>& outputs, const Batch&) {

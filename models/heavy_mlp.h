@@ -56,7 +56,8 @@ class HeavyMlpModel : public ChainModel {
 
   std::string spec() const override { return spec_; }
   std::vector<StageInfo> Stages() const override;
-  std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs) override;
+  std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
+                                   const StageOptions& options, const Batch& batch) override;
   at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) override;
   Batch MakeBatch(uint64_t seed) override;
   std::vector<at::Tensor> Parameters() override { return mlp_->parameters(); }

@@ -1,5 +1,8 @@
 """The list of model plugins linked into //models:all (one line per model package target)."""
 
 MODELS = [
+    "deep_mlp",
+    "gpt2",
     "heavy_mlp",
+    "transformer",
 ]

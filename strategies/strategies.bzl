@@ -6,6 +6,9 @@ tests run every registered strategy.
 """
 
 STRATEGIES = [
+    "chunked_sequence",
+    "recompute_all",
+    "selective_attention",
     "store_all",
     "uniform",
 ]

@@ -6,6 +6,7 @@
 
 #include "core/chain_model.h"
 #include "core/executor.h"
+#include "core/profiler.h"
 #include "core/strategy.h"
 #include "core/torch_status.h"
 #include "gtest/gtest.h"
@@ -123,11 +124,22 @@ TEST(ActivationBytes, ProfileSumsToStoreAll) {
       ProfileModel(*chain.model, chain.batch, Cpu(), torch::kCPU);
   ASSERT_TRUE(profile.ok()) << profile.status();
   ASSERT_EQ(profile->stages.size(), 5u);
-  for (const StageProfile& s : profile->stages) {
+  for (size_t i = 0; i < profile->stages.size(); ++i) {
+    const StageProfile& s = profile->stages[i];
     EXPECT_EQ(s.activation_bytes, 288) << s.info.name;
+    EXPECT_EQ(s.input_bytes, 288) << s.info.name;
     EXPECT_EQ(s.output_bytes, 288) << s.info.name;
+    // ReLU keeps its output; the next Linear keeps its input (the same tensor); nothing else.
+    EXPECT_EQ(s.retained_bytes, 0) << s.info.name;
+    EXPECT_TRUE(s.keeps_output) << s.info.name;
+    EXPECT_EQ(s.keeps_input, i > 0) << s.info.name;  // stage 0's input is the batch's
     // Linear's output lives until ReLU's output exists: one extra A transiently.
-    EXPECT_EQ(s.transient_bytes, 288) << s.info.name;
+    EXPECT_EQ(s.forward_transient_bytes, 288) << s.info.name;
+    // Backward creates the weight's and the bias's gradients: (24 x 24 + 24) x 4 bytes.
+    ASSERT_EQ(s.param_grads.size(), 2u) << s.info.name;
+    EXPECT_EQ(s.param_grads[0].second + s.param_grads[1].second, (24 * 24 + 24) * 4);
+    EXPECT_EQ(s.input_grad_bytes, 288) << s.info.name;
+    EXPECT_EQ(s.rng_state_bytes, 0) << s.info.name;  // no dropout: no RNG snapshot
   }
   EXPECT_EQ(profile->input_bytes, 288);
   EXPECT_EQ(StepUnder("store_all", chain).activation_bytes, 5 * 288 + 4);

@@ -17,6 +17,8 @@ ModelProfile ChainOf(int stages) {
   return profile;
 }
 
+std::vector<StageInfo> InfosOf(int stages) { return std::vector<StageInfo>(stages); }
+
 Plan PlanFor(const std::string& spec, int stages) {
   absl::StatusOr<std::unique_ptr<Strategy>> strategy = CreateStrategy(spec);
   RC_ASSERT(strategy.ok());
@@ -30,7 +32,7 @@ RC_GTEST_PROP(UniformPlan, CutsIntoNearEqualSegmentsAndStoresOnlyTheLast, ()) {
   const int k = *rc::gen::inRange(1, stages + 1).as("segments");
   const Plan plan = PlanFor("uniform:segments=" + std::to_string(k), stages);
 
-  RC_ASSERT(ValidatePlan(plan, stages).ok());
+  RC_ASSERT(ValidatePlan(plan, InfosOf(stages)).ok());
   RC_ASSERT(static_cast<int>(plan.segments.size()) == k);
   RC_ASSERT(plan.strategy == "uniform:segments=" + std::to_string(k));
   int smallest = stages;
@@ -85,15 +87,15 @@ TEST(ValidatePlan, RejectsGapsOverlapsAndShortCover) {
   Plan plan;
   plan.strategy = "test";
   plan.segments = {{0, 2, SegmentMode::kStored}, {3, 5, SegmentMode::kStored}};
-  EXPECT_FALSE(ValidatePlan(plan, 5).ok());  // gap at 2
+  EXPECT_FALSE(ValidatePlan(plan, InfosOf(5)).ok());  // gap at 2
   plan.segments = {{0, 3, SegmentMode::kStored}, {2, 5, SegmentMode::kStored}};
-  EXPECT_FALSE(ValidatePlan(plan, 5).ok());  // overlap
+  EXPECT_FALSE(ValidatePlan(plan, InfosOf(5)).ok());  // overlap
   plan.segments = {{0, 3, SegmentMode::kStored}};
-  EXPECT_FALSE(ValidatePlan(plan, 5).ok());  // short
+  EXPECT_FALSE(ValidatePlan(plan, InfosOf(5)).ok());  // short
   plan.segments = {{0, 0, SegmentMode::kStored}, {0, 5, SegmentMode::kStored}};
-  EXPECT_FALSE(ValidatePlan(plan, 5).ok());  // empty segment
+  EXPECT_FALSE(ValidatePlan(plan, InfosOf(5)).ok());  // empty segment
   plan.segments = {{0, 2, SegmentMode::kCheckpointed}, {2, 5, SegmentMode::kStored}};
-  EXPECT_TRUE(ValidatePlan(plan, 5).ok());
+  EXPECT_TRUE(ValidatePlan(plan, InfosOf(5)).ok());
 }
 
 }  // namespace

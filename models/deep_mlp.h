@@ -1,0 +1,67 @@
+// deep_mlp: Linear(1024, hidden), (depth - 2) x Linear(hidden, hidden), Linear(hidden, 10),
+// ReLU between, cross-entropy on random class labels. One stage per Linear (with its ReLU).
+// Parameters: depth (20, at least 2), hidden (1024), batch (32).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/chain_model.h"
+#include "core/spec.h"
+#include "torch/nn/module.h"
+#include "torch/nn/modules/linear.h"
+
+namespace ckpt {
+
+struct DeepMlpOptions {
+  DeepMlpOptions(int64_t depth, int64_t hidden) : depth_(depth), hidden_(hidden) {}
+  TORCH_ARG(int64_t, depth);
+  TORCH_ARG(int64_t, hidden);
+  TORCH_ARG(int64_t, in_features) = 1024;
+  TORCH_ARG(int64_t, classes) = 10;
+};
+
+class DeepMlpImpl : public torch::nn::Module {
+ public:
+  explicit DeepMlpImpl(const DeepMlpOptions& options);
+  // Layer i, with the ReLU after it unless it is the last (which gives the logits).
+  at::Tensor forward_layer(int64_t i, const at::Tensor& x);
+  at::Tensor forward(at::Tensor x);
+
+  DeepMlpOptions options;
+
+ private:
+  std::vector<torch::nn::Linear> layers_;
+};
+TORCH_MODULE(DeepMlp);
+
+class DeepMlpModel : public ChainModel {
+ public:
+  static constexpr char kId[] = "deep_mlp";
+  static constexpr char kSummary[] =
+      "Linear(1024, hidden), (depth-2) x Linear(hidden, hidden), Linear(hidden, 10), ReLU "
+      "between, cross-entropy on random labels";
+  static std::vector<ParamDef> Params();
+  static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,
+                                                            const ModelContext& context);
+
+  DeepMlpModel(std::string spec, DeepMlp mlp, int64_t batch, c10::Device device);
+  std::string spec() const override { return spec_; }
+  std::vector<StageInfo> Stages() const override;
+  std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
+                                   const StageOptions& options, const Batch& batch) override;
+  at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) override;
+  Batch MakeBatch(uint64_t seed) override;
+  std::vector<at::Tensor> Parameters() override { return mlp_->parameters(); }
+  void SetTraining(bool training) override { mlp_->train(training); }
+
+ private:
+  std::string spec_;
+  DeepMlp mlp_;
+  int64_t batch_;
+  c10::Device device_;
+};
+
+}  // namespace ckpt

@@ -1,0 +1,199 @@
+#include "models/gpt2.h"
+
+#include "ATen/TensorOperators.h"
+#include "ATen/CPUGeneratorImpl.h"
+#include "ATen/ops/arange.h"
+#include "ATen/ops/cross_entropy_loss.h"
+#include "ATen/ops/linear.h"
+#include "ATen/ops/randint.h"
+#include "absl/strings/str_cat.h"
+#include "core/checkpoint.h"
+#include "models/model_init.h"
+
+namespace ckpt {
+namespace {
+const ModelRegistration<Gpt2Model> registration;
+
+struct Size {
+  const char* name;
+  int64_t depth, hidden, heads;
+};
+constexpr Size kSizes[] = {{"small", 12, 768, 12}, {"medium", 24, 1024, 16}};
+
+torch::nn::LayerNorm MakeLayerNorm(int64_t hidden) {
+  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({hidden}));
+}
+}  // namespace
+
+Gpt2Impl::Gpt2Impl(const Gpt2Options& options_) : options(options_) {
+  const int64_t h = options.hidden();
+  wte_ = register_module("wte", torch::nn::Embedding(options.vocab(), h));
+  wpe_ = register_module("wpe", torch::nn::Embedding(options.context(), h));
+  {
+    torch::NoGradGuard no_grad;
+    wte_->weight.normal_(0, 0.02);  // GPT-2's initialisation; N(0, 1) would swamp the logits
+    wpe_->weight.normal_(0, 0.01);
+  }
+  for (int64_t b = 0; b < options.depth(); ++b) {
+    ln1_.push_back(register_module(absl::StrCat("ln1_", b), MakeLayerNorm(h)));
+    attention_.push_back(
+        register_module(absl::StrCat("attention", b), SelfAttention(h, options.heads())));
+    ln2_.push_back(register_module(absl::StrCat("ln2_", b), MakeLayerNorm(h)));
+    mlp_.push_back(register_module(absl::StrCat("mlp", b), FeedForward(h, /*tanh_gelu=*/true)));
+  }
+  ln_f_ = register_module("ln_f", MakeLayerNorm(h));
+}
+
+at::Tensor Gpt2Impl::Embed(const at::Tensor& tokens, const StageOptions& stage) {
+  const double p = is_training() ? options.dropout() : 0.0;
+  const int64_t seq = tokens.size(1);
+  const int64_t seed = DrawDropoutSeed();
+  auto chunk = [this, p, seq, seed](const std::vector<at::Tensor>& in, int64_t offset) {
+    const at::Tensor positions =
+        at::arange(offset, offset + in[0].size(1), in[0].options().dtype(at::kLong));
+    return std::vector<at::Tensor>{
+        CounterDropout(wte_(in[0]) + wpe_(positions), p, seed, 1, offset, seq)};
+  };
+  return ChunkedCheckpoint(chunk, {tokens}, {true}, 1, stage.sequence_chunks, kNoRngReplay)[0];
+}
+
+at::Tensor Gpt2Impl::AttentionStage(int64_t b, const at::Tensor& x, const StageOptions& stage) {
+  const double p = is_training() ? options.dropout() : 0.0;
+  const int64_t seq = x.size(1);
+  const int64_t attention_seed = DrawDropoutSeed();
+  const int64_t residual_seed = DrawDropoutSeed();
+  // LN1 of the whole sequence once, then its keys and values; queries per chunk.
+  const at::Tensor normed = ln1_[b](x);
+  const at::Tensor k = attention_[b]->Keys(normed);
+  const at::Tensor v = attention_[b]->Values(normed);
+  auto chunk = [this, b, p, seq, attention_seed, residual_seed, stage](
+                   const std::vector<at::Tensor>& in, int64_t offset) {
+    const at::Tensor q = attention_[b]->Queries(in[1]);
+    auto core = [offset, p, attention_seed](const std::vector<at::Tensor>& qkv) {
+      return std::vector<at::Tensor>{SelfAttentionImpl::Core(qkv[0], qkv[1], qkv[2], offset,
+                                                             /*causal=*/true, p,
+                                                             attention_seed)};
+    };
+    const at::Tensor context = stage.recompute_attention_core
+                                   ? Checkpoint(core, {q, in[2], in[3]}, kNoRngReplay)[0]
+                                   : core({q, in[2], in[3]})[0];
+    return std::vector<at::Tensor>{
+        in[0] + CounterDropout(attention_[b]->Output(context), p, residual_seed, 1, offset, seq)};
+  };
+  return ChunkedCheckpoint(chunk, {x, normed, k, v}, {true, true, false, false}, 1,
+                           stage.sequence_chunks, kNoRngReplay)[0];
+}
+
+at::Tensor Gpt2Impl::MlpStage(int64_t b, const at::Tensor& x, const StageOptions& stage) {
+  const double p = is_training() ? options.dropout() : 0.0;
+  const int64_t seq = x.size(1);
+  const int64_t seed = DrawDropoutSeed();
+  auto chunk = [this, b, p, seq, seed](const std::vector<at::Tensor>& in, int64_t offset) {
+    return std::vector<at::Tensor>{
+        in[0] + CounterDropout(mlp_[b](ln2_[b](in[0])), p, seed, 1, offset, seq)};
+  };
+  return ChunkedCheckpoint(chunk, {x}, {true}, 1, stage.sequence_chunks, kNoRngReplay)[0];
+}
+
+at::Tensor Gpt2Impl::HeadLoss(const at::Tensor& x, const at::Tensor& targets,
+                              const StageOptions& stage) {
+  // Summed per chunk, divided once: the mean over every token, whatever the chunking.
+  auto chunk = [this](const std::vector<at::Tensor>& in, int64_t) {
+    const at::Tensor logits = at::linear(ln_f_(in[0]), wte_->weight);
+    return std::vector<at::Tensor>{at::cross_entropy_loss(
+        logits.flatten(0, 1), in[1].flatten(), /*weight=*/{}, at::Reduction::Sum)};
+  };
+  const at::Tensor sum = ChunkedCheckpoint(chunk, {x, targets}, {true, true}, 1,
+                                           stage.sequence_chunks, kNoRngReplay)[0];
+  return sum / static_cast<double>(targets.numel());
+}
+
+std::vector<ParamDef> Gpt2Model::Params() {
+  return {
+      ChoiceParam("size", {"small", "medium"}, "small",
+                  "small: 12 layers, 768 wide, 12 heads; medium: 24, 1024, 16"),
+      IntParam("depth", "auto", "blocks; auto = the size's").Min(1).Max(1000).AllowAuto(),
+      IntParam("hidden", "auto", "width; auto = the size's").Min(1).Max(1 << 16).AllowAuto(),
+      IntParam("heads", "auto", "attention heads; auto = the size's").Min(1).Max(1024).AllowAuto(),
+      IntParam("seq", "256", "tokens per sequence, at most context").Min(1).Max(1 << 20),
+      IntParam("batch", "2", "sequences per batch").Min(1).Max(1 << 16),
+      IntParam("vocab", "50257", "vocabulary size").Min(2).Max(1 << 24),
+      IntParam("context", "1024", "positions of the position embedding").Min(1).Max(1 << 20),
+      FloatParam("dropout", "0.1", "dropout probability").Range(0, 0.95),
+  };
+}
+
+absl::StatusOr<std::shared_ptr<ChainModel>> Gpt2Model::Create(const ParamValues& params,
+                                                              const ModelContext& context) {
+  Size size = kSizes[0];
+  for (const Size& s : kSizes) {
+    if (params.Text("size") == s.name) size = s;
+  }
+  auto pick = [&](const char* key, int64_t from_size) {
+    return params.IsAuto(key) ? from_size : params.Int(key);
+  };
+  const int64_t depth = pick("depth", size.depth), hidden = pick("hidden", size.hidden),
+                heads = pick("heads", size.heads);
+  const int64_t seq = params.Int("seq"), ctx = params.Int("context");
+  if (hidden % heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpt2: hidden=", hidden, " is not a multiple of heads=", heads));
+  }
+  if (seq > ctx) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpt2: seq=", seq, " is longer than context=", ctx, "; accepted: 1..", ctx));
+  }
+  Gpt2 net = InitSeeded(context.init_seed, [&] {
+    return Gpt2(Gpt2Options(depth, hidden, heads)
+                    .vocab(params.Int("vocab"))
+                    .context(ctx)
+                    .dropout(params.Float("dropout")));
+  });
+  net->to(context.device);
+  // The canonical spec names the resolved shape.
+  const std::string spec =
+      absl::StrCat("gpt2:size=", size.name, ":depth=", depth, ":hidden=", hidden,
+                   ":heads=", heads, ":seq=", seq, ":batch=", params.Int("batch"),
+                   ":vocab=", params.Int("vocab"), ":context=", ctx,
+                   ":dropout=", params.Text("dropout"));
+  return std::make_shared<Gpt2Model>(spec, std::move(net), seq, params.Int("batch"),
+                                     context.device);
+}
+
+Gpt2Model::Gpt2Model(std::string spec, Gpt2 net, int64_t seq, int64_t batch, c10::Device device)
+    : spec_(std::move(spec)), net_(std::move(net)), seq_(seq), batch_(batch), device_(device) {}
+
+std::vector<StageInfo> Gpt2Model::Stages() const {
+  const bool stochastic = net_->options.dropout() > 0;
+  std::vector<StageInfo> stages;
+  stages.push_back({"embedding", StageKind::kEmbedding, /*position_wise=*/true, stochastic});
+  for (int64_t b = 0; b < net_->options.depth(); ++b) {
+    stages.push_back({absl::StrCat("block", b, ".attention"), StageKind::kAttention,
+                      /*position_wise=*/false, stochastic});
+    stages.push_back(
+        {absl::StrCat("block", b, ".mlp"), StageKind::kMlp, /*position_wise=*/true, stochastic});
+  }
+  stages.push_back({"head", StageKind::kHead, /*position_wise=*/true, /*stochastic=*/false});
+  return stages;
+}
+
+std::vector<at::Tensor> Gpt2Model::RunStage(int index, const std::vector<at::Tensor>& in,
+                                            const StageOptions& options, const Batch& batch) {
+  const int64_t depth = net_->options.depth();
+  if (index == 0) return {net_->Embed(in.at(0), options)};
+  if (index == 2 * depth + 1) return {net_->HeadLoss(in.at(0), batch.targets.at(0), options)};
+  const int64_t block = (index - 1) / 2;
+  if ((index - 1) % 2 == 0) return {net_->AttentionStage(block, in.at(0), options)};
+  return {net_->MlpStage(block, in.at(0), options)};
+}
+
+Batch Gpt2Model::MakeBatch(uint64_t seed) {
+  // seq + 1 tokens per sequence: inputs are the first seq, targets the last seq.
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const at::Tensor tokens =
+      at::randint(net_->options.vocab(), {batch_, seq_ + 1}, gen, at::kLong);
+  return {{tokens.narrow(1, 0, seq_).contiguous().to(device_)},
+          {tokens.narrow(1, 1, seq_).contiguous().to(device_)}};
+}
+
+}  // namespace ckpt

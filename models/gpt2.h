@@ -1,0 +1,87 @@
+// gpt2: a GPT-2 decoder (Radford et al. 2019) on synthetic token sequences.
+//
+// Stages: the embedding (token + position embeddings, dropout); per block an attention stage,
+// x + Dropout(Attention(LN1(x))) with a causal mask, and an MLP stage,
+// x + Dropout(W2 GELU_tanh(W1 LN2(x))); last the head: final LayerNorm, the LM head tied to
+// the token embedding, and the next-token cross-entropy, so the head stage returns the loss
+// (and chunking it never materialises all the logits at once). Dropout 0.1 on embeddings,
+// attention probabilities and residual branches. No tokenizer, no downloaded weights: tokens
+// are drawn from a seeded generator and the targets are the tokens shifted by one.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/chain_model.h"
+#include "core/spec.h"
+#include "models/layers.h"
+#include "torch/nn/module.h"
+#include "torch/nn/modules/embedding.h"
+#include "torch/nn/modules/normalization.h"
+
+namespace ckpt {
+
+struct Gpt2Options {
+  Gpt2Options(int64_t depth, int64_t hidden, int64_t heads)
+      : depth_(depth), hidden_(hidden), heads_(heads) {}
+  TORCH_ARG(int64_t, depth);
+  TORCH_ARG(int64_t, hidden);
+  TORCH_ARG(int64_t, heads);
+  TORCH_ARG(int64_t, vocab) = 50257;
+  TORCH_ARG(int64_t, context) = 1024;
+  TORCH_ARG(double, dropout) = 0.1;
+};
+
+class Gpt2Impl : public torch::nn::Module {
+ public:
+  explicit Gpt2Impl(const Gpt2Options& options);
+  at::Tensor Embed(const at::Tensor& tokens, const StageOptions& options);
+  at::Tensor AttentionStage(int64_t block, const at::Tensor& x, const StageOptions& options);
+  at::Tensor MlpStage(int64_t block, const at::Tensor& x, const StageOptions& options);
+  // Mean next-token cross-entropy of the final hidden states against `targets`.
+  at::Tensor HeadLoss(const at::Tensor& x, const at::Tensor& targets, const StageOptions& options);
+
+  Gpt2Options options;
+
+ private:
+  torch::nn::Embedding wte_{nullptr}, wpe_{nullptr};
+  std::vector<torch::nn::LayerNorm> ln1_, ln2_;
+  std::vector<SelfAttention> attention_;
+  std::vector<FeedForward> mlp_;
+  torch::nn::LayerNorm ln_f_{nullptr};
+};
+TORCH_MODULE(Gpt2);
+
+class Gpt2Model : public ChainModel {
+ public:
+  static constexpr char kId[] = "gpt2";
+  static constexpr char kSummary[] =
+      "GPT-2 decoder: embedding, depth x (causal attention + MLP), tied LM head with its loss";
+  static std::vector<ParamDef> Params();
+  static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,
+                                                            const ModelContext& context);
+
+  Gpt2Model(std::string spec, Gpt2 net, int64_t seq, int64_t batch, c10::Device device);
+  std::string spec() const override { return spec_; }
+  std::vector<StageInfo> Stages() const override;
+  std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
+                                   const StageOptions& options, const Batch& batch) override;
+  // The head stage already returns the loss.
+  at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) override {
+    return outputs.at(0);
+  }
+  Batch MakeBatch(uint64_t seed) override;
+  std::vector<at::Tensor> Parameters() override { return net_->parameters(); }
+  void SetTraining(bool training) override { net_->train(training); }
+
+ private:
+  std::string spec_;
+  Gpt2 net_;
+  int64_t seq_;
+  int64_t batch_;
+  c10::Device device_;
+};
+
+}  // namespace ckpt

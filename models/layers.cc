@@ -1,0 +1,115 @@
+#include "models/layers.h"
+
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <vector>
+
+#include "ATen/TensorOperators.h"
+#include "ATen/CPUGeneratorImpl.h"
+#include "ATen/Context.h"
+#include "ATen/ops/arange.h"
+#include "ATen/ops/gelu.h"
+#include "ATen/ops/matmul.h"
+#include "ATen/ops/scalar_tensor.h"
+#include "ATen/ops/softmax.h"
+#include "ATen/ops/where.h"
+
+namespace ckpt {
+namespace {
+constexpr int64_t kMask31 = (int64_t{1} << 31) - 1;
+// Odd multipliers below 2^31, so products of 31-bit values stay inside int64.
+constexpr int64_t kMix1 = 0x45d9f3b;
+constexpr int64_t kMix2 = 0x2c1b3c6d;
+}  // namespace
+
+int64_t DrawDropoutSeed() {
+  at::Generator gen = at::globalContext().defaultGenerator(c10::DeviceType::CPU);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return static_cast<int64_t>(gen.get<at::CPUGeneratorImpl>()->random() & kMask31);
+}
+
+at::Tensor CounterDropout(const at::Tensor& x, double p, int64_t seed, int64_t dim,
+                          int64_t offset, int64_t full_length) {
+  if (p <= 0) return x;
+  const int64_t rank = x.dim();
+  // Row-major strides of the whole tensor; the index of an element is the sum over dims of
+  // its coordinate times the stride, built by broadcasting one arange per dim.
+  std::vector<int64_t> strides(rank, 1);
+  for (int64_t d = rank - 2; d >= 0; --d) {
+    strides[d] = strides[d + 1] * (d + 1 == dim ? full_length : x.size(d + 1));
+  }
+  const auto long_options = x.options().dtype(at::kLong);
+  at::Tensor h;
+  for (int64_t d = 0; d < rank; ++d) {
+    const int64_t start = d == dim ? offset : 0;
+    std::vector<int64_t> shape(rank, 1);
+    shape[d] = x.size(d);
+    at::Tensor coordinate =
+        at::arange(start, start + x.size(d), long_options).mul_(strides[d]).view(shape);
+    h = h.defined() ? h + coordinate : coordinate;
+  }
+  // Multiply-xorshift hashing inside 31 bits, with the seed mixed in after the first round.
+  h = h.mul(kMix1).bitwise_and_(kMask31);
+  h.bitwise_xor_(h.__rshift__(16)).bitwise_xor_(seed);
+  h.mul_(kMix2).bitwise_and_(kMask31);
+  h.bitwise_xor_(h.__rshift__(15));
+  h.mul_(kMix1).bitwise_and_(kMask31);
+  h.bitwise_xor_(h.__rshift__(16));
+  const int64_t threshold = static_cast<int64_t>(std::llround(p * (int64_t{1} << 24)));
+  const at::Tensor keep = h.bitwise_and_((int64_t{1} << 24) - 1).ge(threshold);
+  h.reset();
+  return at::where(keep, x * (1.0 / (1.0 - p)), at::scalar_tensor(0, x.options()));
+}
+
+SelfAttentionImpl::SelfAttentionImpl(int64_t hidden, int64_t heads) : heads_(heads) {
+  q_ = register_module("q", torch::nn::Linear(hidden, hidden));
+  k_ = register_module("k", torch::nn::Linear(hidden, hidden));
+  v_ = register_module("v", torch::nn::Linear(hidden, hidden));
+  o_ = register_module("o", torch::nn::Linear(hidden, hidden));
+}
+
+namespace {
+at::Tensor SplitHeads(const at::Tensor& t, int64_t heads) {
+  return t.view({t.size(0), t.size(1), heads, t.size(2) / heads}).transpose(1, 2);
+}
+}  // namespace
+
+at::Tensor SelfAttentionImpl::Queries(const at::Tensor& x) { return SplitHeads(q_(x), heads_); }
+at::Tensor SelfAttentionImpl::Keys(const at::Tensor& x) { return SplitHeads(k_(x), heads_); }
+at::Tensor SelfAttentionImpl::Values(const at::Tensor& x) { return SplitHeads(v_(x), heads_); }
+
+at::Tensor SelfAttentionImpl::Core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   int64_t q_offset, bool causal, double dropout,
+                                   int64_t seed) {
+  const int64_t sq = q.size(2);
+  const int64_t skv = k.size(2);
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(q.size(3)));
+  if (causal) {
+    const auto long_options = q.options().dtype(at::kLong);
+    const at::Tensor future = at::arange(skv, long_options).unsqueeze(0) >
+                              at::arange(q_offset, q_offset + sq, long_options).unsqueeze(1);
+    scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
+  }
+  at::Tensor probs = at::softmax(scores, -1);
+  scores.reset();
+  if (dropout > 0) probs = CounterDropout(probs, dropout, seed, /*dim=*/2, q_offset, skv);
+  return at::matmul(probs, v);
+}
+
+at::Tensor SelfAttentionImpl::Output(const at::Tensor& context) {
+  const at::Tensor merged = context.transpose(1, 2).reshape(
+      {context.size(0), context.size(2), context.size(1) * context.size(3)});
+  return o_(merged);
+}
+
+FeedForwardImpl::FeedForwardImpl(int64_t hidden, bool tanh_gelu) : tanh_gelu_(tanh_gelu) {
+  fc1_ = register_module("fc1", torch::nn::Linear(hidden, 4 * hidden));
+  fc2_ = register_module("fc2", torch::nn::Linear(4 * hidden, hidden));
+}
+
+at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
+  return fc2_(at::gelu(fc1_(x), tanh_gelu_ ? "tanh" : "none"));
+}
+
+}  // namespace ckpt

@@ -1,0 +1,72 @@
+// Building blocks of the transformer models: counter-based dropout, multi-head self-attention
+// split into the pieces strategies act on, and the position-wise MLP.
+//
+// Counter-based dropout: the mask of each element is a hash of (seed, the element's index in
+// the whole tensor), so a chunk of a tensor drops exactly what the whole tensor would drop
+// there. Chunked and unchunked executions of a stage therefore draw identical masks, and RNG
+// replay only has to reproduce the seed, one draw from the CPU generator per call site. Stages
+// draw their seeds before any chunking or selective recomputation, so those checkpointed
+// pieces draw nothing themselves and run without an RNG snapshot (kNoRngReplay).
+#pragma once
+
+#include <cstdint>
+
+#include "ATen/core/Tensor.h"
+#include "torch/nn/module.h"
+#include "torch/nn/modules/linear.h"
+#include "torch/nn/modules/normalization.h"
+#include "torch/nn/pimpl.h"
+
+namespace ckpt {
+
+// One draw from the default CPU generator: the seed of one dropout call site for one step.
+int64_t DrawDropoutSeed();
+
+// Dropout of `x`, which is positions [offset, offset + x.size(dim)) along `dim` of a tensor
+// whose size along `dim` is `full_length`. Keeps each element with probability 1 - p and
+// scales it by 1 / (1 - p). Keeps a bool mask for backward, like LibTorch's dropout.
+at::Tensor CounterDropout(const at::Tensor& x, double p, int64_t seed, int64_t dim,
+                          int64_t offset, int64_t full_length);
+
+// Multi-head self-attention, in the pieces strategies act on. Queries, keys and values have
+// separate projections so that projecting a chunk of the sequence is the same arithmetic as
+// projecting all of it.
+class SelfAttentionImpl : public torch::nn::Module {
+ public:
+  SelfAttentionImpl(int64_t hidden, int64_t heads);
+
+  // [B, S, hidden] -> [B, heads, S, hidden / heads].
+  at::Tensor Queries(const at::Tensor& x);
+  at::Tensor Keys(const at::Tensor& x);
+  at::Tensor Values(const at::Tensor& x);
+
+  // The quadratic core: softmax(q k^T / sqrt(d) [causal mask]) with dropout, times v, for the
+  // queries at positions [q_offset, q_offset + q.size(2)) of a sequence of k.size(2).
+  // Returns [B, heads, Sq, d].
+  static at::Tensor Core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                         int64_t q_offset, bool causal, double dropout, int64_t seed);
+
+  // [B, heads, Sq, d] -> [B, Sq, hidden], then the output projection.
+  at::Tensor Output(const at::Tensor& context);
+
+  int64_t heads() const { return heads_; }
+
+ private:
+  int64_t heads_;
+  torch::nn::Linear q_{nullptr}, k_{nullptr}, v_{nullptr}, o_{nullptr};
+};
+TORCH_MODULE(SelfAttention);
+
+// Linear(hidden, 4 hidden) + GELU + Linear(4 hidden, hidden).
+class FeedForwardImpl : public torch::nn::Module {
+ public:
+  FeedForwardImpl(int64_t hidden, bool tanh_gelu);
+  at::Tensor forward(const at::Tensor& x);
+
+ private:
+  bool tanh_gelu_;
+  torch::nn::Linear fc1_{nullptr}, fc2_{nullptr};
+};
+TORCH_MODULE(FeedForward);
+
+}  // namespace ckpt

@@ -1,0 +1,132 @@
+#include "models/transformer.h"
+
+#include "ATen/TensorOperators.h"
+#include "ATen/CPUGeneratorImpl.h"
+#include "ATen/ops/mse_loss.h"
+#include "ATen/ops/randn.h"
+#include "absl/strings/str_cat.h"
+#include "core/checkpoint.h"
+#include "models/model_init.h"
+
+namespace ckpt {
+namespace {
+const ModelRegistration<TransformerModel> registration;
+}  // namespace
+
+TransformerImpl::TransformerImpl(const TransformerOptions& options_) : options(options_) {
+  for (int64_t b = 0; b < options.depth(); ++b) {
+    attention_.push_back(register_module(absl::StrCat("attention", b),
+                                         SelfAttention(options.hidden(), options.heads())));
+    ln1_.push_back(register_module(absl::StrCat("ln1_", b),
+                                   torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.hidden()}))));
+    mlp_.push_back(register_module(absl::StrCat("mlp", b),
+                                   FeedForward(options.hidden(), /*tanh_gelu=*/false)));
+    ln2_.push_back(register_module(absl::StrCat("ln2_", b),
+                                   torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.hidden()}))));
+  }
+}
+
+at::Tensor TransformerImpl::AttentionStage(int64_t b, const at::Tensor& x,
+                                           const StageOptions& stage) {
+  const double p = is_training() ? options.dropout() : 0.0;
+  const int64_t seq = x.size(1);
+  const int64_t attention_seed = DrawDropoutSeed();
+  const int64_t residual_seed = DrawDropoutSeed();
+  // Keys and values of the whole sequence, computed once; queries per chunk.
+  const at::Tensor k = attention_[b]->Keys(x);
+  const at::Tensor v = attention_[b]->Values(x);
+  auto chunk = [this, b, p, seq, attention_seed, residual_seed, stage](
+                   const std::vector<at::Tensor>& in, int64_t offset) {
+    const at::Tensor& xq = in[0];
+    const at::Tensor q = attention_[b]->Queries(xq);
+    auto core = [offset, p, attention_seed](const std::vector<at::Tensor>& qkv) {
+      return std::vector<at::Tensor>{SelfAttentionImpl::Core(qkv[0], qkv[1], qkv[2], offset,
+                                                             /*causal=*/false, p,
+                                                             attention_seed)};
+    };
+    const at::Tensor context = stage.recompute_attention_core
+                                   ? Checkpoint(core, {q, in[1], in[2]}, kNoRngReplay)[0]
+                                   : core({q, in[1], in[2]})[0];
+    const at::Tensor attended =
+        CounterDropout(attention_[b]->Output(context), p, residual_seed, 1, offset, seq);
+    return std::vector<at::Tensor>{ln1_[b](xq + attended)};
+  };
+  return ChunkedCheckpoint(chunk, {x, k, v}, {true, false, false}, /*dim=*/1,
+                           stage.sequence_chunks, kNoRngReplay)[0];
+}
+
+at::Tensor TransformerImpl::MlpStage(int64_t b, const at::Tensor& x, const StageOptions& stage) {
+  const double p = is_training() ? options.dropout() : 0.0;
+  const int64_t seq = x.size(1);
+  const int64_t seed = DrawDropoutSeed();
+  auto chunk = [this, b, p, seq, seed](const std::vector<at::Tensor>& in, int64_t offset) {
+    const at::Tensor& xc = in[0];
+    return std::vector<at::Tensor>{
+        ln2_[b](xc + CounterDropout(mlp_[b](xc), p, seed, 1, offset, seq))};
+  };
+  return ChunkedCheckpoint(chunk, {x}, {true}, /*dim=*/1, stage.sequence_chunks, kNoRngReplay)[0];
+}
+
+std::vector<ParamDef> TransformerModel::Params() {
+  return {IntParam("depth", "6", "number of blocks (2 stages each)").Min(1).Max(1000),
+          IntParam("hidden", "768", "model width; a multiple of heads").Min(1).Max(1 << 16),
+          IntParam("heads", "12", "attention heads").Min(1).Max(1024),
+          IntParam("seq", "256", "sequence length").Min(1).Max(1 << 20),
+          IntParam("batch", "4", "sequences per batch").Min(1).Max(1 << 16),
+          FloatParam("dropout", "0.1", "dropout probability").Range(0, 0.95)};
+}
+
+absl::StatusOr<std::shared_ptr<ChainModel>> TransformerModel::Create(const ParamValues& params,
+                                                                     const ModelContext& context) {
+  const int64_t hidden = params.Int("hidden"), heads = params.Int("heads");
+  if (hidden % heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("transformer: hidden=", hidden,
+                                                   " is not a multiple of heads=", heads));
+  }
+  Transformer net = InitSeeded(context.init_seed, [&] {
+    return Transformer(TransformerOptions(params.Int("depth"), hidden, heads)
+                           .dropout(params.Float("dropout")));
+  });
+  net->to(context.device);
+  return std::make_shared<TransformerModel>(params.Canonical(), std::move(net),
+                                            params.Int("seq"), params.Int("batch"),
+                                            context.device);
+}
+
+TransformerModel::TransformerModel(std::string spec, Transformer net, int64_t seq, int64_t batch,
+                                   c10::Device device)
+    : spec_(std::move(spec)), net_(std::move(net)), seq_(seq), batch_(batch), device_(device) {}
+
+std::vector<StageInfo> TransformerModel::Stages() const {
+  const bool stochastic = net_->options.dropout() > 0;
+  std::vector<StageInfo> stages;
+  for (int64_t b = 0; b < net_->options.depth(); ++b) {
+    stages.push_back({absl::StrCat("block", b, ".attention"), StageKind::kAttention,
+                      /*position_wise=*/false, stochastic});
+    stages.push_back({absl::StrCat("block", b, ".mlp"), StageKind::kMlp,
+                      /*position_wise=*/true, stochastic});
+  }
+  return stages;
+}
+
+std::vector<at::Tensor> TransformerModel::RunStage(int index, const std::vector<at::Tensor>& in,
+                                                   const StageOptions& options, const Batch&) {
+  const int64_t block = index / 2;
+  if (index % 2 == 0) return {net_->AttentionStage(block, in.at(0), options)};
+  return {net_->MlpStage(block, in.at(0), options)};
+}
+
+at::Tensor TransformerModel::Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) {
+  return at::mse_loss(outputs.at(0), batch.targets.at(0));
+}
+
+Batch TransformerModel::MakeBatch(uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const int64_t hidden = net_->options.hidden();
+  at::Tensor x = at::randn({batch_, seq_, hidden}, gen).to(device_);
+  at::Tensor target = at::randn({batch_, seq_, hidden}, gen).to(device_);
+  x.requires_grad_(true);
+  return {{x}, {target}};
+}
+
+}  // namespace ckpt

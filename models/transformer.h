@@ -1,0 +1,77 @@
+// transformer: post-LayerNorm encoder blocks (Vaswani et al. 2017) on random inputs.
+//
+// Each block is two stages: attention, y = LN1(x + Dropout(SelfAttention(x))), and MLP,
+// y = LN2(x + Dropout(W2 GELU(W1 x))) with a 4x hidden width. Loss: mean squared error
+// against a random target. Parameters: depth (6), hidden (768), heads (12), seq (256),
+// batch (4), dropout (0.1).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/chain_model.h"
+#include "core/spec.h"
+#include "models/layers.h"
+#include "torch/nn/module.h"
+#include "torch/nn/modules/container/modulelist.h"
+#include "torch/nn/modules/normalization.h"
+
+namespace ckpt {
+
+struct TransformerOptions {
+  TransformerOptions(int64_t depth, int64_t hidden, int64_t heads)
+      : depth_(depth), hidden_(hidden), heads_(heads) {}
+  TORCH_ARG(int64_t, depth);
+  TORCH_ARG(int64_t, hidden);
+  TORCH_ARG(int64_t, heads);
+  TORCH_ARG(double, dropout) = 0.1;
+};
+
+class TransformerImpl : public torch::nn::Module {
+ public:
+  explicit TransformerImpl(const TransformerOptions& options);
+  // Block b's attention stage on the query positions [offset, offset + x_q.size(1)) of x
+  // (all of x when x_q is x): LN1(x_q + Dropout(Attention(x_q attending to x))).
+  at::Tensor AttentionStage(int64_t block, const at::Tensor& x, const StageOptions& options);
+  at::Tensor MlpStage(int64_t block, const at::Tensor& x, const StageOptions& options);
+
+  TransformerOptions options;
+
+ private:
+  std::vector<SelfAttention> attention_;
+  std::vector<FeedForward> mlp_;
+  std::vector<torch::nn::LayerNorm> ln1_, ln2_;
+};
+TORCH_MODULE(Transformer);
+
+class TransformerModel : public ChainModel {
+ public:
+  static constexpr char kId[] = "transformer";
+  static constexpr char kSummary[] =
+      "post-LayerNorm encoder: depth x (attention + MLP stages), MSE loss on random targets";
+  static std::vector<ParamDef> Params();
+  static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,
+                                                            const ModelContext& context);
+
+  TransformerModel(std::string spec, Transformer net, int64_t seq, int64_t batch,
+                   c10::Device device);
+  std::string spec() const override { return spec_; }
+  std::vector<StageInfo> Stages() const override;
+  std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
+                                   const StageOptions& options, const Batch& batch) override;
+  at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) override;
+  Batch MakeBatch(uint64_t seed) override;
+  std::vector<at::Tensor> Parameters() override { return net_->parameters(); }
+  void SetTraining(bool training) override { net_->train(training); }
+
+ private:
+  std::string spec_;
+  Transformer net_;
+  int64_t seq_;
+  int64_t batch_;
+  c10::Device device_;
+};
+
+}  // namespace ckpt
