@@ -338,7 +338,7 @@ std::string FormatTable(const std::vector<ConfigResult>& results) {
   std::string out;
   std::string last_model;
   const std::string header = absl::StrFormat(
-      "  %-24s %-6s %12s %8s %10s %8s %10s %9s %10s %11s\n", "strategy", "status", "activ. MiB",
+      "  %-28s %-6s %12s %8s %10s %8s %10s %9s %10s %11s\n", "strategy", "status", "activ. MiB",
       "vs s_a", "peak+ MiB", "vs s_a", "step ms", "overhead", "recompute", "max|dgrad|");
   for (const ConfigResult& r : results) {
     if (r.model != last_model) {
@@ -346,12 +346,12 @@ std::string FormatTable(const std::vector<ConfigResult>& results) {
       last_model = r.model;
     }
     if (r.status != "ok") {
-      absl::StrAppend(&out, absl::StrFormat("  %-24s %-6s %s\n", r.strategy, r.status,
+      absl::StrAppend(&out, absl::StrFormat("  %-28s %-6s %s\n", r.strategy, r.status,
                                             r.message.substr(0, 90)));
       continue;
     }
     absl::StrAppend(
-        &out, absl::StrFormat("  %-24s %-6s %12s %8s %10s %8s %10s %9s %10d %11s\n",
+        &out, absl::StrFormat("  %-28s %-6s %12s %8s %10s %8s %10s %9s %10d %11s\n",
                               r.strategy, r.status, Mib(r.activation_bytes),
                               Num(r.activation_vs_store_all, 3), Mib(r.peak_bytes - r.baseline_bytes),
                               Num(r.peak_vs_store_all, 3), Num(Median(r.step_ms), 1),

@@ -64,7 +64,7 @@ at::Tensor Gpt2Impl::AttentionStage(int64_t b, const at::Tensor& x, const StageO
   const int64_t residual_seed = DrawDropoutSeed();
   // LN1 of the whole sequence once, then its keys and values; queries per chunk.
   const at::Tensor normed = ln1_[b](x);
-  const at::Tensor k = attention_[b]->Keys(normed);
+  const at::Tensor k = attention_[b]->KeysTransposed(normed);
   const at::Tensor v = attention_[b]->Values(normed);
   auto chunk = [this, b, p, seq, attention_seed, residual_seed, stage](
                    const std::vector<at::Tensor>& in, int64_t offset) {

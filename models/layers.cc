@@ -70,21 +70,24 @@ SelfAttentionImpl::SelfAttentionImpl(int64_t hidden, int64_t heads) : heads_(hea
 }
 
 namespace {
+// Contiguous: see Core in layers.h.
 at::Tensor SplitHeads(const at::Tensor& t, int64_t heads) {
-  return t.view({t.size(0), t.size(1), heads, t.size(2) / heads}).transpose(1, 2);
+  return t.view({t.size(0), t.size(1), heads, t.size(2) / heads}).transpose(1, 2).contiguous();
 }
 }  // namespace
 
 at::Tensor SelfAttentionImpl::Queries(const at::Tensor& x) { return SplitHeads(q_(x), heads_); }
-at::Tensor SelfAttentionImpl::Keys(const at::Tensor& x) { return SplitHeads(k_(x), heads_); }
+at::Tensor SelfAttentionImpl::KeysTransposed(const at::Tensor& x) {
+  return SplitHeads(k_(x), heads_).transpose(2, 3).contiguous();
+}
 at::Tensor SelfAttentionImpl::Values(const at::Tensor& x) { return SplitHeads(v_(x), heads_); }
 
-at::Tensor SelfAttentionImpl::Core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                   int64_t q_offset, bool causal, double dropout,
-                                   int64_t seed) {
+at::Tensor SelfAttentionImpl::Core(const at::Tensor& q, const at::Tensor& k_t,
+                                   const at::Tensor& v, int64_t q_offset, bool causal,
+                                   double dropout, int64_t seed) {
   const int64_t sq = q.size(2);
-  const int64_t skv = k.size(2);
-  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(q.size(3)));
+  const int64_t skv = k_t.size(3);
+  at::Tensor scores = at::matmul(q, k_t) * (1.0 / std::sqrt(q.size(3)));
   if (causal) {
     const auto long_options = q.options().dtype(at::kLong);
     const at::Tensor future = at::arange(skv, long_options).unsqueeze(0) >

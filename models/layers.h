@@ -35,15 +35,20 @@ class SelfAttentionImpl : public torch::nn::Module {
  public:
   SelfAttentionImpl(int64_t hidden, int64_t heads);
 
-  // [B, S, hidden] -> [B, heads, S, hidden / heads].
+  // [B, S, hidden] -> [B, heads, S, d] (d = hidden / heads), contiguous.
   at::Tensor Queries(const at::Tensor& x);
-  at::Tensor Keys(const at::Tensor& x);
   at::Tensor Values(const at::Tensor& x);
+  // [B, S, hidden] -> [B, heads, d, S], contiguous.
+  at::Tensor KeysTransposed(const at::Tensor& x);
 
   // The quadratic core: softmax(q k^T / sqrt(d) [causal mask]) with dropout, times v, for the
-  // queries at positions [q_offset, q_offset + q.size(2)) of a sequence of k.size(2).
+  // queries at positions [q_offset, q_offset + q.size(2)) of a sequence of k_t.size(3).
   // Returns [B, heads, Sq, d].
-  static at::Tensor Core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+  // Its inputs are contiguous and used as they are, so the gradients it returns for them are
+  // contiguous whether it ran stored or was recomputed from detached copies: autograd gives a
+  // detached leaf's gradient the leaf's strides, and a transposed gradient would send the
+  // projections' backward down another BLAS path (not bitwise equal).
+  static at::Tensor Core(const at::Tensor& q, const at::Tensor& k_t, const at::Tensor& v,
                          int64_t q_offset, bool causal, double dropout, int64_t seed);
 
   // [B, heads, Sq, d] -> [B, Sq, hidden], then the output projection.

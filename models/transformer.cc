@@ -33,7 +33,7 @@ at::Tensor TransformerImpl::AttentionStage(int64_t b, const at::Tensor& x,
   const int64_t attention_seed = DrawDropoutSeed();
   const int64_t residual_seed = DrawDropoutSeed();
   // Keys and values of the whole sequence, computed once; queries per chunk.
-  const at::Tensor k = attention_[b]->Keys(x);
+  const at::Tensor k = attention_[b]->KeysTransposed(x);
   const at::Tensor v = attention_[b]->Values(x);
   auto chunk = [this, b, p, seq, attention_seed, residual_seed, stage](
                    const std::vector<at::Tensor>& in, int64_t offset) {

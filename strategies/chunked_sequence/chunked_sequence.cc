@@ -24,6 +24,9 @@ absl::StatusOr<Plan> ChunkedSequence::MakePlan(const ModelProfile& profile) cons
   int chunked = 0;
   for (int i = 0; i < n; ++i) {
     const StageInfo& info = profile.stages[i].info;
+    // Embedding lookups have no intermediates worth chunking, and each chunk's backward would
+    // materialise a dense gradient of the whole table.
+    if (info.kind == StageKind::kEmbedding) continue;
     if (info.position_wise || info.kind == StageKind::kAttention) {
       plan.stage_options[i].sequence_chunks = chunks_;
       ++chunked;
