@@ -1,0 +1,147 @@
+#include "testing/model_cases.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "core/memory_meter.h"
+#include "core/profiler.h"
+#include "core/strategy.h"
+
+namespace ckpt::testing {
+
+const std::vector<std::string>& ModelsWithGenerators() {
+  static const auto* models =
+      new std::vector<std::string>{"deep_mlp", "gpt2", "heavy_mlp", "transformer"};
+  return *models;
+}
+
+namespace {
+rc::Gen<std::string> Dropout() { return rc::gen::element<std::string>("0", "0.1", "0.5"); }
+}  // namespace
+
+rc::Gen<std::string> SmallModelSpec(const std::string& model) {
+  if (model == "heavy_mlp") {
+    return rc::gen::apply(
+        [](int depth, int hidden, int batch) {
+          return absl::StrCat("heavy_mlp:depth=", depth, ":hidden=", hidden, ":batch=", batch);
+        },
+        rc::gen::inRange(1, 7), rc::gen::inRange(1, 25), rc::gen::inRange(1, 7));
+  }
+  if (model == "deep_mlp") {
+    return rc::gen::apply(
+        [](int depth, int hidden, int batch) {
+          return absl::StrCat("deep_mlp:depth=", depth, ":hidden=", hidden, ":batch=", batch);
+        },
+        rc::gen::inRange(2, 6), rc::gen::inRange(1, 25), rc::gen::inRange(1, 5));
+  }
+  if (model == "transformer") {
+    return rc::gen::apply(
+        [](int depth, int heads, int head_dim, int seq, int batch, std::string dropout) {
+          return absl::StrCat("transformer:depth=", depth, ":hidden=", heads * head_dim,
+                              ":heads=", heads, ":seq=", seq, ":batch=", batch,
+                              ":dropout=", dropout);
+        },
+        rc::gen::inRange(1, 3), rc::gen::inRange(1, 4), rc::gen::inRange(1, 7),
+        rc::gen::inRange(1, 10), rc::gen::inRange(1, 4), Dropout());
+  }
+  if (model == "gpt2") {
+    return rc::gen::apply(
+        [](int depth, int heads, int head_dim, int seq, int batch, int vocab,
+           std::string dropout) {
+          return absl::StrCat("gpt2:depth=", depth, ":hidden=", heads * head_dim, ":heads=", heads,
+                              ":seq=", seq, ":batch=", batch, ":vocab=", vocab,
+                              ":context=", seq + 2, ":dropout=", dropout);
+        },
+        rc::gen::inRange(1, 3), rc::gen::inRange(1, 4), rc::gen::inRange(1, 7),
+        rc::gen::inRange(1, 10), rc::gen::inRange(1, 3), rc::gen::inRange(2, 40), Dropout());
+  }
+  RC_FAIL("no generator for model '" + model + "': add one to testing/model_cases.cc");
+}
+
+rc::Gen<std::string> StrategySpec(const std::string& id) {
+  const auto* entry = *Strategies().Find(id);
+  std::vector<rc::Gen<std::string>> parts;
+  for (const ParamDef& p : entry->params) {
+    switch (p.type) {
+      case ParamDef::Type::kInt: {
+        const int64_t lo = std::max<int64_t>(p.min_value, -4);
+        const int64_t hi = std::min<int64_t>(p.max_value, lo + 8);
+        rc::Gen<std::string> number = rc::gen::map(
+            rc::gen::inRange<int64_t>(lo, hi + 1), [](int64_t v) { return absl::StrCat(v); });
+        parts.push_back(rc::gen::map(
+            p.auto_allowed ? rc::gen::oneOf(number, rc::gen::just<std::string>("auto")) : number,
+            [key = p.key](std::string v) { return absl::StrCat(":", key, "=", v); }));
+        break;
+      }
+      case ParamDef::Type::kFloat:
+        parts.push_back(rc::gen::just(absl::StrCat(":", p.key, "=", p.default_value)));
+        break;
+      case ParamDef::Type::kChoice:
+        parts.push_back(rc::gen::map(rc::gen::elementOf(p.choices), [key = p.key](std::string v) {
+          return absl::StrCat(":", key, "=", v);
+        }));
+        break;
+    }
+  }
+  return rc::gen::exec([id, parts] {
+    std::string spec = id;
+    for (const rc::Gen<std::string>& part : parts) spec += *part;
+    return spec;
+  });
+}
+
+absl::StatusOr<Run> StepUnder(const std::shared_ptr<ChainModel>& model, const Batch& batch,
+                              const std::string& strategy_spec, uint64_t seed) {
+  absl::StatusOr<std::unique_ptr<Strategy>> strategy = CreateStrategy(strategy_spec);
+  if (!strategy.ok()) return strategy.status();
+  ModelProfile profile;
+  profile.model = model->spec();
+  for (const StageInfo& s : model->Stages()) profile.stages.push_back({s});
+  absl::StatusOr<Plan> plan = (*strategy)->MakePlan(profile);
+  if (!plan.ok()) return plan.status();
+  MemoryMeter* meter = *MemoryMeterFor(torch::kCPU);
+  absl::StatusOr<ChainExecutor> exec = ChainExecutor::Create(model, *plan, meter, torch::kCPU);
+  if (!exec.ok()) return exec.status();
+  torch::manual_seed(seed);
+  absl::StatusOr<StepResult> step = exec->Step(batch);
+  if (!step.ok()) return step.status();
+  Run run{*plan, *step, {}};
+  for (const at::Tensor& p : model->Parameters()) {
+    run.grads.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
+  }
+  for (const at::Tensor& x : batch.inputs) {
+    run.grads.push_back(x.grad().defined() ? x.grad().clone() : at::Tensor());
+  }
+  return run;
+}
+
+double MaxDiff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].defined() != b[i].defined()) return std::numeric_limits<double>::infinity();
+    if (a[i].defined()) diff = std::max(diff, (a[i] - b[i]).abs().max().item<double>());
+  }
+  return diff;
+}
+
+double MaxAbs(const std::vector<at::Tensor>& a) {
+  double m = 0;
+  for (const at::Tensor& t : a) {
+    if (t.defined() && t.numel() > 0) m = std::max(m, t.abs().max().item<double>());
+  }
+  return m;
+}
+
+MemoryPrediction Predict(ChainModel& model, const Batch& batch, const Plan& plan) {
+  std::vector<StageOptions> options = plan.stage_options;
+  absl::StatusOr<ModelProfile> profile = ProfileModel(
+      model, batch, **MemoryMeterFor(torch::kCPU), torch::kCPU, options, /*repeats=*/1);
+  RC_ASSERT(profile.ok());
+  return PredictMemory(*profile, plan);
+}
+
+}  // namespace ckpt::testing

@@ -1,0 +1,49 @@
+// Shared by the conformance and memory tests: small generated configurations of every model
+// in the zoo, and helpers to run one training step of a model under a strategy.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/chain_model.h"
+#include "core/executor.h"
+#include "core/memory_model.h"
+#include "core/plan.h"
+#include "rapidcheck.h"
+
+namespace ckpt::testing {
+
+// The model ids the zoo must cover; a model registered without a generator here fails the
+// conformance test (so a new model cannot skip it).
+const std::vector<std::string>& ModelsWithGenerators();
+
+// A small spec of `model` (depth, widths, heads, sequence, batch, dropout generated), fast
+// enough for hundreds of steps on CPU.
+rc::Gen<std::string> SmallModelSpec(const std::string& model);
+
+// A spec of registered strategy `id` with generated parameters, from its declared ParamDefs:
+// integers near their minimum (or auto), any choice.
+rc::Gen<std::string> StrategySpec(const std::string& id);
+
+struct Run {
+  Plan plan;
+  StepResult step;
+  std::vector<at::Tensor> grads;  // every parameter's, then every batch input's (may be undefined)
+};
+
+// Plans `strategy_spec` for `model` and runs one step with the dropout RNG seeded by `seed`.
+// The plan's status (InvalidArgument when the parameters do not fit the model) comes back.
+absl::StatusOr<Run> StepUnder(const std::shared_ptr<ChainModel>& model, const Batch& batch,
+                              const std::string& strategy_spec, uint64_t seed);
+
+// max |a - b| over the gradients (infinity if one is undefined where the other is not), and
+// the largest |a|.
+double MaxDiff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b);
+double MaxAbs(const std::vector<at::Tensor>& a);
+
+// The analytical model's prediction for `plan`, profiled with its stage options.
+MemoryPrediction Predict(ChainModel& model, const Batch& batch, const Plan& plan);
+
+}  // namespace ckpt::testing
