@@ -18,11 +18,11 @@ const std::vector<std::string>& ModelsWithGenerators() {
   return *models;
 }
 
-namespace {
-rc::Gen<std::string> Dropout() { return rc::gen::element<std::string>("0", "0.1", "0.5"); }
-}  // namespace
-
-rc::Gen<std::string> SmallModelSpec(const std::string& model) {
+rc::Gen<std::string> SmallModelSpec(const std::string& model, bool dropout) {
+  auto Dropout = [dropout] {
+    return dropout ? rc::gen::element<std::string>("0", "0.1", "0.5")
+                   : rc::gen::just<std::string>("0");
+  };
   if (model == "heavy_mlp") {
     return rc::gen::apply(
         [](int depth, int hidden, int batch) {

@@ -20,8 +20,8 @@ namespace ckpt::testing {
 const std::vector<std::string>& ModelsWithGenerators();
 
 // A small spec of `model` (depth, widths, heads, sequence, batch, dropout generated), fast
-// enough for hundreds of steps on CPU.
-rc::Gen<std::string> SmallModelSpec(const std::string& model);
+// enough for hundreds of steps on CPU. With `dropout` false, models that have dropout get 0.
+rc::Gen<std::string> SmallModelSpec(const std::string& model, bool dropout = true);
 
 // A spec of registered strategy `id` with generated parameters, from its declared ParamDefs:
 // integers near their minimum (or auto), any choice.

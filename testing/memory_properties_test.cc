@@ -1,0 +1,152 @@
+// How each strategy's memory scales, measured with the exact CPU meter on the model zoo.
+// A = one stage boundary tensor (batch x hidden x 4 bytes for the MLPs).
+#include <torch/torch.h>
+
+#include "absl/strings/str_cat.h"
+#include "core/strategy.h"
+#include "gtest/gtest.h"
+#include "rapidcheck.h"
+#include "rapidcheck/gtest.h"
+#include "testing/model_cases.h"
+
+namespace ckpt {
+namespace {
+
+using testing::Run;
+
+Run MustStep(const std::string& model_spec, const std::string& strategy, bool training = true) {
+  absl::StatusOr<std::shared_ptr<ChainModel>> model = CreateModel(model_spec, {});
+  EXPECT_TRUE(model.ok()) << model.status();
+  (*model)->SetTraining(training);
+  const Batch batch = (*model)->MakeBatch(1);
+  absl::StatusOr<Run> run = testing::StepUnder(*model, batch, strategy, 2);
+  EXPECT_TRUE(run.ok()) << model_spec << " " << strategy << ": " << run.status();
+  return run.ok() ? *run : Run{};
+}
+
+int64_t Activation(const std::string& model_spec, const std::string& strategy) {
+  return MustStep(model_spec, strategy).step.activation_bytes;
+}
+
+int64_t PeakAboveBaseline(const std::string& model_spec, const std::string& strategy) {
+  const Run r = MustStep(model_spec, strategy);
+  return r.step.peak_bytes - r.step.baseline_bytes;
+}
+
+std::string Mlp(int depth) { return absl::StrCat("heavy_mlp:depth=", depth, ":hidden=32:batch=8"); }
+std::string Encoder(int depth) {
+  return absl::StrCat("transformer:depth=", depth, ":hidden=16:heads=2:seq=8:batch=2");
+}
+
+// Without dropout: with it, every checkpoint also keeps a snapshot of the CPU generator (5056
+// bytes for mt19937), which at these toy sizes can outweigh what a segment saves (the sweep
+// reports it; the conformance test checks it is predicted).
+RC_GTEST_PROP(MemoryProperties, RecomputeAllAtMostUniformAtMostStoreAll, ()) {
+  const std::string model_id = *rc::gen::element<std::string>("heavy_mlp", "deep_mlp",
+                                                              "transformer", "gpt2");
+  const std::string spec = *testing::SmallModelSpec(model_id, /*dropout=*/false).as("model");
+  const int64_t store_all = Activation(spec, "store_all");
+  const int64_t uniform = Activation(spec, "uniform");
+  const int64_t recompute_all = Activation(spec, "recompute_all");
+  RC_ASSERT(recompute_all <= uniform);
+  RC_ASSERT(uniform <= store_all);
+}
+
+TEST(MemoryProperties, StoreAllGrowsLinearlyWithDepth) {
+  // Every heavy_mlp block keeps one A = 8 x 32 x 4 = 1024 bytes; every transformer block the
+  // same bytes: equal steps from one depth to the next.
+  for (auto model : {&Mlp, &Encoder}) {
+    const int64_t step = Activation(model(2), "store_all") - Activation(model(1), "store_all");
+    EXPECT_GT(step, 0);
+    for (int depth = 2; depth <= 5; ++depth) {
+      EXPECT_EQ(Activation(model(depth + 1), "store_all") - Activation(model(depth), "store_all"),
+                step)
+          << model(depth);
+    }
+  }
+  EXPECT_EQ(Activation(Mlp(2), "store_all") - Activation(Mlp(1), "store_all"), 1024);
+}
+
+TEST(MemoryProperties, UniformGrowsWithTheSquareRootOfDepth) {
+  // Default k = ceil(sqrt(L)): (k - 1) segment inputs + L / k stored blocks, in A.
+  // L = 16: 3 + 4 = 7 A; L = 64: 7 + 8 = 15 A; L = 100: 9 + 10 = 19 A; L = 25: 4 + 5 = 9 A.
+  // Quadrupling the depth about doubles the bytes (15/7 and 19/9: 2.1).
+  const double a16 = Activation(Mlp(16), "uniform"), a64 = Activation(Mlp(64), "uniform");
+  const double a25 = Activation(Mlp(25), "uniform"), a100 = Activation(Mlp(100), "uniform");
+  EXPECT_EQ(a16, 7 * 1024 + 4);
+  EXPECT_EQ(a64, 15 * 1024 + 4);
+  EXPECT_NEAR(a64 / a16, 2.0, 0.2);
+  EXPECT_NEAR(a100 / a25, 2.0, 0.2);
+  // store_all quadruples over the same range.
+  EXPECT_NEAR(Activation(Mlp(64), "store_all") / double(Activation(Mlp(16), "store_all")), 4.0,
+              0.01);
+}
+
+TEST(MemoryProperties, RecomputeAllDoesNotGrowWithDepth) {
+  // It keeps the chain's input (the batch's, in the baseline), and with a dropout model one RNG
+  // snapshot, whatever the depth: the output and the loss are all that remain.
+  for (auto model : {&Mlp, &Encoder}) {
+    const int64_t at_depth_1 = Activation(model(1), "recompute_all");
+    for (int depth = 2; depth <= 6; ++depth) {
+      EXPECT_EQ(Activation(model(depth), "recompute_all"), at_depth_1) << model(depth);
+    }
+  }
+}
+
+TEST(MemoryProperties, SelectiveAttentionSavesTheScoreSizedTensors) {
+  // Stored, an attention core keeps three batch x heads x seq^2 tensors: softmax's output
+  // (4 bytes per element), the dropout mask (bool, 1) and the dropped probabilities that the
+  // product with V saves (4); a causal one also the seq x seq bool mask that masked_fill
+  // saves. selective_attention keeps none of them: it saves at least the two float ones per
+  // attention stage, and exactly all of them.
+  struct Case {
+    std::string spec;
+    int64_t attention_stages, batch, heads, seq;
+    bool causal;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"transformer:depth=2:hidden=16:heads=2:seq=24:batch=2", 2, 2, 2, 24, false},
+           {"gpt2:depth=3:hidden=16:heads=4:seq=20:batch=1:vocab=50:context=32", 3, 1, 4, 20,
+            true}}) {
+    const int64_t scores = c.batch * c.heads * c.seq * c.seq;
+    const int64_t saved = Activation(c.spec, "store_all") - Activation(c.spec, "selective_attention");
+    EXPECT_GE(saved, c.attention_stages * scores * 4 * 2) << c.spec;
+    const int64_t causal_mask = c.causal ? c.seq * c.seq : 0;
+    EXPECT_EQ(saved, c.attention_stages * (scores * (4 + 1 + 4) + causal_mask)) << c.spec;
+  }
+  // Without attention there is nothing to select: the same bytes as store_all.
+  EXPECT_EQ(Activation(Mlp(4), "selective_attention"), Activation(Mlp(4), "store_all"));
+}
+
+TEST(MemoryProperties, ChunkedSequencePeakFallsAsChunksRise) {
+  for (const std::string spec :
+       {"transformer:depth=2:hidden=16:heads=2:seq=32:batch=2",
+        "gpt2:depth=2:hidden=16:heads=2:seq=32:batch=2:vocab=500:context=32"}) {
+    int64_t previous = PeakAboveBaseline(spec, "store_all");
+    for (int chunks : {2, 4, 8}) {
+      const int64_t peak = PeakAboveBaseline(spec, absl::StrCat("chunked_sequence:chunks=", chunks));
+      EXPECT_LT(peak, previous) << spec << " chunks=" << chunks;
+      previous = peak;
+    }
+  }
+}
+
+TEST(RecomputeCounts, FollowTheirFormulas) {
+  // recompute_forwards counts whole-stage forwards run again by backward. For L = 6 stages:
+  //   store_all: 0.
+  //   uniform (k = ceil(sqrt(6)) = 3 segments of 2, the last stored): 2 + 2 = 4.
+  //   uniform:segments=6: every stage but the last: 5.
+  //   recompute_all: stage j reruns the j stages before it without a graph, then itself:
+  //     sum over j = 0..5 of (j + 1) = L(L-1)/2 + L = 15 + 6 = 21.
+  //   selective_attention and chunked_sequence rerun parts of stages, not whole ones: 0.
+  const std::string mlp = Mlp(6);
+  EXPECT_EQ(MustStep(mlp, "store_all").step.recompute_forwards, 0);
+  EXPECT_EQ(MustStep(mlp, "uniform").step.recompute_forwards, 4);
+  EXPECT_EQ(MustStep(mlp, "uniform:segments=6").step.recompute_forwards, 5);
+  EXPECT_EQ(MustStep(mlp, "recompute_all").step.recompute_forwards, 21);
+  EXPECT_EQ(MustStep(mlp, "selective_attention").step.recompute_forwards, 0);
+  EXPECT_EQ(MustStep(mlp, "chunked_sequence").step.recompute_forwards, 0);
+}
+
+}  // namespace
+}  // namespace ckpt
