@@ -26,17 +26,22 @@
 #include "core/device.h"
 #include "core/profiler.h"
 #include "core/memory_meter.h"
+#include "core/memory_model.h"
 #include "core/status_macros.h"
 #include "core/strategy.h"
 #include "core/torch_status.h"
 #include "experiments/results_csv.h"
 #include "experiments/sweep.h"
 
-// The quick default: CPU-friendly sizes that still show the trade-off (about a minute on 2 cores).
+// The quick default: CPU-friendly sizes of an MLP, an encoder and a decoder that still show
+// the trade-off, with every strategy (about a minute on 2 cores).
 ABSL_FLAG(std::string, models,
-          "heavy_mlp:depth=16:hidden=1024:batch=64,heavy_mlp:depth=32:hidden=256:batch=1024",
+          "heavy_mlp:depth=16:hidden=1024:batch=64,"
+          "transformer:depth=4:hidden=256:heads=4:seq=128:batch=4,"
+          "gpt2:depth=4:hidden=256:heads=4:seq=128:batch=2:vocab=8192",
           "comma-separated model specs (see --list)");
-ABSL_FLAG(std::string, strategies, "store_all,uniform,uniform:segments=2,uniform:segments=8",
+ABSL_FLAG(std::string, strategies,
+          "store_all,uniform,recompute_all,selective_attention,chunked_sequence",
           "comma-separated strategy specs (see --list); store_all always runs as the reference");
 ABSL_FLAG(std::string, device, "auto", "auto (CUDA if available), cpu, cuda or cuda:N");
 ABSL_FLAG(int, steps, 10, "timed training steps per configuration");
@@ -115,8 +120,14 @@ absl::Status Explain(const SweepOptions& options, MemoryMeter& meter) {
         std::printf("  %s: %s\n", strategy_spec.c_str(), std::string(plan.status().message()).c_str());
         continue;
       }
-      std::printf("  %s: %s\n    %s\n", plan->strategy.c_str(), plan->summary.c_str(),
-                  plan->Describe().c_str());
+      ASSIGN_OR_RETURN(ModelProfile plan_profile,
+                       ProfileModel(*model, batch, meter, options.device, plan->stage_options,
+                                    /*repeats=*/1));
+      const MemoryPrediction predicted = PredictMemory(plan_profile, *plan);
+      std::printf("  %s: %s\n    %s\n    predicted: %.2f MiB of activations after forward, "
+                  "peak %.2f MiB above the baseline\n",
+                  plan->strategy.c_str(), plan->summary.c_str(), plan->Describe().c_str(),
+                  predicted.activation_bytes / 1048576.0, predicted.peak_bytes / 1048576.0);
     }
   }
   return absl::OkStatus();
