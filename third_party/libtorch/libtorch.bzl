@@ -80,7 +80,7 @@ cc_library(
 )
 """.format(
         source = source,
-        cuda_hdrs = '["cuda/include/**/*.h", "cuda/include/**/*.hpp"]' if has_cuda else "[]",
+        cuda_hdrs = '["cuda/include/**"]' if has_cuda else "[]",
         cuda_includes = cuda_includes,
         has_cuda_int = 1 if has_cuda else 0,
         linkopts = repr(linkopts),
