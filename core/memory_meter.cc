@@ -9,6 +9,7 @@
 #include "c10/core/CPUAllocator.h"
 #include "c10/core/impl/alloc_cpu.h"
 #include "c10/util/Exception.h"
+#include "core/torch_compat.h"
 
 namespace ckpt {
 namespace {
@@ -21,7 +22,7 @@ constexpr size_t kHeaderBytes = 64;
 
 class CountingCpuAllocator final : public c10::Allocator {
  public:
-  c10::DataPtr allocate(size_t nbytes) const override {
+  c10::DataPtr allocate(size_t nbytes) CKPT_ALLOCATE_CONST override {
     if (nbytes == 0) return {nullptr, nullptr, &Delete, c10::Device(c10::DeviceType::CPU)};
     const int64_t size = static_cast<int64_t>(nbytes);
     const int64_t live = live_.fetch_add(size) + size;
@@ -42,8 +43,7 @@ class CountingCpuAllocator final : public c10::Allocator {
 
   c10::DeleterFnPtr raw_deleter() const override { return &Delete; }
 
-  // LibTorch 2.x declares this pure virtual in c10::Allocator; 1.13 lacks it. Defined
-  // without `override` so it compiles against both (see core/torch_compat.h).
+  // Pure virtual in LibTorch 2.3+, absent in 1.13: no `override` (see core/torch_compat.h).
   void copy_data(void* dest, const void* src, std::size_t count) const {
     std::memcpy(dest, src, count);
   }

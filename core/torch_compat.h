@@ -1,8 +1,9 @@
 // The LibTorch C++ API differences between the versions ckptlab builds against, in one place:
 // Debian 12's LibTorch 1.13 and the 2.x of official distributions and pip packages.
 //
-// - c10::Allocator::copy_data: pure virtual since 2.3, absent in 1.13. Allocators define it
-//   without `override` (core/memory_meter.cc) so both compile.
+// - c10::Allocator: since 2.3 `allocate` is no longer const and `copy_data` is pure virtual
+//   (absent in 1.13). Allocators declare `allocate(...) CKPT_ALLOCATE_CONST override` and
+//   define copy_data without `override` (core/memory_meter.cc).
 // - CUDA caching-allocator statistics: the stat-type enum moved from
 //   c10::cuda::CUDACachingAllocator::StatType (1.13) to c10::CachingAllocator::StatType (2.x)
 //   and DeviceStats to c10::CachingDeviceAllocator (2.6+). Both keep `getDeviceStats` in
@@ -17,6 +18,12 @@
 #define CKPT_TORCH_VERSION_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||               \
    (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+#if CKPT_TORCH_VERSION_AT_LEAST(2, 3)
+#define CKPT_ALLOCATE_CONST
+#else
+#define CKPT_ALLOCATE_CONST const
+#endif
 
 namespace ckpt::compat {
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # End-to-end checks of //experiments:sweep: outputs on success, exit 2 and no output on bad
-# input. Runs in Bazel's test sandbox; $TEST_TMPDIR is private to this test.
+# input. Under Bazel the binary is in the runfiles and $TEST_TMPDIR is private to this test;
+# under CMake's ctest, $SWEEP names the binary.
 set -euo pipefail
-sweep="$TEST_SRCDIR/ckptlab/experiments/sweep"
-tmp="$TEST_TMPDIR"
+sweep="${SWEEP:-$TEST_SRCDIR/ckptlab/experiments/sweep}"
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 
