@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -35,6 +37,8 @@ const std::vector<std::string>& ResultColumns() {
       "loss",
       "steps",
       "threads",
+      "model_arg",
+      "strategy_arg",
       "plan",
       "message",
   };
@@ -53,8 +57,63 @@ absl::StatusOr<CsvAppender> CsvAppender::Create(const std::string& path) {
         absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
   }
   CsvAppender appender(fd, path);
-  if (absl::Status s = appender.Append(ResultColumns()); !s.ok()) return s;
+  if (absl::Status s = appender.Write(ResultColumns()); !s.ok()) return s;
   return appender;
+}
+
+absl::StatusOr<CsvAppender> CsvAppender::Append(const std::string& path) {
+  absl::StatusOr<std::vector<std::vector<std::string>>> rows = ReadCsv(path);
+  if (!rows.ok()) return rows.status();
+  if (rows->empty() || (*rows)[0] != ResultColumns()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " does not start with this sweep's header (",
+        absl::StrJoin(ResultColumns(), ","), "); it cannot be resumed"));
+  }
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot append to ", path, ": ", std::strerror(errno)));
+  }
+  return CsvAppender(fd, path);
+}
+
+absl::StatusOr<std::vector<std::vector<std::string>>> ReadCsv(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> row;
+  std::string field;
+  bool quoted = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') {
+        field.push_back('"');
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        field.push_back(c);
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      row.push_back(std::move(field));
+      field.clear();
+    } else if (c == '\n') {
+      row.push_back(std::move(field));
+      field.clear();
+      rows.push_back(std::move(row));
+      row.clear();
+    } else if (c != '\r') {
+      field.push_back(c);
+    }
+  }
+  if (!field.empty() || !row.empty()) {  // a last line without its newline: cut short
+    return absl::DataLossError(absl::StrCat(path, " ends in the middle of a row"));
+  }
+  return rows;
 }
 
 CsvAppender::CsvAppender(CsvAppender&& other) noexcept
@@ -66,7 +125,7 @@ CsvAppender::~CsvAppender() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-absl::Status CsvAppender::Append(const std::vector<std::string>& fields) {
+absl::Status CsvAppender::Write(const std::vector<std::string>& fields) {
   std::string line = absl::StrJoin(fields, ",", [](std::string* out, const std::string& f) {
     out->append(CsvField(f));
   });

@@ -15,17 +15,24 @@ const std::vector<std::string>& ResultColumns();
 // Quotes a field if it holds a comma, a quote or a line break (RFC 4180).
 std::string CsvField(const std::string& value);
 
+// Parses a CSV file (RFC 4180: quoted fields may hold commas, quotes and line breaks).
+// NotFound if it does not exist.
+absl::StatusOr<std::vector<std::vector<std::string>>> ReadCsv(const std::string& path);
+
 class CsvAppender {
  public:
   // Creates (or truncates) `path` and writes the header. Errors name the path.
   static absl::StatusOr<CsvAppender> Create(const std::string& path);
+  // Opens an existing results file to append to it; FailedPrecondition if its header is not
+  // ResultColumns() (a file from another version of the sweep).
+  static absl::StatusOr<CsvAppender> Append(const std::string& path);
   CsvAppender(CsvAppender&& other) noexcept;
   CsvAppender& operator=(CsvAppender&&) = delete;
   ~CsvAppender();
 
   // Writes one complete line (fields joined by commas) with one write(2) to the file,
   // opened O_APPEND: a kill between rows never leaves half a row.
-  absl::Status Append(const std::vector<std::string>& fields);
+  absl::Status Write(const std::vector<std::string>& fields);
 
  private:
   CsvAppender(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}

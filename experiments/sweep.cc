@@ -19,6 +19,7 @@
 #include "core/status_macros.h"
 #include "core/strategy.h"
 #include "core/torch_status.h"
+#include "experiments/report.h"
 #include "experiments/results_csv.h"
 
 namespace ckpt {
@@ -104,15 +105,35 @@ absl::StatusOr<MemoryPrediction> Predict(ChainModel& model, const Batch& batch,
   return PredictMemory(it->second, plan);
 }
 
+// Progress on a stream: a line per round, with the steps done, elapsed time and an estimate
+// of the time left (from the average step so far).
+class Progress {
+ public:
+  Progress(std::ostream& out, int64_t total_steps) : out_(out), total_(total_steps) {}
+  void Steps(int64_t n) { done_ += n; }
+  void Line(const std::string& what) {
+    const double elapsed = Elapsed(start_);
+    const double eta = done_ > 0 ? elapsed / done_ * (total_ - done_) : 0;
+    out_ << absl::StrFormat("[%d/%d steps] %s  (%.0f s elapsed, ETA %.0f s)\n", done_, total_,
+                            what, elapsed, eta);
+  }
+
+ private:
+  std::ostream& out_;
+  int64_t total_;
+  int64_t done_ = 0;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
 // Runs every strategy on one model. Results in strategy order, store_all first.
 std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::string& model_spec,
-                                     MemoryMeter& meter, std::ostream& progress) {
+                                     MemoryMeter& meter, Progress& progress) {
   const std::vector<std::string> order = StrategyOrder(options.strategies);
   std::vector<Config> configs(order.size());
   for (size_t i = 0; i < order.size(); ++i) {
-    configs[i].result.strategy = order[i];
+    configs[i].result.strategy = configs[i].result.strategy_arg = order[i];
     configs[i].result.device = options.device.str();
-    configs[i].result.model = model_spec;
+    configs[i].result.model = configs[i].result.model_arg = model_spec;
   }
   auto fail_all = [&](const absl::Status& s) {
     std::vector<ConfigResult> out;
@@ -172,6 +193,7 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
       if (!c.executor) continue;
       SeedRound(options.seed + round);
       absl::StatusOr<StepResult> r = c.executor->Step(*batch);
+      progress.Steps(1);
       if (!r.ok()) {
         Fail(c.result, r.status());
         c.executor.reset();
@@ -185,8 +207,8 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
       c.result.recompute_forwards = r->recompute_forwards;
       c.result.loss = r->loss;
     }
-    progress << absl::StrFormat("  %s: round %d/%d%s\n", model->spec(), round + 1, rounds,
-                                round < options.warmup ? " (warm-up)" : "");
+    progress.Line(absl::StrFormat("%s: round %d/%d%s", model_spec, round + 1, rounds,
+                                  round < options.warmup ? " (warm-up)" : ""));
   }
 
   // Gradients against store_all's, after the measurements so that the reference copy
@@ -282,25 +304,93 @@ absl::Status ValidateSweep(const SweepOptions& options) {
 
 absl::StatusOr<std::vector<ConfigResult>> RunSweep(
     const SweepOptions& options, MemoryMeter& meter,
-    const std::function<absl::Status(const ConfigResult&)>& on_result, std::ostream& progress) {
+    const std::function<absl::Status(const ConfigResult&)>& on_result, std::ostream& out) {
   RETURN_IF_ERROR(ValidateSweep(options));
-  const auto start = std::chrono::steady_clock::now();
-  const size_t per_model = StrategyOrder(options.strategies).size();
-  const size_t total = options.models.size() * per_model;
+  const std::vector<std::string> order = StrategyOrder(options.strategies);
+  auto is_done = [&](const std::string& model) {
+    return std::all_of(order.begin(), order.end(), [&](const std::string& strategy) {
+      return options.completed.count({model, strategy}) > 0;
+    });
+  };
+  int64_t to_run = 0;
+  for (const std::string& model : options.models) to_run += is_done(model) ? 0 : 1;
+  // Per model: every round steps every strategy, then one gradient-check step each.
+  Progress progress(out, to_run * static_cast<int64_t>(order.size()) *
+                             (options.warmup + options.steps + 1));
   std::vector<ConfigResult> all;
   for (size_t m = 0; m < options.models.size(); ++m) {
-    progress << absl::StrFormat("[model %d/%d] %s (%.0f s elapsed)\n", m + 1,
-                                options.models.size(), options.models[m], Elapsed(start));
-    for (ConfigResult& r : SweepModel(options, options.models[m], meter, progress)) {
+    const std::string& model = options.models[m];
+    if (is_done(model)) {
+      progress.Line(absl::StrFormat("model %d/%d %s: already in results.csv, skipped", m + 1,
+                                    options.models.size(), model));
+      continue;
+    }
+    progress.Line(absl::StrFormat("model %d/%d %s", m + 1, options.models.size(), model));
+    for (ConfigResult& r : SweepModel(options, model, meter, progress)) {
+      progress.Steps(1);
+      if (options.completed.count({r.model_arg, r.strategy_arg})) continue;
       RETURN_IF_ERROR(on_result(r));
+      progress.Line(absl::StrFormat("%s %s: %s%s", r.model, r.strategy, r.status,
+                                    r.message.empty() ? "" : " (" + r.message + ")"));
       all.push_back(std::move(r));
-      const ConfigResult& done = all.back();
-      progress << absl::StrFormat("[%d/%d] %s %s: %s%s\n", all.size(), total, done.model,
-                                  done.strategy, done.status,
-                                  done.message.empty() ? "" : " (" + done.message + ")");
     }
   }
   return all;
+}
+
+absl::StatusOr<std::vector<DepthPoint>> RunDepthScan(const SweepOptions& options,
+                                                     const std::vector<int>& depths,
+                                                     MemoryMeter& meter, std::ostream& out) {
+  RETURN_IF_ERROR(ValidateSweep(options));
+  const std::vector<std::string> order = StrategyOrder(options.strategies);
+  Progress progress(out, static_cast<int64_t>(options.models.size() * depths.size() *
+                                              order.size()));
+  std::vector<DepthPoint> points;
+  for (const std::string& model_text : options.models) {
+    ASSIGN_OR_RETURN(Spec spec, ParseSpec(model_text));
+    std::string base = spec.name;  // the spec without its depth, naming the panel
+    for (const auto& [key, value] : spec.params) {
+      if (key != "depth") absl::StrAppend(&base, ":", key, "=", value);
+    }
+    for (int depth : depths) {
+      const std::string model_spec = absl::StrCat(base, ":depth=", depth);
+      ModelContext context;
+      context.device = options.device;
+      context.init_seed = options.seed;
+      absl::StatusOr<std::shared_ptr<ChainModel>> model = CreateModel(model_spec, context);
+      if (!model.ok()) {
+        progress.Line(absl::StrCat(model_spec, ": ", model.status().message()));
+        progress.Steps(order.size());
+        continue;
+      }
+      (*model)->SetTraining(true);
+      absl::StatusOr<Batch> batch = RunTorch([&] { return (*model)->MakeBatch(options.seed); });
+      if (!batch.ok()) return batch.status();
+      ModelProfile profile;
+      profile.model = (*model)->spec();
+      for (const StageInfo& s : (*model)->Stages()) profile.stages.push_back({s});
+      for (const std::string& strategy_spec : order) {
+        progress.Steps(1);
+        absl::StatusOr<std::unique_ptr<Strategy>> strategy = CreateStrategy(strategy_spec);
+        absl::StatusOr<Plan> plan = strategy.ok() ? (*strategy)->MakePlan(profile)
+                                                  : absl::StatusOr<Plan>(strategy.status());
+        absl::StatusOr<ChainExecutor> exec =
+            plan.ok() ? ChainExecutor::Create(*model, *plan, &meter, options.device)
+                      : absl::StatusOr<ChainExecutor>(plan.status());
+        SeedRound(options.seed);
+        absl::StatusOr<StepResult> step =
+            exec.ok() ? exec->Step(*batch) : absl::StatusOr<StepResult>(exec.status());
+        if (!step.ok()) {
+          progress.Line(absl::StrCat(model_spec, " ", strategy_spec, ": ", step.status().message()));
+          continue;
+        }
+        // Labelled as given: "uniform" resolves to other segment counts at other depths.
+        points.push_back({base, strategy_spec, depth, step->activation_bytes});
+      }
+      progress.Line(absl::StrCat(model_spec, ": done"));
+    }
+  }
+  return points;
 }
 
 std::vector<std::string> CsvRow(const ConfigResult& r, int threads) {
@@ -330,6 +420,8 @@ std::vector<std::string> CsvRow(const ConfigResult& r, int threads) {
           ok ? absl::StrFormat("%.9g", r.loss) : "",
           absl::StrCat(r.step_ms.size()),
           absl::StrCat(threads),
+          r.model_arg,
+          r.strategy_arg,
           r.plan,
           r.message};
 }

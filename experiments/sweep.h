@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <set>
+#include <utility>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "c10/core/Device.h"
 #include "core/memory_meter.h"
 #include "core/memory_model.h"
+#include "experiments/report.h"
 
 namespace ckpt {
 
@@ -29,10 +32,16 @@ struct SweepOptions {
   int steps = 5;   // timed rounds
   int warmup = 1;  // untimed rounds before them
   uint64_t seed = 0;
+  // (model spec, strategy spec) pairs, as given, already in results.csv (--resume): a model
+  // whose pairs are all there is skipped; otherwise it runs again and only the missing rows
+  // are reported.
+  std::set<std::pair<std::string, std::string>> completed;
 };
 
 // One configuration's measurements (a row of results.csv).
 struct ConfigResult {
+  std::string model_arg;     // the specs as given (what --resume matches)
+  std::string strategy_arg;
   std::string model;     // canonical spec
   std::string strategy;  // canonical spec, parameters resolved for this model
   std::string device;
@@ -61,6 +70,12 @@ absl::Status ValidateSweep(const SweepOptions& options);
 absl::StatusOr<std::vector<ConfigResult>> RunSweep(
     const SweepOptions& options, MemoryMeter& meter,
     const std::function<absl::Status(const ConfigResult&)>& on_result, std::ostream& progress);
+
+// The depth scan: for each model, its `depth` parameter set to each of `depths`, one step of
+// every strategy, activation bytes measured (failures are skipped and reported on `out`).
+absl::StatusOr<std::vector<DepthPoint>> RunDepthScan(const SweepOptions& options,
+                                                     const std::vector<int>& depths,
+                                                     MemoryMeter& meter, std::ostream& out);
 
 // The row's fields in ResultColumns() order.
 std::vector<std::string> CsvRow(const ConfigResult& r, int threads);

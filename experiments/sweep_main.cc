@@ -1,11 +1,12 @@
-// bazel run //experiments:sweep -- --models=SPEC[,SPEC...] --strategies=SPEC[,SPEC...]
-//     [--device=auto|cpu|cuda] [--steps=N] [--warmup=N] [--threads=N] [--out=DIR]
-//     [--memory_cap=BYTES|NGiB|NMiB] [--seed=N] [--explain] [--list]
+// bazel run //experiments:sweep -- [--preset=quick|paper] [--models=SPEC,...]
+//     [--strategies=SPEC,...] [--device=auto|cpu|cuda] [--steps=N] [--warmup=N] [--threads=N]
+//     [--out=DIR] [--resume] [--memory_cap=BYTES|16GiB] [--depths=4,8,16,32] [--seed=N]
+//     [--explain] [--list]
 //
-// Runs every model x strategy, checks each strategy's gradients against store_all's, writes
-// DIR/results.csv (one row per configuration, appended as each finishes) and prints a table.
-// Bad input is a one-line error naming the value and the accepted ones, exit status 2, and
-// nothing written.
+// Runs every model x strategy, checks each strategy's gradients against store_all's, appends
+// one row per configuration to DIR/results.csv as each model finishes, and at the end writes
+// DIR/report.md and the plots (pareto.png; depth.png with --depths). Bad input is a one-line
+// error naming the value and the accepted ones, exit status 2, and nothing written.
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -20,28 +21,27 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "core/chain_model.h"
 #include "core/device.h"
-#include "core/profiler.h"
 #include "core/memory_meter.h"
 #include "core/memory_model.h"
+#include "core/profiler.h"
 #include "core/status_macros.h"
 #include "core/strategy.h"
 #include "core/torch_status.h"
+#include "experiments/presets.h"
+#include "experiments/report.h"
 #include "experiments/results_csv.h"
 #include "experiments/sweep.h"
 
-// The quick default: CPU-friendly sizes of an MLP, an encoder and a decoder that still show
-// the trade-off, with every strategy (about a minute on 2 cores).
-ABSL_FLAG(std::string, models,
-          "heavy_mlp:depth=16:hidden=1024:batch=64,"
-          "transformer:depth=4:hidden=256:heads=4:seq=128:batch=4,"
-          "gpt2:depth=4:hidden=256:heads=4:seq=128:batch=2:vocab=8192",
-          "comma-separated model specs (see --list)");
-ABSL_FLAG(std::string, strategies,
-          "store_all,uniform,recompute_all,selective_attention,chunked_sequence",
+ABSL_FLAG(std::string, preset, "quick",
+          "quick (CPU-sized, the default) or paper (the classic sizes); --models and "
+          "--strategies override its lists");
+ABSL_FLAG(std::string, models, "", "comma-separated model specs (see --list)");
+ABSL_FLAG(std::string, strategies, "",
           "comma-separated strategy specs (see --list); store_all always runs as the reference");
 ABSL_FLAG(std::string, device, "auto", "auto (CUDA if available), cpu, cuda or cuda:N");
 ABSL_FLAG(int, steps, 10, "timed training steps per configuration");
@@ -50,12 +50,16 @@ ABSL_FLAG(int, threads, 1,
           "LibTorch and OpenBLAS threads; 1 is fastest on small machines (see README)");
 ABSL_FLAG(std::string, out, "",
           "output directory (default: results/sweep-<timestamp> in the workspace)");
+ABSL_FLAG(bool, resume, false,
+          "continue the results.csv in --out: models whose rows are all there are skipped");
 ABSL_FLAG(std::string, memory_cap, "",
           "cap on tensor memory: bytes, or with a unit (16GiB, 512MiB); configurations past it "
           "are oom rows");
+ABSL_FLAG(std::string, depths, "",
+          "also scan activation bytes over these depths (e.g. 4,8,16,32): depth.csv, depth.png");
 ABSL_FLAG(uint64_t, seed, 0, "seed for parameters, batches and dropout");
 ABSL_FLAG(bool, explain, false, "print each strategy's plan for each model, then exit");
-ABSL_FLAG(bool, list, false, "list the strategies and models with their parameters, then exit");
+ABSL_FLAG(bool, list, false, "list the presets, strategies and models, then exit");
 
 namespace ckpt {
 namespace {
@@ -95,6 +99,20 @@ absl::StatusOr<std::optional<int64_t>> ParseBytes(const std::string& text) {
   return std::optional<int64_t>(static_cast<int64_t>(value * unit));
 }
 
+absl::StatusOr<std::vector<int>> ParseDepths(const std::string& text) {
+  std::vector<int> depths;
+  if (text.empty()) return depths;
+  for (const std::string& item : SplitList(text)) {
+    int depth = 0;
+    if (!absl::SimpleAtoi(item, &depth) || depth < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--depths: '", item, "' is not accepted; accepted: integers >= 1, e.g. 4,8,16,32"));
+    }
+    depths.push_back(depth);
+  }
+  return depths;
+}
+
 std::string DefaultOutDir() {
   const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
   std::time_t now = std::time(nullptr);
@@ -103,7 +121,7 @@ std::string DefaultOutDir() {
   return absl::StrCat(workspace != nullptr ? workspace : ".", "/results/sweep-", stamp);
 }
 
-// Prints each strategy's plan for each model (--explain). Builds the models to profile them.
+// Prints each strategy's plan for each model (--explain), with its predicted memory.
 absl::Status Explain(const SweepOptions& options, MemoryMeter& meter) {
   for (const std::string& model_spec : options.models) {
     ModelContext context;
@@ -117,7 +135,8 @@ absl::Status Explain(const SweepOptions& options, MemoryMeter& meter) {
       ASSIGN_OR_RETURN(std::unique_ptr<Strategy> strategy, CreateStrategy(strategy_spec));
       absl::StatusOr<Plan> plan = strategy->MakePlan(profile);
       if (!plan.ok()) {
-        std::printf("  %s: %s\n", strategy_spec.c_str(), std::string(plan.status().message()).c_str());
+        std::printf("  %s: %s\n", strategy_spec.c_str(),
+                    std::string(plan.status().message()).c_str());
         continue;
       }
       ASSIGN_OR_RETURN(ModelProfile plan_profile,
@@ -133,29 +152,50 @@ absl::Status Explain(const SweepOptions& options, MemoryMeter& meter) {
   return absl::OkStatus();
 }
 
+// The (model, strategy) pairs, as given, of the rows in an existing results.csv.
+absl::StatusOr<std::set<std::pair<std::string, std::string>>> CompletedPairs(
+    const std::string& path) {
+  ASSIGN_OR_RETURN(std::vector<ResultRow> rows, ReadResults(path));
+  std::set<std::pair<std::string, std::string>> pairs;
+  for (const ResultRow& r : rows) pairs.emplace(r.at("model_arg"), r.at("strategy_arg"));
+  return pairs;
+}
+
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "runs every model x strategy and writes results.csv; see README.md.\n"
-      "  bazel run //experiments:sweep -- --models=heavy_mlp:depth=40 "
+      "runs every model x strategy and writes results.csv, report.md and plots; see "
+      "README.md.\n  bazel run //experiments:sweep -- --models=heavy_mlp:depth=40 "
       "--strategies=store_all,uniform");
-  absl::ParseCommandLine(argc, argv);
+  const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() > 1) {
+    Die(absl::InvalidArgumentError(absl::StrCat("unexpected argument '", args[1],
+                                                "'; flags are --name=value (see --help)")));
+  }
 
   if (absl::GetFlag(FLAGS_list)) {
-    std::printf("strategies:\n%s\nmodels:\n%s", Strategies().Describe().c_str(),
+    std::printf("presets: %s\n\nstrategies:\n%s\nmodels:\n%s",
+                absl::StrJoin(PresetNames(), ", ").c_str(), Strategies().Describe().c_str(),
                 Models().Describe().c_str());
     return 0;
   }
 
   // Everything is checked before anything is written or any tensor is made.
+  absl::StatusOr<Preset> preset = FindPreset(absl::GetFlag(FLAGS_preset));
+  if (!preset.ok()) Die(preset.status());
   SweepOptions options;
-  options.models = SplitList(absl::GetFlag(FLAGS_models));
-  options.strategies = SplitList(absl::GetFlag(FLAGS_strategies));
+  options.models = absl::GetFlag(FLAGS_models).empty() ? preset->models
+                                                        : SplitList(absl::GetFlag(FLAGS_models));
+  options.strategies = absl::GetFlag(FLAGS_strategies).empty()
+                           ? preset->strategies
+                           : SplitList(absl::GetFlag(FLAGS_strategies));
   options.steps = absl::GetFlag(FLAGS_steps);
   options.warmup = absl::GetFlag(FLAGS_warmup);
   options.seed = absl::GetFlag(FLAGS_seed);
   if (absl::Status s = ValidateSweep(options); !s.ok()) Die(s);
   absl::StatusOr<std::optional<int64_t>> cap = ParseBytes(absl::GetFlag(FLAGS_memory_cap));
   if (!cap.ok()) Die(cap.status());
+  absl::StatusOr<std::vector<int>> depths = ParseDepths(absl::GetFlag(FLAGS_depths));
+  if (!depths.ok()) Die(depths.status());
   if (absl::Status s = SetComputeThreads(absl::GetFlag(FLAGS_threads)); !s.ok()) {
     Die(absl::InvalidArgumentError(absl::StrCat("--threads: ", s.message())));
   }
@@ -173,26 +213,60 @@ int Main(int argc, char** argv) {
 
   const std::string out_dir =
       absl::GetFlag(FLAGS_out).empty() ? DefaultOutDir() : absl::GetFlag(FLAGS_out);
+  const std::string csv_path = out_dir + "/results.csv";
+  const bool exists = std::filesystem::exists(csv_path);
+  if (exists && !absl::GetFlag(FLAGS_resume)) {
+    Die(absl::AlreadyExistsError(absl::StrCat(
+        csv_path, " exists; pass --resume to continue it, or another --out")));
+  }
+  if (exists) {
+    absl::StatusOr<std::set<std::pair<std::string, std::string>>> done = CompletedPairs(csv_path);
+    if (!done.ok()) Die(done.status());
+    options.completed = *std::move(done);
+  }
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) {
     Die(absl::PermissionDeniedError(
         absl::StrCat("--out='", out_dir, "' cannot be created: ", ec.message())));
   }
-  absl::StatusOr<CsvAppender> csv = CsvAppender::Create(out_dir + "/results.csv");
+  absl::StatusOr<CsvAppender> csv =
+      exists ? CsvAppender::Append(csv_path) : CsvAppender::Create(csv_path);
   if (!csv.ok()) Die(csv.status());
 
   const int threads = absl::GetFlag(FLAGS_threads);
-  std::cerr << "sweep: " << DescribeRuntime() << "; memory: " << (*meter)->Describe() << "\n";
+  RunInfo info;
+  info.runtime = DescribeRuntime();
+  info.meter = (*meter)->Describe();
+  std::vector<std::string> command(argv, argv + argc);
+  command[0] = "sweep";
+  info.command = absl::StrJoin(command, " ");
+  std::cerr << "sweep: " << info.runtime << "; memory: " << info.meter << "\n";
   absl::StatusOr<std::vector<ConfigResult>> results = RunSweep(
       options, **meter,
-      [&](const ConfigResult& r) { return csv->Append(CsvRow(r, threads)); }, std::cerr);
+      [&](const ConfigResult& r) { return csv->Write(CsvRow(r, threads)); }, std::cerr);
   if (!results.ok()) {
     std::fprintf(stderr, "sweep: %s\n", results.status().ToString().c_str());
     return 1;
   }
-  std::printf("%s\nresults: %s/results.csv\n", FormatTable(*results).c_str(), out_dir.c_str());
-  return 0;
+  std::printf("%s\n", FormatTable(*results).c_str());
+
+  // The report and plots, from every row of results.csv (a resumed sweep's earlier ones too).
+  absl::StatusOr<std::vector<ResultRow>> rows = ReadResults(csv_path);
+  absl::Status report = rows.ok() ? WriteReport(out_dir, *rows, info) : rows.status();
+  absl::Status plot = rows.ok() ? WriteParetoPlot(out_dir, *rows) : rows.status();
+  for (const absl::Status& s : {report, plot}) {
+    if (!s.ok()) std::fprintf(stderr, "sweep: %s\n", std::string(s.message()).c_str());
+  }
+  if (!depths->empty()) {
+    absl::StatusOr<std::vector<DepthPoint>> points =
+        RunDepthScan(options, *depths, **meter, std::cerr);
+    absl::Status s = points.ok() ? WriteDepthPlot(out_dir, *points) : points.status();
+    if (!s.ok()) std::fprintf(stderr, "sweep: depth scan: %s\n", std::string(s.message()).c_str());
+  }
+  std::printf("results: %s (results.csv, report.md, pareto.png%s)\n", out_dir.c_str(),
+              depths->empty() ? "" : ", depth.csv, depth.png");
+  return report.ok() ? 0 : 1;
 }
 
 }  // namespace

@@ -29,6 +29,44 @@ else
   fail "no results.csv"
 fi
 
+for f in report.md pareto.png pareto.dat; do
+  [[ -s "$tmp/ok/$f" ]] || fail "no $f in the output folder"
+done
+grep -q '^## heavy_mlp:depth=4:hidden=8:batch=2$' "$tmp/ok/report.md" || fail "report.md has no model section"
+
+# An existing results.csv is not overwritten without --resume.
+set +e
+"$sweep" --models=heavy_mlp:depth=2:hidden=4:batch=1 --out="$tmp/ok" >/dev/null 2>"$tmp/exists.stderr"
+rc=$?
+set -e
+[[ $rc -eq 2 ]] || fail "existing results.csv: exit $rc, expected 2"
+grep -q "pass --resume" "$tmp/exists.stderr" || fail "existing results.csv: $(cat "$tmp/exists.stderr")"
+
+# Killed mid-run, the file holds only complete rows; --resume skips the models already done
+# and adds the rest, each row once.
+models="heavy_mlp:depth=3:hidden=8:batch=2,heavy_mlp:depth=4:hidden=8:batch=2"
+models+=",heavy_mlp:depth=5:hidden=8:batch=2,heavy_mlp:depth=6:hidden=512:batch=512"
+"$sweep" --models="$models" --strategies=uniform --steps=400 --warmup=0 --out="$tmp/kill" \
+  >/dev/null 2>"$tmp/kill.stderr" &
+pid=$!
+for _ in $(seq 1 600); do  # until the first model's rows are in (at most a minute)
+  [[ $(wc -l <"$tmp/kill/results.csv" 2>/dev/null || echo 0) -ge 3 ]] && break
+  sleep 0.1
+done
+kill -9 "$pid" 2>/dev/null || true
+wait "$pid" 2>/dev/null || true
+rows_before=$(($(wc -l <"$tmp/kill/results.csv") - 1))
+((rows_before >= 2 && rows_before < 8)) || fail "killed sweep left $rows_before rows"
+[[ $(tail -c 1 "$tmp/kill/results.csv" | od -An -c | tr -d ' ') == '\n' ]] ||
+  fail "killed sweep left a partial line"
+"$sweep" --models="$models" --strategies=uniform --steps=2 --warmup=0 --out="$tmp/kill" --resume \
+  >/dev/null 2>"$tmp/resume.stderr" || fail "resume exited $?: $(cat "$tmp/resume.stderr")"
+grep -q "already in results.csv, skipped" "$tmp/resume.stderr" || fail "resume skipped nothing"
+[[ $(($(wc -l <"$tmp/kill/results.csv") - 1)) -eq 8 ]] ||
+  fail "after resume: $(cat "$tmp/kill/results.csv")"
+dupes=$(cut -d, -f1,2 "$tmp/kill/results.csv" | sort | uniq -d)
+[[ -z "$dupes" ]] || fail "rows twice after resume: $dupes"
+
 # Bad input: exit status 2, a one-line message naming the value, nothing written.
 check_bad() {
   local expect="$1"
@@ -52,6 +90,9 @@ check_bad "steps=0 is not accepted" --steps=0
 check_bad "unknown device 'tpu'" --device=tpu
 check_bad "--memory_cap='lots' is not accepted" --memory_cap=lots
 check_bad "thread count 0 is not accepted" --threads=0
+check_bad "unknown preset 'huge'; accepted: quick, paper" --preset=huge
+check_bad "--depths: 'x' is not accepted" --depths=4,x
+check_bad "unexpected argument 'stray'" stray
 
 # An output directory that cannot be created.
 set +e

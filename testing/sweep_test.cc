@@ -2,10 +2,13 @@
 // against it, exact gradients, failures as rows (a plan that does not fit, out of memory).
 #include "experiments/sweep.h"
 
+#include <cstdio>
 #include <sstream>
 
 #include "c10/core/Device.h"
 #include "core/memory_meter.h"
+#include "experiments/presets.h"
+#include "experiments/report.h"
 #include "experiments/results_csv.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -36,7 +39,7 @@ std::vector<ConfigResult> RunTiny(const SweepOptions& o, std::vector<ConfigResul
       },
       progress);
   EXPECT_TRUE(results.ok()) << results.status();
-  EXPECT_THAT(progress.str(), HasSubstr("[4/4]"));
+  EXPECT_THAT(progress.str(), HasSubstr("ETA"));
   return results.ok() ? *results : std::vector<ConfigResult>();
 }
 
@@ -104,6 +107,82 @@ TEST(Sweep, RejectsBadInputBeforeRunning) {
   o = Tiny();
   o.steps = 0;
   EXPECT_THAT(std::string(ValidateSweep(o).message()), HasSubstr("steps=0"));
+}
+
+TEST(ParetoFront, KeepsThePointsNothingBeatsOnBothAxes) {
+  // (time, memory): b is beaten by a (slower and bigger), d by c; e ties c's time with more
+  // memory.
+  const std::vector<std::pair<double, double>> points = {
+      {1.0, 10.0}, {2.0, 11.0}, {1.5, 6.0}, {3.0, 7.0}, {1.5, 8.0}, {4.0, 2.0}};
+  EXPECT_EQ(ParetoFront(points), (std::vector<size_t>{0, 2, 5}));
+  EXPECT_TRUE(ParetoFront({}).empty());
+}
+
+TEST(ReadCsv, ReadsBackWhatTheAppenderWrote) {
+  const std::string path = ::testing::TempDir() + "/roundtrip.csv";
+  {
+    absl::StatusOr<CsvAppender> csv = CsvAppender::Create(path);
+    ASSERT_TRUE(csv.ok()) << csv.status();
+    std::vector<std::string> row(ResultColumns().size(), "x");
+    row[0] = "a, \"quoted\"\nline";
+    ASSERT_TRUE(csv->Write(row).ok());
+  }
+  absl::StatusOr<std::vector<std::vector<std::string>>> rows = ReadCsv(path);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[0], ResultColumns());
+  EXPECT_EQ((*rows)[1][0], "a, \"quoted\"\nline");
+  // Appending checks the header; a file with another one is refused.
+  EXPECT_TRUE(CsvAppender::Append(path).ok());
+  const std::string other = ::testing::TempDir() + "/other.csv";
+  std::FILE* f = std::fopen(other.c_str(), "w");
+  std::fputs("a,b\n1,2\n", f);
+  std::fclose(f);
+  EXPECT_EQ(CsvAppender::Append(other).status().code(), absl::StatusCode::kFailedPrecondition);
+  f = std::fopen(other.c_str(), "w");
+  std::fputs("a,b\n1,", f);  // cut short
+  std::fclose(f);
+  EXPECT_EQ(ReadCsv(other).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ReadCsv(other + ".missing").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(Presets, QuickAndPaperExistAndValidate) {
+  for (const std::string& name : PresetNames()) {
+    absl::StatusOr<Preset> preset = FindPreset(name);
+    ASSERT_TRUE(preset.ok());
+    SweepOptions o;
+    o.models = preset->models;
+    o.strategies = preset->strategies;
+    EXPECT_TRUE(ValidateSweep(o).ok()) << name << ": " << ValidateSweep(o);
+  }
+  EXPECT_EQ(PresetNames(), (std::vector<std::string>{"quick", "paper"}));
+  absl::StatusOr<Preset> bad = FindPreset("huge");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("accepted: quick, paper"));
+}
+
+TEST(Sweep, ResumeSkipsCompletedModelsAndReportsOnlyMissingRows) {
+  SweepOptions o = Tiny();
+  o.models = {"heavy_mlp:depth=2:hidden=4:batch=2", "heavy_mlp:depth=3:hidden=4:batch=2"};
+  o.strategies = {"uniform"};
+  o.completed = {{"heavy_mlp:depth=2:hidden=4:batch=2", "store_all"},
+                 {"heavy_mlp:depth=2:hidden=4:batch=2", "uniform"},
+                 {"heavy_mlp:depth=3:hidden=4:batch=2", "store_all"}};
+  std::vector<ConfigResult> streamed;
+  std::ostringstream progress;
+  absl::StatusOr<std::vector<ConfigResult>> rows = RunSweep(
+      o, Cpu(),
+      [&](const ConfigResult& r) {
+        streamed.push_back(r);
+        return absl::OkStatus();
+      },
+      progress);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(streamed.size(), 1u);  // the first model skipped; of the second, only uniform
+  EXPECT_EQ(streamed[0].model_arg, "heavy_mlp:depth=3:hidden=4:batch=2");
+  EXPECT_EQ(streamed[0].strategy_arg, "uniform");
+  EXPECT_EQ(streamed[0].status, "ok");
+  EXPECT_THAT(progress.str(), HasSubstr("already in results.csv, skipped"));
 }
 
 TEST(CsvRow, HasEveryColumnAndQuotesWhatNeedsIt) {

@@ -1,0 +1,295 @@
+#include "experiments/report.h"
+
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "experiments/results_csv.h"
+
+namespace ckpt {
+namespace {
+
+double Num(const ResultRow& row, const std::string& column) {
+  double v = std::nan("");
+  auto it = row.find(column);
+  if (it != row.end()) absl::SimpleAtod(it->second, &v);
+  return v;
+}
+
+const std::string& Text(const ResultRow& row, const std::string& column) {
+  static const std::string kEmpty;
+  auto it = row.find(column);
+  return it == row.end() ? kEmpty : it->second;
+}
+
+std::string Pct(double ratio) {
+  return std::isnan(ratio) ? "" : absl::StrFormat("%+.1f%%", (ratio - 1) * 100);
+}
+std::string Saving(double ratio) {
+  return std::isnan(ratio) ? "" : absl::StrFormat("%.1f%%", (1 - ratio) * 100);
+}
+std::string Mib(double bytes) {
+  return std::isnan(bytes) ? "" : absl::StrFormat("%.2f", bytes / 1048576.0);
+}
+std::string Ratio(double a, double b) {
+  return std::isnan(a) || std::isnan(b) || b == 0 ? "" : absl::StrFormat("%.4f", a / b);
+}
+
+// Models in order of first appearance.
+std::vector<std::string> ModelsOf(const std::vector<ResultRow>& rows) {
+  std::vector<std::string> models;
+  for (const ResultRow& r : rows) {
+    if (std::find(models.begin(), models.end(), Text(r, "model")) == models.end()) {
+      models.push_back(Text(r, "model"));
+    }
+  }
+  return models;
+}
+
+absl::Status WriteAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    if (!out) return absl::DataLossError(absl::StrCat("cannot write ", tmp));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return absl::DataLossError(absl::StrCat("cannot rename ", tmp, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+std::string ReadFirstMatch(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key, 0) == 0) {
+      const size_t colon = line.find(':');
+      return colon == std::string::npos ? line : line.substr(line.find_first_not_of(" \t", colon + 1));
+    }
+  }
+  return "unknown";
+}
+
+// gnuplot string literal: single-quoted, quotes doubled.
+std::string GpString(const std::string& s) {
+  return absl::StrCat("'", absl::StrReplaceAll(s, {{"'", "''"}}), "'");
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ResultRow>> ReadResults(const std::string& path) {
+  absl::StatusOr<std::vector<std::vector<std::string>>> csv = ReadCsv(path);
+  if (!csv.ok()) return csv.status();
+  if (csv->empty() || (*csv)[0] != ResultColumns()) {
+    return absl::FailedPreconditionError(absl::StrCat(path, " has another header"));
+  }
+  std::vector<ResultRow> rows;
+  for (size_t i = 1; i < csv->size(); ++i) {
+    ResultRow row;
+    for (size_t c = 0; c < (*csv)[i].size() && c < ResultColumns().size(); ++c) {
+      row[ResultColumns()[c]] = (*csv)[i][c];
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+std::string DescribeMachine() {
+  utsname u{};
+  uname(&u);
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  const double mem_gib = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) /
+                         (1024.0 * 1024 * 1024);
+  return absl::StrFormat("%s, %ld cores, %.1f GiB; %s %s %s",
+                         ReadFirstMatch("/proc/cpuinfo", "model name"), cores, mem_gib,
+                         u.sysname, u.release, u.machine);
+}
+
+absl::Status WriteReport(const std::string& dir, const std::vector<ResultRow>& rows,
+                         const RunInfo& info) {
+  std::string md = "# ckptlab sweep report\n\n";
+  absl::StrAppend(&md, "- machine: ", DescribeMachine(), "\n- runtime: ", info.runtime,
+                  "\n- memory: ", info.meter, "\n- command: `", info.command, "`\n\n");
+  absl::StrAppend(&md,
+                  "Savings and overheads are against store_all on the same model, measured "
+                  "side by side (timing interleaved, ratio per round, median). Peak = highest "
+                  "live tensor bytes above the baseline (parameters, batch) during a step. "
+                  "Predicted = the analytical memory model (core/memory_model.h). Raw data: "
+                  "results.csv.\n\n");
+  for (const std::string& model : ModelsOf(rows)) {
+    absl::StrAppend(&md, "## ", model, "\n\n");
+    absl::StrAppend(
+        &md,
+        "| strategy | status | activations MiB | activation saving | peak MiB | peak saving | "
+        "time overhead | step ms | recomputed stages | predicted / measured activations | "
+        "predicted / measured peak | max abs grad diff |\n"
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for (const ResultRow& r : rows) {
+      if (Text(r, "model") != model) continue;
+      if (Text(r, "status") != "ok") {
+        absl::StrAppend(&md, "| ", Text(r, "strategy"), " | ", Text(r, "status"), " | ",
+                        absl::StrReplaceAll(Text(r, "message"), {{"|", "/"}, {"\n", " "}}),
+                        " |||||||||||\n");
+        continue;
+      }
+      const double baseline = Num(r, "baseline_bytes");
+      absl::StrAppend(
+          &md, "| ", Text(r, "strategy"), " | ok | ", Mib(Num(r, "activation_bytes")), " | ",
+          Saving(Num(r, "activation_vs_store_all")), " | ",
+          Mib(Num(r, "peak_above_baseline_bytes")), " | ", Saving(Num(r, "peak_vs_store_all")),
+          " | ", Pct(Num(r, "overhead_vs_store_all")), " | ", Text(r, "step_ms_median"), " | ",
+          Text(r, "recompute_forwards"), " | ",
+          Ratio(Num(r, "predicted_activation_bytes"), Num(r, "activation_bytes")), " | ",
+          Ratio(Num(r, "predicted_peak_bytes") - baseline, Num(r, "peak_bytes") - baseline),
+          " | ", Text(r, "max_grad_diff_vs_store_all"), " |\n");
+    }
+    for (const ResultRow& r : rows) {
+      if (Text(r, "model") == model && !Text(r, "plan").empty()) {
+        absl::StrAppend(&md, "\n- `", Text(r, "strategy"), "`: ", Text(r, "plan"));
+      }
+    }
+    absl::StrAppend(&md, "\n\n");
+  }
+  absl::StrAppend(&md, "![memory against time](pareto.png)\n");
+  return WriteAtomically(dir + "/report.md", md);
+}
+
+std::vector<size_t> ParetoFront(const std::vector<std::pair<double, double>>& points) {
+  std::vector<size_t> order(points.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return points[a].first < points[b].first ||
+           (points[a].first == points[b].first && points[a].second < points[b].second);
+  });
+  std::vector<size_t> front;
+  double best_memory = INFINITY;
+  for (size_t i : order) {
+    if (points[i].second < best_memory) {
+      front.push_back(i);
+      best_memory = points[i].second;
+    }
+  }
+  return front;
+}
+
+absl::Status RunGnuplot(const std::string& dir, const std::string& script) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    return absl::UnavailableError(
+        "gnuplot is not installed (apt-get install gnuplot-nox); plot data and scripts were "
+        "written, the pictures were not");
+  }
+  const std::string command =
+      absl::StrCat("cd '", dir, "' && gnuplot ", script, " 2> ", script, ".log");
+  if (std::system(command.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("gnuplot failed on ", dir, "/", script,
+                                            "; see ", script, ".log"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteParetoPlot(const std::string& dir, const std::vector<ResultRow>& rows) {
+  const std::vector<std::string> models = ModelsOf(rows);
+  std::string data, gp;
+  const int columns = models.size() > 1 ? 2 : 1;
+  const int panel_rows = (static_cast<int>(models.size()) + columns - 1) / columns;
+  absl::StrAppend(&gp, "set terminal pngcairo size ", 640 * columns, ",", 420 * panel_rows,
+                  " font ',9'\nset output 'pareto.png'\nset multiplot layout ", panel_rows, ",",
+                  columns, " title 'Peak memory against step time (lower left is better)'\n",
+                  "set key outside bottom center horizontal\nset grid\nset offsets graph 0.08, "
+                  "graph 0.08, graph 0.12, graph 0.08\nset xlabel 'step time, ms (median)'\n",
+                  "set ylabel 'peak above baseline, MiB'\n");
+  int block = 0;
+  for (const std::string& model : models) {
+    std::vector<std::pair<double, double>> points;
+    std::vector<std::string> names;
+    for (const ResultRow& r : rows) {
+      if (Text(r, "model") != model || Text(r, "status") != "ok") continue;
+      points.emplace_back(Num(r, "step_ms_median"), Num(r, "peak_above_baseline_bytes") / 1048576.0);
+      names.push_back(Text(r, "strategy"));
+    }
+    if (points.empty()) continue;
+    absl::StrAppend(&data, "# ", model, "\n");
+    for (size_t i = 0; i < points.size(); ++i) {
+      absl::StrAppend(&data, absl::StrFormat("%.4f %.6f \"%s\"\n", points[i].first,
+                                             points[i].second, names[i]));
+    }
+    absl::StrAppend(&data, "\n\n# Pareto front\n");
+    for (size_t i : ParetoFront(points)) {
+      absl::StrAppend(&data, absl::StrFormat("%.4f %.6f\n", points[i].first, points[i].second));
+    }
+    absl::StrAppend(&data, "\n\n");
+    absl::StrAppend(&gp, "set title ", GpString(model), " noenhanced\n",
+                    "plot 'pareto.dat' index ", block, " using 1:2 with points pt 7 ps 1.4 ",
+                    "title 'strategy', '' index ", block,
+                    " using 1:2:3 with labels offset 0,0.9 font ',8' noenhanced notitle, ",
+                    "'' index ", block + 1,
+                    " using 1:2 with linespoints lw 2 dt 2 pt 6 ps 2.2 title 'Pareto front'\n");
+    block += 2;
+  }
+  absl::StrAppend(&gp, "unset multiplot\n");
+  if (absl::Status s = WriteAtomically(dir + "/pareto.dat", data); !s.ok()) return s;
+  if (absl::Status s = WriteAtomically(dir + "/pareto.gp", gp); !s.ok()) return s;
+  return RunGnuplot(dir, "pareto.gp");
+}
+
+absl::Status WriteDepthPlot(const std::string& dir, const std::vector<DepthPoint>& points) {
+  std::string csv = "model,strategy,depth,activation_bytes\n";
+  std::vector<std::string> models, strategies;
+  for (const DepthPoint& p : points) {
+    absl::StrAppend(&csv, CsvField(p.model), ",", CsvField(p.strategy), ",", p.depth, ",",
+                    p.activation_bytes, "\n");
+    if (std::find(models.begin(), models.end(), p.model) == models.end()) models.push_back(p.model);
+    if (std::find(strategies.begin(), strategies.end(), p.strategy) == strategies.end()) {
+      strategies.push_back(p.strategy);
+    }
+  }
+  // One data block per (model, strategy).
+  std::string data;
+  std::string gp = absl::StrCat(
+      "set terminal pngcairo size ", 640 * models.size(), ",460 font ',9'\n",
+      "set output 'depth.png'\nset multiplot layout 1,", models.size(),
+      " title 'Activation bytes after forward against depth (log-log): O(L), O(sqrt L), O(1)'\n",
+      "set logscale xy 2\nset grid\nset key outside bottom center horizontal\n",
+      "set xlabel 'depth parameter of the model'\n",
+      "set ylabel 'activations, KiB'\n");
+  int block = 0;
+  for (const std::string& model : models) {
+    std::vector<std::string> plots;
+    for (const std::string& strategy : strategies) {
+      absl::StrAppend(&data, "# ", model, " ", strategy, "\n");
+      for (const DepthPoint& p : points) {
+        if (p.model == model && p.strategy == strategy) {
+          absl::StrAppend(&data, p.depth, " ", std::max(p.activation_bytes, int64_t{1}) / 1024.0,
+                          "\n");
+        }
+      }
+      absl::StrAppend(&data, "\n\n");
+      plots.push_back(absl::StrCat("'depth.dat' index ", block++,
+                                   " using 1:2 with linespoints lw 2 title ", GpString(strategy),
+                                   " noenhanced"));
+    }
+    absl::StrAppend(&gp, "set title ", GpString(model), " noenhanced\nplot ",
+                    absl::StrJoin(plots, ", "), "\n");
+  }
+  absl::StrAppend(&gp, "unset multiplot\n");
+  if (absl::Status s = WriteAtomically(dir + "/depth.csv", csv); !s.ok()) return s;
+  if (absl::Status s = WriteAtomically(dir + "/depth.dat", data); !s.ok()) return s;
+  if (absl::Status s = WriteAtomically(dir + "/depth.gp", gp); !s.ok()) return s;
+  return RunGnuplot(dir, "depth.gp");
+}
+
+}  // namespace ckpt

@@ -1,0 +1,59 @@
+// The sweep's human-facing outputs, made from results.csv (so a resumed sweep reports every
+// row): report.md, a table per model with savings and overheads against store_all, and plots
+// rendered by gnuplot (pareto.png: memory against step time per model, the Pareto front
+// marked; depth.png: activation bytes against depth, log-log).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace ckpt {
+
+// One results.csv row, by column name.
+using ResultRow = std::map<std::string, std::string>;
+
+// Reads results.csv into rows (header checked).
+absl::StatusOr<std::vector<ResultRow>> ReadResults(const std::string& path);
+
+struct RunInfo {
+  std::string command;  // the command line
+  std::string runtime;  // LibTorch, BLAS, threads, CUDA (DescribeRuntime)
+  std::string meter;    // how memory was counted
+};
+
+// The machine: CPU model, cores, memory, OS (from /proc and uname).
+std::string DescribeMachine();
+
+// Writes `dir`/report.md (atomically: a temporary file renamed into place).
+absl::Status WriteReport(const std::string& dir, const std::vector<ResultRow>& rows,
+                         const RunInfo& info);
+
+// The Pareto front of (time, memory) points: indices of the points that no other point beats
+// on both (ties: the earlier one), in order of time.
+std::vector<size_t> ParetoFront(const std::vector<std::pair<double, double>>& points);
+
+// Writes pareto.dat and pareto.gp to `dir` and runs gnuplot on them for pareto.png.
+// Unavailable if gnuplot is not installed (the data files are written anyway).
+absl::Status WriteParetoPlot(const std::string& dir, const std::vector<ResultRow>& rows);
+
+// One point of the depth scan: a strategy's activation bytes at a depth.
+struct DepthPoint {
+  std::string model;  // the model spec without its depth
+  std::string strategy;
+  int depth = 0;
+  int64_t activation_bytes = 0;
+};
+
+// Writes depth.csv, depth.gp and (with gnuplot) depth.png: activation bytes against depth per
+// strategy, log-log, one panel per model.
+absl::Status WriteDepthPlot(const std::string& dir, const std::vector<DepthPoint>& points);
+
+// Runs `gnuplot script` in `dir`. Unavailable if gnuplot is missing.
+absl::Status RunGnuplot(const std::string& dir, const std::string& script);
+
+}  // namespace ckpt
