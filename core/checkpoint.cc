@@ -8,6 +8,7 @@
 #include "ATen/ops/cat.h"
 #include "ATen/ops/empty.h"
 #include "core/rng.h"
+#include "core/torch_compat.h"
 #include "torch/csrc/autograd/autograd.h"
 #include "torch/csrc/autograd/custom_function.h"
 
@@ -23,6 +24,9 @@ struct CheckpointCall : torch::CustomClassHolder {
   TensorFn fn;
   CheckpointOptions options;
   std::optional<RngState> rng;
+  // Mixed precision as the forward ran it; the recomputation (inside backward, where the
+  // caller has usually left autocast) must cast the same way.
+  compat::AutocastState autocast = compat::GetAutocast();
   std::vector<bool> input_requires_grad;
 };
 
@@ -122,6 +126,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
         RestoreRng(*call->rng);
       }
       RngRestorer restore_after(std::move(current));
+      compat::ScopedAutocast autocast(call->autocast);
       at::AutoGradMode enable_grad(true);
       outputs = call->fn(inputs);
     }
@@ -138,6 +143,7 @@ struct RecomputeAllCall : torch::CustomClassHolder {
   std::vector<TensorFn> stages;
   CheckpointOptions options;
   std::optional<RngState> rng;
+  compat::AutocastState autocast = compat::GetAutocast();
   std::vector<bool> input_requires_grad;
 };
 
@@ -168,6 +174,7 @@ struct RecomputeAllFunction : torch::autograd::Function<RecomputeAllFunction> {
       if (call->rng) RestoreRng(*call->rng);  // stages 0..k draw what they drew in forward
       std::vector<at::Tensor> x = saved;
       {
+        compat::ScopedAutocast autocast(call->autocast);
         at::NoGradGuard no_grad;
         for (int j = 0; j < k; ++j) x = call->stages[j](x);
       }
@@ -179,6 +186,7 @@ struct RecomputeAllFunction : torch::autograd::Function<RecomputeAllFunction> {
       x.clear();
       variable_list outputs;
       {
+        compat::ScopedAutocast autocast(call->autocast);
         at::AutoGradMode enable_grad(true);
         outputs = call->stages[k](leaves);
       }

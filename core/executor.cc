@@ -8,6 +8,7 @@
 #include "core/checkpoint.h"
 #include "core/device.h"
 #include "core/status_macros.h"
+#include "core/torch_compat.h"
 #include "core/torch_status.h"
 
 namespace ckpt {
@@ -69,7 +70,7 @@ at::Tensor ChainExecutor::RunForward(const Batch& batch) {
   return model_->Loss(acts, batch);
 }
 
-StepResult ChainExecutor::RunStep(const Batch& batch) {
+StepResult ChainExecutor::RunStep(const Batch& batch, const StepOptions& options) {
   ClearGradients(model_->Parameters());
   ClearGradients(batch.inputs);
   std::unique_ptr<StepTimer> timer = MakeStepTimer(device_);
@@ -80,9 +81,22 @@ StepResult ChainExecutor::RunStep(const Batch& batch) {
   stage_calls_->store(0);
 
   timer->Start();
-  at::Tensor loss = RunForward(batch);
+  at::Tensor loss;
+  {
+    compat::AutocastState autocast;  // off unless asked
+    if (options.autocast) {
+      (device_.is_cuda() ? autocast.cuda : autocast.cpu) = true;
+      (device_.is_cuda() ? autocast.cuda_dtype : autocast.cpu_dtype) = *options.autocast;
+    }
+    compat::ScopedAutocast scope(autocast);
+    loss = RunForward(batch);
+  }
   r.activation_bytes = meter_->Stats().live_bytes - r.baseline_bytes;
-  loss.backward();
+  if (options.loss_scale != 1.0) {
+    loss.mul(options.loss_scale).backward();
+  } else {
+    loss.backward();
+  }
   r.step_ms = timer->StopMs();
 
   r.loss = loss.item<double>();
@@ -91,8 +105,8 @@ StepResult ChainExecutor::RunStep(const Batch& batch) {
   return r;
 }
 
-absl::StatusOr<StepResult> ChainExecutor::Step(const Batch& batch) {
-  return RunTorch([&] { return RunStep(batch); });
+absl::StatusOr<StepResult> ChainExecutor::Step(const Batch& batch, const StepOptions& options) {
+  return RunTorch([&] { return RunStep(batch, options); });
 }
 
 absl::StatusOr<double> ChainExecutor::ForwardLoss(const Batch& batch) {

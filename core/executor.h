@@ -12,9 +12,11 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "c10/core/Device.h"
+#include "c10/core/ScalarType.h"
 #include "core/chain_model.h"
 #include "core/memory_meter.h"
 #include "core/plan.h"
@@ -32,6 +34,15 @@ struct StepResult {
   double step_ms = 0;            // forward + loss + backward
 };
 
+struct StepOptions {
+  // Backpropagate loss x loss_scale (dynamic loss scaling for float16); the reported loss is
+  // unscaled.
+  double loss_scale = 1.0;
+  // Run the forward (and every recomputation of it) under autocast to this dtype on the
+  // executor's device: bfloat16 on CPU, float16 on CUDA. Backward runs outside autocast.
+  std::optional<c10::ScalarType> autocast;
+};
+
 class ChainExecutor {
  public:
   // Validates `plan` against the model's stages. `meter` must outlive the executor.
@@ -41,7 +52,7 @@ class ChainExecutor {
   // Sets every parameter's and input's gradient to none, then runs forward under the plan,
   // the loss and backward, leaving the gradients in .grad. The model's training mode is the
   // caller's choice.
-  absl::StatusOr<StepResult> Step(const Batch& batch);
+  absl::StatusOr<StepResult> Step(const Batch& batch, const StepOptions& options = {});
 
   // The loss of a forward pass under the plan, without backward.
   absl::StatusOr<double> ForwardLoss(const Batch& batch);
@@ -52,7 +63,7 @@ class ChainExecutor {
   ChainExecutor(std::shared_ptr<ChainModel> model, Plan plan, MemoryMeter* meter,
                 c10::Device device);
   at::Tensor RunForward(const Batch& batch);  // throws
-  StepResult RunStep(const Batch& batch);     // throws
+  StepResult RunStep(const Batch& batch, const StepOptions& options);  // throws
 
   std::shared_ptr<ChainModel> model_;
   Plan plan_;

@@ -120,7 +120,7 @@ std::string DescribeMachine() {
 }
 
 absl::Status WriteReport(const std::string& dir, const std::vector<ResultRow>& rows,
-                         const RunInfo& info) {
+                         const RunInfo& info, const std::string& appendix) {
   std::string md = "# ckptlab sweep report\n\n";
   absl::StrAppend(&md, "- machine: ", DescribeMachine(), "\n- runtime: ", info.runtime,
                   "\n- memory: ", info.meter, "\n- command: `", info.command, "`\n\n");
@@ -164,7 +164,7 @@ absl::Status WriteReport(const std::string& dir, const std::vector<ResultRow>& r
     }
     absl::StrAppend(&md, "\n\n");
   }
-  absl::StrAppend(&md, "![memory against time](pareto.png)\n");
+  absl::StrAppend(&md, "![memory against time](pareto.png)\n\n", appendix);
   return WriteAtomically(dir + "/report.md", md);
 }
 

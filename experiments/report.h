@@ -29,9 +29,10 @@ struct RunInfo {
 // The machine: CPU model, cores, memory, OS (from /proc and uname).
 std::string DescribeMachine();
 
-// Writes `dir`/report.md (atomically: a temporary file renamed into place).
+// Writes `dir`/report.md (atomically: a temporary file renamed into place), with `appendix`
+// (more markdown, e.g. the training section) at the end.
 absl::Status WriteReport(const std::string& dir, const std::vector<ResultRow>& rows,
-                         const RunInfo& info);
+                         const RunInfo& info, const std::string& appendix = "");
 
 // The Pareto front of (time, memory) points: indices of the points that no other point beats
 // on both (ties: the earlier one), in order of time.

@@ -1,7 +1,7 @@
 // bazel run //experiments:sweep -- [--preset=quick|paper] [--models=SPEC,...]
 //     [--strategies=SPEC,...] [--device=auto|cpu|cuda] [--steps=N] [--warmup=N] [--threads=N]
-//     [--out=DIR] [--resume] [--memory_cap=BYTES|16GiB] [--depths=4,8,16,32] [--seed=N]
-//     [--explain] [--list]
+//     [--out=DIR] [--resume] [--memory_cap=BYTES|16GiB] [--depths=4,8,16,32]
+//     [--train_steps=N [--accumulate=K] [--amp]] [--seed=N] [--explain] [--list]
 //
 // Runs every model x strategy, checks each strategy's gradients against store_all's, appends
 // one row per configuration to DIR/results.csv as each model finishes, and at the end writes
@@ -36,6 +36,7 @@
 #include "experiments/report.h"
 #include "experiments/results_csv.h"
 #include "experiments/sweep.h"
+#include "experiments/training.h"
 
 ABSL_FLAG(std::string, preset, "quick",
           "quick (CPU-sized, the default) or paper (the classic sizes); --models and "
@@ -57,6 +58,13 @@ ABSL_FLAG(std::string, memory_cap, "",
           "are oom rows");
 ABSL_FLAG(std::string, depths, "",
           "also scan activation bytes over these depths (e.g. 4,8,16,32): depth.csv, depth.png");
+ABSL_FLAG(int, train_steps, 0,
+          "also train every model under every strategy for this many AdamW steps and compare "
+          "the loss curves with store_all's (losses.csv, loss.png)");
+ABSL_FLAG(int, accumulate, 1, "with --train_steps: micro-batches per optimizer step");
+ABSL_FLAG(bool, amp, false,
+          "with --train_steps: mixed precision (bfloat16 autocast on CPU; float16 with dynamic "
+          "loss scaling on CUDA)");
 ABSL_FLAG(uint64_t, seed, 0, "seed for parameters, batches and dropout");
 ABSL_FLAG(bool, explain, false, "print each strategy's plan for each model, then exit");
 ABSL_FLAG(bool, list, false, "list the presets, strategies and models, then exit");
@@ -196,6 +204,13 @@ int Main(int argc, char** argv) {
   if (!cap.ok()) Die(cap.status());
   absl::StatusOr<std::vector<int>> depths = ParseDepths(absl::GetFlag(FLAGS_depths));
   if (!depths.ok()) Die(depths.status());
+  TrainingOptions training;
+  training.steps = absl::GetFlag(FLAGS_train_steps);
+  training.accumulate = absl::GetFlag(FLAGS_accumulate);
+  training.amp = absl::GetFlag(FLAGS_amp);
+  if (training.steps != 0 || training.accumulate != 1 || training.amp) {
+    if (absl::Status s = ValidateTraining(training); !s.ok()) Die(s);
+  }
   if (absl::Status s = SetComputeThreads(absl::GetFlag(FLAGS_threads)); !s.ok()) {
     Die(absl::InvalidArgumentError(absl::StrCat("--threads: ", s.message())));
   }
@@ -251,9 +266,22 @@ int Main(int argc, char** argv) {
   }
   std::printf("%s\n", FormatTable(*results).c_str());
 
-  // The report and plots, from every row of results.csv (a resumed sweep's earlier ones too).
+  // Training, then the report and plots from every row of results.csv (a resumed sweep's
+  // earlier ones too).
+  std::string appendix;
+  bool curves_ok = true;
+  if (training.steps > 0) {
+    absl::StatusOr<std::vector<LossCurve>> curves =
+        RunTraining(options, training, **meter, std::cerr);
+    absl::Status s = curves.ok() ? WriteLossCurves(out_dir, *curves) : curves.status();
+    if (!s.ok()) std::fprintf(stderr, "sweep: training: %s\n", std::string(s.message()).c_str());
+    if (curves.ok()) {
+      appendix = TrainingReport(training, *curves);
+      for (const LossCurve& c : *curves) curves_ok = curves_ok && c.status == "ok";
+    }
+  }
   absl::StatusOr<std::vector<ResultRow>> rows = ReadResults(csv_path);
-  absl::Status report = rows.ok() ? WriteReport(out_dir, *rows, info) : rows.status();
+  absl::Status report = rows.ok() ? WriteReport(out_dir, *rows, info, appendix) : rows.status();
   absl::Status plot = rows.ok() ? WriteParetoPlot(out_dir, *rows) : rows.status();
   for (const absl::Status& s : {report, plot}) {
     if (!s.ok()) std::fprintf(stderr, "sweep: %s\n", std::string(s.message()).c_str());
@@ -264,9 +292,11 @@ int Main(int argc, char** argv) {
     absl::Status s = points.ok() ? WriteDepthPlot(out_dir, *points) : points.status();
     if (!s.ok()) std::fprintf(stderr, "sweep: depth scan: %s\n", std::string(s.message()).c_str());
   }
-  std::printf("results: %s (results.csv, report.md, pareto.png%s)\n", out_dir.c_str(),
-              depths->empty() ? "" : ", depth.csv, depth.png");
-  return report.ok() ? 0 : 1;
+  std::printf("results: %s (results.csv, report.md, pareto.png%s%s)\n", out_dir.c_str(),
+              depths->empty() ? "" : ", depth.csv, depth.png",
+              training.steps > 0 ? ", losses.csv, loss.png" : "");
+  if (!curves_ok) std::fprintf(stderr, "sweep: a loss curve departs from store_all's\n");
+  return report.ok() && curves_ok ? 0 : 1;
 }
 
 }  // namespace

@@ -1,0 +1,287 @@
+#include "experiments/training.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+
+#include "ATen/Context.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "core/chain_model.h"
+#include "core/executor.h"
+#include "core/profiler.h"
+#include "core/status_macros.h"
+#include "core/strategy.h"
+#include "core/torch_status.h"
+#include "experiments/report.h"
+#include "experiments/results_csv.h"
+#include "torch/optim/adamw.h"
+
+namespace ckpt {
+namespace {
+
+// Dynamic loss scaling for float16 (as torch.cuda.amp.GradScaler): start high, halve and skip
+// the step when a gradient overflows, double after a run of good steps.
+struct LossScaler {
+  double scale = 65536.0;
+  int good_steps = 0;
+  static constexpr int kGrowthInterval = 2000;
+};
+
+// Scales all gradients down so that their global L2 norm is at most `max_norm` (as
+// torch.nn.utils.clip_grad_norm_).
+void ClipGradientNorm(const std::vector<at::Tensor>& params, double max_norm) {
+  at::NoGradGuard no_grad;
+  double squares = 0;
+  for (const at::Tensor& p : params) {
+    if (p.grad().defined()) squares += p.grad().to(at::kDouble).pow(2).sum().item<double>();
+  }
+  const double norm = std::sqrt(squares);
+  if (norm > max_norm) {
+    for (const at::Tensor& p : params) {
+      if (p.grad().defined()) p.mutable_grad().mul_(max_norm / (norm + 1e-6));
+    }
+  }
+}
+
+bool Chunks(const Plan& plan) {
+  return std::any_of(plan.stage_options.begin(), plan.stage_options.end(),
+                     [](const StageOptions& o) { return o.sequence_chunks > 1; });
+}
+
+// One strategy's curve on a fresh model. Throws LibTorch's exceptions (caught by the caller).
+LossCurve Train(const std::string& model_spec, const std::string& strategy_spec,
+                const ModelProfile& profile, const SweepOptions& sweep,
+                const TrainingOptions& options, MemoryMeter& meter, bool* chunked) {
+  LossCurve curve;
+  curve.strategy = strategy_spec;
+  ModelContext context;
+  context.device = sweep.device;
+  context.init_seed = sweep.seed;
+  absl::StatusOr<std::shared_ptr<ChainModel>> model = CreateModel(model_spec, context);
+  absl::StatusOr<std::unique_ptr<Strategy>> strategy = CreateStrategy(strategy_spec);
+  absl::StatusOr<Plan> plan =
+      strategy.ok() ? (*strategy)->MakePlan(profile) : absl::StatusOr<Plan>(strategy.status());
+  absl::StatusOr<ChainExecutor> exec =
+      !model.ok()  ? absl::StatusOr<ChainExecutor>(model.status())
+      : !plan.ok() ? absl::StatusOr<ChainExecutor>(plan.status())
+                   : ChainExecutor::Create(*model, *plan, &meter, sweep.device);
+  if (!exec.ok()) {
+    curve.status = "error";
+    curve.message = std::string(exec.status().message());
+    return curve;
+  }
+  curve.model = (*model)->spec();
+  curve.strategy = plan->strategy;
+  *chunked = Chunks(*plan);
+  (*model)->SetTraining(true);
+
+  std::vector<at::Tensor> params = (*model)->Parameters();
+  torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(options.learning_rate));
+  const bool fp16 = options.amp && sweep.device.is_cuda();
+  LossScaler scaler;
+  StepOptions step_options;
+  if (options.amp) step_options.autocast = fp16 ? at::kHalf : at::kBFloat16;
+
+  for (int step = 0; step < options.steps; ++step) {
+    double loss_sum = 0;
+    step_options.loss_scale = fp16 ? scaler.scale : 1.0;
+    // The micro-batches' gradients are summed here, in the same order for every strategy,
+    // rather than by autograd into .grad: a parameter used by several stages (the tied
+    // embedding) would otherwise be accumulated in a strategy-dependent order, and float
+    // addition is not associative.
+    std::vector<at::Tensor> sums(params.size());
+    for (int micro = 0; micro < options.accumulate; ++micro) {
+      const uint64_t index = static_cast<uint64_t>(step) * options.accumulate + micro;
+      const Batch batch = (*model)->MakeBatch(sweep.seed + 1 + index);
+      at::manual_seed(sweep.seed + 7919 * (index + 1));
+      absl::StatusOr<StepResult> r = exec->Step(batch, step_options);
+      if (!r.ok()) {
+        curve.status = r.status().code() == absl::StatusCode::kResourceExhausted ? "oom" : "error";
+        curve.message = std::string(r.status().message());
+        return curve;
+      }
+      loss_sum += r->loss;
+      at::NoGradGuard no_grad;
+      for (size_t i = 0; i < params.size(); ++i) {
+        const at::Tensor& g = params[i].grad();
+        if (g.defined()) sums[i] = sums[i].defined() ? sums[i].add_(g) : g.clone();
+      }
+    }
+    curve.losses.push_back(loss_sum / options.accumulate);
+    // The mean over micro-batches, with the loss scale undone, becomes the gradient.
+    const double unscale = 1.0 / (options.accumulate * step_options.loss_scale);
+    bool finite = true;
+    {
+      at::NoGradGuard no_grad;
+      for (size_t i = 0; i < params.size(); ++i) {
+        if (!sums[i].defined()) continue;
+        params[i].mutable_grad() = sums[i].mul_(unscale);
+        if (fp16) finite = finite && sums[i].isfinite().all().item<bool>();
+      }
+    }
+    if (!finite) {  // float16 overflow: skip the step, lower the scale
+      ++curve.skipped_steps;
+      scaler.scale /= 2;
+      scaler.good_steps = 0;
+      continue;
+    }
+    ClipGradientNorm(params, options.clip_norm);
+    optimizer.step();
+    if (fp16 && ++scaler.good_steps == LossScaler::kGrowthInterval) {
+      scaler.scale *= 2;
+      scaler.good_steps = 0;
+    }
+  }
+  return curve;
+}
+
+}  // namespace
+
+absl::Status ValidateTraining(const TrainingOptions& options) {
+  if (options.steps < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--train_steps=", options.steps, " is not accepted; accepted: an integer >= 1"));
+  }
+  if (options.accumulate < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--accumulate=", options.accumulate, " is not accepted; accepted: an integer >= 1"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<LossCurve>> RunTraining(const SweepOptions& sweep,
+                                                   const TrainingOptions& options,
+                                                   MemoryMeter& meter, std::ostream& progress) {
+  RETURN_IF_ERROR(ValidateSweep(sweep));
+  RETURN_IF_ERROR(ValidateTraining(options));
+  std::vector<std::string> order = {"store_all"};
+  for (const std::string& s : sweep.strategies) {
+    if (std::find(order.begin(), order.end(), s) == order.end()) order.push_back(s);
+  }
+  std::vector<LossCurve> curves;
+  for (const std::string& model_spec : sweep.models) {
+    // One profile per model, for the strategies to plan from.
+    ModelContext context;
+    context.device = sweep.device;
+    context.init_seed = sweep.seed;
+    ASSIGN_OR_RETURN(std::shared_ptr<ChainModel> probe, CreateModel(model_spec, context));
+    ASSIGN_OR_RETURN(Batch batch, RunTorch([&] { return probe->MakeBatch(sweep.seed); }));
+    ASSIGN_OR_RETURN(ModelProfile profile,
+                     ProfileModel(*probe, batch, meter, sweep.device, {}, /*repeats=*/1));
+    probe.reset();
+
+    const size_t first = curves.size();
+    for (const std::string& strategy_spec : order) {
+      bool chunked = false;
+      absl::StatusOr<LossCurve> curve = RunTorch([&] {
+        return Train(model_spec, strategy_spec, profile, sweep, options, meter, &chunked);
+      });
+      if (!curve.ok()) {
+        LossCurve failed;
+        failed.model = model_spec;
+        failed.strategy = strategy_spec;
+        failed.status = curve.status().code() == absl::StatusCode::kResourceExhausted ? "oom"
+                                                                                       : "error";
+        failed.message = std::string(curve.status().message());
+        curve = failed;
+      }
+      // Against store_all's curve (the first of this model).
+      const LossCurve& reference = curves.size() > first ? curves[first] : *curve;
+      if (curve->status == "ok" && reference.status == "ok" &&
+          curve->losses.size() == reference.losses.size()) {
+        double diff = 0, scale = 0;
+        for (size_t i = 0; i < curve->losses.size(); ++i) {
+          diff = std::max(diff, std::abs(curve->losses[i] - reference.losses[i]));
+          scale = std::max(scale, std::abs(reference.losses[i]));
+        }
+        curve->max_diff_vs_store_all = diff;
+        curve->tolerance = chunked ? (options.amp ? 2e-2 : 1e-3) * std::max(scale, 1.0) : 0.0;
+        if (!(diff <= curve->tolerance)) {
+          curve->status = "error";
+          curve->message = absl::StrFormat(
+              "loss curve departs from store_all's by %g (tolerance %g)", diff, curve->tolerance);
+        }
+      }
+      progress << absl::StrFormat("training %s %s: %s, final loss %s\n", curve->model,
+                                  curve->strategy, curve->status,
+                                  curve->losses.empty() ? "-" : absl::StrCat(curve->losses.back()));
+      curves.push_back(*std::move(curve));
+    }
+  }
+  return curves;
+}
+
+std::string TrainingReport(const TrainingOptions& options, const std::vector<LossCurve>& curves) {
+  std::string md = absl::StrFormat(
+      "## Training: %d AdamW steps (lr %g), %d micro-batch(es) each, clipping at %g%s\n\n",
+      options.steps, options.learning_rate, options.accumulate, options.clip_norm,
+      options.amp ? ", mixed precision" : "");
+  absl::StrAppend(&md,
+                  "| model | strategy | status | final loss | max abs departure from store_all | "
+                  "tolerance | skipped steps |\n| --- | --- | --- | ---: | ---: | ---: | ---: |\n");
+  for (const LossCurve& c : curves) {
+    absl::StrAppend(&md, "| ", c.model, " | ", c.strategy, " | ", c.status,
+                    c.message.empty() ? "" : ": " + c.message, " | ",
+                    c.losses.empty() ? "" : absl::StrFormat("%.6g", c.losses.back()), " | ",
+                    absl::StrFormat("%g", c.max_diff_vs_store_all), " | ",
+                    absl::StrFormat("%g", c.tolerance), " | ", c.skipped_steps, " |\n");
+  }
+  absl::StrAppend(&md, "\n![loss curves](loss.png)\n");
+  return md;
+}
+
+absl::Status WriteLossCurves(const std::string& dir, const std::vector<LossCurve>& curves) {
+  std::string csv = "model,strategy,status,step,loss\n";
+  std::string data;
+  std::vector<std::string> models;
+  for (const LossCurve& c : curves) {
+    if (std::find(models.begin(), models.end(), c.model) == models.end()) models.push_back(c.model);
+    for (size_t i = 0; i < c.losses.size(); ++i) {
+      absl::StrAppend(&csv, CsvField(c.model), ",", CsvField(c.strategy), ",", c.status, ",",
+                      i + 1, ",", absl::StrFormat("%.9g", c.losses[i]), "\n");
+    }
+  }
+  const size_t columns = models.size() > 1 ? 2 : 1;
+  const size_t rows = (models.size() + columns - 1) / columns;
+  std::string gp = absl::StrCat(
+      "set terminal pngcairo size ", 640 * columns, ",", 420 * rows, " font ',9'\n",
+      "set output 'loss.png'\nset multiplot layout ", rows, ",", columns,
+      " title 'Training loss per optimizer step: every strategy on top of store\\_all'\n",
+      "set grid\nset key outside bottom center horizontal\nset xlabel 'optimizer step'\n",
+      "set ylabel 'loss'\n");
+  int block = 0;
+  for (const std::string& model : models) {
+    std::vector<std::string> plots;
+    int k = 0;
+    for (const LossCurve& c : curves) {
+      if (c.model != model || c.losses.empty()) continue;
+      absl::StrAppend(&data, "# ", c.model, " ", c.strategy, "\n");
+      for (size_t i = 0; i < c.losses.size(); ++i) {
+        absl::StrAppend(&data, i + 1, " ", absl::StrFormat("%.9g", c.losses[i]), "\n");
+      }
+      absl::StrAppend(&data, "\n\n");
+      // Later strategies drawn thinner and dashed so the curves they cover stay visible.
+      plots.push_back(absl::StrCat("'loss.dat' index ", block++, " using 1:2 with lines lw ",
+                                   k == 0 ? 4 : 2, " dt ", k == 0 ? 1 : k + 1, " title '",
+                                   absl::StrReplaceAll(c.strategy, {{"'", "''"}}),
+                                   "' noenhanced"));
+      ++k;
+    }
+    absl::StrAppend(&gp, "set title '", absl::StrReplaceAll(model, {{"'", "''"}}),
+                    "' noenhanced\nplot ", absl::StrJoin(plots, ", "), "\n");
+  }
+  absl::StrAppend(&gp, "unset multiplot\n");
+  for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
+           {"losses.csv", csv}, {"loss.dat", data}, {"loss.gp", gp}}) {
+    std::ofstream out(dir + "/" + name, std::ios::trunc);
+    out << text;
+    if (!out) return absl::DataLossError(absl::StrCat("cannot write ", dir, "/", name));
+  }
+  return RunGnuplot(dir, "loss.gp");
+}
+
+}  // namespace ckpt

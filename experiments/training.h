@@ -1,0 +1,59 @@
+// Training mode of the sweep (--train_steps): real optimizer steps under every strategy, to
+// show that checkpointing changes memory and time but not the training trajectory.
+//
+// Each strategy trains a fresh copy of the model (same initialisation) with AdamW, gradient
+// accumulation over micro-batches, gradient clipping and, optionally, mixed precision:
+// bfloat16 autocast on CPU, float16 autocast with dynamic loss scaling on CUDA. Every step's
+// loss is recorded and compared with store_all's curve.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/memory_meter.h"
+#include "experiments/sweep.h"
+
+namespace ckpt {
+
+struct TrainingOptions {
+  int steps = 0;           // optimizer steps
+  int accumulate = 1;      // micro-batches per optimizer step
+  bool amp = false;        // mixed precision (see above)
+  double learning_rate = 1e-3;
+  double clip_norm = 1.0;  // gradient clipping (global L2 norm)
+};
+
+struct LossCurve {
+  std::string model;     // canonical specs
+  std::string strategy;
+  std::string status = "ok";  // ok or error (then message)
+  std::string message;
+  std::vector<double> losses;  // one per optimizer step: the mean over its micro-batches
+  double max_diff_vs_store_all = 0;  // max over steps of |loss - store_all's loss|
+  double tolerance = 0;              // what the comparison allowed (0: identical)
+  int skipped_steps = 0;  // float16 steps skipped for non-finite gradients (loss scaling)
+};
+
+// InvalidArgument for steps < 1 or accumulate < 1 (naming them).
+absl::Status ValidateTraining(const TrainingOptions& options);
+
+// Trains every model under every strategy (store_all first). A curve that departs from
+// store_all's by more than its tolerance is an error row: identical for plans that recompute
+// the same arithmetic (RNG replay and counter-based dropout make it so, also under autocast,
+// whose state checkpoints replay); for plans that chunk the sequence, 1e-3 of the loss in
+// float32 and 2e-2 under mixed precision, because AdamW normalises every update, so a
+// rounding-level difference in a near-zero gradient can move a weight by a full step.
+absl::StatusOr<std::vector<LossCurve>> RunTraining(const SweepOptions& sweep,
+                                                   const TrainingOptions& options,
+                                                   MemoryMeter& meter, std::ostream& progress);
+
+// The training section of report.md: per model, each strategy's final loss and its largest
+// departure from store_all's curve.
+std::string TrainingReport(const TrainingOptions& options, const std::vector<LossCurve>& curves);
+
+// losses.csv (model,strategy,step,loss), loss.gp and, with gnuplot, loss.png.
+absl::Status WriteLossCurves(const std::string& dir, const std::vector<LossCurve>& curves);
+
+}  // namespace ckpt
