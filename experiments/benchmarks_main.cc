@@ -1,0 +1,132 @@
+// bazel run //experiments:benchmarks -- [--models=SPEC,...] [--strategies=SPEC,...]
+//     [--device=auto|cpu|cuda] [--threads=N] [--benchmark_filter=REGEX] [--benchmark_format=json]
+//
+// Google Benchmark over strategies x models: one benchmark per pair, named
+// "<strategy>/<model spec>" so --benchmark_filter selects them, timing one training step
+// (forward + loss + backward) per iteration, with counters activation_bytes, peak_bytes and
+// recompute_forwards. An infeasible configuration (a plan that does not fit, out of memory)
+// is skipped with its error. On CUDA the time is the step's CUDA-event time (manual time).
+// Google Benchmark's flags (--benchmark_*) and the project's flags coexist.
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "core/chain_model.h"
+#include "core/device.h"
+#include "core/executor.h"
+#include "core/memory_meter.h"
+#include "core/profiler.h"
+#include "core/strategy.h"
+#include "core/torch_status.h"
+#include "experiments/sweep.h"
+#include "torch/version.h"
+
+ABSL_FLAG(std::string, models,
+          "heavy_mlp:depth=8:hidden=512:batch=64,"
+          "transformer:depth=2:hidden=128:heads=4:seq=64:batch=2,"
+          "gpt2:depth=2:hidden=128:heads=4:seq=64:batch=2:vocab=2048",
+          "comma-separated model specs (CPU-sized by default)");
+ABSL_FLAG(std::string, strategies,
+          "store_all,uniform,recompute_all,selective_attention,chunked_sequence",
+          "comma-separated strategy specs");
+ABSL_FLAG(std::string, device, "auto", "auto, cpu, cuda or cuda:N");
+ABSL_FLAG(int, threads, 1, "LibTorch and OpenBLAS threads");
+
+namespace ckpt {
+namespace {
+
+[[noreturn]] void Die(const absl::Status& status) {
+  std::fprintf(stderr, "benchmarks: %s\n", std::string(status.message()).c_str());
+  std::exit(2);
+}
+
+// One training step of `model_spec` under `strategy_spec` per iteration.
+void TrainingStep(benchmark::State& state, const std::string& model_spec,
+                  const std::string& strategy_spec, c10::Device device, MemoryMeter* meter) {
+  ModelContext context;
+  context.device = device;
+  absl::StatusOr<std::shared_ptr<ChainModel>> model = CreateModel(model_spec, context);
+  if (!model.ok()) return state.SkipWithError(std::string(model.status().message()).c_str());
+  (*model)->SetTraining(true);
+  absl::StatusOr<Batch> batch = RunTorch([&] { return (*model)->MakeBatch(0); });
+  absl::StatusOr<ModelProfile> profile =
+      batch.ok() ? ProfileModel(**model, *batch, *meter, device, {}, /*repeats=*/1)
+                 : absl::StatusOr<ModelProfile>(batch.status());
+  absl::StatusOr<std::unique_ptr<Strategy>> strategy = CreateStrategy(strategy_spec);
+  absl::StatusOr<Plan> plan =
+      !profile.ok()    ? absl::StatusOr<Plan>(profile.status())
+      : !strategy.ok() ? absl::StatusOr<Plan>(strategy.status())
+                       : (*strategy)->MakePlan(*profile);
+  absl::StatusOr<ChainExecutor> exec =
+      plan.ok() ? ChainExecutor::Create(*model, *plan, meter, device)
+                : absl::StatusOr<ChainExecutor>(plan.status());
+  if (!exec.ok()) return state.SkipWithError(std::string(exec.status().message()).c_str());
+
+  StepResult last;
+  for (auto _ : state) {
+    absl::StatusOr<StepResult> r = exec->Step(*batch);
+    if (!r.ok()) return state.SkipWithError(std::string(r.status().message()).c_str());
+    if (device.is_cuda()) state.SetIterationTime(r->step_ms / 1000.0);
+    last = *r;
+  }
+  using benchmark::Counter;
+  state.counters["activation_bytes"] = Counter(static_cast<double>(last.activation_bytes),
+                                               Counter::kDefaults, Counter::OneK::kIs1024);
+  state.counters["peak_bytes"] =
+      Counter(static_cast<double>(last.peak_bytes), Counter::kDefaults, Counter::OneK::kIs1024);
+  state.counters["recompute_forwards"] = static_cast<double>(last.recompute_forwards);
+  state.SetLabel(plan->Describe());
+}
+
+int Main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);  // takes the --benchmark_* flags
+  absl::ParseCommandLine(argc, argv);  // the rest are ours
+  if (absl::Status s = SetComputeThreads(absl::GetFlag(FLAGS_threads)); !s.ok()) Die(s);
+  absl::StatusOr<c10::Device> device = ResolveDevice(absl::GetFlag(FLAGS_device));
+  if (!device.ok()) Die(device.status());
+  absl::StatusOr<MemoryMeter*> meter = MemoryMeterFor(*device);
+  if (!meter.ok()) Die(meter.status());
+
+  SweepOptions options;  // for its validation of every spec before anything runs
+  options.models = absl::StrSplit(absl::GetFlag(FLAGS_models), ',');
+  options.strategies = absl::StrSplit(absl::GetFlag(FLAGS_strategies), ',');
+  if (absl::Status s = ValidateSweep(options); !s.ok()) Die(s);
+
+  benchmark::AddCustomContext("libtorch", absl::StrCat(TORCH_VERSION_MAJOR, ".",
+                                                       TORCH_VERSION_MINOR, ".",
+                                                       TORCH_VERSION_PATCH));
+  benchmark::AddCustomContext("device", device->str());
+  benchmark::AddCustomContext("runtime", DescribeRuntime());
+  benchmark::AddCustomContext("memory", (*meter)->Describe());
+  for (const std::string& model : options.models) {
+    for (const std::string& strategy : options.strategies) {
+      auto* b = benchmark::RegisterBenchmark(
+          absl::StrCat(strategy, "/", model).c_str(),
+          [model, strategy, device = *device, meter = *meter](benchmark::State& state) {
+            TrainingStep(state, model, strategy, device, meter);
+          });
+      b->Unit(benchmark::kMillisecond);
+      if (device->is_cuda()) {
+        b->UseManualTime();
+      } else {
+        b->UseRealTime();
+      }
+    }
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
+
+}  // namespace
+}  // namespace ckpt
+
+int main(int argc, char** argv) { return ckpt::Main(argc, argv); }
