@@ -257,11 +257,7 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
     ConfigResult& r = c.result;
     r.overhead_vs_store_all = r.activation_vs_store_all = r.peak_vs_store_all = kNaN;
     if (have_ref && r.status == "ok") {
-      std::vector<double> ratios;
-      for (size_t i = 0; i < r.step_ms.size() && i < ref.step_ms.size(); ++i) {
-        ratios.push_back(r.step_ms[i] / ref.step_ms[i]);
-      }
-      r.overhead_vs_store_all = Median(ratios);
+      r.overhead_vs_store_all = OverheadRatio(r.step_ms, ref.step_ms);
       r.activation_vs_store_all =
           static_cast<double>(r.activation_bytes) / static_cast<double>(ref.activation_bytes);
       r.peak_vs_store_all = static_cast<double>(r.peak_bytes - r.baseline_bytes) /
@@ -391,6 +387,14 @@ absl::StatusOr<std::vector<DepthPoint>> RunDepthScan(const SweepOptions& options
     }
   }
   return points;
+}
+
+double OverheadRatio(const std::vector<double>& step_ms, const std::vector<double>& reference_ms) {
+  std::vector<double> ratios;
+  for (size_t i = 0; i < step_ms.size() && i < reference_ms.size(); ++i) {
+    ratios.push_back(step_ms[i] / reference_ms[i]);
+  }
+  return Median(ratios);
 }
 
 std::vector<std::string> CsvRow(const ConfigResult& r, int threads) {

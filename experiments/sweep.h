@@ -77,6 +77,11 @@ absl::StatusOr<std::vector<DepthPoint>> RunDepthScan(const SweepOptions& options
                                                      const std::vector<int>& depths,
                                                      MemoryMeter& meter, std::ostream& out);
 
+// The time overhead of a strategy against the reference timed in the same rounds: the median
+// over rounds of (its time / the reference's time in that round). Pairing by round cancels
+// drift that hits a whole round (another process, clock changes). NaN without rounds.
+double OverheadRatio(const std::vector<double>& step_ms, const std::vector<double>& reference_ms);
+
 // The row's fields in ResultColumns() order.
 std::vector<std::string> CsvRow(const ConfigResult& r, int threads);
 

@@ -2,6 +2,7 @@
 // against it, exact gradients, failures as rows (a plan that does not fit, out of memory).
 #include "experiments/sweep.h"
 
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -107,6 +108,18 @@ TEST(Sweep, RejectsBadInputBeforeRunning) {
   o = Tiny();
   o.steps = 0;
   EXPECT_THAT(std::string(ValidateSweep(o).message()), HasSubstr("steps=0"));
+}
+
+TEST(OverheadRatio, IsTheMedianOfPerRoundRatios) {
+  // Round 2 is slow for both (the machine was busy): per-round pairing cancels it. Ratios
+  // 1.5, 1.5, 1.2 -> median 1.5; the ratio of medians would be 15 / 10 = 1.5 too, but the
+  // ratio of means (21 / 13.33) would not.
+  EXPECT_DOUBLE_EQ(OverheadRatio({15, 30, 18}, {10, 20, 15}), 1.5);
+  // Even count: the mean of the middle two: ratios 1, 2, 3, 4 -> 2.5.
+  EXPECT_DOUBLE_EQ(OverheadRatio({1, 4, 6, 12}, {1, 2, 2, 3}), 2.5);
+  // Only paired rounds count.
+  EXPECT_DOUBLE_EQ(OverheadRatio({2, 2, 100}, {1, 1}), 2.0);
+  EXPECT_TRUE(std::isnan(OverheadRatio({}, {})));
 }
 
 TEST(ParetoFront, KeepsThePointsNothingBeatsOnBothAxes) {
