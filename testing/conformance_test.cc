@@ -10,6 +10,12 @@
 // largest gradient (float32 has a 6e-8 unit roundoff; a few hundred reassociated products per
 // element stay well under 1e-5, and a wrong mask or a missing term is orders above it).
 //
+// On CUDA (CKPT_TEST_DEVICE=cuda) every plan gets the 1e-5 tolerance: deterministic
+// algorithms are requested, but LibTorch does not guarantee that every CUDA kernel used here
+// has one, and a recomputed segment's kernels may be chosen for other shapes than the
+// stored run's. Memory is checked on CPU only: the CUDA caching allocator rounds every block
+// up to 512 bytes, so its statistics are not the exact byte counts the model predicts.
+//
 // Memory: the analytical model's activation bytes equal the exact CPU meter's. Its peak is
 // within one stage output plus one parameter tensor plus 64 bytes. A stage-level profile
 // cannot see two orderings inside one stage's backward: which frees come before a rerun
@@ -69,6 +75,8 @@ void CheckEveryStrategy(const std::string& model_id) {
 
   ModelContext context;
   context.init_seed = seed;
+  context.device = testing::TestDevice();
+  const bool on_cpu = context.device.is_cpu();
   absl::StatusOr<std::shared_ptr<ChainModel>> model = CreateModel(model_spec, context);
   RC_ASSERT(model.ok());
   (*model)->SetTraining(training);
@@ -92,7 +100,7 @@ void CheckEveryStrategy(const std::string& model_id) {
       continue;
     }
     RC_TAG(id);
-    if (Chunks(run->plan)) {
+    if (Chunks(run->plan) || !on_cpu) {
       RC_ASSERT(MaxDiff(run->grads, reference->grads) <= 1e-5 * std::max(scale, 1.0));
       RC_ASSERT(std::abs(run->step.loss - reference->step.loss) <=
                 1e-5 * std::max(std::abs(reference->step.loss), 1.0));
@@ -103,6 +111,7 @@ void CheckEveryStrategy(const std::string& model_id) {
     // Recompute counts of whole stages follow the plan's formula.
     RC_ASSERT(run->step.recompute_forwards == run->plan.RecomputedStages());
 
+    if (!on_cpu) continue;
     const MemoryPrediction predicted = testing::Predict(**model, batch, run->plan);
     RC_ASSERT(predicted.activation_bytes == run->step.activation_bytes);
     const int64_t measured_peak = run->step.peak_bytes - run->step.baseline_bytes;

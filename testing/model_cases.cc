@@ -12,6 +12,16 @@
 
 namespace ckpt::testing {
 
+namespace {
+c10::Device& Device() {
+  static c10::Device device(c10::DeviceType::CPU);
+  return device;
+}
+}  // namespace
+
+c10::Device TestDevice() { return Device(); }
+void SetTestDevice(c10::Device device) { Device() = device; }
+
 const std::vector<std::string>& ModelsWithGenerators() {
   static const auto* models =
       new std::vector<std::string>{"deep_mlp", "gpt2", "heavy_mlp", "transformer"};
@@ -102,8 +112,8 @@ absl::StatusOr<Run> StepUnder(const std::shared_ptr<ChainModel>& model, const Ba
   for (const StageInfo& s : model->Stages()) profile.stages.push_back({s});
   absl::StatusOr<Plan> plan = (*strategy)->MakePlan(profile);
   if (!plan.ok()) return plan.status();
-  MemoryMeter* meter = *MemoryMeterFor(torch::kCPU);
-  absl::StatusOr<ChainExecutor> exec = ChainExecutor::Create(model, *plan, meter, torch::kCPU);
+  MemoryMeter* meter = *MemoryMeterFor(TestDevice());
+  absl::StatusOr<ChainExecutor> exec = ChainExecutor::Create(model, *plan, meter, TestDevice());
   if (!exec.ok()) return exec.status();
   torch::manual_seed(seed);
   absl::StatusOr<StepResult> step = exec->Step(batch);
@@ -139,7 +149,7 @@ double MaxAbs(const std::vector<at::Tensor>& a) {
 MemoryPrediction Predict(ChainModel& model, const Batch& batch, const Plan& plan) {
   std::vector<StageOptions> options = plan.stage_options;
   absl::StatusOr<ModelProfile> profile = ProfileModel(
-      model, batch, **MemoryMeterFor(torch::kCPU), torch::kCPU, options, /*repeats=*/1);
+      model, batch, **MemoryMeterFor(TestDevice()), TestDevice(), options, /*repeats=*/1);
   RC_ASSERT(profile.ok());
   return PredictMemory(*profile, plan);
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "c10/core/Device.h"
 #include "core/chain_model.h"
 #include "core/executor.h"
 #include "core/memory_model.h"
@@ -14,6 +15,11 @@
 #include "rapidcheck.h"
 
 namespace ckpt::testing {
+
+// The device the LibTorch tests that support it run on: CPU unless the test main was started
+// with CKPT_TEST_DEVICE=cuda (tools/gpu/run.sh does, for the conformance suite).
+c10::Device TestDevice();
+void SetTestDevice(c10::Device device);
 
 // The model ids the zoo must cover; a model registered without a generator here fails the
 // conformance test (so a new model cannot skip it).
@@ -33,7 +39,8 @@ struct Run {
   std::vector<at::Tensor> grads;  // every parameter's, then every batch input's (may be undefined)
 };
 
-// Plans `strategy_spec` for `model` and runs one step with the dropout RNG seeded by `seed`.
+// Plans `strategy_spec` for `model` and runs one step on TestDevice() with the dropout RNG
+// seeded by `seed`.
 // The plan's status (InvalidArgument when the parameters do not fit the model) comes back.
 absl::StatusOr<Run> StepUnder(const std::shared_ptr<ChainModel>& model, const Batch& batch,
                               const std::string& strategy_spec, uint64_t seed);

@@ -45,6 +45,13 @@ ctest --test-dir "$build" --output-on-failure -j 4 2>&1 | tee "$out/ctest.log" |
 tests_status=${PIPESTATUS[0]}
 set -e
 
+log "conformance suite on CUDA (every strategy x every model against store_all)"
+set +e
+CKPT_TEST_DEVICE=cuda "$build/conformance_test" 2>&1 | tee "$out/conformance_cuda.log" | tail -15 >&2
+cuda_status=${PIPESTATUS[0]}
+set -e
+((tests_status == 0)) && tests_status=$cuda_status
+
 log "sweep on CUDA"
 # The classic demonstration sizes (issue "Measurement" names them the paper preset).
 models="heavy_mlp:depth=20:hidden=4096:batch=32,heavy_mlp:depth=40:hidden=4096:batch=64"
