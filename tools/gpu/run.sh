@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds ckptlab with CMake on a GPU host that has a pip torch with CUDA but no Bazel, runs the
-# test binaries, then the sweep on CUDA, and leaves logs and results in $OUT (default
-# results/gpu-<timestamp>).
+# test binaries (and the conformance suite on CUDA), then the sweep on CUDA. Everything lands
+# in results/gpu-<timestamp>/; if $OUT is set (the device tool returns at most 8 files from
+# it), the report, the CSV, the plot, the log and a tarball of the whole folder are copied
+# there.
 #
 # The C++ dependencies come from third_party/cmake_bundle (make it with
 # tools/make_cmake_bundle.sh on a Debian 12 machine and carry it along). LibTorch comes from
@@ -12,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 python="${PYTHON:-python3}"
-out="${OUT:-results/gpu-$(date +%Y%m%d-%H%M%S)}"
+out="results/gpu-$(date +%Y%m%d-%H%M%S)"
 bundle="${CKPT_BUNDLE:-$PWD/third_party/cmake_bundle}"
 build="${CKPT_BUILD_DIR:-build/gpu}"
 mkdir -p "$out"
@@ -61,4 +63,10 @@ models+=",gpt2:size=small:seq=256:batch=2,gpt2:size=medium:seq=256:batch=2"
 "$build/sweep" --device=cuda --models="$models" --out="$out" ${CKPT_SWEEP_ARGS:-} \
   > >(tee "$out/sweep.txt") 2> >(tee "$out/sweep.stderr" >&2)
 log "done: results in $out (tests exit status $tests_status)"
+if [[ -n "${OUT:-}" ]]; then
+  tar czf "$OUT/gpu-results.tar.gz" -C "$(dirname "$out")" "$(basename "$out")"
+  for f in report.md results.csv pareto.png run.log; do
+    [[ -f "$out/$f" ]] && cp "$out/$f" "$OUT/"
+  done
+fi
 exit "$tests_status"
