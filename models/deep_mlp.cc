@@ -49,12 +49,10 @@ absl::StatusOr<std::shared_ptr<ChainModel>> DeepMlpModel::Create(const ParamValu
                                         context.device);
 }
 
-DeepMlpModel::DeepMlpModel(std::string spec, DeepMlp mlp, int64_t batch, c10::Device device)
-    : spec_(std::move(spec)), mlp_(std::move(mlp)), batch_(batch), device_(device) {}
 
 std::vector<StageInfo> DeepMlpModel::Stages() const {
   std::vector<StageInfo> stages;
-  const int64_t depth = mlp_->options.depth();
+  const int64_t depth = module_->options.depth();
   for (int64_t i = 0; i < depth; ++i) {
     const bool last = i == depth - 1;
     stages.push_back({absl::StrCat(last ? "head" : "layer", i),
@@ -68,7 +66,7 @@ std::vector<at::Tensor> DeepMlpModel::RunStage(int index, const std::vector<at::
                                                const StageOptions& options, const Batch&) {
   return ChunkedCheckpoint(
       [this, index](const std::vector<at::Tensor>& x, int64_t) {
-        return std::vector<at::Tensor>{mlp_->forward_layer(index, x[0])};
+        return std::vector<at::Tensor>{module_->forward_layer(index, x[0])};
       },
       in, {true}, /*dim=*/0, options.sequence_chunks, kNoRngReplay);
 }
@@ -79,8 +77,8 @@ at::Tensor DeepMlpModel::Loss(const std::vector<at::Tensor>& outputs, const Batc
 
 Batch DeepMlpModel::MakeBatch(uint64_t seed) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  at::Tensor x = at::randn({batch_, mlp_->options.in_features()}, gen).to(device_);
-  at::Tensor labels = at::randint(mlp_->options.classes(), {batch_}, gen, at::kLong).to(device_);
+  at::Tensor x = at::randn({batch_, module_->options.in_features()}, gen).to(device_);
+  at::Tensor labels = at::randint(module_->options.classes(), {batch_}, gen, at::kLong).to(device_);
   x.requires_grad_(true);
   return {{x}, {labels}};
 }

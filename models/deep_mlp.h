@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/chain_model.h"
+#include "models/module_model.h"
 #include "core/spec.h"
 #include "torch/nn/module.h"
 #include "torch/nn/modules/linear.h"
@@ -37,7 +38,7 @@ class DeepMlpImpl : public torch::nn::Module {
 };
 TORCH_MODULE(DeepMlp);
 
-class DeepMlpModel : public ChainModel {
+class DeepMlpModel : public ModuleModel<DeepMlp> {
  public:
   static constexpr char kId[] = "deep_mlp";
   static constexpr char kSummary[] =
@@ -47,21 +48,12 @@ class DeepMlpModel : public ChainModel {
   static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,
                                                             const ModelContext& context);
 
-  DeepMlpModel(std::string spec, DeepMlp mlp, int64_t batch, c10::Device device);
-  std::string spec() const override { return spec_; }
+  using ModuleModel::ModuleModel;
   std::vector<StageInfo> Stages() const override;
   std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
                                    const StageOptions& options, const Batch& batch) override;
   at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) override;
   Batch MakeBatch(uint64_t seed) override;
-  std::vector<at::Tensor> Parameters() override { return mlp_->parameters(); }
-  void SetTraining(bool training) override { mlp_->train(training); }
-
- private:
-  std::string spec_;
-  DeepMlp mlp_;
-  int64_t batch_;
-  c10::Device device_;
 };
 
 }  // namespace ckpt

@@ -160,14 +160,12 @@ absl::StatusOr<std::shared_ptr<ChainModel>> Gpt2Model::Create(const ParamValues&
                                      context.device);
 }
 
-Gpt2Model::Gpt2Model(std::string spec, Gpt2 net, int64_t seq, int64_t batch, c10::Device device)
-    : spec_(std::move(spec)), net_(std::move(net)), seq_(seq), batch_(batch), device_(device) {}
 
 std::vector<StageInfo> Gpt2Model::Stages() const {
-  const bool stochastic = net_->options.dropout() > 0;
+  const bool stochastic = module_->options.dropout() > 0;
   std::vector<StageInfo> stages;
   stages.push_back({"embedding", StageKind::kEmbedding, /*position_wise=*/true, stochastic});
-  for (int64_t b = 0; b < net_->options.depth(); ++b) {
+  for (int64_t b = 0; b < module_->options.depth(); ++b) {
     stages.push_back({absl::StrCat("block", b, ".attention"), StageKind::kAttention,
                       /*position_wise=*/false, stochastic});
     stages.push_back(
@@ -179,19 +177,19 @@ std::vector<StageInfo> Gpt2Model::Stages() const {
 
 std::vector<at::Tensor> Gpt2Model::RunStage(int index, const std::vector<at::Tensor>& in,
                                             const StageOptions& options, const Batch& batch) {
-  const int64_t depth = net_->options.depth();
-  if (index == 0) return {net_->Embed(in.at(0), options)};
-  if (index == 2 * depth + 1) return {net_->HeadLoss(in.at(0), batch.targets.at(0), options)};
+  const int64_t depth = module_->options.depth();
+  if (index == 0) return {module_->Embed(in.at(0), options)};
+  if (index == 2 * depth + 1) return {module_->HeadLoss(in.at(0), batch.targets.at(0), options)};
   const int64_t block = (index - 1) / 2;
-  if ((index - 1) % 2 == 0) return {net_->AttentionStage(block, in.at(0), options)};
-  return {net_->MlpStage(block, in.at(0), options)};
+  if ((index - 1) % 2 == 0) return {module_->AttentionStage(block, in.at(0), options)};
+  return {module_->MlpStage(block, in.at(0), options)};
 }
 
 Batch Gpt2Model::MakeBatch(uint64_t seed) {
   // seq + 1 tokens per sequence: inputs are the first seq, targets the last seq.
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const at::Tensor tokens =
-      at::randint(net_->options.vocab(), {batch_, seq_ + 1}, gen, at::kLong);
+      at::randint(module_->options.vocab(), {batch_, seq_ + 1}, gen, at::kLong);
   return {{tokens.narrow(1, 0, seq_).contiguous().to(device_)},
           {tokens.narrow(1, 1, seq_).contiguous().to(device_)}};
 }

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/chain_model.h"
+#include "models/module_model.h"
 #include "core/spec.h"
 #include "models/layers.h"
 #include "torch/nn/module.h"
@@ -54,7 +55,7 @@ class Gpt2Impl : public torch::nn::Module {
 };
 TORCH_MODULE(Gpt2);
 
-class Gpt2Model : public ChainModel {
+class Gpt2Model : public ModuleModel<Gpt2> {
  public:
   static constexpr char kId[] = "gpt2";
   static constexpr char kSummary[] =
@@ -63,8 +64,8 @@ class Gpt2Model : public ChainModel {
   static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,
                                                             const ModelContext& context);
 
-  Gpt2Model(std::string spec, Gpt2 net, int64_t seq, int64_t batch, c10::Device device);
-  std::string spec() const override { return spec_; }
+  Gpt2Model(std::string spec, Gpt2 net, int64_t seq, int64_t batch, c10::Device device)
+      : ModuleModel(std::move(spec), std::move(net), batch, device), seq_(seq) {}
   std::vector<StageInfo> Stages() const override;
   std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
                                    const StageOptions& options, const Batch& batch) override;
@@ -73,15 +74,9 @@ class Gpt2Model : public ChainModel {
     return outputs.at(0);
   }
   Batch MakeBatch(uint64_t seed) override;
-  std::vector<at::Tensor> Parameters() override { return net_->parameters(); }
-  void SetTraining(bool training) override { net_->train(training); }
 
  private:
-  std::string spec_;
-  Gpt2 net_;
   int64_t seq_;
-  int64_t batch_;
-  c10::Device device_;
 };
 
 }  // namespace ckpt

@@ -47,12 +47,10 @@ absl::StatusOr<std::shared_ptr<ChainModel>> HeavyMlpModel::Create(const ParamVal
                                          params.Int("batch"), context.device);
 }
 
-HeavyMlpModel::HeavyMlpModel(std::string spec, HeavyMlp mlp, int64_t batch, c10::Device device)
-    : spec_(std::move(spec)), mlp_(std::move(mlp)), batch_(batch), device_(device) {}
 
 std::vector<StageInfo> HeavyMlpModel::Stages() const {
   std::vector<StageInfo> stages;
-  for (int64_t i = 0; i < mlp_->options.depth(); ++i) {
+  for (int64_t i = 0; i < module_->options.depth(); ++i) {
     stages.push_back({absl::StrCat("block", i), StageKind::kMlp, /*position_wise=*/true,
                       /*stochastic=*/false});
   }
@@ -64,7 +62,7 @@ std::vector<at::Tensor> HeavyMlpModel::RunStage(int index, const std::vector<at:
   // Rows are independent: "sequence" chunks are chunks of the batch.
   return ChunkedCheckpoint(
       [this, index](const std::vector<at::Tensor>& x, int64_t) {
-        return std::vector<at::Tensor>{mlp_->forward_block(index, x[0])};
+        return std::vector<at::Tensor>{module_->forward_block(index, x[0])};
       },
       in, {true}, /*dim=*/0, options.sequence_chunks, kNoRngReplay);
 }
@@ -75,7 +73,7 @@ at::Tensor HeavyMlpModel::Loss(const std::vector<at::Tensor>& outputs, const Bat
 
 Batch HeavyMlpModel::MakeBatch(uint64_t seed) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  at::Tensor x = at::randn({batch_, mlp_->options.hidden()}, gen).to(device_);
+  at::Tensor x = at::randn({batch_, module_->options.hidden()}, gen).to(device_);
   x.requires_grad_(true);
   return {{x}, {}};
 }

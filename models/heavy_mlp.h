@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/chain_model.h"
+#include "models/module_model.h"
 #include "core/spec.h"
 #include "torch/arg.h"
 #include "torch/nn/module.h"
@@ -43,7 +44,7 @@ class HeavyMlpImpl : public torch::nn::Module {
 TORCH_MODULE(HeavyMlp);
 
 // heavy_mlp as a chain for the executor: one stage per block.
-class HeavyMlpModel : public ChainModel {
+class HeavyMlpModel : public ModuleModel<HeavyMlp> {
  public:
   static constexpr char kId[] = "heavy_mlp";
   static constexpr char kSummary[] =
@@ -52,22 +53,12 @@ class HeavyMlpModel : public ChainModel {
   static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,
                                                             const ModelContext& context);
 
-  HeavyMlpModel(std::string spec, HeavyMlp mlp, int64_t batch, c10::Device device);
-
-  std::string spec() const override { return spec_; }
+  using ModuleModel::ModuleModel;
   std::vector<StageInfo> Stages() const override;
   std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
                                    const StageOptions& options, const Batch& batch) override;
   at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) override;
   Batch MakeBatch(uint64_t seed) override;
-  std::vector<at::Tensor> Parameters() override { return mlp_->parameters(); }
-  void SetTraining(bool training) override { mlp_->train(training); }
-
- private:
-  std::string spec_;
-  HeavyMlp mlp_;
-  int64_t batch_;
-  c10::Device device_;
 };
 
 }  // namespace ckpt

@@ -93,14 +93,11 @@ absl::StatusOr<std::shared_ptr<ChainModel>> TransformerModel::Create(const Param
                                             context.device);
 }
 
-TransformerModel::TransformerModel(std::string spec, Transformer net, int64_t seq, int64_t batch,
-                                   c10::Device device)
-    : spec_(std::move(spec)), net_(std::move(net)), seq_(seq), batch_(batch), device_(device) {}
 
 std::vector<StageInfo> TransformerModel::Stages() const {
-  const bool stochastic = net_->options.dropout() > 0;
+  const bool stochastic = module_->options.dropout() > 0;
   std::vector<StageInfo> stages;
-  for (int64_t b = 0; b < net_->options.depth(); ++b) {
+  for (int64_t b = 0; b < module_->options.depth(); ++b) {
     stages.push_back({absl::StrCat("block", b, ".attention"), StageKind::kAttention,
                       /*position_wise=*/false, stochastic});
     stages.push_back({absl::StrCat("block", b, ".mlp"), StageKind::kMlp,
@@ -112,8 +109,8 @@ std::vector<StageInfo> TransformerModel::Stages() const {
 std::vector<at::Tensor> TransformerModel::RunStage(int index, const std::vector<at::Tensor>& in,
                                                    const StageOptions& options, const Batch&) {
   const int64_t block = index / 2;
-  if (index % 2 == 0) return {net_->AttentionStage(block, in.at(0), options)};
-  return {net_->MlpStage(block, in.at(0), options)};
+  if (index % 2 == 0) return {module_->AttentionStage(block, in.at(0), options)};
+  return {module_->MlpStage(block, in.at(0), options)};
 }
 
 at::Tensor TransformerModel::Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) {
@@ -122,7 +119,7 @@ at::Tensor TransformerModel::Loss(const std::vector<at::Tensor>& outputs, const 
 
 Batch TransformerModel::MakeBatch(uint64_t seed) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  const int64_t hidden = net_->options.hidden();
+  const int64_t hidden = module_->options.hidden();
   at::Tensor x = at::randn({batch_, seq_, hidden}, gen).to(device_);
   at::Tensor target = at::randn({batch_, seq_, hidden}, gen).to(device_);
   x.requires_grad_(true);

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/chain_model.h"
+#include "models/module_model.h"
 #include "core/spec.h"
 #include "models/layers.h"
 #include "torch/nn/module.h"
@@ -46,7 +47,7 @@ class TransformerImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Transformer);
 
-class TransformerModel : public ChainModel {
+class TransformerModel : public ModuleModel<Transformer> {
  public:
   static constexpr char kId[] = "transformer";
   static constexpr char kSummary[] =
@@ -56,22 +57,16 @@ class TransformerModel : public ChainModel {
                                                             const ModelContext& context);
 
   TransformerModel(std::string spec, Transformer net, int64_t seq, int64_t batch,
-                   c10::Device device);
-  std::string spec() const override { return spec_; }
+                   c10::Device device)
+      : ModuleModel(std::move(spec), std::move(net), batch, device), seq_(seq) {}
   std::vector<StageInfo> Stages() const override;
   std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
                                    const StageOptions& options, const Batch& batch) override;
   at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) override;
   Batch MakeBatch(uint64_t seed) override;
-  std::vector<at::Tensor> Parameters() override { return net_->parameters(); }
-  void SetTraining(bool training) override { net_->train(training); }
 
  private:
-  std::string spec_;
-  Transformer net_;
   int64_t seq_;
-  int64_t batch_;
-  c10::Device device_;
 };
 
 }  // namespace ckpt

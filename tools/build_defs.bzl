@@ -37,3 +37,14 @@ def ckpt_cc_benchmark(name, copts = [], tags = [], **kwargs):
         tags = tags + ["benchmark"],
         **kwargs
     )
+
+def ckpt_strategy(name, deps = []):
+    """A strategy plugin package: <name>.cc and <name>.h, linked whole (it self-registers)."""
+    ckpt_cc_library(
+        name = name,
+        srcs = [name + ".cc"],
+        hdrs = [name + ".h"],
+        alwayslink = 1,
+        visibility = ["//visibility:public"],
+        deps = ["//core:strategy", "@absl//:strings"] + deps,
+    )
