@@ -49,7 +49,6 @@ absl::StatusOr<std::shared_ptr<ChainModel>> DeepMlpModel::Create(const ParamValu
                                         context.device);
 }
 
-
 std::vector<StageInfo> DeepMlpModel::Stages() const {
   std::vector<StageInfo> stages;
   const int64_t depth = module_->options.depth();

@@ -160,7 +160,6 @@ absl::StatusOr<std::shared_ptr<ChainModel>> Gpt2Model::Create(const ParamValues&
                                      context.device);
 }
 
-
 std::vector<StageInfo> Gpt2Model::Stages() const {
   const bool stochastic = module_->options.dropout() > 0;
   std::vector<StageInfo> stages;

@@ -1,6 +1,5 @@
 #include "models/heavy_mlp.h"
 
-
 #include "ATen/CPUGeneratorImpl.h"
 #include "ATen/Context.h"
 #include "ATen/ops/randn.h"
@@ -46,7 +45,6 @@ absl::StatusOr<std::shared_ptr<ChainModel>> HeavyMlpModel::Create(const ParamVal
   return std::make_shared<HeavyMlpModel>(params.Canonical(), std::move(mlp),
                                          params.Int("batch"), context.device);
 }
-
 
 std::vector<StageInfo> HeavyMlpModel::Stages() const {
   std::vector<StageInfo> stages;

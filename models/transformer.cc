@@ -93,7 +93,6 @@ absl::StatusOr<std::shared_ptr<ChainModel>> TransformerModel::Create(const Param
                                             context.device);
 }
 
-
 std::vector<StageInfo> TransformerModel::Stages() const {
   const bool stochastic = module_->options.dropout() > 0;
   std::vector<StageInfo> stages;
