@@ -31,6 +31,13 @@ const StageOptions& Plan::OptionsOf(int stage) const {
   return stage_options.empty() ? kDefault : stage_options[stage];
 }
 
+bool Plan::ChunksSequence() const {
+  for (const StageOptions& o : stage_options) {
+    if (o.sequence_chunks > 1) return true;
+  }
+  return false;
+}
+
 int64_t Plan::RecomputedStages() const {
   int64_t n = 0;
   for (const Segment& s : segments) {

@@ -129,6 +129,8 @@ struct Plan {
   std::string summary;    // one sentence from the strategy: why this plan
 
   const StageOptions& OptionsOf(int stage) const;
+  // Whether any stage runs its sequence in chunks (then recomputation may reassociate sums).
+  bool ChunksSequence() const;
   // Stage forwards that backward re-runs: n for a checkpointed segment of n stages,
   // n(n+1)/2 for a recompute-all one (stage k reruns the k stages before it, then itself).
   int64_t RecomputedStages() const;

@@ -35,22 +35,8 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-// The strategies to run: store_all first (the reference), then the others in the given
-// order, without repeats.
-std::vector<std::string> StrategyOrder(const std::vector<std::string>& given) {
-  std::vector<std::string> order = {"store_all"};
-  for (const std::string& s : given) {
-    if (std::find(order.begin(), order.end(), s) == order.end()) order.push_back(s);
-  }
-  return order;
-}
-
-std::string StatusName(const absl::Status& s) {
-  return s.code() == absl::StatusCode::kResourceExhausted ? "oom" : "error";
-}
-
 void Fail(ConfigResult& r, const absl::Status& s) {
-  r.status = StatusName(s);
+  r.status = FailureStatus(s);
   r.message = std::string(s.message());
 }
 
@@ -69,18 +55,6 @@ std::vector<at::Tensor> CollectGradients(ChainModel& model, const Batch& batch) 
   for (const at::Tensor& p : model.Parameters()) grads.push_back(p.grad());
   for (const at::Tensor& x : batch.inputs) grads.push_back(x.grad());
   return grads;
-}
-
-// max |a - b| over all gradients; an undefined gradient on one side only is a mismatch (inf).
-double MaxDiff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
-  double diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].defined() != b[i].defined()) return std::numeric_limits<double>::infinity();
-    if (!a[i].defined()) continue;
-    diff = std::max(diff, a[i].sub(b[i]).abs().max().item<double>());
-  }
-  return diff;
 }
 
 double Elapsed(std::chrono::steady_clock::time_point start) {
@@ -237,7 +211,9 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
       continue;
     }
     absl::StatusOr<double> diff =
-        RunTorch([&] { return MaxDiff(CollectGradients(*model, *batch), reference_grads); });
+        RunTorch([&] {
+          return MaxGradientDifference(CollectGradients(*model, *batch), reference_grads);
+        });
     c.result.max_grad_diff_vs_store_all = diff.ok() ? *diff : kNaN;
     // Agreement is required up to float32 rounding relative to the gradients' scale
     // (strategies that recompute the same arithmetic are at exactly 0 on CPU).
@@ -387,6 +363,30 @@ absl::StatusOr<std::vector<DepthPoint>> RunDepthScan(const SweepOptions& options
     }
   }
   return points;
+}
+
+std::vector<std::string> StrategyOrder(const std::vector<std::string>& given) {
+  std::vector<std::string> order = {"store_all"};
+  for (const std::string& s : given) {
+    if (std::find(order.begin(), order.end(), s) == order.end()) order.push_back(s);
+  }
+  return order;
+}
+
+std::string FailureStatus(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kResourceExhausted ? "oom" : "error";
+}
+
+double MaxGradientDifference(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].defined() != b[i].defined()) return std::numeric_limits<double>::infinity();
+    if (a[i].defined() && a[i].numel() > 0) {
+      diff = std::max(diff, a[i].sub(b[i]).abs().max().item<double>());
+    }
+  }
+  return diff;
 }
 
 double OverheadRatio(const std::vector<double>& step_ms, const std::vector<double>& reference_ms) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ATen/core/Tensor.h"
 #include "c10/core/Device.h"
 #include "core/memory_meter.h"
 #include "core/memory_model.h"
@@ -81,6 +82,16 @@ absl::StatusOr<std::vector<DepthPoint>> RunDepthScan(const SweepOptions& options
 // over rounds of (its time / the reference's time in that round). Pairing by round cancels
 // drift that hits a whole round (another process, clock changes). NaN without rounds.
 double OverheadRatio(const std::vector<double>& step_ms, const std::vector<double>& reference_ms);
+
+// The strategies a sweep runs: store_all first (the reference), then the given ones in order,
+// without repeats.
+std::vector<std::string> StrategyOrder(const std::vector<std::string>& given);
+
+// A row's status for a failure: "oom" for ResourceExhausted, else "error".
+std::string FailureStatus(const absl::Status& status);
+
+// max |a - b| over paired gradients; infinity when one is undefined where the other is not.
+double MaxGradientDifference(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b);
 
 // The row's fields in ResultColumns() order.
 std::vector<std::string> CsvRow(const ConfigResult& r, int threads);

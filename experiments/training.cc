@@ -47,11 +47,6 @@ void ClipGradientNorm(const std::vector<at::Tensor>& params, double max_norm) {
   }
 }
 
-bool Chunks(const Plan& plan) {
-  return std::any_of(plan.stage_options.begin(), plan.stage_options.end(),
-                     [](const StageOptions& o) { return o.sequence_chunks > 1; });
-}
-
 // One strategy's curve on a fresh model. Throws LibTorch's exceptions (caught by the caller).
 LossCurve Train(const std::string& model_spec, const std::string& strategy_spec,
                 const ModelProfile& profile, const SweepOptions& sweep,
@@ -76,7 +71,7 @@ LossCurve Train(const std::string& model_spec, const std::string& strategy_spec,
   }
   curve.model = (*model)->spec();
   curve.strategy = plan->strategy;
-  *chunked = Chunks(*plan);
+  *chunked = plan->ChunksSequence();
   (*model)->SetTraining(true);
 
   std::vector<at::Tensor> params = (*model)->Parameters();
@@ -100,7 +95,7 @@ LossCurve Train(const std::string& model_spec, const std::string& strategy_spec,
       at::manual_seed(sweep.seed + 7919 * (index + 1));
       absl::StatusOr<StepResult> r = exec->Step(batch, step_options);
       if (!r.ok()) {
-        curve.status = r.status().code() == absl::StatusCode::kResourceExhausted ? "oom" : "error";
+        curve.status = FailureStatus(r.status());
         curve.message = std::string(r.status().message());
         return curve;
       }
@@ -158,10 +153,7 @@ absl::StatusOr<std::vector<LossCurve>> RunTraining(const SweepOptions& sweep,
                                                    MemoryMeter& meter, std::ostream& progress) {
   RETURN_IF_ERROR(ValidateSweep(sweep));
   RETURN_IF_ERROR(ValidateTraining(options));
-  std::vector<std::string> order = {"store_all"};
-  for (const std::string& s : sweep.strategies) {
-    if (std::find(order.begin(), order.end(), s) == order.end()) order.push_back(s);
-  }
+  const std::vector<std::string> order = StrategyOrder(sweep.strategies);
   std::vector<LossCurve> curves;
   for (const std::string& model_spec : sweep.models) {
     // One profile per model, for the strategies to plan from.
@@ -184,8 +176,7 @@ absl::StatusOr<std::vector<LossCurve>> RunTraining(const SweepOptions& sweep,
         LossCurve failed;
         failed.model = model_spec;
         failed.strategy = strategy_spec;
-        failed.status = curve.status().code() == absl::StatusCode::kResourceExhausted ? "oom"
-                                                                                       : "error";
+        failed.status = FailureStatus(curve.status());
         failed.message = std::string(curve.status().message());
         curve = failed;
       }

@@ -128,16 +128,6 @@ absl::StatusOr<Run> StepUnder(const std::shared_ptr<ChainModel>& model, const Ba
   return run;
 }
 
-double MaxDiff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
-  double diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].defined() != b[i].defined()) return std::numeric_limits<double>::infinity();
-    if (a[i].defined()) diff = std::max(diff, (a[i] - b[i]).abs().max().item<double>());
-  }
-  return diff;
-}
-
 double MaxAbs(const std::vector<at::Tensor>& a) {
   double m = 0;
   for (const at::Tensor& t : a) {

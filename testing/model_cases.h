@@ -45,9 +45,7 @@ struct Run {
 absl::StatusOr<Run> StepUnder(const std::shared_ptr<ChainModel>& model, const Batch& batch,
                               const std::string& strategy_spec, uint64_t seed);
 
-// max |a - b| over the gradients (infinity if one is undefined where the other is not), and
-// the largest |a|.
-double MaxDiff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b);
+// The largest |a| over the gradients.
 double MaxAbs(const std::vector<at::Tensor>& a);
 
 // The analytical model's prediction for `plan`, profiled with its stage options.
