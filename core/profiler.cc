@@ -237,6 +237,17 @@ class Profiler {
 
 }  // namespace
 
+ModelProfile StructureOnlyProfile(const ChainModel& model) {
+  ModelProfile profile;
+  profile.model = model.spec();
+  for (const StageInfo& info : model.Stages()) {
+    StageProfile stage;
+    stage.info = info;
+    profile.stages.push_back(stage);
+  }
+  return profile;
+}
+
 absl::StatusOr<ModelProfile> ProfileModel(ChainModel& model, const Batch& batch,
                                           MemoryMeter& meter, c10::Device device,
                                           const std::vector<StageOptions>& options,

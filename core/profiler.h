@@ -19,6 +19,10 @@
 
 namespace ckpt {
 
+// The model's stages without measurements (zero bytes, zero time): enough for strategies that
+// plan from the chain's structure alone, without running anything.
+ModelProfile StructureOnlyProfile(const ChainModel& model);
+
 // `options`: per stage (empty: all default), to profile the stages as a plan runs them.
 // Leaves no graph and no gradients behind. LibTorch errors become a Status.
 absl::StatusOr<ModelProfile> ProfileModel(ChainModel& model, const Batch& batch,

@@ -338,9 +338,7 @@ absl::StatusOr<std::vector<DepthPoint>> RunDepthScan(const SweepOptions& options
       (*model)->SetTraining(true);
       absl::StatusOr<Batch> batch = RunTorch([&] { return (*model)->MakeBatch(options.seed); });
       if (!batch.ok()) return batch.status();
-      ModelProfile profile;
-      profile.model = (*model)->spec();
-      for (const StageInfo& s : (*model)->Stages()) profile.stages.push_back({s});
+      const ModelProfile profile = StructureOnlyProfile(**model);
       for (const std::string& strategy_spec : order) {
         progress.Steps(1);
         absl::StatusOr<std::unique_ptr<Strategy>> strategy = CreateStrategy(strategy_spec);

@@ -70,10 +70,7 @@ Chain MakeMlp(int depth, int hidden, int batch) {
 
 StepResult StepUnder(const std::string& strategy_spec, Chain& chain) {
   std::unique_ptr<Strategy> strategy = *CreateStrategy(strategy_spec);
-  ModelProfile profile;
-  profile.model = chain.model->spec();
-  for (const StageInfo& s : chain.model->Stages()) profile.stages.push_back({s});
-  Plan plan = *strategy->MakePlan(profile);
+  Plan plan = *strategy->MakePlan(StructureOnlyProfile(*chain.model));
   absl::StatusOr<ChainExecutor> exec =
       ChainExecutor::Create(chain.model, plan, &Cpu(), torch::kCPU);
   EXPECT_TRUE(exec.ok()) << exec.status();
@@ -150,10 +147,8 @@ TEST(Executor, OutOfMemoryUnderACapIsAResultNotACrash) {
   const int64_t live = Cpu().Stats().live_bytes;
   ASSERT_TRUE(Cpu().SetCap(live + 3 * 4096).ok());  // room for three activations, not eight
   std::unique_ptr<Strategy> store_all = *CreateStrategy("store_all");
-  ModelProfile profile;
-  for (const StageInfo& s : chain.model->Stages()) profile.stages.push_back({s});
-  absl::StatusOr<ChainExecutor> exec =
-      ChainExecutor::Create(chain.model, *store_all->MakePlan(profile), &Cpu(), torch::kCPU);
+  absl::StatusOr<ChainExecutor> exec = ChainExecutor::Create(
+      chain.model, *store_all->MakePlan(StructureOnlyProfile(*chain.model)), &Cpu(), torch::kCPU);
   ASSERT_TRUE(exec.ok());
   absl::StatusOr<StepResult> r = exec->Step(chain.batch);
   ASSERT_TRUE(Cpu().SetCap(std::nullopt).ok());

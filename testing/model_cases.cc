@@ -107,9 +107,7 @@ absl::StatusOr<Run> StepUnder(const std::shared_ptr<ChainModel>& model, const Ba
                               const std::string& strategy_spec, uint64_t seed) {
   absl::StatusOr<std::unique_ptr<Strategy>> strategy = CreateStrategy(strategy_spec);
   if (!strategy.ok()) return strategy.status();
-  ModelProfile profile;
-  profile.model = model->spec();
-  for (const StageInfo& s : model->Stages()) profile.stages.push_back({s});
+  const ModelProfile profile = StructureOnlyProfile(*model);
   absl::StatusOr<Plan> plan = (*strategy)->MakePlan(profile);
   if (!plan.ok()) return plan.status();
   MemoryMeter* meter = *MemoryMeterFor(TestDevice());

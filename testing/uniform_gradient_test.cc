@@ -6,6 +6,7 @@
 #include "core/chain_model.h"
 #include "core/executor.h"
 #include "core/memory_meter.h"
+#include "core/profiler.h"
 #include "core/strategy.h"
 #include "gtest/gtest.h"
 #include "rapidcheck.h"
@@ -24,9 +25,7 @@ Gradients StepAndCollect(const std::shared_ptr<ChainModel>& model, const Batch& 
                          const std::string& strategy_spec) {
   absl::StatusOr<std::unique_ptr<Strategy>> strategy = CreateStrategy(strategy_spec);
   RC_ASSERT(strategy.ok());
-  ModelProfile profile;
-  profile.model = model->spec();
-  for (const StageInfo& s : model->Stages()) profile.stages.push_back({s});
+  const ModelProfile profile = StructureOnlyProfile(*model);
   absl::StatusOr<Plan> plan = (*strategy)->MakePlan(profile);
   RC_ASSERT(plan.ok());
   absl::StatusOr<ChainExecutor> exec =
