@@ -20,8 +20,10 @@ class StepReplay {
   }
 
   MemoryPrediction Run() {
-    // The chain's outputs live in boundary_[j + 1]; boundary_[0] is the batch (baseline).
+    // Stage j's outputs are boundary_[j + 1]; boundary_[0] is the batch, in the baseline
+    // (zero bytes here) and held by the caller throughout.
     boundary_.assign(stages_.size() + 1, Boundary{});
+    boundary_[0].holders = 1;
     for (const Segment& s : plan_.segments) Forward(s);
     const LossProfile& loss = profile_.loss;
     const int last = static_cast<int>(stages_.size());

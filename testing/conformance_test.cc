@@ -6,11 +6,13 @@
 // (stored, checkpointed and recompute-all segments, recomputed attention cores: the same ops
 // on the same values, with the same dropout masks thanks to RNG replay and counter-based
 // dropout). Plans that chunk the sequence compute matrix products over chunks of rows, which
-// BLAS may block differently from the whole: there the gradients must agree to 1e-5 of the
-// largest gradient (float32 has a 6e-8 unit roundoff; a few hundred reassociated products per
-// element stay well under 1e-5, and a wrong mask or a missing term is orders above it).
+// BLAS may block differently from the whole: there the gradients must agree to 1e-4 of the
+// largest gradient (at least 1e-4 absolute). float32's unit roundoff is 6e-8 and a few hundred
+// reassociated products per element stay near 1e-6, but the generated toy widths amplify it:
+// a LayerNorm over hidden=2 divides by the deviation of two numbers, and differences of 2e-5
+// were seen there. A wrong dropout mask or a missing term is orders of magnitude above.
 //
-// On CUDA (CKPT_TEST_DEVICE=cuda) every plan gets the 1e-5 tolerance: deterministic
+// On CUDA (CKPT_TEST_DEVICE=cuda) every plan gets that tolerance: deterministic
 // algorithms are requested, but LibTorch does not guarantee that every CUDA kernel used here
 // has one, and a recomputed segment's kernels may be chosen for other shapes than the
 // stored run's. Memory is checked on CPU only: the CUDA caching allocator rounds every block
@@ -96,7 +98,8 @@ void CheckEveryStrategy(const std::string& model_id) {
     }
     RC_TAG(id);
     if (run->plan.ChunksSequence() || !on_cpu) {
-      RC_ASSERT(MaxGradientDifference(run->grads, reference->grads) <= 1e-5 * std::max(scale, 1.0));
+      RC_ASSERT(MaxGradientDifference(run->grads, reference->grads) <=
+                1e-4 * std::max(scale, 1.0));
       RC_ASSERT(std::abs(run->step.loss - reference->step.loss) <=
                 1e-5 * std::max(std::abs(reference->step.loss), 1.0));
     } else {
