@@ -92,13 +92,10 @@ class StepReplay {
   void StoredBackward(int j, Boundary& in, Boundary& out, bool in_is_leaf, bool held) {
     const StageProfile& s = stages_[j];
     Note("backward", s);
-    // Gradients that exist already are accumulated in place: the stage's freshly computed one
-    // is a temporary that the isolated measurement counted as kept.
-    int64_t existing = 0;
-    for (const auto& [param, bytes] : s.param_grads) {
-      if (grads_.count(param)) existing += bytes;
-    }
-    Touch((held ? s.backward_held_transient_bytes : s.backward_transient_bytes) - existing);
+    // A gradient that exists already (a tied embedding's) is accumulated in place: the stage's
+    // freshly computed one is then a temporary, alive at the stage's peak as the isolated
+    // measurement saw it, but not kept afterwards (below).
+    Touch(held ? s.backward_held_transient_bytes : s.backward_transient_bytes);
     Add(-s.retained_bytes);
     if (s.keeps_output) Release(out);
     if (s.keeps_input && !in_is_leaf) Release(in);
