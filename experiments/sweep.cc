@@ -8,7 +8,6 @@
 #include <memory>
 
 #include "ATen/Context.h"
-#include "ATen/Parallel.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/chain_model.h"
