@@ -14,4 +14,9 @@ absl::StatusOr<std::unique_ptr<Strategy>> CreateStrategy(const std::string& spec
   return Strategies().Create(spec);
 }
 
+absl::StatusOr<Plan> PlanFor(const std::string& spec_text, const ModelProfile& profile) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Strategy> strategy, CreateStrategy(spec_text));
+  return strategy->MakePlan(profile);
+}
+
 }  // namespace ckpt

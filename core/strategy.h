@@ -44,6 +44,9 @@ StrategyRegistry& Strategies();
 // Parses and binds a spec such as "uniform:segments=4" and creates the strategy.
 absl::StatusOr<std::unique_ptr<Strategy>> CreateStrategy(const std::string& spec_text);
 
+// CreateStrategy, then its plan for `profile`: the first error of the two.
+absl::StatusOr<Plan> PlanFor(const std::string& spec_text, const ModelProfile& profile);
+
 template <typename T>
 struct StrategyRegistration {
   StrategyRegistration() {

@@ -60,11 +60,8 @@ void TrainingStep(benchmark::State& state, const std::string& model_spec,
   absl::StatusOr<ModelProfile> profile =
       batch.ok() ? ProfileModel(**model, *batch, *meter, device, {}, /*repeats=*/1)
                  : absl::StatusOr<ModelProfile>(batch.status());
-  absl::StatusOr<std::unique_ptr<Strategy>> strategy = CreateStrategy(strategy_spec);
   absl::StatusOr<Plan> plan =
-      !profile.ok()    ? absl::StatusOr<Plan>(profile.status())
-      : !strategy.ok() ? absl::StatusOr<Plan>(strategy.status())
-                       : (*strategy)->MakePlan(*profile);
+      profile.ok() ? PlanFor(strategy_spec, *profile) : absl::StatusOr<Plan>(profile.status());
   absl::StatusOr<ChainExecutor> exec =
       plan.ok() ? ChainExecutor::Create(*model, *plan, meter, device)
                 : absl::StatusOr<ChainExecutor>(plan.status());

@@ -134,9 +134,7 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
 
   for (Config& c : configs) {
     c.result.model = model->spec();
-    absl::StatusOr<std::unique_ptr<Strategy>> strategy = CreateStrategy(c.result.strategy);
-    absl::StatusOr<Plan> plan =
-        strategy.ok() ? (*strategy)->MakePlan(*profile) : absl::StatusOr<Plan>(strategy.status());
+    absl::StatusOr<Plan> plan = PlanFor(c.result.strategy, *profile);
     if (!plan.ok()) {
       Fail(c.result, plan.status());
       continue;
@@ -340,9 +338,7 @@ absl::StatusOr<std::vector<DepthPoint>> RunDepthScan(const SweepOptions& options
       const ModelProfile profile = StructureOnlyProfile(**model);
       for (const std::string& strategy_spec : order) {
         progress.Steps(1);
-        absl::StatusOr<std::unique_ptr<Strategy>> strategy = CreateStrategy(strategy_spec);
-        absl::StatusOr<Plan> plan = strategy.ok() ? (*strategy)->MakePlan(profile)
-                                                  : absl::StatusOr<Plan>(strategy.status());
+        absl::StatusOr<Plan> plan = PlanFor(strategy_spec, profile);
         absl::StatusOr<ChainExecutor> exec =
             plan.ok() ? ChainExecutor::Create(*model, *plan, &meter, options.device)
                       : absl::StatusOr<ChainExecutor>(plan.status());

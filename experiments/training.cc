@@ -57,9 +57,7 @@ LossCurve Train(const std::string& model_spec, const std::string& strategy_spec,
   context.device = sweep.device;
   context.init_seed = sweep.seed;
   absl::StatusOr<std::shared_ptr<ChainModel>> model = CreateModel(model_spec, context);
-  absl::StatusOr<std::unique_ptr<Strategy>> strategy = CreateStrategy(strategy_spec);
-  absl::StatusOr<Plan> plan =
-      strategy.ok() ? (*strategy)->MakePlan(profile) : absl::StatusOr<Plan>(strategy.status());
+  absl::StatusOr<Plan> plan = PlanFor(strategy_spec, profile);
   absl::StatusOr<ChainExecutor> exec =
       !model.ok()  ? absl::StatusOr<ChainExecutor>(model.status())
       : !plan.ok() ? absl::StatusOr<ChainExecutor>(plan.status())

@@ -105,10 +105,7 @@ rc::Gen<std::string> StrategySpec(const std::string& id) {
 
 absl::StatusOr<Run> StepUnder(const std::shared_ptr<ChainModel>& model, const Batch& batch,
                               const std::string& strategy_spec, uint64_t seed) {
-  absl::StatusOr<std::unique_ptr<Strategy>> strategy = CreateStrategy(strategy_spec);
-  if (!strategy.ok()) return strategy.status();
-  const ModelProfile profile = StructureOnlyProfile(*model);
-  absl::StatusOr<Plan> plan = (*strategy)->MakePlan(profile);
+  absl::StatusOr<Plan> plan = PlanFor(strategy_spec, StructureOnlyProfile(*model));
   if (!plan.ok()) return plan.status();
   MemoryMeter* meter = *MemoryMeterFor(TestDevice());
   absl::StatusOr<ChainExecutor> exec = ChainExecutor::Create(model, *plan, meter, TestDevice());

@@ -23,10 +23,7 @@ struct Gradients {
 
 Gradients StepAndCollect(const std::shared_ptr<ChainModel>& model, const Batch& batch,
                          const std::string& strategy_spec) {
-  absl::StatusOr<std::unique_ptr<Strategy>> strategy = CreateStrategy(strategy_spec);
-  RC_ASSERT(strategy.ok());
-  const ModelProfile profile = StructureOnlyProfile(*model);
-  absl::StatusOr<Plan> plan = (*strategy)->MakePlan(profile);
+  absl::StatusOr<Plan> plan = PlanFor(strategy_spec, StructureOnlyProfile(*model));
   RC_ASSERT(plan.ok());
   absl::StatusOr<ChainExecutor> exec =
       ChainExecutor::Create(model, *plan, *MemoryMeterFor(torch::kCPU), torch::kCPU);
