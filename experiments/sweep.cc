@@ -260,6 +260,10 @@ absl::Status ValidateSweep(const SweepOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("warmup=", options.warmup, " is not accepted; accepted: an integer >= 0"));
   }
+  if (!(options.time_limit_s >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "time limit ", options.time_limit_s, " s is not accepted; accepted: >= 0 (0: none)"));
+  }
   for (const std::string& text : options.models) {
     ASSIGN_OR_RETURN(Spec spec, ParseSpec(text));
     RETURN_IF_ERROR(Models().Bind(spec).status());
@@ -287,6 +291,8 @@ absl::StatusOr<std::vector<ConfigResult>> RunSweep(
   Progress progress(out, to_run * static_cast<int64_t>(order.size()) *
                              (options.warmup + options.steps + 1));
   std::vector<ConfigResult> all;
+  const auto start = std::chrono::steady_clock::now();
+  bool started_one = false;
   for (size_t m = 0; m < options.models.size(); ++m) {
     const std::string& model = options.models[m];
     if (is_done(model)) {
@@ -294,6 +300,13 @@ absl::StatusOr<std::vector<ConfigResult>> RunSweep(
                                     options.models.size(), model));
       continue;
     }
+    if (started_one && options.time_limit_s > 0 && Elapsed(start) >= options.time_limit_s) {
+      progress.Line(absl::StrFormat(
+          "time limit of %.0f s reached: models %d..%d not started (--resume continues them)",
+          options.time_limit_s, m + 1, options.models.size()));
+      break;
+    }
+    started_one = true;
     progress.Line(absl::StrFormat("model %d/%d %s", m + 1, options.models.size(), model));
     for (ConfigResult& r : SweepModel(options, model, meter, progress)) {
       progress.Steps(1);

@@ -33,6 +33,10 @@ struct SweepOptions {
   int steps = 5;   // timed rounds
   int warmup = 1;  // untimed rounds before them
   uint64_t seed = 0;
+  // Wall-clock budget in seconds, 0 for none: once it is spent no further model starts (the
+  // first one to run always does), so a bounded run still ends with rows, a report and a
+  // results.csv that --resume continues. A model that has started runs to its end.
+  double time_limit_s = 0;
   // (model spec, strategy spec) pairs, as given, already in results.csv (--resume): a model
   // whose pairs are all there is skipped; otherwise it runs again and only the missing rows
   // are reported.

@@ -1,7 +1,8 @@
 // bazel run //experiments:sweep -- [--preset=quick|paper] [--models=SPEC,...]
 //     [--strategies=SPEC,...] [--device=auto|cpu|cuda] [--steps=N] [--warmup=N] [--threads=N]
 //     [--out=DIR] [--resume] [--memory_cap=BYTES|16GiB] [--depths=4,8,16,32]
-//     [--train_steps=N [--accumulate=K] [--amp]] [--seed=N] [--explain] [--list]
+//     [--train_steps=N [--accumulate=K] [--amp]] [--seed=N] [--time_limit_s=S] [--explain]
+//     [--list]
 //
 // Runs every model x strategy, checks each strategy's gradients against store_all's, appends
 // one row per configuration to DIR/results.csv as each model finishes, and at the end writes
@@ -12,6 +13,7 @@
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -65,6 +67,10 @@ ABSL_FLAG(int, accumulate, 1, "with --train_steps: micro-batches per optimizer s
 ABSL_FLAG(bool, amp, false,
           "with --train_steps: mixed precision (bfloat16 autocast on CPU; float16 with dynamic "
           "loss scaling on CUDA)");
+ABSL_FLAG(double, time_limit_s, 0,
+          "wall-clock budget in seconds (0: none): once spent, no further model starts (the "
+          "first always does), training and the depth scan are skipped, and the report says "
+          "what is missing; --resume continues");
 ABSL_FLAG(uint64_t, seed, 0, "seed for parameters, batches and dropout");
 ABSL_FLAG(bool, explain, false, "print each strategy's plan for each model, then exit");
 ABSL_FLAG(bool, list, false, "list the presets, strategies and models, then exit");
@@ -160,13 +166,27 @@ absl::Status Explain(const SweepOptions& options, MemoryMeter& meter) {
   return absl::OkStatus();
 }
 
-// The (model, strategy) pairs, as given, of the rows in an existing results.csv.
-absl::StatusOr<std::set<std::pair<std::string, std::string>>> CompletedPairs(
-    const std::string& path) {
-  ASSIGN_OR_RETURN(std::vector<ResultRow> rows, ReadResults(path));
+// The (model, strategy) pairs, as given, of results.csv's rows.
+std::set<std::pair<std::string, std::string>> PairsOf(const std::vector<ResultRow>& rows) {
   std::set<std::pair<std::string, std::string>> pairs;
   for (const ResultRow& r : rows) pairs.emplace(r.at("model_arg"), r.at("strategy_arg"));
   return pairs;
+}
+
+// The models of `options` that lack a row for some strategy (a time limit left them out).
+std::vector<std::string> MissingModels(const SweepOptions& options,
+                                       const std::vector<ResultRow>& rows) {
+  const std::set<std::pair<std::string, std::string>> present = PairsOf(rows);
+  std::vector<std::string> missing;
+  for (const std::string& model : options.models) {
+    for (const std::string& strategy : StrategyOrder(options.strategies)) {
+      if (!present.count({model, strategy})) {
+        missing.push_back(model);
+        break;
+      }
+    }
+  }
+  return missing;
 }
 
 int Main(int argc, char** argv) {
@@ -199,6 +219,7 @@ int Main(int argc, char** argv) {
   options.steps = absl::GetFlag(FLAGS_steps);
   options.warmup = absl::GetFlag(FLAGS_warmup);
   options.seed = absl::GetFlag(FLAGS_seed);
+  options.time_limit_s = absl::GetFlag(FLAGS_time_limit_s);
   if (absl::Status s = ValidateSweep(options); !s.ok()) Die(s);
   absl::StatusOr<std::optional<int64_t>> cap = ParseBytes(absl::GetFlag(FLAGS_memory_cap));
   if (!cap.ok()) Die(cap.status());
@@ -235,9 +256,9 @@ int Main(int argc, char** argv) {
         csv_path, " exists; pass --resume to continue it, or another --out")));
   }
   if (exists) {
-    absl::StatusOr<std::set<std::pair<std::string, std::string>>> done = CompletedPairs(csv_path);
+    absl::StatusOr<std::vector<ResultRow>> done = ReadResults(csv_path);
     if (!done.ok()) Die(done.status());
-    options.completed = *std::move(done);
+    options.completed = PairsOf(*done);
   }
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
@@ -266,35 +287,51 @@ int Main(int argc, char** argv) {
   }
   std::printf("%s\n", FormatTable(*results).c_str());
 
+  absl::StatusOr<std::vector<ResultRow>> rows = ReadResults(csv_path);
+  const std::vector<std::string> missing =
+      rows.ok() ? MissingModels(options, *rows) : std::vector<std::string>();
+  const bool complete = missing.empty();
+  std::string appendix;
+  if (!complete) {
+    appendix = absl::StrCat("## Incomplete\n\nThe time limit (--time_limit_s=",
+                            options.time_limit_s, ") was spent before ", missing.size(), " of ",
+                            options.models.size(), " models started: ",
+                            absl::StrJoin(missing, ", "),
+                            ". Training and the depth scan were skipped. Continue with the same "
+                            "command and `--resume --out=",
+                            out_dir, "`.\n\n");
+    std::fprintf(stderr,
+                 "sweep: incomplete, %zu model(s) not run; continue with --resume --out=%s\n",
+                 missing.size(), out_dir.c_str());
+  }
+
   // Training, then the report and plots from every row of results.csv (a resumed sweep's
   // earlier ones too).
-  std::string appendix;
   bool curves_ok = true;
-  if (training.steps > 0) {
+  if (training.steps > 0 && complete) {
     absl::StatusOr<std::vector<LossCurve>> curves =
         RunTraining(options, training, **meter, std::cerr);
     absl::Status s = curves.ok() ? WriteLossCurves(out_dir, *curves) : curves.status();
     if (!s.ok()) std::fprintf(stderr, "sweep: training: %s\n", std::string(s.message()).c_str());
     if (curves.ok()) {
-      appendix = TrainingReport(training, *curves);
+      appendix += TrainingReport(training, *curves);
       for (const LossCurve& c : *curves) curves_ok = curves_ok && c.status == "ok";
     }
   }
-  absl::StatusOr<std::vector<ResultRow>> rows = ReadResults(csv_path);
   absl::Status report = rows.ok() ? WriteReport(out_dir, *rows, info, appendix) : rows.status();
   absl::Status plot = rows.ok() ? WriteParetoPlot(out_dir, *rows) : rows.status();
   for (const absl::Status& s : {report, plot}) {
     if (!s.ok()) std::fprintf(stderr, "sweep: %s\n", std::string(s.message()).c_str());
   }
-  if (!depths->empty()) {
+  if (!depths->empty() && complete) {
     absl::StatusOr<std::vector<DepthPoint>> points =
         RunDepthScan(options, *depths, **meter, std::cerr);
     absl::Status s = points.ok() ? WriteDepthPlot(out_dir, *points) : points.status();
     if (!s.ok()) std::fprintf(stderr, "sweep: depth scan: %s\n", std::string(s.message()).c_str());
   }
   std::printf("results: %s (results.csv, report.md, pareto.png%s%s)\n", out_dir.c_str(),
-              depths->empty() ? "" : ", depth.csv, depth.png",
-              training.steps > 0 ? ", losses.csv, loss.png" : "");
+              depths->empty() || !complete ? "" : ", depth.csv, depth.png",
+              training.steps > 0 && complete ? ", losses.csv, loss.png" : "");
   if (!curves_ok) std::fprintf(stderr, "sweep: a loss curve departs from store_all's\n");
   return report.ok() && curves_ok ? 0 : 1;
 }

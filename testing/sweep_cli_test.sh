@@ -67,6 +67,21 @@ grep -q "already in results.csv, skipped" "$tmp/resume.stderr" || fail "resume s
 dupes=$(cut -d, -f1,2 "$tmp/kill/results.csv" | sort | uniq -d)
 [[ -z "$dupes" ]] || fail "rows twice after resume: $dupes"
 
+# A spent time limit: the first model runs, the rest are left for --resume, and the report
+# says what is missing; the resumed run completes it.
+models="heavy_mlp:depth=2:hidden=4:batch=2,heavy_mlp:depth=3:hidden=4:batch=2"
+"$sweep" --models="$models" --strategies=uniform --steps=1 --warmup=0 --time_limit_s=1e-9 \
+  --out="$tmp/limit" >/dev/null 2>"$tmp/limit.stderr" ||
+  fail "time-limited sweep exited $?: $(cat "$tmp/limit.stderr")"
+[[ $(($(wc -l <"$tmp/limit/results.csv") - 1)) -eq 2 ]] ||
+  fail "time limit: expected the first model's 2 rows: $(cat "$tmp/limit/results.csv")"
+grep -q "incomplete, 1 model(s) not run" "$tmp/limit.stderr" || fail "time limit: $(cat "$tmp/limit.stderr")"
+grep -q "^## Incomplete" "$tmp/limit/report.md" || fail "time limit: report.md does not say so"
+"$sweep" --models="$models" --strategies=uniform --steps=1 --warmup=0 --out="$tmp/limit" \
+  --resume >/dev/null 2>"$tmp/limit2.stderr" || fail "resume after time limit exited $?"
+[[ $(($(wc -l <"$tmp/limit/results.csv") - 1)) -eq 4 ]] || fail "resume after time limit: 4 rows expected"
+if grep -q "^## Incomplete" "$tmp/limit/report.md"; then fail "resumed report still incomplete"; fi
+
 # Bad input: exit status 2, a one-line message naming the value, nothing written.
 check_bad() {
   local expect="$1"
@@ -92,6 +107,7 @@ check_bad "--memory_cap='lots' is not accepted" --memory_cap=lots
 check_bad "thread count 0 is not accepted" --threads=0
 check_bad "unknown preset 'huge'; accepted: quick, paper" --preset=huge
 check_bad "--depths: 'x' is not accepted" --depths=4,x
+check_bad "time limit -5 s is not accepted" --time_limit_s=-5
 check_bad "unexpected argument 'stray'" stray
 
 # An output directory that cannot be created.

@@ -198,6 +198,29 @@ TEST(Sweep, ResumeSkipsCompletedModelsAndReportsOnlyMissingRows) {
   EXPECT_THAT(progress.str(), HasSubstr("already in results.csv, skipped"));
 }
 
+TEST(Sweep, TimeLimitStopsStartingModelsButAlwaysRunsTheFirst) {
+  SweepOptions o = Tiny();
+  o.models = {"heavy_mlp:depth=2:hidden=4:batch=2", "heavy_mlp:depth=3:hidden=4:batch=2",
+              "heavy_mlp:depth=4:hidden=4:batch=2"};
+  o.strategies = {"uniform"};
+  o.time_limit_s = 1e-9;  // spent by the time the first model is done
+  std::ostringstream progress;
+  absl::StatusOr<std::vector<ConfigResult>> rows = RunSweep(
+      o, Cpu(), [](const ConfigResult&) { return absl::OkStatus(); }, progress);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 2u);  // store_all and uniform of the first model only
+  EXPECT_EQ((*rows)[1].model_arg, "heavy_mlp:depth=2:hidden=4:batch=2");
+  EXPECT_THAT(progress.str(), HasSubstr("models 2..3 not started"));
+
+  o.time_limit_s = 3600;
+  rows = RunSweep(o, Cpu(), [](const ConfigResult&) { return absl::OkStatus(); }, progress);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ(rows->size(), 6u);
+
+  o.time_limit_s = -1;
+  EXPECT_THAT(std::string(ValidateSweep(o).message()), HasSubstr("time limit -1 s"));
+}
+
 TEST(CsvRow, HasEveryColumnAndQuotesWhatNeedsIt) {
   ConfigResult r;
   r.model = "m";
