@@ -3,9 +3,10 @@
 # names select with --benchmark_filter, the counters are there, and an infeasible
 # configuration is skipped with its error.
 set -euo pipefail
-bench="${BENCHMARKS:-$TEST_SRCDIR/ckptlab/experiments/benchmarks}"
+# On the CPU wherever it runs (a GPU host's ctest too): real time, and the CPU's exact bytes.
+bench=("${BENCHMARKS:-$TEST_SRCDIR/ckptlab/experiments/benchmarks}" --device=cpu)
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
-"$bench" --models=heavy_mlp:depth=3:hidden=8:batch=2 --strategies=store_all,uniform:segments=5,uniform \
+"${bench[@]}" --models=heavy_mlp:depth=3:hidden=8:batch=2 --strategies=store_all,uniform:segments=5,uniform \
   --benchmark_filter='^(store_all|uniform)' --benchmark_min_time=0.01 --benchmark_format=json \
   >"$tmp/out.json" 2>"$tmp/err.txt"
 fail() { echo "FAIL: $*" >&2; cat "$tmp/out.json" >&2; exit 1; }
@@ -19,13 +20,13 @@ grep -q '"error_message": "uniform: segments=5 is more than the 3 stages' "$tmp/
   fail "the infeasible configuration was not skipped with its error"
 grep -q '"libtorch": ' "$tmp/out.json" || fail "no libtorch context"
 # --benchmark_filter selects by name: only the uniform ones.
-"$bench" --models=heavy_mlp:depth=3:hidden=8:batch=2 --benchmark_filter='^uniform/' \
+"${bench[@]}" --models=heavy_mlp:depth=3:hidden=8:batch=2 --benchmark_filter='^uniform/' \
   --benchmark_min_time=0.01 --benchmark_format=json >"$tmp/filtered.json" 2>/dev/null
 ! grep -q '"name": "store_all' "$tmp/filtered.json" || fail "the filter let store_all through"
 grep -q '"name": "uniform/' "$tmp/filtered.json" || fail "the filter dropped uniform"
 # The project's bad input still exits 2.
 set +e
-"$bench" --strategies=revolve >/dev/null 2>"$tmp/bad.txt"
+"${bench[@]}" --strategies=revolve >/dev/null 2>"$tmp/bad.txt"
 rc=$?
 set -e
 [[ $rc -eq 2 ]] && grep -q "unknown strategy 'revolve'" "$tmp/bad.txt" || fail "bad strategy: exit $rc"

@@ -3,13 +3,14 @@
 # input. Under Bazel the binary is in the runfiles and $TEST_TMPDIR is private to this test;
 # under CMake's ctest, $SWEEP names the binary.
 set -euo pipefail
-sweep="${SWEEP:-$TEST_SRCDIR/ckptlab/experiments/sweep}"
+# On the CPU wherever it runs (a GPU host's ctest too): the checks below are the CPU's bytes.
+sweep=("${SWEEP:-$TEST_SRCDIR/ckptlab/experiments/sweep}" --device=cpu)
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 
 # A tiny run: results.csv with a header and one row per configuration, all ok.
-"$sweep" --models=heavy_mlp:depth=4:hidden=8:batch=2 --strategies=store_all,uniform \
+"${sweep[@]}" --models=heavy_mlp:depth=4:hidden=8:batch=2 --strategies=store_all,uniform \
   --steps=2 --warmup=0 --out="$tmp/ok" >"$tmp/ok.stdout" 2>"$tmp/ok.stderr" ||
   fail "tiny sweep exited $?: $(cat "$tmp/ok.stderr")"
 csv="$tmp/ok/results.csv"
@@ -29,14 +30,20 @@ else
   fail "no results.csv"
 fi
 
-for f in report.md pareto.png pareto.dat; do
+for f in report.md pareto.dat pareto.gp; do
   [[ -s "$tmp/ok/$f" ]] || fail "no $f in the output folder"
 done
+# The picture where gnuplot is; where it is not (a GPU host), a line saying so.
+if command -v gnuplot >/dev/null; then
+  [[ -s "$tmp/ok/pareto.png" ]] || fail "no pareto.png in the output folder"
+else
+  grep -q "gnuplot is not installed" "$tmp/ok.stderr" || fail "no word on the missing gnuplot"
+fi
 grep -q '^## heavy_mlp:depth=4:hidden=8:batch=2$' "$tmp/ok/report.md" || fail "report.md has no model section"
 
 # An existing results.csv is not overwritten without --resume.
 set +e
-"$sweep" --models=heavy_mlp:depth=2:hidden=4:batch=1 --out="$tmp/ok" >/dev/null 2>"$tmp/exists.stderr"
+"${sweep[@]}" --models=heavy_mlp:depth=2:hidden=4:batch=1 --out="$tmp/ok" >/dev/null 2>"$tmp/exists.stderr"
 rc=$?
 set -e
 [[ $rc -eq 2 ]] || fail "existing results.csv: exit $rc, expected 2"
@@ -46,7 +53,7 @@ grep -q "pass --resume" "$tmp/exists.stderr" || fail "existing results.csv: $(ca
 # and adds the rest, each row once.
 models="heavy_mlp:depth=3:hidden=8:batch=2,heavy_mlp:depth=4:hidden=8:batch=2"
 models+=",heavy_mlp:depth=5:hidden=8:batch=2,heavy_mlp:depth=6:hidden=512:batch=512"
-"$sweep" --models="$models" --strategies=uniform --steps=400 --warmup=0 --out="$tmp/kill" \
+"${sweep[@]}" --models="$models" --strategies=uniform --steps=400 --warmup=0 --out="$tmp/kill" \
   >/dev/null 2>"$tmp/kill.stderr" &
 pid=$!
 for _ in $(seq 1 600); do  # until the first model's rows are in (at most a minute)
@@ -59,7 +66,7 @@ rows_before=$(($(wc -l <"$tmp/kill/results.csv") - 1))
 ((rows_before >= 2 && rows_before < 8)) || fail "killed sweep left $rows_before rows"
 [[ $(tail -c 1 "$tmp/kill/results.csv" | od -An -c | tr -d ' ') == '\n' ]] ||
   fail "killed sweep left a partial line"
-"$sweep" --models="$models" --strategies=uniform --steps=2 --warmup=0 --out="$tmp/kill" --resume \
+"${sweep[@]}" --models="$models" --strategies=uniform --steps=2 --warmup=0 --out="$tmp/kill" --resume \
   >/dev/null 2>"$tmp/resume.stderr" || fail "resume exited $?: $(cat "$tmp/resume.stderr")"
 grep -q "already in results.csv, skipped" "$tmp/resume.stderr" || fail "resume skipped nothing"
 [[ $(($(wc -l <"$tmp/kill/results.csv") - 1)) -eq 8 ]] ||
@@ -70,14 +77,14 @@ dupes=$(cut -d, -f1,2 "$tmp/kill/results.csv" | sort | uniq -d)
 # A spent time limit: the first model runs, the rest are left for --resume, and the report
 # says what is missing; the resumed run completes it.
 models="heavy_mlp:depth=2:hidden=4:batch=2,heavy_mlp:depth=3:hidden=4:batch=2"
-"$sweep" --models="$models" --strategies=uniform --steps=1 --warmup=0 --time_limit_s=1e-9 \
+"${sweep[@]}" --models="$models" --strategies=uniform --steps=1 --warmup=0 --time_limit_s=1e-9 \
   --out="$tmp/limit" >/dev/null 2>"$tmp/limit.stderr" ||
   fail "time-limited sweep exited $?: $(cat "$tmp/limit.stderr")"
 [[ $(($(wc -l <"$tmp/limit/results.csv") - 1)) -eq 2 ]] ||
   fail "time limit: expected the first model's 2 rows: $(cat "$tmp/limit/results.csv")"
 grep -q "incomplete, 1 model(s) not run" "$tmp/limit.stderr" || fail "time limit: $(cat "$tmp/limit.stderr")"
 grep -q "^## Incomplete" "$tmp/limit/report.md" || fail "time limit: report.md does not say so"
-"$sweep" --models="$models" --strategies=uniform --steps=1 --warmup=0 --out="$tmp/limit" \
+"${sweep[@]}" --models="$models" --strategies=uniform --steps=1 --warmup=0 --out="$tmp/limit" \
   --resume >/dev/null 2>"$tmp/limit2.stderr" || fail "resume after time limit exited $?"
 [[ $(($(wc -l <"$tmp/limit/results.csv") - 1)) -eq 4 ]] || fail "resume after time limit: 4 rows expected"
 if grep -q "^## Incomplete" "$tmp/limit/report.md"; then fail "resumed report still incomplete"; fi
@@ -89,7 +96,7 @@ check_bad() {
   local out="$tmp/bad"
   rm -rf "$out"
   set +e
-  "$sweep" "$@" --out="$out" >/dev/null 2>"$tmp/bad.stderr"
+  "${sweep[@]}" "$@" --out="$out" >/dev/null 2>"$tmp/bad.stderr"
   local rc=$?
   set -e
   [[ $rc -eq 2 ]] || fail "$*: exit $rc, expected 2"
@@ -112,7 +119,7 @@ check_bad "unexpected argument 'stray'" stray
 
 # An output directory that cannot be created.
 set +e
-"$sweep" --models=heavy_mlp:depth=2:hidden=4:batch=1 --out=/proc/ckptlab-cannot >/dev/null 2>"$tmp/out.stderr"
+"${sweep[@]}" --models=heavy_mlp:depth=2:hidden=4:batch=1 --out=/proc/ckptlab-cannot >/dev/null 2>"$tmp/out.stderr"
 rc=$?
 set -e
 [[ $rc -eq 2 ]] || fail "unwritable --out: exit $rc, expected 2"

@@ -34,4 +34,13 @@ rm -rf "$out"
 mv "$out.tmp" "$out"
 printf 'Built from Debian packages on %s:\n' "$(date -u +%Y-%m-%d)" >"$out/PACKAGES"
 dpkg-query -W -f='  ${Package} ${Version}\n' "${packages[@]}" >>"$out/PACKAGES"
+# What a host needs to link and load these libraries, read off them: the newest versioned
+# libstdc++ and glibc symbols the shared ones use (the static ones, built by the same GCC, need
+# no more). tools/gpu/run.sh checks the host against it before it spends minutes compiling.
+newest() { grep -ohE "$1_[0-9.]+" | sort -uV | tail -1; }
+shared=$(find "$out/lib" -name '*.so.*' -type f)
+{
+  echo "glibcxx=$(objdump -T $shared | newest GLIBCXX)"
+  echo "glibc=$(objdump -T $shared | newest GLIBC)"
+} >"$out/REQUIRES"
 echo "make_cmake_bundle: $(du -sh "$out" | cut -f1) in $out ($(find "$out" -type f | wc -l) files)"

@@ -1,72 +1,179 @@
 #!/usr/bin/env bash
-# Builds ckptlab with CMake on a GPU host that has a pip torch with CUDA but no Bazel, runs the
-# test binaries (and the conformance suite on CUDA), then the sweep on CUDA. Everything lands
-# in results/gpu-<timestamp>/; if $OUT is set (the device tool returns at most 8 files from
-# it), the report, the CSV, the plot, the log and a tarball of the whole folder are copied
-# there.
+# Builds ckptlab with CMake on a host that has a LibTorch but no Bazel (the lent GPU machines:
+# a pip torch with CUDA), runs the test binaries, the conformance suite on the device, and the
+# paper-preset sweep on the device, within a time budget. Everything lands in
+# results/gpu-<timestamp>/; if $OUT is set (the device tool returns at most 8 files from it),
+# the report, CSV, plot, logs and a tarball of the whole folder are copied there.
 #
-# The C++ dependencies come from third_party/cmake_bundle (make it with
-# tools/make_cmake_bundle.sh on a Debian 12 machine and carry it along). LibTorch comes from
-# the Python in PATH (or $PYTHON): its torch package's share/cmake/Torch.
+# The C++ dependencies come from third_party/cmake_bundle (tools/make_cmake_bundle.sh, made on
+# a Debian 12 machine and carried along). LibTorch comes from the Python in PATH (or $PYTHON),
+# or from $CKPT_TORCH_CMAKE_DIR. tools/gpu/rehearse.sh runs this script on a CPU machine with
+# Debian's copies of those libraries hidden, which is how CI checks it.
 #
-#   tools/gpu/run.sh                       # build, ctest, sweep
-#   CKPT_SWEEP_ARGS="--steps=3" tools/gpu/run.sh
+#   tools/gpu/run.sh                        # build, tests, sweep on CUDA; about 10 minutes
+#
+# Settings, from the environment:
+#   CKPT_DEVICE=cuda          the device for the conformance suite and the sweep (cpu: rehearsal)
+#   CKPT_TIME_BUDGET_S=570    the whole run's budget: the sweep gets what the build and tests
+#                             left, less a reserve, through --time_limit_s (default fits the
+#                             device tool's 10-minute call)
+#   CKPT_STEPS="build test sweep"   which phases to run (build is always needed on a bare host)
+#   CKPT_SWEEP_ARGS="..."     more sweep flags; they come last, so --models=... overrides
+#   CKPT_TORCH_CMAKE_DIR=DIR  LibTorch's CMake prefix, instead of asking Python's torch
+#   CKPT_BUNDLE, CKPT_BUILD_DIR, CKPT_RESULTS_DIR   where the bundle, build and results are
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+start=$SECONDS
 python="${PYTHON:-python3}"
-out="results/gpu-$(date +%Y%m%d-%H%M%S)"
+device="${CKPT_DEVICE:-cuda}"
+budget="${CKPT_TIME_BUDGET_S:-570}"
+steps=" ${CKPT_STEPS:-build test sweep} "
 bundle="${CKPT_BUNDLE:-$PWD/third_party/cmake_bundle}"
 build="${CKPT_BUILD_DIR:-build/gpu}"
+out="${CKPT_RESULTS_DIR:-results/gpu-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$out"
-log() { echo "[gpu/run.sh $(date +%H:%M:%S)] $*" | tee -a "$out/run.log" >&2; }
-
-[[ -d "$bundle/include/absl" ]] || {
-  log "no C++ bundle at $bundle: run tools/make_cmake_bundle.sh on a Debian 12 machine first"
+log() { echo "[gpu/run.sh +$((SECONDS - start))s] $*" | tee -a "$out/run.log" >&2; }
+die() {
+  log "error: $*"
   exit 2
 }
-torch_cmake=$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)')
-log "torch $("$python" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)')"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader \
-  | tee "$out/gpu.txt" >&2 || true
 
-generator=()
-command -v ninja >/dev/null && generator=(-G Ninja)
-log "configuring ($build)"
-cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$torch_cmake;$bundle" \
-  -Dabsl_DIR="$bundle/lib/x86_64-linux-gnu/cmake/absl" \
-  -DGTest_DIR="$bundle/lib/x86_64-linux-gnu/cmake/GTest" \
-  -Drapidcheck_DIR="$bundle/lib/x86_64-linux-gnu/cmake/rapidcheck" \
-  -DCMAKE_CUDA_ARCHITECTURES=native 2>&1 | tee "$out/configure.log" | tail -5 >&2
-log "building"
-cmake --build "$build" -j "$(nproc)" 2>&1 | tee "$out/build.log" | tail -3 >&2
+# Hands back what there is, also when a phase failed or the time ran out.
+deliver() {
+  local status=$?
+  log "exit status $status; results in $out"
+  if [[ -n "${OUT:-}" ]]; then
+    tar czf "$OUT/gpu-results.tar.gz" -C "$(dirname "$out")" "$(basename "$out")"
+    for f in report.md results.csv pareto.png run.log ctest.log conformance.log; do
+      if [[ -f "$out/$f" ]]; then cp "$out/$f" "$OUT/"; fi
+    done
+  fi
+  exit "$status"
+}
+trap deliver EXIT
 
-log "tests"
-set +e
-ctest --test-dir "$build" --output-on-failure -j 4 2>&1 | tee "$out/ctest.log" | tail -15 >&2
-tests_status=${PIPESTATUS[0]}
-set -e
-
-log "conformance suite on CUDA (every strategy x every model against store_all)"
-set +e
-CKPT_TEST_DEVICE=cuda "$build/conformance_test" 2>&1 | tee "$out/conformance_cuda.log" | tail -15 >&2
-cuda_status=${PIPESTATUS[0]}
-set -e
-((tests_status == 0)) && tests_status=$cuda_status
-
-log "sweep on CUDA"
-# The classic demonstration sizes (issue "Measurement" names them the paper preset).
-models="heavy_mlp:depth=20:hidden=4096:batch=32,heavy_mlp:depth=40:hidden=4096:batch=64"
-models+=",deep_mlp:depth=20:hidden=1024:batch=32,transformer"
-models+=",gpt2:size=small:seq=256:batch=2,gpt2:size=medium:seq=256:batch=2"
-# shellcheck disable=SC2086
-"$build/sweep" --device=cuda --models="$models" --out="$out" ${CKPT_SWEEP_ARGS:-} \
-  > >(tee "$out/sweep.txt") 2> >(tee "$out/sweep.stderr" >&2)
-log "done: results in $out (tests exit status $tests_status)"
-if [[ -n "${OUT:-}" ]]; then
-  tar czf "$OUT/gpu-results.tar.gz" -C "$(dirname "$out")" "$(basename "$out")"
-  for f in report.md results.csv pareto.png run.log; do
-    [[ -f "$out/$f" ]] && cp "$out/$f" "$OUT/"
-  done
+# --- Preflight: everything that can be checked in seconds, before minutes of compiling. ---
+case "$device" in
+  cuda | cuda:[0-9]* | cpu) ;;
+  *) die "CKPT_DEVICE='$device' is not accepted; accepted: cuda, cuda:N, cpu" ;;
+esac
+[[ "$budget" =~ ^[0-9]+$ ]] || die "CKPT_TIME_BUDGET_S='$budget' is not accepted; accepted: seconds"
+for step in $steps; do
+  [[ "$step" =~ ^(build|test|sweep)$ ]] ||
+    die "CKPT_STEPS has '$step'; accepted: build, test, sweep"
+done
+[[ -f "$bundle/REQUIRES" && -d "$bundle/include/absl" ]] ||
+  die "no C++ bundle at $bundle: run tools/make_cmake_bundle.sh on a Debian 12 machine and carry it"
+if [[ -n "${CKPT_TORCH_CMAKE_DIR:-}" ]]; then
+  torch_cmake="$CKPT_TORCH_CMAKE_DIR"
+  log "LibTorch from $torch_cmake"
+else
+  torch_cmake=$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)') ||
+    die "$python cannot import torch; set PYTHON or CKPT_TORCH_CMAKE_DIR"
+  log "torch $("$python" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)')"
+  # The bundle's libraries use the C++11 string ABI (Debian's default); a torch built with the
+  # old one would fail at link time with hundreds of undefined std::string symbols.
+  [[ $("$python" -c 'import torch; print(int(torch.compiled_with_cxx11_abi()))') == 1 ]] ||
+    die "this torch uses the pre-C++11 string ABI and the bundle's libraries the new one"
 fi
-exit "$tests_status"
+# The bundle's shared libraries need this libstdc++ and glibc version or newer.
+cxx="${CXX:-c++}"
+command -v "$cxx" >/dev/null || die "no C++ compiler '$cxx' (set CXX)"
+command -v cmake >/dev/null || die "no cmake in PATH"
+libstdcxx=$(readlink -f "$("$cxx" -print-file-name=libstdc++.so.6)")
+need_glibcxx=$(sed -n 's/^glibcxx=//p' "$bundle/REQUIRES")
+grep -aq "$need_glibcxx" "$libstdcxx" ||
+  die "the bundle's libraries need $need_glibcxx, which this host's $libstdcxx lacks:" \
+    "install GCC 12's libstdc++ or newer"
+need_glibc=$(sed -n 's/^glibc=GLIBC_//p' "$bundle/REQUIRES")
+have_glibc=$(getconf GNU_LIBC_VERSION | cut -d' ' -f2)
+[[ $(printf '%s\n' "$need_glibc" "$have_glibc" | sort -V | head -1) == "$need_glibc" ]] ||
+  die "the bundle's libraries need glibc $need_glibc; this host has $have_glibc"
+log "$("$cxx" --version | head -1); cmake $(cmake --version | head -1 | cut -d' ' -f3)"
+if [[ "$device" == cuda* ]]; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader |
+    tee "$out/gpu.txt" >&2 || die "nvidia-smi sees no GPU (CKPT_DEVICE=$device)"
+fi
+
+# --- Build. ---
+if [[ "$steps" == *" build "* ]]; then
+  generator=()
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  log "configuring $build"
+  # The programs find the bundle's shared libraries through their RPATH. --disable-new-dtags
+  # makes it DT_RPATH, which also serves the libraries' own dependencies (libabsl_* load one
+  # another); DT_RUNPATH, the default, serves only the program's direct ones.
+  cmake_lib="$bundle/lib/x86_64-linux-gnu/cmake"
+  cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$torch_cmake;$bundle" \
+    -Dabsl_DIR="$cmake_lib/absl" -DGTest_DIR="$cmake_lib/GTest" \
+    -Drapidcheck_DIR="$cmake_lib/rapidcheck" -Dbenchmark_DIR="$cmake_lib/benchmark" \
+    -DCMAKE_BUILD_RPATH="$bundle/lib/x86_64-linux-gnu" \
+    -DCMAKE_EXE_LINKER_FLAGS="-Wl,--disable-new-dtags" \
+    >"$out/configure.log" 2>&1 || {
+    tail -30 "$out/configure.log" >&2
+    die "cmake configure failed (configure.log)"
+  }
+  grep -E "ckptlab: LibTorch" "$out/configure.log" | tee -a "$out/run.log" >&2
+  if [[ "$device" == cuda* ]] && ! grep -q "CUDA 1" "$out/configure.log"; then
+    die "this LibTorch has no CUDA, and CKPT_DEVICE=$device"
+  fi
+  log "building with $(nproc) jobs"
+  cmake --build "$build" -j "$(nproc)" >"$out/build.log" 2>&1 || {
+    grep -E "error|Error" "$out/build.log" | head -30 >&2
+    die "build failed (build.log)"
+  }
+fi
+
+# --- Tests: ctest (CPU), then the conformance suite on the device. ---
+status=0
+if [[ "$steps" == *" test "* ]]; then
+  log "ctest"
+  ctest --test-dir "$build" --output-on-failure -j "$(($(nproc) < 4 ? $(nproc) : 4))" \
+    >"$out/ctest.log" 2>&1 || status=1
+  grep -E "tests passed|tests failed|Failed|Exception" "$out/ctest.log" | tee -a "$out/run.log" >&2
+  if [[ "$device" == cpu ]]; then
+    log "conformance suite: ctest ran it on the CPU"
+  else
+    log "conformance suite on $device (every strategy x every model against store_all)"
+    CKPT_TEST_DEVICE="$device" "$build/conformance_test" >"$out/conformance.log" 2>&1 || status=1
+    tail -3 "$out/conformance.log" | tee -a "$out/run.log" >&2
+    # The benchmarks on the device: CUDA-event time reported as manual time.
+    log "benchmarks on $device"
+    "$build/benchmarks" --device="$device" --models=heavy_mlp:depth=8:hidden=1024:batch=64 \
+      --strategies=store_all,uniform,recompute_all --benchmark_min_time=0.2 \
+      --benchmark_format=json >"$out/benchmarks.json" 2>"$out/benchmarks.stderr" || status=1
+    grep -q '/manual_time"' "$out/benchmarks.json" || {
+      log "the benchmarks on $device did not report manual (CUDA-event) time"
+      status=1
+    }
+  fi
+fi
+
+# --- Sweep: the paper preset, bounded by what is left of the budget. ---
+if [[ "$steps" == *" sweep "* ]]; then
+  left=$((budget - (SECONDS - start)))
+  # The limit stops new models from starting; the reserve is for the model in flight (the
+  # largest paper model takes well under a minute a strategy on an H100) and the report.
+  limit=$((left - 90))
+  ((limit > 0)) || die "no time left for the sweep ($left s of $budget s)"
+  log "sweep on $device, time limit $limit s"
+  set +e
+  # shellcheck disable=SC2086
+  timeout --signal=KILL "$((left - 10))" "$build/sweep" --device="$device" --preset=paper \
+    --time_limit_s="$limit" --out="$out" --resume ${CKPT_SWEEP_ARGS:-} \
+    >"$out/sweep.txt" 2>"$out/sweep.stderr"
+  sweep_status=$?
+  set -e
+  grep -E "incomplete|time limit" "$out/sweep.stderr" | tee -a "$out/run.log" >&2 || true
+  ((sweep_status == 0)) || {
+    tail -5 "$out/sweep.stderr" >&2
+    log "sweep exited $sweep_status"
+    status=1
+  }
+  [[ -f "$out/report.md" ]] && log "report: $out/report.md"
+  command -v gnuplot >/dev/null ||
+    log "no gnuplot here: the plots' data and scripts (*.dat, *.gp) are in the tarball;" \
+      "draw them elsewhere with: gnuplot pareto.gp"
+fi
+exit "$status"

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Rehearses tools/gpu/run.sh on this CPU machine under the conditions of a GPU host, so that a
+# session lent a GPU for 30 minutes does not spend them on a broken script:
+#   - the C++ bundle is made afresh (tools/make_cmake_bundle.sh);
+#   - every file of Debian's Abseil, GoogleTest/GoogleMock, RapidCheck and Google Benchmark
+#     packages is hidden (whited out by an overlay in a private mount namespace), as on the
+#     GPU host, which has none of them: the build succeeds only from the bundle; gnuplot too;
+#   - LibTorch is Debian's CPU one, so the device is the CPU and the sweep small.
+# Then it checks what run.sh handed back in $OUT, and that the programs it built load their
+# libraries from the bundle. CI runs this (.ci/run). Needs root for the mount namespace; where
+# that is refused, it says so and runs without hiding the packages.
+#
+#   tools/gpu/rehearse.sh            # about 8 minutes on 2 cores, most of it compiling
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+# The inner half, run in the private mount namespace: hide the packages, then run run.sh.
+if [[ "${1:-}" == --inside ]]; then
+  root=$2
+  shift 2
+  packages=$(sed -n 's/^  \([^ ]*\) .*/\1/p' "$root/bundle/PACKAGES")
+  # Every file of the bundle's packages, and gnuplot (not on the GPU host's image either).
+  # shellcheck disable=SC2086
+  hide=$( (dpkg -L $packages; ls -d /usr/bin/gnuplot*) | sort -u)
+  for dir in /usr/include /usr/lib/x86_64-linux-gnu /usr/bin; do
+    layer="$root/overlay${dir//\//_}"
+    mkdir -p "$layer"
+    mount -t tmpfs tmpfs "$layer"
+    mkdir -p "$layer/upper" "$layer/work"
+    # A character device 0:0 in the upper layer is an overlay whiteout: the file is gone.
+    grep "^$dir/" <<<"$hide" | while read -r path; do
+      if [[ -f "$path" || -L "$path" ]]; then
+        mkdir -p "$layer/upper/$(dirname "${path#"$dir"/}")"
+        mknod "$layer/upper/${path#"$dir"/}" c 0 0
+      fi
+    done
+    mount -t overlay overlay \
+      -o "lowerdir=$dir,upperdir=$layer/upper,workdir=$layer/work" "$dir"
+  done
+  if [[ -e /usr/include/absl/status/status.h || -e /usr/include/gtest/gtest.h ]] ||
+    command -v gnuplot >/dev/null; then
+    echo "rehearse: the packages are still visible" >&2
+    exit 1
+  fi
+  echo "rehearse: Debian's $(wc -w <<<"$packages") packages and gnuplot hidden" >&2
+  exec "$@"
+fi
+
+root=$(mktemp -d /tmp/ckpt-rehearsal.XXXXXX)
+failures=0
+fail() {
+  echo "rehearse: FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+tools/make_cmake_bundle.sh "$root/bundle" >&2
+
+export OUT="$root/out"
+mkdir -p "$OUT"
+run=(env CKPT_DEVICE=cpu CKPT_TORCH_CMAKE_DIR=/usr/lib/x86_64-linux-gnu/cmake/Torch
+     CKPT_BUNDLE="$root/bundle" CKPT_BUILD_DIR="$root/build" CKPT_RESULTS_DIR="$root/results"
+     CKPT_TIME_BUDGET_S="${CKPT_TIME_BUDGET_S:-3000}"
+     CKPT_SWEEP_ARGS="--models=heavy_mlp:depth=4:hidden=64:batch=8,transformer:depth=2:hidden=32:heads=2:seq=16:batch=2 --steps=2 --warmup=1"
+     tools/gpu/run.sh)
+hidden=yes
+if unshare -m --propagation private true 2>/dev/null; then
+  unshare -m --propagation private "$0" --inside "$root" "${run[@]}" || fail "run.sh exited $?"
+else
+  hidden=no
+  echo "rehearse: no private mount namespace here (not root?): Debian's packages stay visible" >&2
+  "${run[@]}" || fail "run.sh exited $?"
+fi
+
+# What the device tool would bring back. Without gnuplot there is no pareto.png, but its data
+# and script are in the tarball, to be drawn where gnuplot is.
+for f in report.md results.csv run.log ctest.log gpu-results.tar.gz; do
+  [[ -s "$OUT/$f" ]] || fail "no $f in \$OUT"
+done
+[[ $hidden == yes || -s "$OUT/pareto.png" ]] || fail "no pareto.png in \$OUT"
+tar tzf "$OUT/gpu-results.tar.gz" | grep -q "/pareto.gp$" || fail "no pareto.gp in the tarball"
+(($(find "$OUT" -type f | wc -l) <= 8)) || fail "more than the 8 files the device tool returns"
+if [[ -f "$OUT/results.csv" ]]; then
+  rows=$(grep -c ',cpu,ok,' "$OUT/results.csv" || true)
+  ((rows == 10)) || fail "results.csv: expected 2 models x 5 strategies ok, got $rows ok rows"
+fi
+# ctest's summary line, passed on for .ci/run's count.
+grep -E "tests passed, [0-9]+ tests? failed out of" "$OUT/ctest.log" || fail "ctest printed no summary"
+grep -q "100% tests passed" "$OUT/ctest.log" 2>/dev/null || fail "ctest: $(tail -3 "$OUT/ctest.log")"
+# The programs load Abseil from the bundle, not from the system (hidden or not).
+absl=$(ldd "$root/build/sweep" | grep -m1 'libabsl_' || true)
+[[ "$absl" == *"$root/bundle/"* ]] || fail "sweep loads Abseil from elsewhere: $absl"
+
+if ((failures)); then
+  grep -B2 -A25 -E "^[0-9]+/[0-9]+ Test +#[0-9]+: .*\*\*\*Failed" "$OUT/ctest.log" 2>/dev/null |
+    tail -80 >&2 || true
+  echo "rehearse: $failures check(s) failed (packages hidden: $hidden); everything is in $root" >&2
+  exit 1
+fi
+rm -rf "$root"
+echo "rehearse: run.sh built, tested and swept from the bundle alone (packages hidden: $hidden)"
