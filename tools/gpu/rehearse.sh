@@ -85,6 +85,25 @@ fi
 # ctest's summary line, passed on for .ci/run's count.
 grep -E "tests passed, [0-9]+ tests? failed out of" "$OUT/ctest.log" || fail "ctest printed no summary"
 grep -q "100% tests passed" "$OUT/ctest.log" 2>/dev/null || fail "ctest: $(tail -3 "$OUT/ctest.log")"
+# Asked for CUDA where there is none, the conformance suite and run.sh refuse loudly rather
+# than measure the CPU under a GPU's name.
+set +e
+CKPT_TEST_DEVICE=cuda "$root/build/conformance_test" >/dev/null 2>"$root/cuda.stderr"
+rc=$?
+set -e
+((rc == 2)) && grep -q "CKPT_TEST_DEVICE: .*without CUDA" "$root/cuda.stderr" ||
+  fail "CKPT_TEST_DEVICE=cuda without CUDA: exit $rc, $(cat "$root/cuda.stderr")"
+if command -v nvidia-smi >/dev/null; then
+  echo "rehearse: nvidia-smi is here; the no-GPU refusal of run.sh is not checked" >&2
+else
+  set +e
+  CKPT_DEVICE=cuda CKPT_BUNDLE="$root/bundle" CKPT_RESULTS_DIR="$root/no-gpu" \
+    CKPT_TORCH_CMAKE_DIR=/usr/lib/x86_64-linux-gnu/cmake/Torch tools/gpu/run.sh 2>"$root/no-gpu.stderr"
+  rc=$?
+  set -e
+  ((rc == 2)) && grep -q "sees no GPU" "$root/no-gpu.stderr" ||
+    fail "run.sh with CKPT_DEVICE=cuda and no GPU: exit $rc, $(cat "$root/no-gpu.stderr")"
+fi
 # The programs load Abseil from the bundle, not from the system (hidden or not).
 absl=$(ldd "$root/build/sweep" | grep -m1 'libabsl_' || true)
 [[ "$absl" == *"$root/bundle/"* ]] || fail "sweep loads Abseil from elsewhere: $absl"
