@@ -25,9 +25,11 @@ class CudaMemoryMeterImpl final : public MemoryMeter {
 
   MemoryStats Stats() const override {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index_);
+    const auto& requested = compat::RequestedBytes(stats);
     const auto& allocated = stats.allocated_bytes[compat::kAggregateStat];
     const auto& reserved = stats.reserved_bytes[compat::kAggregateStat];
-    return {allocated.current, allocated.peak, reserved.current, reserved.peak};
+    return {requested.current, requested.peak, allocated.current,
+            allocated.peak,    reserved.current, reserved.peak};
   }
   void ResetPeak() override { c10::cuda::CUDACachingAllocator::resetPeakStats(index_); }
   absl::Status SetCap(std::optional<int64_t> bytes) override {
@@ -42,7 +44,9 @@ class CudaMemoryMeterImpl final : public MemoryMeter {
     return absl::OkStatus();
   }
   std::string Describe() const override {
-    return absl::StrCat("cuda:", index_, " (caching allocator statistics)");
+    return absl::StrCat("cuda:", index_, " (caching allocator: ", compat::kRequestedBytesExact
+                            ? "requested bytes, exact"
+                            : "allocated bytes, in 512-byte blocks", ")");
   }
 
  private:

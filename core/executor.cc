@@ -100,7 +100,9 @@ StepResult ChainExecutor::RunStep(const Batch& batch, const StepOptions& options
   r.step_ms = timer->StopMs();
 
   r.loss = loss.item<double>();
-  r.peak_bytes = meter_->Stats().peak_bytes;
+  const MemoryStats after = meter_->Stats();
+  r.peak_bytes = after.peak_bytes;
+  r.peak_reserved_bytes = after.peak_reserved_bytes;
   r.recompute_forwards = stage_calls_->load() - static_cast<int64_t>(stages_.size());
   return r;
 }

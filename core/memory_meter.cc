@@ -51,7 +51,7 @@ class CountingCpuAllocator final : public c10::Allocator {
   MemoryStats Stats() const {
     const int64_t live = live_.load();
     const int64_t peak = peak_.load();
-    return {live, peak, live, peak};
+    return {live, peak, live, peak, live, peak};
   }
   void ResetPeak() { peak_.store(live_.load()); }
   void SetCap(int64_t cap) { cap_.store(cap); }

@@ -12,6 +12,9 @@
 // - Autocast state: per-device functions (is_cpu_enabled, get_autocast_cpu_dtype, ...) in
 //   1.13, one function taking a device type (is_autocast_enabled(kCPU), ...) since 2.4.
 //   GetAutocast/SetAutocast below hide the difference.
+// - The caching allocator counts the bytes tensors requested (requested_bytes) since 2.1;
+//   1.13 has only allocated_bytes, rounded up to its 512-byte blocks. RequestedBytes picks the
+//   first where it exists, so CUDA live and peak bytes are exact, as on CPU.
 #pragma once
 
 #include <cstddef>
@@ -34,6 +37,19 @@ namespace ckpt::compat {
 
 // Index of the AGGREGATE entry (all pool types together) in the CUDA allocator's StatArray.
 inline constexpr std::size_t kAggregateStat = 0;
+
+// Whether the CUDA allocator's statistics have requested_bytes (exact) or only allocated_bytes.
+inline constexpr bool kRequestedBytesExact = CKPT_TORCH_VERSION_AT_LEAST(2, 1);
+
+// The AGGREGATE requested-bytes Stat of a CUDA DeviceStats (allocated bytes before 2.1).
+template <typename DeviceStats>
+const auto& RequestedBytes(const DeviceStats& stats) {
+#if CKPT_TORCH_VERSION_AT_LEAST(2, 1)
+  return stats.requested_bytes[kAggregateStat];
+#else
+  return stats.allocated_bytes[kAggregateStat];
+#endif
+}
 
 // Autocast's thread-local state for CPU and CUDA.
 struct AutocastState {

@@ -26,6 +26,7 @@ const std::vector<std::string>& ResultColumns() {
       "peak_above_baseline_bytes",
       "predicted_activation_bytes",
       "predicted_peak_bytes",
+      "peak_reserved_bytes",
       "step_ms_median",
       "step_ms_min",
       "step_ms_max",

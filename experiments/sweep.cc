@@ -175,6 +175,8 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
       c.result.baseline_bytes = r->baseline_bytes;
       c.result.activation_bytes = r->activation_bytes;
       c.result.peak_bytes = std::max(c.result.peak_bytes, r->peak_bytes);
+      c.result.peak_reserved_bytes =
+          std::max(c.result.peak_reserved_bytes, r->peak_reserved_bytes);
       c.result.recompute_forwards = r->recompute_forwards;
       c.result.loss = r->loss;
     }
@@ -419,6 +421,7 @@ std::vector<std::string> CsvRow(const ConfigResult& r, int threads) {
           bytes(r.peak_bytes - r.baseline_bytes),
           bytes(r.predicted.activation_bytes),
           bytes(r.baseline_bytes + r.predicted.peak_bytes),
+          bytes(r.peak_reserved_bytes),
           ok ? Num(median, 3) : "",
           ok ? Num(min, 3) : "",
           ok ? Num(max, 3) : "",

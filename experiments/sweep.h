@@ -56,6 +56,7 @@ struct ConfigResult {
   int64_t baseline_bytes = 0;
   int64_t activation_bytes = 0;
   int64_t peak_bytes = 0;
+  int64_t peak_reserved_bytes = 0;  // what the allocator held at most (CUDA), = peak on CPU
   int64_t recompute_forwards = 0;
   MemoryPrediction predicted;  // the analytical model's, above the baseline
   std::vector<double> step_ms;       // one per timed round

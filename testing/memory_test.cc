@@ -40,6 +40,17 @@ TEST(CpuMemoryMeter, PeakRemembersTheHighestPointSinceReset) {
   EXPECT_EQ(Cpu().Stats().peak_bytes, Cpu().Stats().live_bytes);
 }
 
+TEST(CpuMemoryMeter, AllocatedAndReservedAreTheLiveBytes) {
+  // No blocks and no cache on CPU: the three views of memory agree, current and peak.
+  Cpu().ResetPeak();
+  at::Tensor t = torch::empty({300});
+  const MemoryStats s = Cpu().Stats();
+  EXPECT_EQ(s.allocated_bytes, s.live_bytes);
+  EXPECT_EQ(s.reserved_bytes, s.live_bytes);
+  EXPECT_EQ(s.peak_allocated_bytes, s.peak_bytes);
+  EXPECT_EQ(s.peak_reserved_bytes, s.peak_bytes);
+}
+
 TEST(CpuMemoryMeter, CapThrowsOutOfMemoryWhichBecomesResourceExhausted) {
   const int64_t before = Cpu().Stats().live_bytes;
   ASSERT_TRUE(Cpu().SetCap(before + 4000).ok());

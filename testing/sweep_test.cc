@@ -58,6 +58,8 @@ TEST(Sweep, OneRowPerConfigurationStoreAllFirst) {
   EXPECT_EQ(store_all.step_ms.size(), 3u);
   // A = 4 * 16 * 4 bytes = 256; store_all keeps 6 A + the 4-byte loss.
   EXPECT_EQ(store_all.activation_bytes, 6 * 256 + 4);
+  EXPECT_EQ(store_all.peak_reserved_bytes, store_all.peak_bytes);  // no cache on CPU
+  EXPECT_GT(store_all.peak_bytes, store_all.baseline_bytes);
 
   // uniform's default for 6 stages is ceil(sqrt(6)) = 3 segments of 2: (2 + 2) A + 4.
   const ConfigResult& uniform = rows[1];
