@@ -10,7 +10,7 @@
 # libraries from the bundle. CI runs this (.ci/run). Needs root for the mount namespace; where
 # that is refused, it says so and runs without hiding the packages.
 #
-#   tools/gpu/rehearse.sh            # about 8 minutes on 2 cores, most of it compiling
+#   tools/gpu/rehearse.sh            # about 5 minutes on 2 cores, most of it compiling
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # The inner half, run in the private mount namespace: hide the packages, then run run.sh.
