@@ -318,8 +318,13 @@ int Main(int argc, char** argv) {
       for (const LossCurve& c : *curves) curves_ok = curves_ok && c.status == "ok";
     }
   }
-  absl::Status report = rows.ok() ? WriteReport(out_dir, *rows, info, appendix) : rows.status();
+  // The plot first, so that the report can say why a picture is missing.
   absl::Status plot = rows.ok() ? WriteParetoPlot(out_dir, *rows) : rows.status();
+  if (!plot.ok()) {
+    appendix = absl::StrCat("pareto.png was not drawn: ", plot.message(),
+                            ". `gnuplot pareto.gp` in this folder draws it.\n\n", appendix);
+  }
+  absl::Status report = rows.ok() ? WriteReport(out_dir, *rows, info, appendix) : rows.status();
   for (const absl::Status& s : {report, plot}) {
     if (!s.ok()) std::fprintf(stderr, "sweep: %s\n", std::string(s.message()).c_str());
   }

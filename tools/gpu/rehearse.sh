@@ -77,6 +77,8 @@ for f in report.md results.csv run.log ctest.log gpu-results.tar.gz; do
 done
 [[ $hidden == yes || -s "$OUT/pareto.png" ]] || fail "no pareto.png in \$OUT"
 tar tzf "$OUT/gpu-results.tar.gz" | grep -q "/pareto.gp$" || fail "no pareto.gp in the tarball"
+[[ $hidden == no ]] || grep -q "pareto.png was not drawn: gnuplot is not installed" "$OUT/report.md" ||
+  fail "report.md does not say why pareto.png is missing"
 (($(find "$OUT" -type f | wc -l) <= 8)) || fail "more than the 8 files the device tool returns"
 if [[ -f "$OUT/results.csv" ]]; then
   rows=$(grep -c ',cpu,ok,' "$OUT/results.csv" || true)
