@@ -283,9 +283,7 @@ absl::StatusOr<std::vector<ConfigResult>> RunSweep(
   RETURN_IF_ERROR(ValidateSweep(options));
   const std::vector<std::string> order = StrategyOrder(options.strategies);
   auto is_done = [&](const std::string& model) {
-    return std::all_of(order.begin(), order.end(), [&](const std::string& strategy) {
-      return options.completed.count({model, strategy}) > 0;
-    });
+    return HasEveryRow(model, options.strategies, options.completed);
   };
   int64_t to_run = 0;
   for (const std::string& model : options.models) to_run += is_done(model) ? 0 : 1;
@@ -371,6 +369,14 @@ absl::StatusOr<std::vector<DepthPoint>> RunDepthScan(const SweepOptions& options
     }
   }
   return points;
+}
+
+bool HasEveryRow(const std::string& model, const std::vector<std::string>& strategies,
+                 const std::set<std::pair<std::string, std::string>>& rows) {
+  const std::vector<std::string> order = StrategyOrder(strategies);
+  return std::all_of(order.begin(), order.end(), [&](const std::string& strategy) {
+    return rows.count({model, strategy}) > 0;
+  });
 }
 
 std::vector<std::string> StrategyOrder(const std::vector<std::string>& given) {

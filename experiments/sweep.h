@@ -92,6 +92,12 @@ double OverheadRatio(const std::vector<double>& step_ms, const std::vector<doubl
 // without repeats.
 std::vector<std::string> StrategyOrder(const std::vector<std::string>& given);
 
+// Whether `rows` ((model, strategy) specs as given, as in results.csv) holds a row of `model`
+// for every strategy a sweep over `strategies` runs: what --resume skips, and what a time
+// limit left out when it does not.
+bool HasEveryRow(const std::string& model, const std::vector<std::string>& strategies,
+                 const std::set<std::pair<std::string, std::string>>& rows);
+
 // A row's status for a failure: "oom" for ResourceExhausted, else "error".
 std::string FailureStatus(const absl::Status& status);
 

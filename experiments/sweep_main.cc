@@ -179,12 +179,7 @@ std::vector<std::string> MissingModels(const SweepOptions& options,
   const std::set<std::pair<std::string, std::string>> present = PairsOf(rows);
   std::vector<std::string> missing;
   for (const std::string& model : options.models) {
-    for (const std::string& strategy : StrategyOrder(options.strategies)) {
-      if (!present.count({model, strategy})) {
-        missing.push_back(model);
-        break;
-      }
-    }
+    if (!HasEveryRow(model, options.strategies, present)) missing.push_back(model);
   }
   return missing;
 }

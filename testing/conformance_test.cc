@@ -36,6 +36,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "core/strategy.h"
 #include "experiments/sweep.h"
@@ -81,26 +82,40 @@ class ScopedDefaultDtype {
   caffe2::TypeMeta saved_;
 };
 
-// max |g - g_store_all| / max(max |g_store_all|, 1) for `strategy_spec` on the float64 twin of
-// a generated case.
-double RelativeDifferenceInFloat64(const std::string& model_spec, uint64_t seed, bool training,
-                                   bool input_grad, const std::string& strategy_spec) {
-  ScopedDefaultDtype float64(caffe2::TypeMeta::Make<double>());
+// A generated case: the model, its mode, whether float inputs take gradients, the seed of
+// parameters (seed), batch (seed + 1) and dropout (seed + 2).
+struct Case {
+  std::string model_spec;
+  bool training = true;
+  bool input_grad = true;
+  uint64_t seed = 0;
+};
+
+// The case's model and batch on the test device, in the current default dtype.
+std::pair<std::shared_ptr<ChainModel>, Batch> Build(const Case& c) {
   ModelContext context;
-  context.init_seed = seed;
+  context.init_seed = c.seed;
   context.device = testing::TestDevice();
-  absl::StatusOr<std::shared_ptr<ChainModel>> model = CreateModel(model_spec, context);
+  absl::StatusOr<std::shared_ptr<ChainModel>> model = CreateModel(c.model_spec, context);
   RC_ASSERT(model.ok());
-  (*model)->SetTraining(training);
-  Batch batch = (*model)->MakeBatch(seed + 1);
+  (*model)->SetTraining(c.training);
+  Batch batch = (*model)->MakeBatch(c.seed + 1);
   for (at::Tensor& x : batch.inputs) {
-    if (x.is_floating_point()) {
-      RC_ASSERT(x.scalar_type() == at::kDouble);
-      x.requires_grad_(input_grad);
-    }
+    if (x.is_floating_point()) x.requires_grad_(c.input_grad);
   }
-  absl::StatusOr<Run> reference = StepUnder(*model, batch, "store_all", seed + 2);
-  absl::StatusOr<Run> run = StepUnder(*model, batch, strategy_spec, seed + 2);
+  return {*model, std::move(batch)};
+}
+
+// max |g - g_store_all| / max(max |g_store_all|, 1) for `strategy_spec` on the float64 twin of
+// the case.
+double RelativeDifferenceInFloat64(const Case& c, const std::string& strategy_spec) {
+  ScopedDefaultDtype float64(caffe2::TypeMeta::Make<double>());
+  const auto [model, batch] = Build(c);
+  for (const at::Tensor& x : batch.inputs) {
+    RC_ASSERT(!x.is_floating_point() || x.scalar_type() == at::kDouble);
+  }
+  absl::StatusOr<Run> reference = StepUnder(model, batch, "store_all", c.seed + 2);
+  absl::StatusOr<Run> run = StepUnder(model, batch, strategy_spec, c.seed + 2);
   RC_ASSERT(reference.ok() && run.ok());
   RC_ASSERT(reference->grads.front().scalar_type() == at::kDouble);
   return MaxGradientDifference(run->grads, reference->grads) /
@@ -109,33 +124,24 @@ double RelativeDifferenceInFloat64(const std::string& model_spec, uint64_t seed,
 
 // One generated case of `model`: every strategy against store_all.
 void CheckEveryStrategy(const std::string& model_id) {
-  const std::string model_spec = *testing::SmallModelSpec(model_id).as("model");
-  const bool training = *rc::gen::weightedElement<bool>({{4, true}, {1, false}}).as("training");
-  const bool input_grad = *rc::gen::weightedElement<bool>({{3, true}, {1, false}})
-                               .as("float inputs require grad");
-  const uint64_t seed = *rc::gen::inRange<uint64_t>(0, 1 << 20).as("seed");
+  Case c;
+  c.model_spec = *testing::SmallModelSpec(model_id).as("model");
+  c.training = *rc::gen::weightedElement<bool>({{4, true}, {1, false}}).as("training");
+  c.input_grad = *rc::gen::weightedElement<bool>({{3, true}, {1, false}})
+                      .as("float inputs require grad");
+  c.seed = *rc::gen::inRange<uint64_t>(0, 1 << 20).as("seed");
+  const bool on_cpu = testing::TestDevice().is_cpu();
+  const auto [model, batch] = Build(c);
 
-  ModelContext context;
-  context.init_seed = seed;
-  context.device = testing::TestDevice();
-  const bool on_cpu = context.device.is_cpu();
-  absl::StatusOr<std::shared_ptr<ChainModel>> model = CreateModel(model_spec, context);
-  RC_ASSERT(model.ok());
-  (*model)->SetTraining(training);
-  Batch batch = (*model)->MakeBatch(seed + 1);
-  for (at::Tensor& x : batch.inputs) {
-    if (x.is_floating_point()) x.requires_grad_(input_grad);
-  }
-
-  absl::StatusOr<Run> reference = StepUnder(*model, batch, "store_all", seed + 2);
+  absl::StatusOr<Run> reference = StepUnder(model, batch, "store_all", c.seed + 2);
   RC_ASSERT(reference.ok());
   const double scale = MaxAbs(reference->grads);
   const int64_t peak_tolerance =
-      LargestStageOutput(**model, batch) + LargestParameter(**model) + 1024;
+      LargestStageOutput(*model, batch) + LargestParameter(*model) + 1024;
 
   for (const std::string& id : Strategies().Ids()) {
     const std::string spec = *testing::StrategySpec(id).as("strategy " + id);
-    absl::StatusOr<Run> run = StepUnder(*model, batch, spec, seed + 2);
+    absl::StatusOr<Run> run = StepUnder(model, batch, spec, c.seed + 2);
     if (!run.ok()) {
       // Parameters that do not fit this model (more segments than stages): a clear error.
       RC_ASSERT(run.status().code() == absl::StatusCode::kInvalidArgument);
@@ -150,8 +156,7 @@ void CheckEveryStrategy(const std::string& model_id) {
     } else if (run->plan.ChunksSequence()) {
       RC_ASSERT(MaxGradientDifference(run->grads, reference->grads) <=
                 1e-2 * std::max(scale, 1.0));
-      RC_ASSERT(RelativeDifferenceInFloat64(model_spec, seed, training, input_grad, spec) <=
-                1e-9);
+      RC_ASSERT(RelativeDifferenceInFloat64(c, spec) <= 1e-9);
     } else {
       RC_ASSERT(MaxGradientDifference(run->grads, reference->grads) == 0.0);
       RC_ASSERT(run->step.loss == reference->step.loss);
@@ -160,7 +165,7 @@ void CheckEveryStrategy(const std::string& model_id) {
     RC_ASSERT(run->step.recompute_forwards == run->plan.RecomputedStages());
 
     if (!on_cpu) continue;
-    const MemoryPrediction predicted = testing::Predict(**model, batch, run->plan);
+    const MemoryPrediction predicted = testing::Predict(*model, batch, run->plan);
     RC_ASSERT(predicted.activation_bytes == run->step.activation_bytes);
     const int64_t measured_peak = run->step.peak_bytes - run->step.baseline_bytes;
     RC_ASSERT(std::abs(predicted.peak_bytes - measured_peak) <= peak_tolerance);
