@@ -16,20 +16,13 @@
 #include "core/status_macros.h"
 #include "core/strategy.h"
 #include "core/torch_status.h"
+#include "experiments/loss_scaler.h"
 #include "experiments/report.h"
 #include "experiments/results_csv.h"
 #include "torch/optim/adamw.h"
 
 namespace ckpt {
 namespace {
-
-// Dynamic loss scaling for float16 (as torch.cuda.amp.GradScaler): start high, halve and skip
-// the step when a gradient overflows, double after a run of good steps.
-struct LossScaler {
-  double scale = 65536.0;
-  int good_steps = 0;
-  static constexpr int kGrowthInterval = 2000;
-};
 
 // Scales all gradients down so that their global L2 norm is at most `max_norm` (as
 // torch.nn.utils.clip_grad_norm_).
@@ -75,13 +68,19 @@ LossCurve Train(const std::string& model_spec, const std::string& strategy_spec,
   std::vector<at::Tensor> params = (*model)->Parameters();
   torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(options.learning_rate));
   const bool fp16 = options.amp && sweep.device.is_cuda();
-  LossScaler scaler;
+  const bool scaling = options.loss_scaling.value_or(fp16);
+  absl::StatusOr<DynamicLossScaler> scaler = DynamicLossScaler::Create(options.scaler);
+  if (!scaler.ok()) {  // RunTraining validated the options; kept for callers that did not
+    curve.status = "error";
+    curve.message = std::string(scaler.status().message());
+    return curve;
+  }
   StepOptions step_options;
   if (options.amp) step_options.autocast = fp16 ? at::kHalf : at::kBFloat16;
 
   for (int step = 0; step < options.steps; ++step) {
     double loss_sum = 0;
-    step_options.loss_scale = fp16 ? scaler.scale : 1.0;
+    step_options.loss_scale = scaling ? scaler->scale() : 1.0;
     // The micro-batches' gradients are summed here, in the same order for every strategy,
     // rather than by autograd into .grad: a parameter used by several stages (the tied
     // embedding) would otherwise be accumulated in a strategy-dependent order, and float
@@ -107,27 +106,32 @@ LossCurve Train(const std::string& model_spec, const std::string& strategy_spec,
     curve.losses.push_back(loss_sum / options.accumulate);
     // The mean over micro-batches, with the loss scale undone, becomes the gradient.
     const double unscale = 1.0 / (options.accumulate * step_options.loss_scale);
-    bool finite = true;
+    at::Tensor all_finite;  // stays on the device: one synchronisation per step, not per tensor
     {
       at::NoGradGuard no_grad;
       for (size_t i = 0; i < params.size(); ++i) {
         if (!sums[i].defined()) continue;
         params[i].mutable_grad() = sums[i].mul_(unscale);
-        if (fp16) finite = finite && sums[i].isfinite().all().item<bool>();
+        if (!scaling) continue;
+        at::Tensor finite = sums[i].isfinite().all();
+        all_finite = all_finite.defined() ? all_finite.logical_and(finite) : finite;
       }
     }
-    if (!finite) {  // float16 overflow: skip the step, lower the scale
-      ++curve.skipped_steps;
-      scaler.scale /= 2;
-      scaler.good_steps = 0;
-      continue;
+    if (scaling) {
+      absl::StatusOr<bool> take =
+          scaler->Update(!all_finite.defined() || all_finite.item<bool>());
+      if (!take.ok()) {
+        curve.status = "error";
+        curve.message = std::string(take.status().message());
+        return curve;
+      }
+      if (!*take) {  // overflow: the scaler lowered the scale; this step's update is dropped
+        ++curve.skipped_steps;
+        continue;
+      }
     }
     ClipGradientNorm(params, options.clip_norm);
     optimizer.step();
-    if (fp16 && ++scaler.good_steps == LossScaler::kGrowthInterval) {
-      scaler.scale *= 2;
-      scaler.good_steps = 0;
-    }
   }
   return curve;
 }
@@ -143,7 +147,19 @@ absl::Status ValidateTraining(const TrainingOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--accumulate=", options.accumulate, " is not accepted; accepted: an integer >= 1"));
   }
-  return absl::OkStatus();
+  return DynamicLossScaler::Create(options.scaler).status();
+}
+
+double CurveDeparture(const std::vector<double>& a, const std::vector<double>& b) {
+  double departure = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    if (std::isfinite(a[i]) && std::isfinite(b[i])) {
+      departure = std::max(departure, std::abs(a[i] - b[i]));
+    } else if (!(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])))) {
+      return std::numeric_limits<double>::infinity();
+    }
+  }
+  return departure;
 }
 
 absl::StatusOr<std::vector<LossCurve>> RunTraining(const SweepOptions& sweep,
@@ -182,10 +198,10 @@ absl::StatusOr<std::vector<LossCurve>> RunTraining(const SweepOptions& sweep,
       const LossCurve& reference = curves.size() > first ? curves[first] : *curve;
       if (curve->status == "ok" && reference.status == "ok" &&
           curve->losses.size() == reference.losses.size()) {
-        double diff = 0, scale = 0;
-        for (size_t i = 0; i < curve->losses.size(); ++i) {
-          diff = std::max(diff, std::abs(curve->losses[i] - reference.losses[i]));
-          scale = std::max(scale, std::abs(reference.losses[i]));
+        const double diff = CurveDeparture(curve->losses, reference.losses);
+        double scale = 0;
+        for (const double loss : reference.losses) {
+          if (std::isfinite(loss)) scale = std::max(scale, std::abs(loss));
         }
         curve->max_diff_vs_store_all = diff;
         curve->tolerance = chunked ? (options.amp ? 2e-2 : 1e-3) * std::max(scale, 1.0) : 0.0;

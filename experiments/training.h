@@ -7,12 +7,14 @@
 // loss is recorded and compared with store_all's curve.
 #pragma once
 
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/memory_meter.h"
+#include "experiments/loss_scaler.h"
 #include "experiments/sweep.h"
 
 namespace ckpt {
@@ -23,6 +25,11 @@ struct TrainingOptions {
   bool amp = false;        // mixed precision (see above)
   double learning_rate = 1e-3;
   double clip_norm = 1.0;  // gradient clipping (global L2 norm)
+  // Dynamic loss scaling (experiments/loss_scaler.h). Unset: on exactly when training in
+  // float16 (amp on CUDA). It can be forced on in float32, where scaling by powers of two is
+  // exact, which is how the tests check it on CPU.
+  std::optional<bool> loss_scaling;
+  LossScalerOptions scaler;
 };
 
 struct LossCurve {
@@ -33,11 +40,17 @@ struct LossCurve {
   std::vector<double> losses;  // one per optimizer step: the mean over its micro-batches
   double max_diff_vs_store_all = 0;  // max over steps of |loss - store_all's loss|
   double tolerance = 0;              // what the comparison allowed (0: identical)
-  int skipped_steps = 0;  // float16 steps skipped for non-finite gradients (loss scaling)
+  int skipped_steps = 0;  // steps skipped for non-finite scaled gradients (loss scaling)
 };
 
-// InvalidArgument for steps < 1 or accumulate < 1 (naming them).
+// InvalidArgument for steps < 1, accumulate < 1 or bad scaler options (naming them).
 absl::Status ValidateTraining(const TrainingOptions& options);
+
+// The largest |a[i] - b[i]| over the steps of two equally long loss curves, where a NaN or
+// inf loss counts as equal only to the same non-finite value: a curve that blows up where the
+// other does not departs from it by inf (plain subtraction would give NaN, which compares
+// as no departure at all).
+double CurveDeparture(const std::vector<double>& a, const std::vector<double>& b);
 
 // Trains every model under every strategy (store_all first). A curve that departs from
 // store_all's by more than its tolerance is an error row: identical for plans that recompute
