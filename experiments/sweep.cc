@@ -392,13 +392,21 @@ std::string FailureStatus(const absl::Status& status) {
 }
 
 double MaxGradientDifference(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  constexpr double kInfinite = std::numeric_limits<double>::infinity();
+  if (a.size() != b.size()) return kInfinite;
   double diff = 0;
   for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].defined() != b[i].defined()) return std::numeric_limits<double>::infinity();
-    if (a[i].defined() && a[i].numel() > 0) {
-      diff = std::max(diff, a[i].sub(b[i]).abs().max().item<double>());
-    }
+    if (a[i].defined() != b[i].defined()) return kInfinite;
+    if (!a[i].defined()) continue;
+    if (a[i].sizes() != b[i].sizes()) return kInfinite;  // not broadcast into agreement
+    if (a[i].numel() == 0) continue;
+    // Where either side is NaN or inf, both must hold the same value (NaN matching NaN);
+    // max() of a difference with a NaN in it is NaN, which no <= or == check would catch.
+    const at::Tensor finite = a[i].isfinite().logical_and(b[i].isfinite());
+    const at::Tensor same = a[i].eq(b[i]).logical_or(a[i].isnan().logical_and(b[i].isnan()));
+    if (!finite.logical_or(same).all().item<bool>()) return kInfinite;
+    diff = std::max(
+        diff, a[i].sub(b[i]).abs().masked_fill(finite.logical_not(), 0).max().item<double>());
   }
   return diff;
 }

@@ -101,7 +101,8 @@ bool HasEveryRow(const std::string& model, const std::vector<std::string>& strat
 // A row's status for a failure: "oom" for ResourceExhausted, else "error".
 std::string FailureStatus(const absl::Status& status);
 
-// max |a - b| over paired gradients; infinity when one is undefined where the other is not.
+// max |a - b| over paired gradients; infinity when one is undefined where the other is not,
+// when their shapes differ, or where one holds a NaN or inf that the other does not.
 double MaxGradientDifference(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b);
 
 // The row's fields in ResultColumns() order.

@@ -4,8 +4,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <sstream>
 
+#include "ATen/ATen.h"
 #include "c10/core/Device.h"
 #include "core/memory_meter.h"
 #include "experiments/presets.h"
@@ -122,6 +124,27 @@ TEST(OverheadRatio, IsTheMedianOfPerRoundRatios) {
   // Only paired rounds count.
   EXPECT_DOUBLE_EQ(OverheadRatio({2, 2, 100}, {1, 1}), 2.0);
   EXPECT_TRUE(std::isnan(OverheadRatio({}, {})));
+}
+
+// The comparison every gradient-equality check goes through (the sweep's grad_max_diff and the
+// conformance suite's assertions): a NaN or inf gradient on one side only is a difference.
+TEST(MaxGradientDifference, CountsNonFiniteValuesAndShapeMismatchesAsInfinite) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::nan("");
+  const auto t = [](const std::vector<double>& v) { return at::tensor(v, at::kDouble); };
+  EXPECT_EQ(MaxGradientDifference({t({1, 2}), t({3})}, {t({1, 2.5}), t({1})}), 2.0);
+  EXPECT_EQ(MaxGradientDifference({t({1, nan})}, {t({1, 2})}), inf);
+  EXPECT_EQ(MaxGradientDifference({t({1, 2})}, {t({1, nan})}), inf);
+  EXPECT_EQ(MaxGradientDifference({t({1, inf})}, {t({1, 2})}), inf);
+  EXPECT_EQ(MaxGradientDifference({t({1, inf})}, {t({1, -inf})}), inf);
+  EXPECT_EQ(MaxGradientDifference({t({1, nan})}, {t({1, inf})}), inf);
+  // The same non-finite value at the same place is no difference; the finite rest still counts.
+  EXPECT_EQ(MaxGradientDifference({t({0.5, nan, inf})}, {t({1, nan, inf})}), 0.5);
+  // Broadcasting must not make different shapes comparable.
+  EXPECT_EQ(MaxGradientDifference({t({1})}, {t({1, 1})}), inf);
+  EXPECT_EQ(MaxGradientDifference({t({1}), at::Tensor()}, {t({1}), t({1})}), inf);
+  EXPECT_EQ(MaxGradientDifference({t({1})}, {t({1}), t({1})}), inf);
+  EXPECT_EQ(MaxGradientDifference({at::Tensor(), t({})}, {at::Tensor(), t({})}), 0.0);
 }
 
 TEST(ParetoFront, KeepsThePointsNothingBeatsOnBothAxes) {
