@@ -224,7 +224,12 @@ int Main(int argc, char** argv) {
   training.steps = absl::GetFlag(FLAGS_train_steps);
   training.accumulate = absl::GetFlag(FLAGS_accumulate);
   training.amp = absl::GetFlag(FLAGS_amp);
-  if (training.steps != 0 || training.accumulate != 1 || training.amp) {
+  if (training.steps == 0 && (training.accumulate != 1 || training.amp)) {
+    Die(absl::InvalidArgumentError(absl::StrCat(
+        training.amp ? "--amp" : absl::StrCat("--accumulate=", training.accumulate),
+        " applies to training, which runs only with --train_steps=N (N >= 1)")));
+  }
+  if (training.steps != 0) {
     if (absl::Status s = ValidateTraining(training); !s.ok()) Die(s);
   }
   if (absl::Status s = SetComputeThreads(absl::GetFlag(FLAGS_threads)); !s.ok()) {

@@ -116,6 +116,10 @@ check_bad "unknown preset 'huge'; accepted: quick, paper" --preset=huge
 check_bad "--depths: 'x' is not accepted" --depths=4,x
 check_bad "time limit -5 s is not accepted" --time_limit_s=-5
 check_bad "unexpected argument 'stray'" stray
+check_bad "--accumulate=2 applies to training, which runs only with --train_steps=N" --accumulate=2
+check_bad "--amp applies to training" --amp
+check_bad "--train_steps=-1 is not accepted; accepted: an integer >= 1" --train_steps=-1
+check_bad "--accumulate=0 is not accepted" --train_steps=2 --accumulate=0
 
 # An output directory that cannot be created.
 set +e
