@@ -118,9 +118,11 @@ int Main(int argc, char** argv) {
       }
     }
   }
-  benchmark::RunSpecifiedBenchmarks();
+  // A filter that matches nothing is a mistake, not an empty result (Google Benchmark itself
+  // prints which regex matched nothing, and exits 0).
+  const size_t ran = benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
-  return 0;
+  return ran == 0 ? 2 : 0;
 }
 
 }  // namespace

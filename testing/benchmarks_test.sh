@@ -30,4 +30,11 @@ set +e
 rc=$?
 set -e
 [[ $rc -eq 2 ]] && grep -q "unknown strategy 'revolve'" "$tmp/bad.txt" || fail "bad strategy: exit $rc"
+set +e
+"${bench[@]}" --models=heavy_mlp:depth=3:hidden=8:batch=2 --benchmark_filter='^revolve/' \
+  >/dev/null 2>"$tmp/bad.txt"
+rc=$?
+set -e
+[[ $rc -eq 2 ]] && grep -q "Failed to match any benchmarks against regex: ^revolve/" "$tmp/bad.txt" ||
+  fail "a filter matching nothing: exit $rc, stderr: $(cat "$tmp/bad.txt")"
 echo "benchmarks_test: all checks passed"
