@@ -6,6 +6,11 @@
 # compiling as the code around it changes, between the sessions that have a GPU. Where there
 # are no CUDA headers it says so and exits 0. CI runs it (.ci/run).
 #
+# It also checks the one CMake step the CUDA route depends on that a CPU LibTorch never runs:
+# tools/cmake/torch_nvtx3.cmake must make LibTorch 2.x's NVTX 3 search (the find_path line of
+# its Caffe2/public/cuda.cmake, repeated below) find this toolkit's headers; without it that
+# search fails in any project but PyTorch's own, and CUDA 12.9+ has no old NVTX to fall back on.
+#
 #   tools/check_cuda_compile.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +36,28 @@ mkdir -p "$generated/c10/cuda/impl"
 printf '#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n' \
   >"$generated/c10/cuda/impl/cuda_cmake_macros.h"
 status=0
+if command -v cmake >/dev/null && [[ -d "$cuda_home/include/nvtx3" ]]; then
+  project="$generated/nvtx3_check"
+  mkdir -p "$project"
+  cat >"$project/CMakeLists.txt" <<EOF
+cmake_minimum_required(VERSION 3.18)
+project(nvtx3_check LANGUAGES CXX)
+include("$PWD/tools/cmake/torch_nvtx3.cmake")
+include(FindPackageHandleStandardArgs)
+find_path(nvtx3_dir NAMES nvtx3 PATHS "\${PROJECT_SOURCE_DIR}/third_party/NVTX/c/include" NO_DEFAULT_PATH)
+find_package_handle_standard_args(nvtx3 DEFAULT_MSG nvtx3_dir)
+message(STATUS "nvtx3_check: \${nvtx3_FOUND} \${nvtx3_dir}")
+EOF
+  configured=$(CUDAToolkit_ROOT="$cuda_home" cmake -S "$project" -B "$project/build" 2>&1) || true
+  if grep -q "nvtx3_check: TRUE $cuda_home/include\$" <<<"$configured"; then
+    echo "check_cuda_compile: LibTorch's NVTX 3 search finds $cuda_home/include/nvtx3"
+  else
+    echo "check_cuda_compile: tools/cmake/torch_nvtx3.cmake does not lead LibTorch's NVTX 3" \
+      "search to $cuda_home/include:" >&2
+    echo "$configured" >&2
+    status=1
+  fi
+fi
 for source in "${sources[@]}"; do
   if "${CXX:-g++}" -std=c++17 -fsyntax-only -Wall -Werror=return-type -DCKPT_HAS_CUDA=1 \
     -I. -I"$generated" -I"$torch_include" -I"$torch_include/torch/csrc/api/include" \

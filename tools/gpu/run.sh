@@ -114,7 +114,7 @@ if [[ "$steps" == *" build "* ]]; then
     tail -30 "$out/configure.log" >&2
     die "cmake configure failed (configure.log)"
   }
-  grep -E "ckptlab: LibTorch" "$out/configure.log" | tee -a "$out/run.log" >&2 || true
+  grep -E "ckptlab: " "$out/configure.log" | tee -a "$out/run.log" >&2 || true
   if [[ "$device" == cuda* ]] && ! grep -q "CUDA 1" "$out/configure.log"; then
     die "this LibTorch has no CUDA, and CKPT_DEVICE=$device"
   fi
