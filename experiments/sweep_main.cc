@@ -104,7 +104,8 @@ absl::StatusOr<std::optional<int64_t>> ParseBytes(const std::string& text) {
     }
   }
   double value = 0;
-  if (!absl::SimpleAtod(number, &value) || value < 0 || value * unit > 9.2e18) {
+  // Written so that NaN (which SimpleAtod accepts) fails too.
+  if (!absl::SimpleAtod(number, &value) || !(value >= 0 && value * unit <= 9.2e18)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--memory_cap='", text,
                      "' is not accepted; accepted: a byte count, or a number with GiB, MiB, "

@@ -111,6 +111,7 @@ check_bad "depth='0' is not accepted" --models=heavy_mlp:depth=0
 check_bad "steps=0 is not accepted" --steps=0
 check_bad "unknown device 'tpu'" --device=tpu
 check_bad "--memory_cap='lots' is not accepted" --memory_cap=lots
+check_bad "--memory_cap='nanGiB' is not accepted" --memory_cap=nanGiB
 check_bad "thread count 0 is not accepted" --threads=0
 check_bad "unknown preset 'huge'; accepted: quick, paper" --preset=huge
 check_bad "--depths: 'x' is not accepted" --depths=4,x
