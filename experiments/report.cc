@@ -94,9 +94,7 @@ std::string GpString(const std::string& s) {
 absl::StatusOr<std::vector<ResultRow>> ReadResults(const std::string& path) {
   absl::StatusOr<std::vector<std::vector<std::string>>> csv = ReadCsv(path);
   if (!csv.ok()) return csv.status();
-  if (csv->empty() || (*csv)[0] != ResultColumns()) {
-    return absl::FailedPreconditionError(absl::StrCat(path, " has another header"));
-  }
+  if (absl::Status s = CheckResultsHeader(path, *csv); !s.ok()) return s;
   std::vector<ResultRow> rows;
   for (size_t i = 1; i < csv->size(); ++i) {
     ResultRow row;

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -62,14 +63,28 @@ absl::StatusOr<CsvAppender> CsvAppender::Create(const std::string& path) {
   return appender;
 }
 
+absl::Status CheckResultsHeader(const std::string& path,
+                                const std::vector<std::vector<std::string>>& csv) {
+  if (!csv.empty() && csv[0] == ResultColumns()) return absl::OkStatus();
+  const std::vector<std::string> header = csv.empty() ? std::vector<std::string>() : csv[0];
+  const auto lacking = [](const std::vector<std::string>& a, const std::vector<std::string>& b) {
+    std::vector<std::string> out;
+    for (const std::string& x : a) {
+      if (std::find(b.begin(), b.end(), x) == b.end()) out.push_back(x);
+    }
+    return out.empty() ? std::string("none") : absl::StrJoin(out, ", ");
+  };
+  return absl::FailedPreconditionError(absl::StrCat(
+      path, " was not written by this version of the sweep, so it cannot be resumed (columns ",
+      "missing: ", lacking(ResultColumns(), header), "; not ours: ", lacking(header, ResultColumns()),
+      header.size() == ResultColumns().size() ? "; or in another order" : "",
+      "); pass another --out"));
+}
+
 absl::StatusOr<CsvAppender> CsvAppender::Append(const std::string& path) {
   absl::StatusOr<std::vector<std::vector<std::string>>> rows = ReadCsv(path);
   if (!rows.ok()) return rows.status();
-  if (rows->empty() || (*rows)[0] != ResultColumns()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, " does not start with this sweep's header (",
-        absl::StrJoin(ResultColumns(), ","), "); it cannot be resumed"));
-  }
+  if (absl::Status s = CheckResultsHeader(path, *rows); !s.ok()) return s;
   const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
   if (fd < 0) {
     return absl::PermissionDeniedError(

@@ -19,12 +19,18 @@ std::string CsvField(const std::string& value);
 // NotFound if it does not exist.
 absl::StatusOr<std::vector<std::vector<std::string>>> ReadCsv(const std::string& path);
 
+// OK if the first row of `csv` (read from `path`) is ResultColumns(). Otherwise
+// FailedPrecondition naming the file, the columns it lacks and those this version does not
+// write (a results.csv from another version of the sweep cannot be resumed), and what to do.
+absl::Status CheckResultsHeader(const std::string& path,
+                                const std::vector<std::vector<std::string>>& csv);
+
 class CsvAppender {
  public:
   // Creates (or truncates) `path` and writes the header. Errors name the path.
   static absl::StatusOr<CsvAppender> Create(const std::string& path);
-  // Opens an existing results file to append to it; FailedPrecondition if its header is not
-  // ResultColumns() (a file from another version of the sweep).
+  // Opens an existing results file to append to it; CheckResultsHeader's error if its header
+  // is not ResultColumns().
   static absl::StatusOr<CsvAppender> Append(const std::string& path);
   CsvAppender(CsvAppender&& other) noexcept;
   CsvAppender& operator=(CsvAppender&&) = delete;

@@ -2,12 +2,14 @@
 // against it, exact gradients, failures as rows (a plan that does not fit, out of memory).
 #include "experiments/sweep.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <sstream>
 
 #include "ATen/ATen.h"
+#include "absl/strings/str_join.h"
 #include "c10/core/Device.h"
 #include "core/memory_meter.h"
 #include "experiments/presets.h"
@@ -145,6 +147,34 @@ TEST(MaxGradientDifference, CountsNonFiniteValuesAndShapeMismatchesAsInfinite) {
   EXPECT_EQ(MaxGradientDifference({t({1}), at::Tensor()}, {t({1}), t({1})}), inf);
   EXPECT_EQ(MaxGradientDifference({t({1})}, {t({1}), t({1})}), inf);
   EXPECT_EQ(MaxGradientDifference({at::Tensor(), t({})}, {at::Tensor(), t({})}), 0.0);
+}
+
+// A results.csv from another version of the sweep (here: one without a column this version
+// added) is refused by name, with what differs and what to do, by the reader and the appender.
+TEST(CheckResultsHeader, NamesTheColumnsThatDiffer) {
+  std::vector<std::string> older = ResultColumns();
+  older.erase(std::find(older.begin(), older.end(), "peak_reserved_bytes"));
+  older.push_back("gpu_name");
+  const absl::Status s = CheckResultsHeader("old/results.csv", {older, {"1"}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("old/results.csv was not written by this version of the sweep, so it "
+                        "cannot be resumed (columns missing: peak_reserved_bytes; not ours: "
+                        "gpu_name; or in another order); pass another --out"));
+  std::vector<std::string> swapped = ResultColumns();
+  std::swap(swapped[0], swapped[1]);
+  EXPECT_THAT(std::string(CheckResultsHeader("p", {swapped}).message()),
+              HasSubstr("missing: none; not ours: none; or in another order"));
+  EXPECT_THAT(std::string(CheckResultsHeader("p", {}).message()), HasSubstr("missing: model, "));
+  EXPECT_TRUE(CheckResultsHeader("p", {ResultColumns()}).ok());
+
+  const std::string path = ::testing::TempDir() + "/older.csv";
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  std::fputs((absl::StrJoin(older, ",") + "\n").c_str(), f);
+  std::fclose(f);
+  EXPECT_THAT(std::string(ReadResults(path).status().message()), HasSubstr("peak_reserved_bytes"));
+  EXPECT_THAT(std::string(CsvAppender::Append(path).status().message()),
+              HasSubstr("peak_reserved_bytes"));
 }
 
 TEST(ParetoFront, KeepsThePointsNothingBeatsOnBothAxes) {
