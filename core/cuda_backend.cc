@@ -2,6 +2,7 @@
 // synchronisation. Compiled always; the CUDA parts only when the LibTorch in use has CUDA
 // (CKPT_HAS_CUDA, set by third_party/libtorch/libtorch.bzl or the CMake build).
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/device.h"
 #include "core/memory_meter.h"
 
@@ -44,7 +45,10 @@ class CudaMemoryMeterImpl final : public MemoryMeter {
     return absl::OkStatus();
   }
   std::string Describe() const override {
-    return absl::StrCat("cuda:", index_, " (caching allocator: ", compat::kRequestedBytesExact
+    const cudaDeviceProp* gpu = at::cuda::getDeviceProperties(index_);
+    return absl::StrCat("cuda:", index_, " ", gpu->name, ", ",
+                        absl::StrFormat("%.1f GiB", gpu->totalGlobalMem / double(1 << 30)),
+                        " (caching allocator: ", compat::kRequestedBytesExact
                             ? "requested bytes, exact"
                             : "allocated bytes, in 512-byte blocks", ")");
   }

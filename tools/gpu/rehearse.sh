@@ -6,8 +6,8 @@
 #     packages is hidden (whited out by an overlay in a private mount namespace), as on the
 #     GPU host, which has none of them: the build succeeds only from the bundle; gnuplot too;
 #   - LibTorch is Debian's CPU one, so the device is the CPU and the sweep small.
-# Then it checks what run.sh handed back in $OUT, and that the programs it built load their
-# libraries from the bundle. CI runs this (.ci/run). Needs root for the mount namespace; where
+# Then it checks what run.sh handed back in $OUT, that tools/gpu/publish.sh turns it into a
+# docs/results folder, and that the programs it built load their libraries from the bundle. CI runs this (.ci/run). Needs root for the mount namespace; where
 # that is refused, it says so and runs without hiding the packages.
 #
 #   tools/gpu/rehearse.sh            # about 5 minutes on 2 cores, most of it compiling
@@ -99,12 +99,42 @@ if command -v nvidia-smi >/dev/null; then
   echo "rehearse: nvidia-smi is here; the no-GPU refusal of run.sh is not checked" >&2
 else
   set +e
-  CKPT_DEVICE=cuda CKPT_BUNDLE="$root/bundle" CKPT_RESULTS_DIR="$root/no-gpu" \
+  # Without $OUT: the run's files stay in its results folder, and $OUT keeps the rehearsal's.
+  env -u OUT CKPT_DEVICE=cuda CKPT_BUNDLE="$root/bundle" CKPT_RESULTS_DIR="$root/no-gpu" \
     CKPT_TORCH_CMAKE_DIR=/usr/lib/x86_64-linux-gnu/cmake/Torch tools/gpu/run.sh 2>"$root/no-gpu.stderr"
   rc=$?
   set -e
   ((rc == 2)) && grep -q "sees no GPU" "$root/no-gpu.stderr" ||
     fail "run.sh with CKPT_DEVICE=cuda and no GPU: exit $rc, $(cat "$root/no-gpu.stderr")"
+fi
+# tools/gpu/publish.sh on what came back, as a GPU session will run it: the folder to commit,
+# with the plot drawn here; refusals leave nothing behind.
+docs="$root/docs"
+if ! command -v gnuplot >/dev/null; then
+  echo "rehearse: no gnuplot here: tools/gpu/publish.sh is not checked" >&2
+elif [[ -s "$OUT/gpu-results.tar.gz" ]]; then
+  set +e
+  CKPT_DOCS_DIR="$docs" tools/gpu/publish.sh "$OUT" 2>"$root/publish.stderr"
+  rc=$?
+  set -e
+  ((rc == 2)) && grep -q "no gpu.txt (not a CUDA run?): give a NAME" "$root/publish.stderr" ||
+    fail "publish.sh on a CPU run without NAME: exit $rc, $(cat "$root/publish.stderr")"
+  CKPT_DOCS_DIR="$docs" tools/gpu/publish.sh "$OUT" rehearsal-cpu >&2 || fail "publish.sh exited $?"
+  for f in README.md report.md results.csv pareto.png pareto.gp run.log ctest.log; do
+    [[ -s "$docs/rehearsal-cpu/$f" ]] || fail "publish.sh: no $f in $docs/rehearsal-cpu"
+  done
+  ! grep -q "was not drawn" "$docs/rehearsal-cpu/report.md" ||
+    fail "publish.sh drew pareto.png but report.md still says it was not drawn"
+  grep -q '^| \[pareto.png\](pareto.png) |' "$docs/rehearsal-cpu/README.md" ||
+    fail "publish.sh: the index does not link pareto.png"
+  set +e
+  CKPT_DOCS_DIR="$docs" tools/gpu/publish.sh "$OUT" rehearsal-cpu 2>"$root/publish.stderr"
+  rc=$?
+  set -e
+  ((rc == 2)) && grep -q "rehearsal-cpu exists" "$root/publish.stderr" ||
+    fail "publish.sh over an existing folder: exit $rc, $(cat "$root/publish.stderr")"
+  [[ -z $(find "$docs" -mindepth 1 -maxdepth 1 -name '.publish.*' 2>/dev/null) ]] ||
+    fail "publish.sh left a staging folder in $docs"
 fi
 # The programs load Abseil from the bundle, not from the system (hidden or not).
 absl=$(ldd "$root/build/sweep" | grep -m1 'libabsl_' || true)
