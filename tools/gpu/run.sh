@@ -97,8 +97,14 @@ fi
 
 # --- Build. ---
 if [[ "$steps" == *" build "* ]]; then
+  # Keep going past a failing file: a first compile against a new LibTorch then reports every
+  # error in one (10-minute) call, not one file per call.
   generator=()
-  command -v ninja >/dev/null && generator=(-G Ninja)
+  keep_going=(-- -k)
+  if command -v ninja >/dev/null; then
+    generator=(-G Ninja)
+    keep_going=(-- -k 0)
+  fi
   log "configuring $build"
   # The programs find the bundle's shared libraries through their RPATH. --disable-new-dtags
   # makes it DT_RPATH, which also serves the libraries' own dependencies (libabsl_* load one
@@ -119,9 +125,10 @@ if [[ "$steps" == *" build "* ]]; then
     die "this LibTorch has no CUDA, and CKPT_DEVICE=$device"
   fi
   log "building with $(nproc) jobs"
-  cmake --build "$build" -j "$(nproc)" >"$out/build.log" 2>&1 || {
-    grep -E "error|Error" "$out/build.log" | head -30 >&2
-    die "build failed (build.log)"
+  cmake --build "$build" -j "$(nproc)" "${keep_going[@]}" >"$out/build.log" 2>&1 || {
+    # The compiler's errors, also into run.log, which comes back as a file of its own.
+    grep -E "error:|Error [0-9]|FAILED:" "$out/build.log" | head -60 | tee -a "$out/run.log" >&2
+    die "build failed (build.log, in the tarball)"
   }
 fi
 
