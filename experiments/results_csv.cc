@@ -76,7 +76,8 @@ absl::Status CheckResultsHeader(const std::string& path,
   };
   return absl::FailedPreconditionError(absl::StrCat(
       path, " was not written by this version of the sweep, so it cannot be resumed (columns ",
-      "missing: ", lacking(ResultColumns(), header), "; not ours: ", lacking(header, ResultColumns()),
+      "missing: ", lacking(ResultColumns(), header),
+      "; not ours: ", lacking(header, ResultColumns()),
       header.size() == ResultColumns().size() ? "; or in another order" : "",
       "); pass another --out"));
 }

@@ -36,7 +36,8 @@ TEST(LossScaler, RejectsBadOptionsNamingThem) {
   EXPECT_THAT(ErrorOf(o), HasSubstr("backoff_factor=1"));
   o = {};
   o.growth_interval = 0;
-  EXPECT_THAT(ErrorOf(o), HasSubstr("growth_interval=0 is not accepted; accepted: an integer >= 1"));
+  EXPECT_THAT(ErrorOf(o),
+              HasSubstr("growth_interval=0 is not accepted; accepted: an integer >= 1"));
   EXPECT_TRUE(DynamicLossScaler::Create({}).ok());
 }
 

@@ -97,7 +97,7 @@ TEST(Training, OverflowSkipsStepsUntilTheScaleFits) {
   training.scaler.initial_scale = std::ldexp(1.0, 130);
   const std::vector<LossCurve> curves = ExpectCurvesMatch(training);
   for (size_t i = 0; i < curves.size(); ++i) {
-    const LossCurve& reference = curves[i < 5 ? 0 : 5];
+    const LossCurve& reference = curves[i < 5 ? 0 : 5];  // each model's store_all
     EXPECT_GE(curves[i].skipped_steps, 1) << curves[i].model << " " << curves[i].strategy;
     EXPECT_LT(curves[i].skipped_steps, training.steps) << curves[i].model;
     EXPECT_EQ(curves[i].skipped_steps, reference.skipped_steps) << curves[i].strategy;

@@ -7,8 +7,9 @@
 #     GPU host, which has none of them: the build succeeds only from the bundle; gnuplot too;
 #   - LibTorch is Debian's CPU one, so the device is the CPU and the sweep small.
 # Then it checks what run.sh handed back in $OUT, that tools/gpu/publish.sh turns it into a
-# docs/results folder, and that the programs it built load their libraries from the bundle. CI runs this (.ci/run). Needs root for the mount namespace; where
-# that is refused, it says so and runs without hiding the packages.
+# docs/results folder, and that the programs it built load their libraries from the bundle.
+# CI runs this (.ci/run). Needs root for the mount namespace; where that is refused, it says so
+# and runs without hiding the packages.
 #
 #   tools/gpu/rehearse.sh            # about 5 minutes on 2 cores, most of it compiling
 set -euo pipefail
