@@ -14,8 +14,8 @@
 
 #include "absl/status/statusor.h"
 #include "core/chain_model.h"
-#include "models/module_model.h"
 #include "core/spec.h"
+#include "models/module_model.h"
 #include "torch/arg.h"
 #include "torch/nn/module.h"
 #include "torch/nn/modules/linear.h"

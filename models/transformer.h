@@ -12,9 +12,9 @@
 
 #include "absl/status/statusor.h"
 #include "core/chain_model.h"
-#include "models/module_model.h"
 #include "core/spec.h"
 #include "models/layers.h"
+#include "models/module_model.h"
 #include "torch/nn/module.h"
 #include "torch/nn/modules/container/modulelist.h"
 #include "torch/nn/modules/normalization.h"

@@ -80,8 +80,7 @@ Chain MakeMlp(int depth, int hidden, int batch) {
 }
 
 StepResult StepUnder(const std::string& strategy_spec, Chain& chain) {
-  std::unique_ptr<Strategy> strategy = *CreateStrategy(strategy_spec);
-  Plan plan = *strategy->MakePlan(StructureOnlyProfile(*chain.model));
+  Plan plan = *PlanFor(strategy_spec, StructureOnlyProfile(*chain.model));
   absl::StatusOr<ChainExecutor> exec =
       ChainExecutor::Create(chain.model, plan, &Cpu(), torch::kCPU);
   EXPECT_TRUE(exec.ok()) << exec.status();
@@ -157,9 +156,8 @@ TEST(Executor, OutOfMemoryUnderACapIsAResultNotACrash) {
   Chain chain = MakeMlp(8, 64, 16);  // A = 4096 bytes
   const int64_t live = Cpu().Stats().live_bytes;
   ASSERT_TRUE(Cpu().SetCap(live + 3 * 4096).ok());  // room for three activations, not eight
-  std::unique_ptr<Strategy> store_all = *CreateStrategy("store_all");
   absl::StatusOr<ChainExecutor> exec = ChainExecutor::Create(
-      chain.model, *store_all->MakePlan(StructureOnlyProfile(*chain.model)), &Cpu(), torch::kCPU);
+      chain.model, *PlanFor("store_all", StructureOnlyProfile(*chain.model)), &Cpu(), torch::kCPU);
   ASSERT_TRUE(exec.ok());
   absl::StatusOr<StepResult> r = exec->Step(chain.batch);
   ASSERT_TRUE(Cpu().SetCap(std::nullopt).ok());

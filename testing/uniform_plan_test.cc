@@ -20,9 +20,7 @@ ModelProfile ChainOf(int stages) {
 std::vector<StageInfo> InfosOf(int stages) { return std::vector<StageInfo>(stages); }
 
 Plan PlanFor(const std::string& spec, int stages) {
-  absl::StatusOr<std::unique_ptr<Strategy>> strategy = CreateStrategy(spec);
-  RC_ASSERT(strategy.ok());
-  absl::StatusOr<Plan> plan = (*strategy)->MakePlan(ChainOf(stages));
+  absl::StatusOr<Plan> plan = ckpt::PlanFor(spec, ChainOf(stages));
   RC_ASSERT(plan.ok());
   return *plan;
 }
@@ -60,7 +58,7 @@ RC_GTEST_PROP(UniformPlan, DefaultIsCeilSqrtOfDepth, ()) {
 
 TEST(UniformPlan, HandExamples) {
   // L = 10, default k = ceil(sqrt(10)) = 4: sizes 3,3,2,2, the last stored.
-  absl::StatusOr<Plan> plan = (*CreateStrategy("uniform"))->MakePlan(ChainOf(10));
+  absl::StatusOr<Plan> plan = ckpt::PlanFor("uniform", ChainOf(10));
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->Describe(),
             "4 segments: [0,3) checkpointed, [3,6) checkpointed, [6,8) checkpointed, [8,10) "
@@ -69,7 +67,7 @@ TEST(UniformPlan, HandExamples) {
 }
 
 TEST(UniformPlan, MoreSegmentsThanStagesNamesBoth) {
-  absl::StatusOr<Plan> plan = (*CreateStrategy("uniform:segments=9"))->MakePlan(ChainOf(4));
+  absl::StatusOr<Plan> plan = ckpt::PlanFor("uniform:segments=9", ChainOf(4));
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(plan.status().message(),
@@ -77,7 +75,7 @@ TEST(UniformPlan, MoreSegmentsThanStagesNamesBoth) {
 }
 
 TEST(StoreAllPlan, OneStoredSegment) {
-  absl::StatusOr<Plan> plan = (*CreateStrategy("store_all"))->MakePlan(ChainOf(7));
+  absl::StatusOr<Plan> plan = ckpt::PlanFor("store_all", ChainOf(7));
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->Describe(), "1 segment: [0,7) stored");
   EXPECT_EQ(plan->RecomputedStages(), 0);
