@@ -53,10 +53,10 @@ dest="$docs/$name"
 mkdir -p "$docs"
 staged=$(mktemp -d "$docs/.publish.XXXXXX")
 trap 'rm -rf "$work" "$staged"' EXIT
-for pattern in report.md results.csv '*.csv' '*.png' '*.gp' '*.dat' gpu.txt run.log ctest.log \
+for pattern in report.md '*.csv' '*.png' '*.gp' '*.dat' gpu.txt run.log ctest.log \
   conformance.log benchmarks.json sweep.txt sweep.stderr configure.log; do
   for f in "$run"/$pattern; do
-    if [[ -f "$f" && ! -e "$staged/$(basename "$f")" ]]; then cp "$f" "$staged/"; fi
+    if [[ -f "$f" ]]; then cp "$f" "$staged/"; fi
   done
 done
 
