@@ -22,10 +22,12 @@
 namespace ckpt {
 namespace {
 
+// The column's number; NaN where it is missing, empty or not a number (absl leaves `v`
+// unspecified when the parse fails, so a failed parse is not left to chance).
 double Num(const ResultRow& row, const std::string& column) {
-  double v = std::nan("");
+  double v = 0;
   auto it = row.find(column);
-  if (it != row.end()) absl::SimpleAtod(it->second, &v);
+  if (it == row.end() || !absl::SimpleAtod(it->second, &v)) return std::nan("");
   return v;
 }
 
