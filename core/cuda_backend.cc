@@ -81,13 +81,17 @@ absl::StatusOr<MemoryMeter*> CudaMemoryMeter(c10::DeviceIndex index) {
   }
   static const auto* meters = [] {
     auto* all = new std::vector<std::unique_ptr<CudaMemoryMeterImpl>>();
-    for (size_t i = 0; i < torch::cuda::device_count(); ++i) {
+    // device_count() is a size_t in LibTorch 1.13 and a c10::DeviceIndex in 2.x.
+    const int count = static_cast<int>(torch::cuda::device_count());
+    for (int i = 0; i < count; ++i) {
       all->push_back(std::make_unique<CudaMemoryMeterImpl>(static_cast<c10::DeviceIndex>(i)));
     }
     return all;
   }();
-  if (index < 0 || index >= static_cast<int>(meters->size())) {
-    return absl::InvalidArgumentError(absl::StrCat("no CUDA device ", index));
+  const int count = static_cast<int>(meters->size());
+  if (index < 0 || index >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("no CUDA device ", index, ": this process sees ",
+                                                   count, " (indices 0 to ", count - 1, ")"));
   }
   return (*meters)[index].get();
 }
