@@ -29,12 +29,31 @@ mapfile -t sources < <(grep -l --include='*.cc' -r 'if CKPT_HAS_CUDA' core strat
   echo "check_cuda_compile: no source has a CKPT_HAS_CUDA block" >&2
   exit 1
 }
-# The one header a CUDA build of LibTorch generates that Debian's CPU build lacks.
 generated=$(mktemp -d)
 trap 'rm -rf "$generated"' EXIT
-mkdir -p "$generated/c10/cuda/impl"
-printf '#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n' \
-  >"$generated/c10/cuda/impl/cuda_cmake_macros.h"
+# The one header a CUDA build of LibTorch generates, for CPU packages that ship c10/cuda without
+# it (Debian's).
+if [[ ! -f "$torch_include/c10/cuda/impl/cuda_cmake_macros.h" ]]; then
+  mkdir -p "$generated/c10/cuda/impl"
+  printf '#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n' \
+    >"$generated/c10/cuda/impl/cuda_cmake_macros.h"
+fi
+# LibTorch's headers as system headers (their warnings are not ours); /usr/include already is
+# one, and naming it again would break the C++ library's #include_next.
+torch_flags=(-isystem "$torch_include/torch/csrc/api/include")
+[[ "$torch_include" == /usr/include ]] || torch_flags=(-isystem "$torch_include" "${torch_flags[@]}")
+# The LibTorch version (torch/version.h, or in newer releases the torch/headeronly/version.h it
+# includes), for the C++ standard: 20 from 2.14 on, as the CMake build picks, else 17.
+version_h=("$torch_include/torch/csrc/api/include/torch/version.h"
+  "$torch_include/torch/headeronly/version.h")
+major=$(sed -n 's/^#define TORCH_VERSION_MAJOR \([0-9]*\)$/\1/p' "${version_h[@]}" 2>/dev/null || true)
+minor=$(sed -n 's/^#define TORCH_VERSION_MINOR \([0-9]*\)$/\1/p' "${version_h[@]}" 2>/dev/null || true)
+[[ "$major" =~ ^[0-9]+$ && "$minor" =~ ^[0-9]+$ ]] || {
+  echo "check_cuda_compile: no TORCH_VERSION_MAJOR/MINOR in ${version_h[*]}" >&2
+  exit 1
+}
+std=c++17
+((major > 2 || (major == 2 && minor >= 14))) && std=c++20
 status=0
 if command -v cmake >/dev/null && [[ -d "$cuda_home/include/nvtx3" ]]; then
   project="$generated/nvtx3_check"
@@ -59,12 +78,13 @@ EOF
   fi
 fi
 for source in "${sources[@]}"; do
-  if "${CXX:-g++}" -std=c++17 -fsyntax-only -Wall -Werror=return-type -DCKPT_HAS_CUDA=1 \
-    -I. -I"$generated" -I"$torch_include" -I"$torch_include/torch/csrc/api/include" \
-    -isystem "$cuda_home/include" "$source"; then
-    echo "check_cuda_compile: $source compiles with CKPT_HAS_CUDA=1"
+  # Deprecations are errors: what a LibTorch deprecates, a later one removes.
+  if "${CXX:-g++}" -std="$std" -fsyntax-only -Wall -Werror=return-type \
+    -Werror=deprecated-declarations -DCKPT_HAS_CUDA=1 -I. "${torch_flags[@]}" \
+    -isystem "$generated" -isystem "$cuda_home/include" "$source"; then
+    echo "check_cuda_compile: $source compiles with CKPT_HAS_CUDA=1 (LibTorch $major.$minor, C++${std#c++})"
   else
-    echo "check_cuda_compile: $source does not compile with CKPT_HAS_CUDA=1" >&2
+    echo "check_cuda_compile: $source does not compile with CKPT_HAS_CUDA=1 (LibTorch $major.$minor)" >&2
     status=1
   fi
 done
