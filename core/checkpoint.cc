@@ -81,15 +81,10 @@ variable_list BackwardThrough(variable_list outputs, const variable_list& grad_o
 
 void MarkNonDifferentiable(AutogradContext* ctx, const variable_list& outputs) {
   for (const at::Tensor& out : outputs) {
-    if (out.defined() && !at::isFloatingType(out.scalar_type()) &&
-        !at::isComplexType(out.scalar_type())) {
+    if (out.defined() && !IsDifferentiable(out)) {
       ctx->mark_non_differentiable({out});
     }
   }
-}
-
-bool IsDifferentiable(const at::Tensor& t) {
-  return t.defined() && (at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()));
 }
 
 struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
@@ -263,6 +258,10 @@ std::vector<at::Tensor> ChunkedCheckpoint(const ChunkFn& fn, const std::vector<a
     }
   }
   return outputs;
+}
+
+bool IsDifferentiable(const at::Tensor& t) {
+  return t.defined() && (at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()));
 }
 
 std::vector<at::Tensor> Checkpoint(TensorFn fn, const std::vector<at::Tensor>& inputs,

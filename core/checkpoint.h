@@ -39,6 +39,11 @@ struct CheckpointOptions {
 // outside and captured): no RNG snapshot, no bytes spent on one.
 inline const CheckpointOptions kNoRngReplay{/*preserve_rng_state=*/false, nullptr};
 
+// Whether autograd can differentiate `t`: defined, and floating point or complex. Checkpoint
+// marks its other outputs non-differentiable; CheckpointRecomputeAll and the profiler treat such
+// tensors between stages as needing a gradient.
+bool IsDifferentiable(const at::Tensor& t);
+
 // When grad mode is off (evaluation), simply returns fn(inputs).
 std::vector<at::Tensor> Checkpoint(TensorFn fn, const std::vector<at::Tensor>& inputs,
                                    const CheckpointOptions& options = {});

@@ -1,10 +1,12 @@
 #include "core/profiler.h"
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 
 #include "ATen/core/grad_mode.h"
 #include "ATen/ops/randn_like.h"
+#include "core/checkpoint.h"
 #include "core/device.h"
 #include "core/rng.h"
 #include "core/torch_status.h"
@@ -12,17 +14,6 @@
 
 namespace ckpt {
 namespace {
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-bool IsDifferentiable(const at::Tensor& t) {
-  return t.defined() && (at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()));
-}
 
 // Bytes of the storage behind a tensor: a view (a reduction's scalar can be one) keeps all
 // of it alive.
@@ -236,6 +227,13 @@ class Profiler {
 };
 
 }  // namespace
+
+double Median(std::vector<double> samples) {
+  if (samples.empty()) return std::numeric_limits<double>::quiet_NaN();
+  std::sort(samples.begin(), samples.end());
+  const size_t n = samples.size();
+  return n % 2 ? samples[n / 2] : (samples[n / 2 - 1] + samples[n / 2]) / 2;
+}
 
 ModelProfile StructureOnlyProfile(const ChainModel& model) {
   ModelProfile profile;

@@ -27,13 +27,6 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kGradTolerance = 1e-5;
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return kNaN;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 void Fail(ConfigResult& r, const absl::Status& s) {
   r.status = FailureStatus(s);
   r.message = std::string(s.message());

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "c10/core/Device.h"
 #include "core/memory_meter.h"
+#include "core/profiler.h"
 #include "experiments/presets.h"
 #include "experiments/report.h"
 #include "experiments/results_csv.h"
@@ -114,6 +115,14 @@ TEST(Sweep, RejectsBadInputBeforeRunning) {
   o = Tiny();
   o.steps = 0;
   EXPECT_THAT(std::string(ValidateSweep(o).message()), HasSubstr("steps=0"));
+}
+
+// The one median the profiler and the sweep summarize timings with.
+TEST(Median, OfUnsortedSamplesAndNaNWithoutAny) {
+  EXPECT_DOUBLE_EQ(Median({3, 1, 2}), 2);
+  EXPECT_DOUBLE_EQ(Median({4, 1, 3, 2}), 2.5);  // even count: the mean of the middle two
+  EXPECT_DOUBLE_EQ(Median({7}), 7);
+  EXPECT_TRUE(std::isnan(Median({})));
 }
 
 TEST(OverheadRatio, IsTheMedianOfPerRoundRatios) {
