@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Compiles the CUDA-only code (every source with a `#if CKPT_HAS_CUDA` block) with
-# CKPT_HAS_CUDA=1 on a machine without a GPU: against Debian's LibTorch 1.13 headers, which
-# include c10/cuda and ATen/cuda, and the CUDA toolkit's headers ($CUDA_HOME, else
+# CKPT_HAS_CUDA=1 on a machine without a GPU: against the LibTorch headers under $TORCH_INCLUDE
+# (default /usr/include: Debian's LibTorch 1.13, which includes c10/cuda and ATen/cuda) in the
+# C++ standard that version needs, and the CUDA toolkit's headers ($CUDA_HOME, else
 # /usr/local/cuda). Syntax and types only, nothing is linked or run: it keeps the CUDA path
 # compiling as the code around it changes, between the sessions that have a GPU. Where there
-# are no CUDA headers it says so and exits 0. CI runs it (.ci/run).
+# are no CUDA headers it says so and exits 0. CI runs it (.ci/run), and
+# tools/check_libtorch_versions.sh runs it against LibTorch 2.x.
 #
 # It also checks the one CMake step the CUDA route depends on that a CPU LibTorch never runs:
 # tools/cmake/torch_nvtx3.cmake must make LibTorch 2.x's NVTX 3 search (the find_path line of
@@ -46,14 +48,16 @@ torch_flags=(-isystem "$torch_include/torch/csrc/api/include")
 # includes), for the C++ standard: 20 from 2.14 on, as the CMake build picks, else 17.
 version_h=("$torch_include/torch/csrc/api/include/torch/version.h"
   "$torch_include/torch/headeronly/version.h")
-major=$(sed -n 's/^#define TORCH_VERSION_MAJOR \([0-9]*\)$/\1/p' "${version_h[@]}" 2>/dev/null || true)
-minor=$(sed -n 's/^#define TORCH_VERSION_MINOR \([0-9]*\)$/\1/p' "${version_h[@]}" 2>/dev/null || true)
+torch_define() { sed -n "s/^#define $1 \([0-9]*\)\$/\1/p" "${version_h[@]}" 2>/dev/null || true; }
+major=$(torch_define TORCH_VERSION_MAJOR)
+minor=$(torch_define TORCH_VERSION_MINOR)
 [[ "$major" =~ ^[0-9]+$ && "$minor" =~ ^[0-9]+$ ]] || {
   echo "check_cuda_compile: no TORCH_VERSION_MAJOR/MINOR in ${version_h[*]}" >&2
   exit 1
 }
 std=c++17
 ((major > 2 || (major == 2 && minor >= 14))) && std=c++20
+against="LibTorch $major.$minor, C++${std#c++}"
 status=0
 if command -v cmake >/dev/null && [[ -d "$cuda_home/include/nvtx3" ]]; then
   project="$generated/nvtx3_check"
@@ -82,9 +86,9 @@ for source in "${sources[@]}"; do
   if "${CXX:-g++}" -std="$std" -fsyntax-only -Wall -Werror=return-type \
     -Werror=deprecated-declarations -DCKPT_HAS_CUDA=1 -I. "${torch_flags[@]}" \
     -isystem "$generated" -isystem "$cuda_home/include" "$source"; then
-    echo "check_cuda_compile: $source compiles with CKPT_HAS_CUDA=1 (LibTorch $major.$minor, C++${std#c++})"
+    echo "check_cuda_compile: $source compiles with CKPT_HAS_CUDA=1 ($against)"
   else
-    echo "check_cuda_compile: $source does not compile with CKPT_HAS_CUDA=1 (LibTorch $major.$minor)" >&2
+    echo "check_cuda_compile: $source does not compile with CKPT_HAS_CUDA=1 ($against)" >&2
     status=1
   fi
 done

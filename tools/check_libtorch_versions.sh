@@ -22,12 +22,13 @@
 #
 # Needs root (debootstrap, chroot, a private mount namespace) and about 2 GB of disk per suite
 # under $CKPT_ROOTS_DIR (default /var/tmp). Roots are made afresh (2.5-3 minutes each) and
-# removed after; CKPT_KEEP_ROOTS=1 keeps them, and a kept root is upgraded and reused.
+# removed after; CKPT_KEEP_ROOTS=1 keeps them, and a kept root is upgraded and reused. The logs
+# stay there: ckptlab-root-<suite>.log (debootstrap), ckptlab-check-<suite>.log (the rest).
 #
 # Exit status: 0 every suite that could be made built and passed; 1 something failed; 2 nothing
 # ran (not root, or no suite's root could be made).
 #
-#   tools/check_libtorch_versions.sh            # trixie and sid: about 15 minutes on 2 cores
+#   tools/check_libtorch_versions.sh            # trixie and sid: 8 + 9 minutes on 2 cores
 #   tools/check_libtorch_versions.sh trixie
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -97,7 +98,7 @@ else
     echo "cuda-headers: libtorch-dev $version (no libtorch-cuda-dev for it)"
     tools/check_cuda_compile.sh || status=1
   else
-    echo "cuda-headers: none (no libtorch-cuda-dev $version, no c10/cuda in libtorch-dev): not compiled"
+    echo "cuda-headers: none (no libtorch-cuda-dev $version, no c10/cuda): not compiled"
   fi
 fi
 exit "$status"
@@ -106,7 +107,7 @@ INNER
 # Makes (or, kept from a run before, upgrades) the root of a suite. Its log goes to $3.
 make_root() {
   local suite=$1 root=$2 log=$3
-  if [[ -x "$root/usr/bin/cmake" && -f "$root/usr/include/torch/csrc/api/include/torch/torch.h" ]]; then
+  if [[ -x "$root/usr/bin/cmake" && -d "$root/usr/include/torch/csrc/api/include/torch" ]]; then
     say "upgrading the kept root $root"
     chroot "$root" bash -c 'apt-get update -qq $CKPT_APT_OPTIONS &&
       DEBIAN_FRONTEND=noninteractive apt-get -y -qq dist-upgrade' >"$log" 2>&1
@@ -153,13 +154,16 @@ for suite in "${suites[@]}"; do
   rc=${PIPESTATUS[0]}
   set -e
   version=$(chroot "$root" dpkg-query -W -f='${Version}' libtorch-dev 2>/dev/null || echo '?')
-  summary=$(grep -oE '[0-9]+ tests? failed out of [0-9]+' "$roots/ckptlab-check-$suite.log" | tail -1)
+  summary=$(grep -oE '[0-9]+ tests? failed out of [0-9]+' "$roots/ckptlab-check-$suite.log" |
+    tail -1)
   if ((rc == 0)); then
     cuda=$(sed -n 's/^cuda-headers: //p' "$roots/ckptlab-check-$suite.log" | tail -1)
-    results+=("$suite: LibTorch $version: built; ctest: ${summary:-no summary}; CUDA-only code against $cuda ($((SECONDS - started)) s)")
+    line="$suite: LibTorch $version: built; ctest: ${summary:-no summary}; "
+    results+=("$line CUDA-only code against $cuda ($((SECONDS - started)) s)")
   else
     failed=$((failed + 1))
-    results+=("$suite: LibTorch $version: FAILED (exit $rc; ctest: ${summary:-no summary}; log $roots/ckptlab-check-$suite.log)")
+    line="$suite: LibTorch $version: FAILED (exit $rc; ctest: ${summary:-no summary}); "
+    results+=("$line the whole output is in $roots/ckptlab-check-$suite.log")
   fi
   [[ "${CKPT_KEEP_ROOTS:-0}" == 1 ]] || rm -rf "$root"
 done
