@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <sstream>
 
@@ -115,6 +117,29 @@ TEST(Sweep, RejectsBadInputBeforeRunning) {
   o = Tiny();
   o.steps = 0;
   EXPECT_THAT(std::string(ValidateSweep(o).message()), HasSubstr("steps=0"));
+}
+
+// A number the report cannot read is left blank, not printed as whatever the failed parse left
+// behind. results.csv leaves the *_vs_store_all cells empty when store_all itself failed (out
+// of memory, say); report.md then read 0 there and showed every other strategy of the model
+// with a "100.0%" saving and a "-100.0%" time overhead.
+TEST(WriteReport, LeavesCellsItCannotReadBlank) {
+  const std::string dir = ::testing::TempDir() + "/report_blank";
+  std::filesystem::create_directories(dir);
+  const ResultRow row = {{"model", "m"},
+                         {"strategy", "uniform"},
+                         {"status", "ok"},
+                         {"activation_bytes", "2097152"},
+                         {"activation_vs_store_all", ""},
+                         {"overhead_vs_store_all", "n/a"},
+                         {"peak_vs_store_all", "0.5"}};
+  ASSERT_TRUE(WriteReport(dir, {row}, RunInfo{}).ok());
+  std::ifstream in(dir + "/report.md");
+  std::string line;
+  while (std::getline(in, line) && line.rfind("| uniform |", 0) != 0) {
+  }
+  // strategy, status, activations MiB, activation saving, peak MiB, peak saving, overhead
+  EXPECT_THAT(line, HasSubstr("| uniform | ok | 2.00 |  |  | 50.0% |  |"));
 }
 
 // The one median the profiler and the sweep summarize timings with.
