@@ -158,11 +158,11 @@ for suite in "${suites[@]}"; do
     tail -1)
   if ((rc == 0)); then
     cuda=$(sed -n 's/^cuda-headers: //p' "$roots/ckptlab-check-$suite.log" | tail -1)
-    line="$suite: LibTorch $version: built; ctest: ${summary:-no summary}; "
+    line="$suite: LibTorch $version: built; ctest: ${summary:-no summary};"
     results+=("$line CUDA-only code against $cuda ($((SECONDS - started)) s)")
   else
     failed=$((failed + 1))
-    line="$suite: LibTorch $version: FAILED (exit $rc; ctest: ${summary:-no summary}); "
+    line="$suite: LibTorch $version: FAILED (exit $rc; ctest: ${summary:-no summary});"
     results+=("$line the whole output is in $roots/ckptlab-check-$suite.log")
   fi
   [[ "${CKPT_KEEP_ROOTS:-0}" == 1 ]] || rm -rf "$root"
