@@ -33,6 +33,7 @@ class CudaMemoryMeterImpl final : public MemoryMeter {
             allocated.peak,    reserved.current, reserved.peak};
   }
   void ResetPeak() override { c10::cuda::CUDACachingAllocator::resetPeakStats(index_); }
+  void ReleaseCached() override { c10::cuda::CUDACachingAllocator::emptyCache(); }
   absl::Status SetCap(std::optional<int64_t> bytes) override {
     const double total =
         static_cast<double>(at::cuda::getDeviceProperties(index_)->totalGlobalMem);

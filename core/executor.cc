@@ -75,6 +75,7 @@ StepResult ChainExecutor::RunStep(const Batch& batch, const StepOptions& options
   ClearGradients(batch.inputs);
   std::unique_ptr<StepTimer> timer = MakeStepTimer(device_);
   Synchronize(device_);
+  if (options.release_cached) meter_->ReleaseCached();
   StepResult r;
   meter_->ResetPeak();
   r.baseline_bytes = meter_->Stats().live_bytes;

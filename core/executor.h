@@ -29,7 +29,8 @@ struct StepResult {
   int64_t activation_bytes = 0;  // live after forward and loss, minus baseline
   int64_t peak_bytes = 0;        // highest live bytes during the step (absolute)
   // Highest bytes the allocator held from the system during the step (CUDA: the caching
-  // allocator's reserved bytes, cached free blocks included; CPU: = peak_bytes).
+  // allocator's reserved bytes, cached free blocks included, also those that earlier steps
+  // left cached unless StepOptions::release_cached; CPU: = peak_bytes).
   int64_t peak_reserved_bytes = 0;
   // Stage forwards run during backward: every stage call beyond the forward pass's one per
   // stage. store_all: 0; uniform: the stages of its checkpointed segments.
@@ -44,6 +45,11 @@ struct StepOptions {
   // Run the forward (and every recomputation of it) under autocast to this dtype on the
   // executor's device: bfloat16 on CPU, float16 on CUDA. Backward runs outside autocast.
   std::optional<c10::ScalarType> autocast;
+  // Hand the allocator's cached free blocks back before the step (MemoryMeter::ReleaseCached),
+  // so that peak_reserved_bytes is what this step alone makes the allocator hold, not what
+  // earlier steps (other plans, other models) left cached. On CUDA the step then allocates
+  // from the driver, which its time includes: meant for untimed steps.
+  bool release_cached = false;
 };
 
 class ChainExecutor {

@@ -43,6 +43,10 @@ class MemoryMeter {
   // Allocations that would take live bytes past `bytes` fail with c10::OutOfMemoryError
   // (CPU) or the caching allocator's out-of-memory error (CUDA). nullopt removes the cap.
   virtual absl::Status SetCap(std::optional<int64_t> bytes) = 0;
+  // Hands the allocator's cached free blocks back to the system, so that reserved bytes start
+  // over from the blocks tensors hold. CUDA: the caching allocator's emptyCache (every
+  // device's cache). CPU caches nothing: nothing to do.
+  virtual void ReleaseCached() {}
   // "cpu (counting allocator, exact)" or "cuda:0 (caching allocator)".
   virtual std::string Describe() const = 0;
 };

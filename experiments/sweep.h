@@ -56,7 +56,10 @@ struct ConfigResult {
   int64_t baseline_bytes = 0;
   int64_t activation_bytes = 0;
   int64_t peak_bytes = 0;
-  int64_t peak_reserved_bytes = 0;  // what the allocator held at most (CUDA), = peak on CPU
+  // What the allocator held at most in the configuration's first round (a warm-up round
+  // unless --warmup=0), started with its cache emptied: what this configuration alone makes
+  // the process occupy (CUDA); = peak_bytes on CPU.
+  int64_t peak_reserved_bytes = 0;
   int64_t recompute_forwards = 0;
   MemoryPrediction predicted;  // the analytical model's, above the baseline
   std::vector<double> step_ms;       // one per timed round

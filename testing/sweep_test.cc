@@ -8,7 +8,9 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
+#include <string>
 
 #include "ATen/ATen.h"
 #include "absl/strings/str_join.h"
@@ -105,6 +107,58 @@ TEST(Sweep, OutOfMemoryIsARowAndTheSweepGoesOn) {
   EXPECT_THAT((*rows)[0].message, HasSubstr("over the cap"));
   EXPECT_EQ((*rows)[2].status, "ok");
   EXPECT_EQ((*rows)[3].status, "ok");
+}
+
+// A caching allocator's meter (CUDA's, in miniature) over the CPU's exact one: every block it
+// serves stays held after its tensor is freed, so reserved bytes are the most live bytes since
+// the cache was last released, until ReleaseCached hands the free ones back.
+class CachingMeter final : public MemoryMeter {
+ public:
+  explicit CachingMeter(MemoryMeter& live) : live_(live) {}
+  MemoryStats Stats() const override {
+    MemoryStats s = live_.Stats();
+    held_ = std::max(held_, s.peak_bytes);
+    s.reserved_bytes = s.peak_reserved_bytes = held_;
+    return s;
+  }
+  void ResetPeak() override {
+    Stats();  // what the closing window's peak needed stays held
+    live_.ResetPeak();
+  }
+  absl::Status SetCap(std::optional<int64_t> bytes) override { return live_.SetCap(bytes); }
+  std::string Describe() const override { return "cpu, counted as if it cached"; }
+  void ReleaseCached() override {
+    live_.ResetPeak();  // the window's earlier peak no longer needs holding
+    held_ = live_.Stats().live_bytes;
+  }
+
+ private:
+  MemoryMeter& live_;
+  mutable int64_t held_ = 0;
+};
+
+// Under a caching allocator the blocks store_all's step needed stay reserved through every
+// strategy after it (and the model before stays reserved through the next model): each
+// configuration's reserved peak must be taken from an emptied cache to be its own.
+TEST(Sweep, ReservedPeakIsEachConfigurationsOwnUnderACachingAllocator) {
+  CachingMeter meter(Cpu());
+  SweepOptions o = Tiny();
+  // Activations (64 x 16 floats, 4 KiB each) outweigh the parameters, so recompute_all's
+  // peak is well below store_all's; the second model is smaller than the first.
+  o.models = {"heavy_mlp:depth=6:hidden=16:batch=64", "heavy_mlp:depth=2:hidden=8:batch=2"};
+  o.strategies = {"recompute_all"};
+  std::ostringstream progress;
+  absl::StatusOr<std::vector<ConfigResult>> rows = RunSweep(
+      o, meter, [](const ConfigResult&) { return absl::OkStatus(); }, progress);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 4u);
+  for (const ConfigResult& r : *rows) {
+    ASSERT_EQ(r.status, "ok") << r.model << " " << r.strategy << ": " << r.message;
+    // Started from an empty cache, the allocator holds at most what the step's peak needed.
+    EXPECT_EQ(r.peak_reserved_bytes, r.peak_bytes) << r.model << " " << r.strategy;
+  }
+  EXPECT_LT((*rows)[1].peak_reserved_bytes, (*rows)[0].peak_reserved_bytes);
+  EXPECT_LT((*rows)[2].peak_reserved_bytes, (*rows)[1].peak_reserved_bytes);
 }
 
 TEST(Sweep, RejectsBadInputBeforeRunning) {
