@@ -48,6 +48,7 @@ class Profiler {
     profile.input_bytes = Bytes(batch_.inputs);
     profile.stages.resize(stages_.size());
     ClearGradients(params_);
+    WarmUp();
     MeasureChain(profile, repeats);
     // The input of every stage, computed once without a graph.
     std::vector<std::vector<at::Tensor>> inputs = {batch_.inputs};
@@ -67,6 +68,25 @@ class Profiler {
   }
   std::vector<at::Tensor> Run(size_t i, const std::vector<at::Tensor>& x) {
     return model_.RunStage(static_cast<int>(i), x, OptionsOf(i), batch_);
+  }
+
+  // One unmeasured forward and backward of the whole chain, leaving no gradients and the
+  // random streams as they were. Libraries keep state in tensor memory that they make on first
+  // use and hold for the process: on CUDA, cuBLAS's workspace for each (thread, stream), and
+  // backward runs on autograd's device thread, not this one. Made inside the measurements, it
+  // would count as the first stage's activations or backward transient.
+  void WarmUp() {
+    const RngState rng = CaptureRng(CudaDevicesOf(batch_.inputs));
+    {
+      std::vector<at::Tensor> xs, leaves;
+      PrepareInputs(0, batch_.inputs, xs, leaves);
+      for (size_t i = 0; i < stages_.size(); ++i) xs = Run(i, xs);
+      at::Tensor loss = model_.Loss(xs, batch_);
+      if (loss.requires_grad()) loss.backward();
+    }
+    ClearGradients(params_);
+    RestoreRng(rng);
+    Synchronize(device_);
   }
 
   // The chain run stored, as store_all runs it: activation bytes (the live-bytes increase of

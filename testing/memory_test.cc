@@ -4,8 +4,14 @@
 
 #include <torch/torch.h>
 
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "core/chain_model.h"
 #include "core/executor.h"
+#include "core/memory_model.h"
 #include "core/profiler.h"
 #include "core/strategy.h"
 #include "core/torch_status.h"
@@ -150,6 +156,62 @@ TEST(ActivationBytes, ProfileSumsToStoreAll) {
   }
   EXPECT_EQ(profile->input_bytes, 288);
   EXPECT_EQ(StepUnder("store_all", chain).activation_bytes, 5 * 288 + 4);
+}
+
+// A model whose first forward and first backward each make a tensor that it then keeps for
+// good, as libraries keep state made on first use in tensor memory (on CUDA, cuBLAS's
+// workspace for each thread and stream; backward runs on autograd's device thread).
+class FirstUseStateModel final : public ChainModel {
+ public:
+  explicit FirstUseStateModel(std::shared_ptr<ChainModel> inner) : inner_(std::move(inner)) {}
+  std::string spec() const override { return inner_->spec(); }
+  std::vector<StageInfo> Stages() const override { return inner_->Stages(); }
+  std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
+                                   const StageOptions& options, const Batch& batch) override {
+    if (!forward_state_.defined()) forward_state_ = torch::zeros({1024});  // 4 KiB
+    std::vector<at::Tensor> out = inner_->RunStage(index, inputs, options, batch);
+    if (out.front().requires_grad()) {
+      out.front().register_hook([this](const at::Tensor&) {
+        if (!backward_state_.defined()) backward_state_ = torch::zeros({2048});  // 8 KiB
+      });
+    }
+    return out;
+  }
+  at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) override {
+    return inner_->Loss(outputs, batch);
+  }
+  Batch MakeBatch(uint64_t seed) override { return inner_->MakeBatch(seed); }
+  std::vector<at::Tensor> Parameters() override { return inner_->Parameters(); }
+  void SetTraining(bool training) override { inner_->SetTraining(training); }
+
+ private:
+  std::shared_ptr<ChainModel> inner_;
+  at::Tensor forward_state_, backward_state_;
+};
+
+// The profile of a model that makes state on first use equals the profile of the same model
+// without it: the state is made in the profiler's warm-up, before anything is measured, not
+// counted as the first stage's activations or backward transient.
+TEST(Profile, StateALibraryMakesOnFirstUseIsNotMeasured) {
+  Chain chain = MakeMlp(4, 24, 3);
+  absl::StatusOr<ModelProfile> plain =
+      ProfileModel(*chain.model, chain.batch, Cpu(), torch::kCPU, {}, /*repeats=*/1);
+  FirstUseStateModel first_use(chain.model);
+  absl::StatusOr<ModelProfile> profile =
+      ProfileModel(first_use, chain.batch, Cpu(), torch::kCPU, {}, /*repeats=*/1);
+  ASSERT_TRUE(plain.ok() && profile.ok());
+  ASSERT_EQ(profile->stages.size(), plain->stages.size());
+  for (size_t i = 0; i < plain->stages.size(); ++i) {
+    const StageProfile& s = profile->stages[i];
+    const StageProfile& p = plain->stages[i];
+    EXPECT_EQ(s.activation_bytes, p.activation_bytes) << s.info.name;
+    EXPECT_EQ(s.forward_transient_bytes, p.forward_transient_bytes) << s.info.name;
+    EXPECT_EQ(s.retained_bytes, p.retained_bytes) << s.info.name;
+    EXPECT_EQ(s.backward_transient_bytes, p.backward_transient_bytes) << s.info.name;
+    EXPECT_EQ(s.backward_held_transient_bytes, p.backward_held_transient_bytes) << s.info.name;
+  }
+  const Plan plan = *PlanFor("store_all", *plain);
+  EXPECT_EQ(PredictMemory(*profile, plan).peak_bytes, PredictMemory(*plain, plan).peak_bytes);
 }
 
 TEST(Executor, OutOfMemoryUnderACapIsAResultNotACrash) {
