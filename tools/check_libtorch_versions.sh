@@ -153,7 +153,8 @@ for suite in "${suites[@]}"; do
     2>&1 | tee "$roots/ckptlab-check-$suite.log"
   rc=${PIPESTATUS[0]}
   set -e
-  version=$(chroot "$root" dpkg-query -W -f='${Version}' libtorch-dev 2>/dev/null || echo '?')
+  version=$(sed -n 's/^== LibTorch \([^ ]*\) .*/\1/p' "$roots/ckptlab-check-$suite.log")
+  version=${version:-?}  # the run died before it said
   summary=$(grep -oE '[0-9]+ tests? failed out of [0-9]+' "$roots/ckptlab-check-$suite.log" |
     tail -1)
   if ((rc == 0)); then

@@ -138,8 +138,9 @@ if [[ "$steps" == *" test "* ]]; then
   log "ctest"
   ctest --test-dir "$build" --output-on-failure -j "$(($(nproc) < 4 ? $(nproc) : 4))" \
     >"$out/ctest.log" 2>&1 || status=1
-  grep -E "tests passed|tests failed|Failed|Exception" "$out/ctest.log" |
-    tee -a "$out/run.log" >&2 || true
+  # Through log, prefixed: the summary line at the start of a line is rehearse.sh's to print.
+  while read -r line; do log "ctest: $line"; done < <(
+    grep -E "tests passed|tests failed|Failed|Exception" "$out/ctest.log" || true)
   if [[ "$device" == cpu ]]; then
     log "conformance suite: ctest ran it on the CPU"
   else
