@@ -2,19 +2,23 @@
 //     [--strategies=SPEC,...] [--device=auto|cpu|cuda] [--steps=N] [--warmup=N] [--threads=N]
 //     [--out=DIR] [--resume] [--memory_cap=BYTES|16GiB] [--depths=4,8,16,32]
 //     [--train_steps=N [--accumulate=K] [--amp]] [--seed=N] [--time_limit_s=S] [--explain]
-//     [--list]
+//     [--list] [--report_only]
 //
 // Runs every model x strategy, checks each strategy's gradients against store_all's, appends
 // one row per configuration to DIR/results.csv as each model finishes, and at the end writes
-// DIR/report.md and the plots (pareto.png; depth.png with --depths). Bad input is a one-line
-// error naming the value and the accepted ones, exit status 2, and nothing written.
+// DIR/report.md and the plots (pareto.png; depth.png with --depths). --report_only writes
+// the report and plots from the results.csv already in --out (a sweep that was killed never
+// wrote them) and runs nothing. Bad input is a one-line error naming the value and the
+// accepted ones, exit status 2, and nothing written.
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -74,6 +78,10 @@ ABSL_FLAG(double, time_limit_s, 0,
 ABSL_FLAG(uint64_t, seed, 0, "seed for parameters, batches and dropout");
 ABSL_FLAG(bool, explain, false, "print each strategy's plan for each model, then exit");
 ABSL_FLAG(bool, list, false, "list the presets, strategies and models, then exit");
+ABSL_FLAG(bool, report_only, false,
+          "run nothing: write report.md and the plots from the results.csv already in --out "
+          "(a sweep that was killed, say); give the sweep's --models/--preset so the report "
+          "can say which models have no rows");
 
 namespace ckpt {
 namespace {
@@ -233,6 +241,13 @@ int Main(int argc, char** argv) {
   if (training.steps != 0) {
     if (absl::Status s = ValidateTraining(training); !s.ok()) Die(s);
   }
+  const bool report_only = absl::GetFlag(FLAGS_report_only);
+  if (report_only && (training.steps != 0 || !depths->empty() || absl::GetFlag(FLAGS_explain))) {
+    Die(absl::InvalidArgumentError(absl::StrCat(
+        "--report_only runs nothing, so ",
+        training.steps != 0 ? "--train_steps" : !depths->empty() ? "--depths" : "--explain",
+        " cannot go with it")));
+  }
   if (absl::Status s = SetComputeThreads(absl::GetFlag(FLAGS_threads)); !s.ok()) {
     Die(absl::InvalidArgumentError(absl::StrCat("--threads: ", s.message())));
   }
@@ -252,7 +267,11 @@ int Main(int argc, char** argv) {
       absl::GetFlag(FLAGS_out).empty() ? DefaultOutDir() : absl::GetFlag(FLAGS_out);
   const std::string csv_path = out_dir + "/results.csv";
   const bool exists = std::filesystem::exists(csv_path);
-  if (exists && !absl::GetFlag(FLAGS_resume)) {
+  if (report_only && !exists) {
+    Die(absl::NotFoundError(absl::StrCat("--report_only: no results.csv in --out='", out_dir,
+                                         "'; give the folder of the sweep to report on")));
+  }
+  if (exists && !absl::GetFlag(FLAGS_resume) && !report_only) {
     Die(absl::AlreadyExistsError(absl::StrCat(
         csv_path, " exists; pass --resume to continue it, or another --out")));
   }
@@ -267,9 +286,13 @@ int Main(int argc, char** argv) {
     Die(absl::PermissionDeniedError(
         absl::StrCat("--out='", out_dir, "' cannot be created: ", ec.message())));
   }
-  absl::StatusOr<CsvAppender> csv =
-      exists ? CsvAppender::Append(csv_path) : CsvAppender::Create(csv_path);
-  if (!csv.ok()) Die(csv.status());
+  std::optional<CsvAppender> csv;  // none with --report_only: results.csv is only read
+  if (!report_only) {
+    absl::StatusOr<CsvAppender> opened =
+        exists ? CsvAppender::Append(csv_path) : CsvAppender::Create(csv_path);
+    if (!opened.ok()) Die(opened.status());
+    csv.emplace(*std::move(opened));
+  }
 
   const int threads = absl::GetFlag(FLAGS_threads);
   RunInfo info;
@@ -279,28 +302,38 @@ int Main(int argc, char** argv) {
   command[0] = "sweep";
   info.command = absl::StrJoin(command, " ");
   std::cerr << "sweep: " << info.runtime << "; memory: " << info.meter << "\n";
-  absl::StatusOr<std::vector<ConfigResult>> results = RunSweep(
-      options, **meter,
-      [&](const ConfigResult& r) { return csv->Write(CsvRow(r, threads)); }, std::cerr);
-  if (!results.ok()) {
-    std::fprintf(stderr, "sweep: %s\n", results.status().ToString().c_str());
-    return 1;
+  if (!report_only) {
+    absl::StatusOr<std::vector<ConfigResult>> results = RunSweep(
+        options, **meter,
+        [&](const ConfigResult& r) { return csv->Write(CsvRow(r, threads)); }, std::cerr);
+    if (!results.ok()) {
+      std::fprintf(stderr, "sweep: %s\n", results.status().ToString().c_str());
+      return 1;
+    }
+    std::printf("%s\n", FormatTable(*results).c_str());
   }
-  std::printf("%s\n", FormatTable(*results).c_str());
 
   absl::StatusOr<std::vector<ResultRow>> rows = ReadResults(csv_path);
   const std::vector<std::string> missing =
       rows.ok() ? MissingModels(options, *rows) : std::vector<std::string>();
   const bool complete = missing.empty();
   std::string appendix;
+  if (report_only) {
+    appendix = absl::StrCat("This report was written with --report_only from ", csv_path,
+                            " as an earlier sweep left it; the machine and runtime above are "
+                            "those of the report's run.\n\n");
+  }
   if (!complete) {
-    appendix = absl::StrCat("## Incomplete\n\nThe time limit (--time_limit_s=",
-                            options.time_limit_s, ") was spent before ", missing.size(), " of ",
-                            options.models.size(), " models started: ",
-                            absl::StrJoin(missing, ", "),
-                            ". Training and the depth scan were skipped. Continue with the same "
-                            "command and `--resume --out=",
-                            out_dir, "`.\n\n");
+    const std::string why =
+        report_only ? "results.csv has no complete rows for "
+                    : absl::StrCat("The time limit (--time_limit_s=", options.time_limit_s,
+                                   ") was spent before ");
+    absl::StrAppend(&appendix, "## Incomplete\n\n", why, missing.size(), " of ",
+                    options.models.size(), report_only ? " models: " : " models started: ",
+                    absl::StrJoin(missing, ", "), ".",
+                    report_only ? "" : " Training and the depth scan were skipped.",
+                    " Continue with the sweep's command and `--resume --out=", out_dir,
+                    "`.\n\n");
     std::fprintf(stderr,
                  "sweep: incomplete, %zu model(s) not run; continue with --resume --out=%s\n",
                  missing.size(), out_dir.c_str());

@@ -66,6 +66,23 @@ rows_before=$(($(wc -l <"$tmp/kill/results.csv") - 1))
 ((rows_before >= 2 && rows_before < 8)) || fail "killed sweep left $rows_before rows"
 [[ $(tail -c 1 "$tmp/kill/results.csv" | od -An -c | tr -d ' ') == '\n' ]] ||
   fail "killed sweep left a partial line"
+# The killed sweep wrote no report; --report_only writes it from the rows there, running
+# nothing, and names the models that have none.
+[[ ! -e "$tmp/kill/report.md" ]] || fail "the killed sweep wrote report.md"
+"${sweep[@]}" --models="$models" --strategies=uniform --out="$tmp/kill" --report_only \
+  >/dev/null 2>"$tmp/report_only.stderr" ||
+  fail "--report_only exited $?: $(cat "$tmp/report_only.stderr")"
+[[ $(($(wc -l <"$tmp/kill/results.csv") - 1)) -eq $rows_before ]] ||
+  fail "--report_only changed results.csv: $(cat "$tmp/kill/results.csv")"
+if [[ -f "$tmp/kill/report.md" ]]; then
+  grep -q "written with --report_only" "$tmp/kill/report.md" || fail "report.md: no --report_only note"
+  grep -q '^## heavy_mlp:depth=3:hidden=8:batch=2$' "$tmp/kill/report.md" ||
+    fail "report.md has no section for the model that finished"
+  grep -A2 "^## Incomplete" "$tmp/kill/report.md" | grep -q "heavy_mlp:depth=6:hidden=512:batch=512" ||
+    fail "report.md does not name the model the kill left without rows"
+else
+  fail "--report_only wrote no report.md"
+fi
 "${sweep[@]}" --models="$models" --strategies=uniform --steps=2 --warmup=0 --out="$tmp/kill" --resume \
   >/dev/null 2>"$tmp/resume.stderr" || fail "resume exited $?: $(cat "$tmp/resume.stderr")"
 grep -q "already in results.csv, skipped" "$tmp/resume.stderr" || fail "resume skipped nothing"
@@ -121,6 +138,8 @@ check_bad "--accumulate=2 applies to training, which runs only with --train_step
 check_bad "--amp applies to training" --amp
 check_bad "--train_steps=-1 is not accepted; accepted: an integer >= 1" --train_steps=-1
 check_bad "--accumulate=0 is not accepted" --train_steps=2 --accumulate=0
+check_bad "--report_only: no results.csv in --out=" --report_only
+check_bad "--report_only runs nothing, so --depths cannot go with it" --report_only --depths=4
 
 # An output directory that cannot be created.
 set +e

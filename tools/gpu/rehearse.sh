@@ -108,6 +108,22 @@ else
   ((rc == 2)) && grep -q "sees no GPU" "$root/no-gpu.stderr" ||
     fail "run.sh with CKPT_DEVICE=cuda and no GPU: exit $rc, $(cat "$root/no-gpu.stderr")"
 fi
+# A sweep that overruns even the reserve is killed at the budget's end; run.sh then writes
+# report.md from the rows it left (sweep --report_only). Here the first model cannot finish in
+# the 25 s budget, so the report is all "incomplete"; run.sh exits 1.
+set +e
+env -u OUT CKPT_DEVICE=cpu CKPT_STEPS=sweep CKPT_TIME_BUDGET_S=25 CKPT_SWEEP_RESERVE_S=5 \
+  CKPT_TORCH_CMAKE_DIR=/usr/lib/x86_64-linux-gnu/cmake/Torch CKPT_BUNDLE="$root/bundle" \
+  CKPT_BUILD_DIR="$root/build" CKPT_RESULTS_DIR="$root/killed" \
+  CKPT_SWEEP_ARGS="--models=heavy_mlp:depth=8:hidden=512:batch=512,heavy_mlp:depth=2:hidden=8:batch=2 --steps=100000" \
+  tools/gpu/run.sh 2>"$root/killed.stderr"
+rc=$?
+set -e
+((rc == 1)) && grep -q "killed at the budget's end" "$root/killed.stderr" ||
+  fail "run.sh with a sweep past its budget: exit $rc, $(tail -5 "$root/killed.stderr")"
+grep -q "written with --report_only" "$root/killed/report.md" 2>/dev/null &&
+  grep -A2 "^## Incomplete" "$root/killed/report.md" | grep -q "heavy_mlp:depth=8:hidden=512" ||
+  fail "run.sh wrote no report.md naming the killed model: $(tail -5 "$root/killed.stderr")"
 # tools/gpu/publish.sh on what came back, as a GPU session will run it: the folder to commit,
 # with the plot drawn here; refusals leave nothing behind.
 docs="$root/docs"

@@ -17,6 +17,9 @@
 #   CKPT_TIME_BUDGET_S=570    the whole run's budget: the sweep gets what the build and tests
 #                             left, less a reserve, through --time_limit_s (default fits the
 #                             device tool's 10-minute call)
+#   CKPT_SWEEP_RESERVE_S=90   of what is left for the sweep, the part kept for the model in
+#                             flight when its time limit passes; past even that the sweep is
+#                             killed, and report.md is written from its rows (--report_only)
 #   CKPT_STEPS="build test sweep"   which phases to run (build is always needed on a bare host)
 #   CKPT_SWEEP_ARGS="..."     more sweep flags; they come last, so --models=... overrides
 #   CKPT_TORCH_CMAKE_DIR=DIR  LibTorch's CMake prefix, instead of asking Python's torch
@@ -27,6 +30,7 @@ start=$SECONDS
 python="${PYTHON:-python3}"
 device="${CKPT_DEVICE:-cuda}"
 budget="${CKPT_TIME_BUDGET_S:-570}"
+reserve="${CKPT_SWEEP_RESERVE_S:-90}"
 steps=" ${CKPT_STEPS:-build test sweep} "
 bundle="${CKPT_BUNDLE:-$PWD/third_party/cmake_bundle}"
 build="${CKPT_BUILD_DIR:-build/gpu}"
@@ -58,6 +62,8 @@ case "$device" in
   *) die "CKPT_DEVICE='$device' is not accepted; accepted: cuda, cuda:N, cpu" ;;
 esac
 [[ "$budget" =~ ^[0-9]+$ ]] || die "CKPT_TIME_BUDGET_S='$budget' is not accepted; accepted: seconds"
+[[ "$reserve" =~ ^[0-9]+$ ]] ||
+  die "CKPT_SWEEP_RESERVE_S='$reserve' is not accepted; accepted: seconds"
 for step in $steps; do
   [[ "$step" =~ ^(build|test|sweep)$ ]] ||
     die "CKPT_STEPS has '$step'; accepted: build, test, sweep"
@@ -164,22 +170,33 @@ if [[ "$steps" == *" sweep "* ]]; then
   left=$((budget - (SECONDS - start)))
   # The limit stops new models from starting; the reserve is for the model in flight and the
   # report (90 s is a guess until a GPU run measures the paper models).
-  limit=$((left - 90))
-  ((limit > 0)) || die "no time left for the sweep ($left s of $budget s)"
+  limit=$((left - reserve))
+  ((limit > 0)) || die "no time left for the sweep ($left s of $budget s, $reserve s reserve)"
   log "sweep on $device, time limit $limit s"
+  sweep_args=(--device="$device" --preset=paper --out="$out")
   set +e
   # shellcheck disable=SC2086
-  timeout --signal=KILL "$((left - 10))" "$build/sweep" --device="$device" --preset=paper \
-    --time_limit_s="$limit" --out="$out" --resume ${CKPT_SWEEP_ARGS:-} \
-    >"$out/sweep.txt" 2>"$out/sweep.stderr"
+  timeout --signal=KILL "$((left - 10))" "$build/sweep" "${sweep_args[@]}" \
+    --time_limit_s="$limit" --resume ${CKPT_SWEEP_ARGS:-} >"$out/sweep.txt" 2>"$out/sweep.stderr"
   sweep_status=$?
   set -e
   grep -E "incomplete|time limit" "$out/sweep.stderr" | tee -a "$out/run.log" >&2 || true
   ((sweep_status == 0)) || {
     tail -5 "$out/sweep.stderr" >&2
-    log "sweep exited $sweep_status"
+    log "sweep exited $sweep_status$( ((sweep_status == 137)) && echo ": killed at the budget's end")"
     status=1
   }
+  # A killed sweep leaves its finished models' rows and no report: write it from them.
+  if [[ ! -f "$out/report.md" && -f "$out/results.csv" ]]; then
+    log "writing report.md from the rows in results.csv (sweep --report_only)"
+    set +e
+    # shellcheck disable=SC2086
+    "$build/sweep" "${sweep_args[@]}" --report_only ${CKPT_SWEEP_ARGS:-} \
+      >>"$out/sweep.txt" 2>>"$out/sweep.stderr"
+    report_status=$?
+    set -e
+    ((report_status == 0)) || log "sweep --report_only exited $report_status (sweep.stderr)"
+  fi
   [[ -f "$out/report.md" ]] && log "report: $out/report.md"
   command -v gnuplot >/dev/null ||
     log "no gnuplot here: the plots' data and scripts (*.dat, *.gp) are in the tarball;" \
