@@ -53,27 +53,38 @@ dest="$docs/$name"
 mkdir -p "$docs"
 staged=$(mktemp -d "$docs/.publish.XXXXXX")
 trap 'rm -rf "$work" "$staged"' EXIT
-for pattern in report.md '*.csv' '*.png' '*.gp' '*.dat' gpu.txt run.log ctest.log \
-  conformance.log benchmarks.json sweep.txt sweep.stderr configure.log; do
-  for f in "$run"/$pattern; do
-    if [[ -f "$f" ]]; then cp "$f" "$staged/"; fi
+# Copies the files of folder $1 that match the patterns after $2 into folder $2.
+copy_matching() {
+  local from=$1 to=$2 pattern f
+  shift 2
+  for pattern in "$@"; do
+    for f in "$from"/$pattern; do
+      if [[ -f "$f" ]]; then cp "$f" "$to/"; fi
+    done
   done
-done
+}
+copy_matching "$run" "$staged" report.md '*.csv' '*.png' '*.gp' '*.dat' gpu.txt run.log \
+  ctest.log conformance.log benchmarks.json sweep.txt sweep.stderr configure.log amp.stderr
+# The mixed-precision training check's own sweep folder.
+if [[ -d "$run/amp" ]]; then
+  mkdir "$staged/amp"
+  copy_matching "$run/amp" "$staged/amp" report.md '*.csv' '*.png' '*.gp' '*.dat'
+fi
 
-# The plots the GPU host could not draw.
+# The plots the GPU host could not draw (paths relative to the staged folder).
 drawn=()
-for gp in "$staged"/*.gp; do
+for gp in "$staged"/*.gp "$staged"/amp/*.gp; do
   [[ -f "$gp" ]] || continue
   png="${gp%.gp}.png"
   [[ -f "$png" ]] && continue
-  command -v gnuplot >/dev/null || die "no gnuplot here to draw $(basename "$png")"
-  (cd "$staged" && gnuplot "$(basename "$gp")") || die "gnuplot failed on $(basename "$gp")"
-  [[ -s "$png" ]] || die "gnuplot drew no $(basename "$png")"
-  drawn+=("$(basename "$png")")
-done
-for png in "${drawn[@]}"; do
-  # report.md said why the picture was missing; it is here now.
-  sed -i "/^${png//./\\.} was not drawn: /d" "$staged/report.md"
+  name_png=${png#"$staged"/}
+  command -v gnuplot >/dev/null || die "no gnuplot here to draw $name_png"
+  (cd "$(dirname "$gp")" && gnuplot "$(basename "$gp")") || die "gnuplot failed on ${gp#"$staged"/}"
+  [[ -s "$png" ]] || die "gnuplot drew no $name_png"
+  drawn+=("$name_png")
+  # The report beside it said why the picture was missing; it is here now.
+  base=$(basename "$png")
+  sed -i "/^${base//./\\.} was not drawn: /d" "$(dirname "$gp")/report.md"
 done
 
 # The index: what ran, where, when, how; then the files.
@@ -105,6 +116,12 @@ ctest_summary=$(grep -m1 -E "tests passed, [0-9]+ tests? failed" "$staged/ctest.
   for f in $(cd "$staged" && ls); do
     case "$f" in
       README.md) continue ;;
+      amp)
+        echo "| [amp/report.md](amp/report.md) | mixed-precision training on the GPU (float16," \
+          "dynamic loss scaling): every strategy's loss curve against store_all's, skipped" \
+          "steps; amp/losses.csv, amp/loss.png |"
+        continue
+        ;;
       *.gp) what="gnuplot script for ${f%.gp}.png (\`gnuplot $f\` in this folder)" ;;
       *.dat) what="the data ${f%.dat}.gp plots" ;;
       report.md) what="the sweep's report: per model, memory and time against store_all, plans, predictions" ;;
@@ -113,6 +130,7 @@ ctest_summary=$(grep -m1 -E "tests passed, [0-9]+ tests? failed" "$staged/ctest.
       gpu.txt) what="nvidia-smi: GPU, memory, driver" ;;
       run.log) what="run.sh's log: versions, phases, timings" ;;
       ctest.log) what="the test binaries (ctest)" ;;
+      amp.stderr) what="the mixed-precision training run's progress and errors" ;;
       conformance.log) what="the conformance suite on the GPU" ;;
       benchmarks.json) what="Google Benchmark on the GPU (CUDA-event manual time)" ;;
       *) what="" ;;

@@ -61,6 +61,7 @@ run=(env CKPT_DEVICE=cpu CKPT_TORCH_CMAKE_DIR=/usr/lib/x86_64-linux-gnu/cmake/To
      CKPT_BUNDLE="$root/bundle" CKPT_BUILD_DIR="$root/build" CKPT_RESULTS_DIR="$root/results"
      CKPT_TIME_BUDGET_S="${CKPT_TIME_BUDGET_S:-3000}"
      CKPT_SWEEP_ARGS="--models=heavy_mlp:depth=4:hidden=64:batch=8,transformer:depth=2:hidden=32:heads=2:seq=16:batch=2 --steps=2 --warmup=1"
+     CKPT_AMP_MODELS="transformer:depth=2:hidden=16:heads=2:seq=8:batch=2,gpt2:depth=2:hidden=16:heads=2:seq=8:batch=2:vocab=64:context=8"
      tools/gpu/run.sh)
 hidden=yes
 if unshare -m --propagation private true 2>/dev/null; then
@@ -77,7 +78,13 @@ for f in report.md results.csv run.log ctest.log gpu-results.tar.gz; do
   [[ -s "$OUT/$f" ]] || fail "no $f in \$OUT"
 done
 [[ $hidden == yes || -s "$OUT/pareto.png" ]] || fail "no pareto.png in \$OUT"
-tar tzf "$OUT/gpu-results.tar.gz" | grep -q "/pareto.gp$" || fail "no pareto.gp in the tarball"
+# Listed once: `tar | grep -q` fails under pipefail when grep stops reading early.
+listing=$(tar tzf "$OUT/gpu-results.tar.gz" || true)
+grep -q "/pareto.gp$" <<<"$listing" || fail "no pareto.gp in the tarball"
+# The mixed-precision training check: its folder in the tarball, its curves in run.log.
+grep -q "/amp/losses.csv$" <<<"$listing" || fail "no amp/losses.csv in the tarball"
+grep -q "amp: | gpt2:.* | chunked_sequence:chunks=4 | ok |" "$OUT/run.log" ||
+  fail "run.log has no ok mixed-precision curve for gpt2 under chunked_sequence"
 [[ $hidden == no ]] || grep -q "pareto.png was not drawn: gnuplot is not installed" "$OUT/report.md" ||
   fail "report.md does not say why pareto.png is missing"
 (($(find "$OUT" -type f | wc -l) <= 8)) || fail "more than the 8 files the device tool returns"
@@ -137,9 +144,12 @@ elif [[ -s "$OUT/gpu-results.tar.gz" ]]; then
   ((rc == 2)) && grep -q "no gpu.txt (not a CUDA run?): give a NAME" "$root/publish.stderr" ||
     fail "publish.sh on a CPU run without NAME: exit $rc, $(cat "$root/publish.stderr")"
   CKPT_DOCS_DIR="$docs" tools/gpu/publish.sh "$OUT" rehearsal-cpu >&2 || fail "publish.sh exited $?"
-  for f in README.md report.md results.csv pareto.png pareto.gp run.log ctest.log; do
+  for f in README.md report.md results.csv pareto.png pareto.gp run.log ctest.log \
+    amp/report.md amp/losses.csv amp/loss.png; do
     [[ -s "$docs/rehearsal-cpu/$f" ]] || fail "publish.sh: no $f in $docs/rehearsal-cpu"
   done
+  grep -q '^| \[amp/report.md\](amp/report.md) |' "$docs/rehearsal-cpu/README.md" ||
+    fail "publish.sh: the index does not link amp/report.md"
   ! grep -q "was not drawn" "$docs/rehearsal-cpu/report.md" ||
     fail "publish.sh drew pareto.png but report.md still says it was not drawn"
   grep -q '^| \[pareto.png\](pareto.png) |' "$docs/rehearsal-cpu/README.md" ||

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds ckptlab with CMake on a host that has a LibTorch but no Bazel (the lent GPU machines:
-# a pip torch with CUDA), runs the test binaries, the conformance suite on the device, and the
-# paper-preset sweep on the device, within a time budget. Everything lands in
+# a pip torch with CUDA), runs the test binaries, the conformance suite and the benchmarks on
+# the device, mixed-precision training on the device (float16 with dynamic loss scaling on
+# CUDA) and the paper-preset sweep on the device, within a time budget. Everything lands in
 # results/gpu-<timestamp>/; if $OUT is set (the device tool returns at most 8 files from it),
 # the report, CSV, plot, logs and a tarball of the whole folder are copied there.
 #
@@ -22,6 +23,7 @@
 #                             killed, and report.md is written from its rows (--report_only)
 #   CKPT_STEPS="build test sweep"   which phases to run (build is always needed on a bare host)
 #   CKPT_SWEEP_ARGS="..."     more sweep flags; they come last, so --models=... overrides
+#   CKPT_AMP_MODELS="..."     the models of the mixed-precision training check (test phase)
 #   CKPT_TORCH_CMAKE_DIR=DIR  LibTorch's CMake prefix, instead of asking Python's torch
 #   CKPT_BUNDLE, CKPT_BUILD_DIR, CKPT_RESULTS_DIR   where the bundle, build and results are
 set -euo pipefail
@@ -31,6 +33,7 @@ python="${PYTHON:-python3}"
 device="${CKPT_DEVICE:-cuda}"
 budget="${CKPT_TIME_BUDGET_S:-570}"
 reserve="${CKPT_SWEEP_RESERVE_S:-90}"
+amp_models="${CKPT_AMP_MODELS:-transformer:depth=4:hidden=256:heads=4:seq=128:batch=8,gpt2:depth=4:hidden=256:heads=4:seq=128:batch=8:vocab=8192:context=128}"
 steps=" ${CKPT_STEPS:-build test sweep} "
 bundle="${CKPT_BUNDLE:-$PWD/third_party/cmake_bundle}"
 build="${CKPT_BUILD_DIR:-build/gpu}"
@@ -163,6 +166,19 @@ if [[ "$steps" == *" test "* ]]; then
       status=1
     }
   fi
+  # Mixed precision: float16 autocast with dynamic loss scaling on CUDA (bfloat16 on the CPU),
+  # every strategy's loss curve against store_all's; the sweep exits 1 if one departs. Its
+  # folder goes back in the tarball, the curves' table into run.log.
+  log "mixed-precision training on $device (sweep --train_steps=30 --amp)"
+  "$build/sweep" --device="$device" --models="$amp_models" --train_steps=30 --amp --steps=1 \
+    --warmup=1 --out="$out/amp" >"$out/amp.txt" 2>"$out/amp.stderr" || {
+    tail -3 "$out/amp.stderr" >&2
+    log "mixed-precision training failed or a curve departs (amp/report.md, amp.stderr)"
+    status=1
+  }
+  while read -r line; do log "amp: $line"; done < <(
+    sed -n '/^## Training/,/^!\[loss curves\]/p' "$out/amp/report.md" 2>/dev/null |
+      grep '^| [^-]' || true)
 fi
 
 # --- Sweep: the paper preset, bounded by what is left of the budget. ---
