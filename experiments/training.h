@@ -58,9 +58,9 @@ double CurveDeparture(const std::vector<double>& a, const std::vector<double>& b
 // whose state checkpoints replay); for plans that chunk the sequence, 1e-3 of the loss in
 // float32 and 2e-2 under mixed precision, because AdamW normalises every update, so a
 // rounding-level difference in a near-zero gradient can move a weight by a full step. On CUDA
-// every plan gets the latter: some CUDA kernels (atomic adds in backward) are not bitwise
-// deterministic, so store_all's own curve need not repeat to the bit, and the sweep does not
-// ask for deterministic algorithms, which would change what it times.
+// every plan gets the chunked plans' tolerance: some CUDA kernels (atomic adds in backward)
+// are not bitwise deterministic, so store_all's own curve need not repeat to the bit, and the
+// sweep does not ask for deterministic algorithms, which would change what it times.
 absl::StatusOr<std::vector<LossCurve>> RunTraining(const SweepOptions& sweep,
                                                    const TrainingOptions& options,
                                                    MemoryMeter& meter, std::ostream& progress);

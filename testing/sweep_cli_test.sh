@@ -75,10 +75,12 @@ rows_before=$(($(wc -l <"$tmp/kill/results.csv") - 1))
 [[ $(($(wc -l <"$tmp/kill/results.csv") - 1)) -eq $rows_before ]] ||
   fail "--report_only changed results.csv: $(cat "$tmp/kill/results.csv")"
 if [[ -f "$tmp/kill/report.md" ]]; then
-  grep -q "written with --report_only" "$tmp/kill/report.md" || fail "report.md: no --report_only note"
+  grep -q "written with --report_only" "$tmp/kill/report.md" ||
+    fail "report.md: no --report_only note"
   grep -q '^## heavy_mlp:depth=3:hidden=8:batch=2$' "$tmp/kill/report.md" ||
     fail "report.md has no section for the model that finished"
-  grep -A2 "^## Incomplete" "$tmp/kill/report.md" | grep -q "heavy_mlp:depth=6:hidden=512:batch=512" ||
+  grep -A2 "^## Incomplete" "$tmp/kill/report.md" |
+    grep -q "heavy_mlp:depth=6:hidden=512:batch=512" ||
     fail "report.md does not name the model the kill left without rows"
 else
   fail "--report_only wrote no report.md"

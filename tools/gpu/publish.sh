@@ -79,7 +79,8 @@ for gp in "$staged"/*.gp "$staged"/amp/*.gp; do
   [[ -f "$png" ]] && continue
   name_png=${png#"$staged"/}
   command -v gnuplot >/dev/null || die "no gnuplot here to draw $name_png"
-  (cd "$(dirname "$gp")" && gnuplot "$(basename "$gp")") || die "gnuplot failed on ${gp#"$staged"/}"
+  (cd "$(dirname "$gp")" && gnuplot "$(basename "$gp")") ||
+    die "gnuplot failed on ${gp#"$staged"/}"
   [[ -s "$png" ]] || die "gnuplot drew no $name_png"
   drawn+=("$name_png")
   # The report beside it said why the picture was missing; it is here now.

@@ -7,7 +7,8 @@
 #     GPU host, which has none of them: the build succeeds only from the bundle; gnuplot too;
 #   - LibTorch is Debian's CPU one, so the device is the CPU and the sweep small.
 # Then it checks what run.sh handed back in $OUT, that tools/gpu/publish.sh turns it into a
-# docs/results folder, and that the programs it built load their libraries from the bundle.
+# docs/results folder, that the programs it built load their libraries from the bundle, and
+# that a sweep killed at the budget's end still leaves a report.
 # CI runs this (.ci/run). Needs root for the mount namespace; where that is refused, it says so
 # and runs without hiding the packages.
 #
@@ -118,11 +119,12 @@ fi
 # A sweep that overruns even the reserve is killed at the budget's end; run.sh then writes
 # report.md from the rows it left (sweep --report_only). Here the first model cannot finish in
 # the 25 s budget, so the report is all "incomplete"; run.sh exits 1.
+killed_args="--models=heavy_mlp:depth=8:hidden=512:batch=512,heavy_mlp:depth=2:hidden=8:batch=2"
+killed_args+=" --steps=100000"
 set +e
 env -u OUT CKPT_DEVICE=cpu CKPT_STEPS=sweep CKPT_TIME_BUDGET_S=25 CKPT_SWEEP_RESERVE_S=5 \
   CKPT_TORCH_CMAKE_DIR=/usr/lib/x86_64-linux-gnu/cmake/Torch CKPT_BUNDLE="$root/bundle" \
-  CKPT_BUILD_DIR="$root/build" CKPT_RESULTS_DIR="$root/killed" \
-  CKPT_SWEEP_ARGS="--models=heavy_mlp:depth=8:hidden=512:batch=512,heavy_mlp:depth=2:hidden=8:batch=2 --steps=100000" \
+  CKPT_BUILD_DIR="$root/build" CKPT_RESULTS_DIR="$root/killed" CKPT_SWEEP_ARGS="$killed_args" \
   tools/gpu/run.sh 2>"$root/killed.stderr"
 rc=$?
 set -e

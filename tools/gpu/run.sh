@@ -33,7 +33,9 @@ python="${PYTHON:-python3}"
 device="${CKPT_DEVICE:-cuda}"
 budget="${CKPT_TIME_BUDGET_S:-570}"
 reserve="${CKPT_SWEEP_RESERVE_S:-90}"
-amp_models="${CKPT_AMP_MODELS:-transformer:depth=4:hidden=256:heads=4:seq=128:batch=8,gpt2:depth=4:hidden=256:heads=4:seq=128:batch=8:vocab=8192:context=128}"
+amp_models="transformer:depth=4:hidden=256:heads=4:seq=128:batch=8"
+amp_models+=",gpt2:depth=4:hidden=256:heads=4:seq=128:batch=8:vocab=8192:context=128"
+amp_models="${CKPT_AMP_MODELS:-$amp_models}"
 steps=" ${CKPT_STEPS:-build test sweep} "
 bundle="${CKPT_BUNDLE:-$PWD/third_party/cmake_bundle}"
 build="${CKPT_BUILD_DIR:-build/gpu}"
@@ -199,7 +201,9 @@ if [[ "$steps" == *" sweep "* ]]; then
   grep -E "incomplete|time limit" "$out/sweep.stderr" | tee -a "$out/run.log" >&2 || true
   ((sweep_status == 0)) || {
     tail -5 "$out/sweep.stderr" >&2
-    log "sweep exited $sweep_status$( ((sweep_status == 137)) && echo ": killed at the budget's end")"
+    killed=""
+    ((sweep_status != 137)) || killed=": killed at the budget's end"
+    log "sweep exited $sweep_status$killed"
     status=1
   }
   # A killed sweep leaves its finished models' rows and no report: write it from them.
