@@ -38,9 +38,9 @@ int64_t FreedBy(MemoryMeter& meter, Fn&& drop) {
 class Profiler {
  public:
   Profiler(ChainModel& model, const Batch& batch, MemoryMeter& meter, c10::Device device,
-           const std::vector<StageOptions>& options)
+           const std::vector<StageOptions>& options, ProfileWarmUp warm_up)
       : model_(model), batch_(batch), meter_(meter), device_(device), options_(options),
-        stages_(model.Stages()), params_(model.Parameters()) {}
+        warm_up_(warm_up), stages_(model.Stages()), params_(model.Parameters()) {}
 
   ModelProfile Run(int repeats) {
     ModelProfile profile;
@@ -48,7 +48,7 @@ class Profiler {
     profile.input_bytes = Bytes(batch_.inputs);
     profile.stages.resize(stages_.size());
     ClearGradients(params_);
-    WarmUp();
+    if (warm_up_ == ProfileWarmUp::kAlways || device_.is_cuda()) WarmUp();
     MeasureChain(profile, repeats);
     // The input of every stage, computed once without a graph.
     std::vector<std::vector<at::Tensor>> inputs = {batch_.inputs};
@@ -242,6 +242,7 @@ class Profiler {
   MemoryMeter& meter_;
   c10::Device device_;
   const std::vector<StageOptions>& options_;
+  ProfileWarmUp warm_up_;
   std::vector<StageInfo> stages_;
   std::vector<at::Tensor> params_;
 };
@@ -269,11 +270,12 @@ ModelProfile StructureOnlyProfile(const ChainModel& model) {
 absl::StatusOr<ModelProfile> ProfileModel(ChainModel& model, const Batch& batch,
                                           MemoryMeter& meter, c10::Device device,
                                           const std::vector<StageOptions>& options,
-                                          int repeats) {
+                                          int repeats, ProfileWarmUp warm_up) {
   if (!options.empty() && options.size() != model.Stages().size()) {
     return absl::InvalidArgumentError("ProfileModel: one StageOptions per stage, or none");
   }
-  return RunTorch([&] { return Profiler(model, batch, meter, device, options).Run(repeats); });
+  return RunTorch(
+      [&] { return Profiler(model, batch, meter, device, options, warm_up).Run(repeats); });
 }
 
 }  // namespace ckpt

@@ -27,11 +27,19 @@ double Median(std::vector<double> samples);
 // plan from the chain's structure alone, without running anything.
 ModelProfile StructureOnlyProfile(const ChainModel& model);
 
+// Whether ProfileModel first runs the chain forward and backward once, unmeasured, so that
+// state libraries make on first use and keep in tensor memory is not measured as the first
+// stage's. CUDA has such state (cuBLAS's workspace for each thread and stream); the CPU's
+// counted memory has none found (the quick preset's predictions are identical without the
+// step, which costs 12% of that sweep's time), so by default only CUDA profiles take it.
+enum class ProfileWarmUp { kOnCuda, kAlways };
+
 // `options`: per stage (empty: all default), to profile the stages as a plan runs them.
 // Leaves no graph and no gradients behind. LibTorch errors become a Status.
 absl::StatusOr<ModelProfile> ProfileModel(ChainModel& model, const Batch& batch,
                                           MemoryMeter& meter, c10::Device device,
                                           const std::vector<StageOptions>& options = {},
-                                          int repeats = 3);
+                                          int repeats = 3,
+                                          ProfileWarmUp warm_up = ProfileWarmUp::kOnCuda);
 
 }  // namespace ckpt
