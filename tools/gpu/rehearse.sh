@@ -58,8 +58,10 @@ tools/make_cmake_bundle.sh "$root/bundle" >&2
 
 export OUT="$root/out"
 mkdir -p "$OUT"
-run=(env CKPT_DEVICE=cpu CKPT_TORCH_CMAKE_DIR=/usr/lib/x86_64-linux-gnu/cmake/Torch
-     CKPT_BUNDLE="$root/bundle" CKPT_BUILD_DIR="$root/build" CKPT_RESULTS_DIR="$root/results"
+# Every run.sh call here: Debian's CPU LibTorch, the fresh bundle, one build folder.
+host=(CKPT_TORCH_CMAKE_DIR=/usr/lib/x86_64-linux-gnu/cmake/Torch CKPT_BUNDLE="$root/bundle"
+      CKPT_BUILD_DIR="$root/build")
+run=(env "${host[@]}" CKPT_DEVICE=cpu CKPT_RESULTS_DIR="$root/results"
      CKPT_TIME_BUDGET_S="${CKPT_TIME_BUDGET_S:-3000}"
      CKPT_SWEEP_ARGS="--models=heavy_mlp:depth=4:hidden=64:batch=8,transformer:depth=2:hidden=32:heads=2:seq=16:batch=2 --steps=2 --warmup=1"
      CKPT_AMP_MODELS="transformer:depth=2:hidden=16:heads=2:seq=8:batch=2,gpt2:depth=2:hidden=16:heads=2:seq=8:batch=2:vocab=64:context=8"
@@ -109,8 +111,8 @@ if command -v nvidia-smi >/dev/null; then
 else
   set +e
   # Without $OUT: the run's files stay in its results folder, and $OUT keeps the rehearsal's.
-  env -u OUT CKPT_DEVICE=cuda CKPT_BUNDLE="$root/bundle" CKPT_RESULTS_DIR="$root/no-gpu" \
-    CKPT_TORCH_CMAKE_DIR=/usr/lib/x86_64-linux-gnu/cmake/Torch tools/gpu/run.sh 2>"$root/no-gpu.stderr"
+  env -u OUT "${host[@]}" CKPT_DEVICE=cuda CKPT_RESULTS_DIR="$root/no-gpu" tools/gpu/run.sh \
+    2>"$root/no-gpu.stderr"
   rc=$?
   set -e
   ((rc == 2)) && grep -q "sees no GPU" "$root/no-gpu.stderr" ||
@@ -122,9 +124,8 @@ fi
 killed_args="--models=heavy_mlp:depth=8:hidden=512:batch=512,heavy_mlp:depth=2:hidden=8:batch=2"
 killed_args+=" --steps=100000"
 set +e
-env -u OUT CKPT_DEVICE=cpu CKPT_STEPS=sweep CKPT_TIME_BUDGET_S=25 CKPT_SWEEP_RESERVE_S=5 \
-  CKPT_TORCH_CMAKE_DIR=/usr/lib/x86_64-linux-gnu/cmake/Torch CKPT_BUNDLE="$root/bundle" \
-  CKPT_BUILD_DIR="$root/build" CKPT_RESULTS_DIR="$root/killed" CKPT_SWEEP_ARGS="$killed_args" \
+env -u OUT "${host[@]}" CKPT_DEVICE=cpu CKPT_STEPS=sweep CKPT_TIME_BUDGET_S=25 \
+  CKPT_SWEEP_RESERVE_S=5 CKPT_RESULTS_DIR="$root/killed" CKPT_SWEEP_ARGS="$killed_args" \
   tools/gpu/run.sh 2>"$root/killed.stderr"
 rc=$?
 set -e
