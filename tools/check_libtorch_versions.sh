@@ -1,35 +1,45 @@
 #!/usr/bin/env bash
 # Builds and tests ckptlab against the LibTorch 2.x of newer Debian releases, on this Debian 12
-# machine whose own LibTorch is 1.13. Everything else here builds against 1.13, so without this
-# the 2.x branches of core/torch_compat.h (the CPU allocator interface, the autocast functions,
-# the CUDA allocator's statistics) would first compile and run on a GPU host (torch 2.11), in a
-# device session with a 30-minute budget.
+# machine whose own LibTorch is 1.13 and CPU-only. Everything else here builds against 1.13, so
+# without this the 2.x branches of core/torch_compat.h (the CPU allocator interface, the
+# autocast functions, the CUDA allocator's statistics) and every link against a CUDA LibTorch
+# would first be tried on a GPU host (torch 2.11), in a device session with a 30-minute budget.
 #
-# For each Debian suite named (default: trixie, LibTorch 2.6; and sid, the newest LibTorch Debian
-# packages, 2.14 when this was written):
+# For each Debian suite named (default: trixie+cuda, LibTorch 2.6 built with CUDA; and sid, the
+# newest LibTorch Debian packages, CPU-only, 2.14 when this was written):
 #   1. a minimal root of the suite, made with debootstrap from Debian's package registry (the
 #      one network these machines have), with its g++, CMake, ninja, libtorch-dev, Abseil,
 #      GoogleTest, RapidCheck and Google Benchmark;
-#   2. in it, with the sources mounted read-only: the CMake build (CMakeLists.txt, the GPU host's
-#      route) and ctest, so every test runs against that LibTorch;
-#   3. in it, tools/check_cuda_compile.sh against the same LibTorch version's CUDA headers
+#   2. with "+cuda": in it, contrib's CUDA build of the same LibTorch (libtorch-cuda-dev) in
+#      place of libtorch-dev, non-free's CUDA toolkit (LibTorch's CMake config needs nvcc), and
+#      Bazel. The one dependency these machines cannot fetch is cuDNN (Debian's nvidia-cudnn
+#      downloads it from NVIDIA as it installs); a package of that name takes its place, holding
+#      a stub libcudnn whose every function aborts. Nothing here calls cuDNN: there is no GPU;
+#   3. in it, with the sources mounted read-only: the CMake build (CMakeLists.txt, the GPU host's
+#      route; with "+cuda" it must say CUDA 1) and ctest, so every test runs against that
+#      LibTorch (with "+cuda", CUDA-built programs on a machine without a GPU);
+#   4. with "+cuda": the README's test command, `bazel test //testing/...`, against that CUDA
+#      LibTorch (the Bazel route's CUDA link: CKPT_HAS_CUDA=1, libtorch_cuda, the CUDA runtime);
+#   5. in it, tools/check_cuda_compile.sh against the same LibTorch version's CUDA headers
 #      (contrib's libtorch-cuda-dev where the suite has it for that version, else the c10/cuda
 #      that libtorch-dev ships) and this machine's CUDA toolkit headers: the CUDA-only code's
 #      2.x branches compile.
 # Sid moves: when Debian packages a newer LibTorch, this builds against it, and a failure names
 # the version. A suite whose root cannot be made (mirror unreachable, sid uninstallable for a
-# day) is skipped and said so; a build, test or compile failure is a failure.
+# day) is skipped and said so; a build, test or compile failure is a failure, and so is a
+# "+cuda" suite without a CUDA build of its LibTorch.
 #
 # Needs root (debootstrap, chroot, a private mount namespace) and about 2 GB of disk per suite
-# under $CKPT_ROOTS_DIR (default /var/tmp). Roots are made afresh (2.5-3 minutes each) and
-# removed after; CKPT_KEEP_ROOTS=1 keeps them, and a kept root is upgraded and reused. The logs
-# stay there: ckptlab-root-<suite>.log (debootstrap), ckptlab-check-<suite>.log (the rest).
+# (9 GB with +cuda) under $CKPT_ROOTS_DIR (default /var/tmp). Roots are made afresh (2.5-3
+# minutes each; the CUDA packages 3 more) and removed after; CKPT_KEEP_ROOTS=1 keeps them, and a
+# kept root is upgraded and reused. The logs stay there: ckptlab-root-<suite>.log (debootstrap),
+# ckptlab-check-<suite>.log (the rest).
 #
 # Exit status: 0 every suite that could be made built and passed; 1 something failed; 2 nothing
 # ran (not root, or no suite's root could be made).
 #
-#   tools/check_libtorch_versions.sh            # trixie and sid: 8 + 9 minutes on 2 cores
-#   tools/check_libtorch_versions.sh trixie
+#   tools/check_libtorch_versions.sh            # trixie+cuda and sid: 17 + 9 minutes on 2 cores
+#   tools/check_libtorch_versions.sh trixie     # trixie's CPU LibTorch, CMake and ctest only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -38,7 +48,7 @@ mirror="${CKPT_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 roots="${CKPT_ROOTS_DIR:-/var/tmp}"
 cuda_home="${CUDA_HOME:-/usr/local/cuda}"
 suites=("$@")
-((${#suites[@]})) || suites=(trixie sid)
+((${#suites[@]})) || suites=(trixie+cuda sid)
 packages=g++,cmake,ninja-build,libtorch-dev,libabsl-dev,libgtest-dev,libgmock-dev
 packages+=,librapidcheck-dev,libbenchmark-dev,libopenblas0-pthread
 # The registry these machines reach serves sid's Release file days after its Valid-Until (seen:
@@ -57,64 +67,204 @@ if ! command -v debootstrap >/dev/null; then
   exit 2
 fi
 for suite in "${suites[@]}"; do
-  [[ "$suite" =~ ^[a-z][a-z0-9-]*$ ]] || {
-    say "bad suite name '$suite' (a Debian suite or codename: trixie, forky, sid, ...)" >&2
+  [[ "$suite" =~ ^[a-z][a-z0-9-]*(\+cuda)?$ ]] || {
+    say "bad suite '$suite'; accepted: a Debian suite or codename (trixie, forky, sid, ...)," \
+      "optionally with +cuda (trixie+cuda)" >&2
     exit 1
   }
 done
 
-# What runs inside a suite's root, as root, with the sources at /src (read-only) and this
-# machine's CUDA headers at /usr/local/cuda when it has them.
+# What runs inside a suite's root, as root, with the sources at /src (read-only), this
+# machine's CUDA toolkit at /opt/host-cuda when it has one (not at /usr/local/cuda: a "+cuda"
+# root has its own toolkit, which LibTorch's CMake config must find alone), and
+# CKPT_CUDA_TORCH=1 for "+cuda".
 read -r -d '' inner_script <<'INNER' || true
 set -uo pipefail
 export DEBIAN_FRONTEND=noninteractive
 export CMAKE_GENERATOR=Ninja  # the root has ninja, not make (also for check_cuda_compile.sh)
 status=0
-cd /src
-version=$(dpkg-query -W -f='${Version}' libtorch-dev)
-echo "== LibTorch $version ($(. /etc/os-release; echo "$PRETTY_NAME"), $(g++ --version | head -1))"
+cd /src || exit 1
+apt-get update -qq $CKPT_APT_OPTIONS
+installed_version() {
+  dpkg-query -W -f='${db:Status-Abbrev} ${Version}\n' "$1" 2>/dev/null | awk '$1 == "ii" {print $2}'
+}
+# A kept "+cuda" root has libtorch-cuda-dev in place of libtorch-dev.
+version=$(installed_version libtorch-cuda-dev)
+[[ -n "$version" ]] || version=$(installed_version libtorch-dev)
+# The CUDA build of this very upstream version (either may carry a binNMU suffix, +b1).
+cuda_dev=$(apt-cache madison libtorch-cuda-dev 2>/dev/null | awk '{print $3}' |
+  while read -r v; do [[ "${v%+b*}" == "${version%+b*}" ]] && echo "$v"; done | head -1)
+
+# Installs the package nvidia-cudnn holding a stub of the cuDNN library that the libraries under
+# $1 need: under its soname and symbol version, each cuDNN function they import, aborting.
+install_cudnn_stub() {
+  local lib needs soname="" symbols=""
+  while read -r lib; do
+    needs=$(readelf -d "$lib" | sed -n 's/.*Shared library: \[\(libcudnn\.so[^]]*\)\].*/\1/p')
+    [[ -n "$needs" ]] || continue
+    soname=$needs
+    symbols+=" $(nm -D --undefined-only "$lib" | awk '{print $2}' |
+      sed -n "s/@$soname\$//p; /^cudnn[A-Za-z0-9_]*\$/p")"
+  done < <(find "$1" -name 'lib*.so.*' -type f)
+  [[ -n "$soname" ]] || { echo "no library of the CUDA LibTorch needs cuDNN"; return 1; }
+  symbols=$(tr ' ' '\n' <<<"$symbols" | grep . | sort -u)
+  local pkg=/tmp/cudnn-stub dir
+  dir=$pkg/usr/lib/$(gcc -print-multiarch)
+  rm -rf "$pkg" && mkdir -p "$dir" "$pkg/DEBIAN"
+  {
+    echo '#include <stdio.h>'
+    echo '#include <stdlib.h>'
+    echo "static void stub(const char* f) {"
+    echo "  fprintf(stderr, \"stub $soname: %s called\\n\", f);"
+    echo "  abort();"
+    echo "}"
+    for s in $symbols; do echo "void $s(void) { stub(\"$s\"); }"; done
+  } >/tmp/cudnn_stub.c
+  echo "$soname { global: *; };" >/tmp/cudnn_stub.map
+  gcc -shared -fPIC -o "$dir/$soname" -Wl,-soname,"$soname" \
+    -Wl,--version-script=/tmp/cudnn_stub.map /tmp/cudnn_stub.c || return 1
+  # Above the archive's version, which the CUDA LibTorch may ask for (>= 9.0.0.312~); held, so
+  # that upgrading a kept root does not bring the downloader back.
+  local real
+  real=$(apt-cache madison nvidia-cudnn | awk '{print $3}' | sort -V | tail -1)
+  printf '%s\n' 'Package: nvidia-cudnn' "Version: ${real:-0}+ckptlab.stub" 'Architecture: amd64' \
+    'Maintainer: ckptlab <ckptlab@localhost>' \
+    "Description: stub $soname for checks without a GPU; every function aborts" \
+    >"$pkg/DEBIAN/control"
+  dpkg-deb --build "$pkg" /tmp/nvidia-cudnn-stub.deb >/dev/null &&
+    dpkg -i /tmp/nvidia-cudnn-stub.deb >/dev/null && apt-mark hold nvidia-cudnn >/dev/null ||
+    return 1
+  echo "cudnn: stub $soname, $(grep -c . <<<"$symbols") functions"
+}
+
+# Installs libtorch-cuda-dev $1, the CUDA toolkit and Bazel, with the cuDNN stub.
+install_cuda_torch() {
+  # The libraries come in libtorch-cuda-<major.minor>, fetched alone for their cuDNN imports.
+  local torch_pkg
+  torch_pkg=$(apt-cache depends "libtorch-cuda-dev=$1" | grep -o 'libtorch-cuda-[0-9.]*$' | head -1)
+  rm -rf /tmp/torch-deb /tmp/libtorch-cuda-[0-9]*.deb
+  (cd /tmp && apt-get download -qq "$torch_pkg=$1") &&
+    dpkg-deb -x /tmp/"$torch_pkg"_*.deb /tmp/torch-deb && install_cudnn_stub /tmp/torch-deb ||
+    return 1
+  apt-get install -y -qq --no-install-recommends "libtorch-cuda-dev=$1" nvidia-cuda-toolkit \
+    bazel-bootstrap bazel-rules-java bazel-platforms >/tmp/install.log 2>&1 ||
+    { tail -20 /tmp/install.log; return 1; }
+}
+
+flavour=CPU
+if [[ "${CKPT_CUDA_TORCH:-0}" == 1 ]]; then
+  if [[ -z "$cuda_dev" ]]; then
+    echo "== LibTorch $version: this suite's contrib has no CUDA build of it (libtorch-cuda-dev)"
+    exit 1
+  fi
+  if [[ "$(installed_version libtorch-cuda-dev)" != "$cuda_dev" ]]; then
+    echo "installing libtorch-cuda-dev $cuda_dev, the CUDA toolkit and Bazel"
+    install_cuda_torch "$cuda_dev" || { echo "could not install the CUDA LibTorch"; exit 1; }
+  fi
+  version=$cuda_dev
+  flavour="CUDA $(nvcc --version | sed -n 's/.*release \([0-9.]*\),.*/\1/p')"
+fi
+system="$(. /etc/os-release; echo "$PRETTY_NAME"), $(g++ --version | head -1)"
+echo "== LibTorch $version ($flavour; $system)"
+
+rm -rf /tmp/build  # a kept root's cache would keep what an earlier configure found
 cmake -S . -B /tmp/build >/tmp/configure.log 2>&1 || { cat /tmp/configure.log; exit 1; }
 grep "ckptlab:" /tmp/configure.log
+if [[ "$flavour" == CUDA* ]] && ! grep -q "ckptlab: .*CUDA 1" /tmp/configure.log; then
+  echo "the CMake build did not find CUDA in the CUDA LibTorch"
+  status=1
+fi
 # -k 0: every file that fails is reported, not only the first.
 cmake --build /tmp/build -- -k 0 || status=1
 if [[ -x /tmp/build/spec_test ]]; then
   ctest --test-dir /tmp/build --output-on-failure -j "$(nproc)" || status=1
 fi
+
+if [[ "$flavour" == CUDA* ]]; then
+  # The README's test command against the CUDA LibTorch. Bazel wants $CUDA_HOME/include; Debian
+  # puts the toolkit's headers in /usr/include, so a folder of links to them stands in. The
+  # sources are read-only: no convenience symlinks (--symlink_prefix=/).
+  rm -rf /tmp/cuda-home && mkdir -p /tmp/cuda-home/include
+  for f in $(dpkg -L nvidia-cuda-dev libcub-dev libthrust-dev libcu++-dev 2>/dev/null); do
+    [[ "$f" == /usr/include/* && -f "$f" ]] || continue
+    mkdir -p "/tmp/cuda-home/include/$(dirname "${f#/usr/include/}")"
+    ln -sf "$f" "/tmp/cuda-home/include/${f#/usr/include/}"
+  done
+  bazel_flags=(--repo_env=CUDA_HOME=/tmp/cuda-home --symlink_prefix=/ --test_summary=short)
+  # third_party/absl/absl.BUILD names Debian 12's Abseil libraries; newer Abseil moved
+  # string_view out of libabsl_strings.
+  [[ ! -e "/usr/lib/$(gcc -print-multiarch)/libabsl_string_view.so" ]] ||
+    bazel_flags+=(--linkopt=-labsl_string_view)
+  echo "bazel test //testing/... against the CUDA LibTorch"
+  bazel-4 test //testing/... "${bazel_flags[@]}" || status=1
+  output_base=$(bazel-4 info output_base 2>/dev/null)
+  if grep -q 'LIBTORCH_HAS_CUDA = True' "$output_base/external/libtorch/cuda.bzl"; then
+    echo "bazel: @libtorch has CUDA (CKPT_HAS_CUDA=1)"
+  else
+    echo "bazel: @libtorch does not see the CUDA LibTorch"
+    status=1
+  fi
+  bazel-4 shutdown 2>/dev/null
+fi
+
 # The CUDA-only code against the CUDA headers of this very LibTorch version: those of the CUDA
 # build (libtorch-cuda-dev of contrib, generated headers included) where the suite has it for
-# this upstream version (it may carry a binNMU suffix, +b1), else the c10/cuda of libtorch-dev.
-if [[ ! -f /usr/local/cuda/include/cuda_runtime_api.h ]]; then
-  echo "cuda-headers: none (no CUDA toolkit headers at /usr/local/cuda): not compiled"
+# this upstream version, else the c10/cuda of libtorch-dev.
+export CUDA_HOME=/opt/host-cuda  # for check_cuda_compile.sh: this machine's toolkit
+if [[ ! -f $CUDA_HOME/include/cuda_runtime_api.h ]]; then
+  echo "cuda-headers: none (this machine has no CUDA toolkit headers): not compiled"
+elif [[ "$flavour" == CUDA* ]]; then
+  echo "cuda-headers: libtorch-cuda-dev $cuda_dev (installed)"
+  tools/check_cuda_compile.sh || status=1
+elif [[ -n "$cuda_dev" ]] && (cd /tmp && rm -f libtorch-cuda-dev_*.deb &&
+  apt-get download -qq "libtorch-cuda-dev=$cuda_dev"); then
+  rm -rf /opt/libtorch-cuda
+  dpkg-deb -x /tmp/libtorch-cuda-dev_*.deb /opt/libtorch-cuda
+  echo "cuda-headers: libtorch-cuda-dev $cuda_dev"
+  TORCH_INCLUDE=/opt/libtorch-cuda/usr/include tools/check_cuda_compile.sh || status=1
+elif [[ -f /usr/include/c10/cuda/CUDACachingAllocator.h ]]; then
+  echo "cuda-headers: libtorch-dev $version (no libtorch-cuda-dev for it)"
+  tools/check_cuda_compile.sh || status=1
 else
-  apt-get update -qq $CKPT_APT_OPTIONS
-  cuda_dev=$(apt-cache madison libtorch-cuda-dev 2>/dev/null | awk '{print $3}' |
-    while read -r v; do [[ "${v%+b*}" == "${version%+b*}" ]] && echo "$v"; done | head -1)
-  rm -rf /opt/libtorch-cuda /tmp/libtorch-cuda-dev_*.deb
-  if [[ -n "$cuda_dev" ]] && (cd /tmp && apt-get download -qq "libtorch-cuda-dev=$cuda_dev"); then
-    dpkg-deb -x /tmp/libtorch-cuda-dev_*.deb /opt/libtorch-cuda
-    echo "cuda-headers: libtorch-cuda-dev $cuda_dev"
-    TORCH_INCLUDE=/opt/libtorch-cuda/usr/include tools/check_cuda_compile.sh || status=1
-  elif [[ -f /usr/include/c10/cuda/CUDACachingAllocator.h ]]; then
-    echo "cuda-headers: libtorch-dev $version (no libtorch-cuda-dev for it)"
-    tools/check_cuda_compile.sh || status=1
-  else
-    echo "cuda-headers: none (no libtorch-cuda-dev $version, no c10/cuda): not compiled"
-  fi
+  echo "cuda-headers: none (no libtorch-cuda-dev $version, no c10/cuda): not compiled"
 fi
 exit "$status"
 INNER
+
+# Runs the script $2 as root inside the root $1, in a private mount namespace (the mounts end
+# with it, also when this is interrupted): /proc, /dev, the sources read-only at /src, this
+# machine's CUDA toolkit read-only at /opt/host-cuda when $3 names it, and only the environment
+# variables after $3 (this machine's CUDA_HOME, LIBRARY_PATH and PATH name its own CUDA).
+in_root() {
+  local root=$1 script=$2 cuda=$3
+  shift 3
+  mkdir -p "$root/src" "$root/opt/host-cuda"
+  unshare -m --propagation private bash -c '
+    set -e
+    root=$1 repo=$2 cuda=$3 script=$4
+    shift 4
+    mount --bind "$repo" "$root/src"
+    mount -o remount,bind,ro "$root/src"
+    mount -t proc proc "$root/proc"
+    mount --bind /dev "$root/dev"
+    [[ -z "$cuda" ]] || mount -o bind,ro "$cuda" "$root/opt/host-cuda"
+    exec chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+      "$@" /bin/bash -c "$script"' _ \
+    "$root" "$repo" "$cuda" "$script" "$@"
+}
 
 # Makes (or, kept from a run before, upgrades) the root of a suite. Its log goes to $3.
 make_root() {
   local suite=$1 root=$2 log=$3
   if [[ -x "$root/usr/bin/cmake" && -d "$root/usr/include/torch/csrc/api/include/torch" ]]; then
     say "upgrading the kept root $root"
-    chroot "$root" bash -c 'apt-get update -qq $CKPT_APT_OPTIONS &&
-      DEBIAN_FRONTEND=noninteractive apt-get -y -qq dist-upgrade' >"$log" 2>&1
+    in_root "$root" 'apt-get update -qq $CKPT_APT_OPTIONS &&
+      DEBIAN_FRONTEND=noninteractive apt-get -y -qq dist-upgrade' "" \
+      CKPT_APT_OPTIONS="$CKPT_APT_OPTIONS" >"$log" 2>&1
   else
     rm -rf "$root"
     say "making a $suite root in $root (debootstrap, about 3 minutes)"
-    debootstrap --variant=minbase --components=main,contrib --include="$packages" \
+    debootstrap --variant=minbase --components=main,contrib,non-free --include="$packages" \
       "$suite" "$root" "$mirror" >"$log" 2>&1
   fi
 }
@@ -122,49 +272,45 @@ make_root() {
 results=()
 failed=0
 ran=0
-for suite in "${suites[@]}"; do
-  root="$roots/ckptlab-root-$suite"
-  log="$roots/ckptlab-root-$suite.log"
+for name in "${suites[@]}"; do
+  suite=${name%+cuda}
+  cuda_torch=0
+  [[ "$name" == "$suite" ]] || cuda_torch=1
+  root="$roots/ckptlab-root-$name"
+  log="$roots/ckptlab-root-$name.log"
+  check_log="$roots/ckptlab-check-$name.log"
   started=$SECONDS
   if ! make_root "$suite" "$root" "$log"; then
-    say "skipped $suite: its root could not be made (last lines of $log):" >&2
+    say "skipped $name: its root could not be made (last lines of $log):" >&2
     tail -5 "$log" >&2
-    results+=("$suite: skipped, no root")
+    results+=("$name: skipped, no root")
     continue
   fi
   ran=$((ran + 1))
-  mkdir -p "$root/src" "$root/usr/local/cuda"
   cuda_mount=""
   if [[ -f "$cuda_home/include/cuda_runtime_api.h" ]]; then
     cuda_mount=$(readlink -f "$cuda_home")
   fi
-  say "building and testing in $suite"
+  say "building and testing in $name"
   set +e
-  # The mounts live in a private namespace: they end with it, also when this is interrupted.
-  unshare -m --propagation private bash -c '
-    set -e
-    root=$1 repo=$2 cuda=$3
-    mount --bind "$repo" "$root/src"
-    mount -o remount,bind,ro "$root/src"
-    mount -t proc proc "$root/proc"
-    mount --bind /dev "$root/dev"
-    [[ -z "$cuda" ]] || mount -o bind,ro "$cuda" "$root/usr/local/cuda"
-    exec chroot "$root" /bin/bash -c "$4"' _ "$root" "$repo" "$cuda_mount" "$inner_script" \
-    2>&1 | tee "$roots/ckptlab-check-$suite.log"
+  in_root "$root" "$inner_script" "$cuda_mount" CKPT_CUDA_TORCH="$cuda_torch" \
+    CKPT_APT_OPTIONS="$CKPT_APT_OPTIONS" 2>&1 | tee "$check_log"
   rc=${PIPESTATUS[0]}
   set -e
-  version=$(sed -n 's/^== LibTorch \([^ ]*\) .*/\1/p' "$roots/ckptlab-check-$suite.log")
+  version=$(sed -n 's/^== LibTorch \([^ ]*\) (\([^;]*\);.*/\1 (\2)/p' "$check_log")
   version=${version:-?}  # the run died before it said
-  summary=$(grep -oE '[0-9]+ tests? failed out of [0-9]+' "$roots/ckptlab-check-$suite.log" |
-    tail -1)
+  summary=$(grep -oE '[0-9]+ tests? failed out of [0-9]+' "$check_log" | tail -1)
+  bazel=$(grep -oE '^Executed [0-9]+ out of [0-9]+ tests?: .*' "$check_log" | tail -1)
+  bazel=${bazel%.}
+  bazel=${bazel:+ bazel: ${bazel#Executed };}
   if ((rc == 0)); then
-    cuda=$(sed -n 's/^cuda-headers: //p' "$roots/ckptlab-check-$suite.log" | tail -1)
-    line="$suite: LibTorch $version: built; ctest: ${summary:-no summary};"
+    cuda=$(sed -n 's/^cuda-headers: //p' "$check_log" | tail -1)
+    line="$name: LibTorch $version: built; ctest: ${summary:-no summary};$bazel"
     results+=("$line CUDA-only code against $cuda ($((SECONDS - started)) s)")
   else
     failed=$((failed + 1))
-    line="$suite: LibTorch $version: FAILED (exit $rc; ctest: ${summary:-no summary});"
-    results+=("$line the whole output is in $roots/ckptlab-check-$suite.log")
+    line="$name: LibTorch $version: FAILED (exit $rc; ctest: ${summary:-no summary};$bazel)"
+    results+=("$line the whole output is in $check_log")
   fi
   [[ "${CKPT_KEEP_ROOTS:-0}" == 1 ]] || rm -rf "$root"
 done
