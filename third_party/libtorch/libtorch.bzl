@@ -38,9 +38,9 @@ def _find_cudart(rctx, lib_dir, cuda_home, source):
     for candidate in [cuda_home + "/lib64/libcudart.so", cuda_home + "/lib/libcudart.so"]:
         if rctx.path(candidate).exists:
             return candidate
-    fail("ckptlab: %s has CUDA, but neither ldd (which libcudart %s/libtorch_cuda.so " %
-         (source, lib_dir) + "loads) nor %s/lib64 names a CUDA runtime to link; set " %
-         cuda_home + "--repo_env=CUDA_HOME=/path/to/cuda")
+    fail("ckptlab: %s has CUDA, but no CUDA runtime to link was found: ldd does not say " %
+         source + "which libcudart %s/libtorch_cuda.so loads, and %s/lib64 has no " %
+         (lib_dir, cuda_home) + "libcudart.so; set --repo_env=CUDA_HOME=/path/to/cuda")
 
 def _libtorch_repository_impl(rctx):
     home = rctx.os.environ.get("LIBTORCH_HOME", "").rstrip("/")
