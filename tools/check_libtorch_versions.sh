@@ -299,8 +299,9 @@ for name in "${suites[@]}"; do
   set -e
   version=$(sed -n 's/^== LibTorch \([^ ]*\) (\([^;]*\);.*/\1 (\2)/p' "$check_log")
   version=${version:-?}  # the run died before it said
-  summary=$(grep -oE '[0-9]+ tests? failed out of [0-9]+' "$check_log" | tail -1)
-  bazel=$(grep -oE '^Executed [0-9]+ out of [0-9]+ tests?: .*' "$check_log" | tail -1)
+  # (|| true: a log without the line, which is no error, must not end this script under -e.)
+  summary=$(grep -oE '[0-9]+ tests? failed out of [0-9]+' "$check_log" | tail -1 || true)
+  bazel=$(grep -oE '^Executed [0-9]+ out of [0-9]+ tests?: .*' "$check_log" | tail -1 || true)
   bazel=${bazel%.}
   bazel=${bazel:+ bazel: ${bazel#Executed };}
   if ((rc == 0)); then
