@@ -38,7 +38,7 @@
 # Exit status: 0 every suite that could be made built and passed; 1 something failed; 2 nothing
 # ran (not root, or no suite's root could be made).
 #
-#   tools/check_libtorch_versions.sh            # trixie+cuda and sid: 17 + 9 minutes on 2 cores
+#   tools/check_libtorch_versions.sh            # trixie+cuda and sid: about 22 + 10 minutes
 #   tools/check_libtorch_versions.sh trixie     # trixie's CPU LibTorch, CMake and ctest only
 set -euo pipefail
 cd "$(dirname "$0")/.."
