@@ -30,7 +30,7 @@
 # "+cuda" suite without a CUDA build of its LibTorch.
 #
 # Needs root (debootstrap, chroot, a private mount namespace) and about 2 GB of disk per suite
-# (9 GB with +cuda) under $CKPT_ROOTS_DIR (default /var/tmp). Roots are made afresh (2.5-3
+# (13 GB with +cuda) under $CKPT_ROOTS_DIR (default /var/tmp). Roots are made afresh (2.5-3
 # minutes each; the CUDA packages 3 more) and removed after; CKPT_KEEP_ROOTS=1 keeps them, and a
 # kept root is upgraded and reused. The logs stay there: ckptlab-root-<suite>.log (debootstrap),
 # ckptlab-check-<suite>.log (the rest).
