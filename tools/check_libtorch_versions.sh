@@ -26,7 +26,7 @@
 #      2.x branches compile.
 # Sid moves: when Debian packages a newer LibTorch, this builds against it, and a failure names
 # the version. A suite whose root cannot be made (mirror unreachable, sid uninstallable for a
-# day) is skipped and said so; a build, test or compile failure is a failure, and so is a
+# day, too little disk) is skipped and said so; a build, test or compile failure is a failure, and so is a
 # "+cuda" suite without a CUDA build of its LibTorch.
 #
 # Needs root (debootstrap, chroot, a private mount namespace) and about 2 GB of disk per suite
@@ -280,6 +280,15 @@ for name in "${suites[@]}"; do
   log="$roots/ckptlab-root-$name.log"
   check_log="$roots/ckptlab-check-$name.log"
   started=$SECONDS
+  # A root, its packages and builds: about 2 GB, 13 GB with +cuda (Bazel's outputs included).
+  need_gb=3
+  ((cuda_torch == 0)) || need_gb=14
+  free_gb=$(df --output=avail -B1G "$roots" | tail -1 | tr -d ' ')
+  if [[ ! -d "$root" ]] && ((free_gb < need_gb)); then
+    say "skipped $name: $free_gb GB free in $roots, and its root needs about $need_gb GB" >&2
+    results+=("$name: skipped, $free_gb GB free in $roots (needs about $need_gb GB)")
+    continue
+  fi
   if ! make_root "$suite" "$root" "$log"; then
     say "skipped $name: its root could not be made (last lines of $log):" >&2
     tail -5 "$log" >&2
