@@ -26,8 +26,8 @@
 #      2.x branches compile.
 # Sid moves: when Debian packages a newer LibTorch, this builds against it, and a failure names
 # the version. A suite whose root cannot be made (mirror unreachable, sid uninstallable for a
-# day, too little disk) is skipped and said so; a build, test or compile failure is a failure, and so is a
-# "+cuda" suite without a CUDA build of its LibTorch.
+# day, too little disk) is skipped and said so; a build, test or compile failure is a failure,
+# and so is a "+cuda" suite without a CUDA build of its LibTorch.
 #
 # Needs root (debootstrap, chroot, a private mount namespace) and about 2 GB of disk per suite
 # (13 GB with +cuda) under $CKPT_ROOTS_DIR (default /var/tmp). Roots are made afresh (2.5-3
