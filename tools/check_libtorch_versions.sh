@@ -82,6 +82,7 @@ read -r -d '' inner_script <<'INNER' || true
 set -uo pipefail
 export DEBIAN_FRONTEND=noninteractive
 export CMAKE_GENERATOR=Ninja  # the root has ninja, not make (also for check_cuda_compile.sh)
+cuda_torch=${CKPT_CUDA_TORCH:-0}  # 1: build and test against the CUDA LibTorch
 status=0
 cd /src || exit 1
 apt-get update -qq $CKPT_APT_OPTIONS
@@ -94,6 +95,12 @@ version=$(installed_version libtorch-cuda-dev)
 # The CUDA build of this very upstream version (either may carry a binNMU suffix, +b1).
 cuda_dev=$(apt-cache madison libtorch-cuda-dev 2>/dev/null | awk '{print $3}' |
   while read -r v; do [[ "${v%+b*}" == "${version%+b*}" ]] && echo "$v"; done | head -1)
+
+# Unpacks the package $1 (NAME=VERSION) into the folder $2, without installing it.
+extract_deb() {
+  rm -rf "$2" /tmp/deb && mkdir -p /tmp/deb && (cd /tmp/deb && apt-get download -qq "$1") &&
+    dpkg-deb -x /tmp/deb/*.deb "$2"
+}
 
 # Installs the package nvidia-cudnn holding a stub of the cuDNN library that the libraries under
 # $1 need: under its soname and symbol version, each cuDNN function they import, aborting.
@@ -142,17 +149,14 @@ install_cuda_torch() {
   # The libraries come in libtorch-cuda-<major.minor>, fetched alone for their cuDNN imports.
   local torch_pkg
   torch_pkg=$(apt-cache depends "libtorch-cuda-dev=$1" | grep -o 'libtorch-cuda-[0-9.]*$' | head -1)
-  rm -rf /tmp/torch-deb /tmp/libtorch-cuda-[0-9]*.deb
-  (cd /tmp && apt-get download -qq "$torch_pkg=$1") &&
-    dpkg-deb -x /tmp/"$torch_pkg"_*.deb /tmp/torch-deb && install_cudnn_stub /tmp/torch-deb ||
-    return 1
+  extract_deb "$torch_pkg=$1" /tmp/torch-deb && install_cudnn_stub /tmp/torch-deb || return 1
   apt-get install -y -qq --no-install-recommends "libtorch-cuda-dev=$1" nvidia-cuda-toolkit \
     bazel-bootstrap bazel-rules-java bazel-platforms >/tmp/install.log 2>&1 ||
     { tail -20 /tmp/install.log; return 1; }
 }
 
 flavour=CPU
-if [[ "${CKPT_CUDA_TORCH:-0}" == 1 ]]; then
+if [[ "$cuda_torch" == 1 ]]; then
   if [[ -z "$cuda_dev" ]]; then
     echo "== LibTorch $version: this suite's contrib has no CUDA build of it (libtorch-cuda-dev)"
     exit 1
@@ -170,7 +174,7 @@ echo "== LibTorch $version ($flavour; $system)"
 rm -rf /tmp/build  # a kept root's cache would keep what an earlier configure found
 cmake -S . -B /tmp/build >/tmp/configure.log 2>&1 || { cat /tmp/configure.log; exit 1; }
 grep "ckptlab:" /tmp/configure.log
-if [[ "$flavour" == CUDA* ]] && ! grep -q "ckptlab: .*CUDA 1" /tmp/configure.log; then
+if [[ "$cuda_torch" == 1 ]] && ! grep -q "ckptlab: .*CUDA 1" /tmp/configure.log; then
   echo "the CMake build did not find CUDA in the CUDA LibTorch"
   status=1
 fi
@@ -180,7 +184,7 @@ if [[ -x /tmp/build/spec_test ]]; then
   ctest --test-dir /tmp/build --output-on-failure -j "$(nproc)" || status=1
 fi
 
-if [[ "$flavour" == CUDA* ]]; then
+if [[ "$cuda_torch" == 1 ]]; then
   # The README's test command against the CUDA LibTorch. Bazel wants $CUDA_HOME/include; Debian
   # puts the toolkit's headers in /usr/include, so a folder of links to them stands in. The
   # sources are read-only: no convenience symlinks (--symlink_prefix=/).
@@ -213,13 +217,10 @@ fi
 export CUDA_HOME=/opt/host-cuda  # for check_cuda_compile.sh: this machine's toolkit
 if [[ ! -f $CUDA_HOME/include/cuda_runtime_api.h ]]; then
   echo "cuda-headers: none (this machine has no CUDA toolkit headers): not compiled"
-elif [[ "$flavour" == CUDA* ]]; then
+elif [[ "$cuda_torch" == 1 ]]; then
   echo "cuda-headers: libtorch-cuda-dev $cuda_dev (installed)"
   tools/check_cuda_compile.sh || status=1
-elif [[ -n "$cuda_dev" ]] && (cd /tmp && rm -f libtorch-cuda-dev_*.deb &&
-  apt-get download -qq "libtorch-cuda-dev=$cuda_dev"); then
-  rm -rf /opt/libtorch-cuda
-  dpkg-deb -x /tmp/libtorch-cuda-dev_*.deb /opt/libtorch-cuda
+elif [[ -n "$cuda_dev" ]] && extract_deb "libtorch-cuda-dev=$cuda_dev" /opt/libtorch-cuda; then
   echo "cuda-headers: libtorch-cuda-dev $cuda_dev"
   TORCH_INCLUDE=/opt/libtorch-cuda/usr/include tools/check_cuda_compile.sh || status=1
 elif [[ -f /usr/include/c10/cuda/CUDACachingAllocator.h ]]; then
