@@ -5,6 +5,7 @@ build never touches the network. Bazel 4.2.3 would otherwise try to download @ru
 @rules_java, @platforms and @remote_coverage_tools; see ../shared/BAZEL_OFFLINE.md.
 """
 
+load("//third_party/absl:absl.bzl", "absl_repository")
 load("//third_party/libtorch:libtorch.bzl", "libtorch_repository")
 
 def ckpt_dependencies():
@@ -31,8 +32,11 @@ def ckpt_dependencies():
     # LibTorch: $LIBTORCH_HOME (pass it with --repo_env) or Debian's libtorch-dev.
     libtorch_repository(name = "libtorch")
 
+    # Abseil: the one pkg-config finds (Debian's libabsl-dev), whichever release it is.
+    absl_repository(name = "absl")
+
     # The other C++ libraries, from Debian's -dev packages under /usr.
-    for dep in ["absl", "rapidcheck", "benchmark", "gtest"]:
+    for dep in ["rapidcheck", "benchmark", "gtest"]:
         native.new_local_repository(
             name = dep,
             path = "/usr",

@@ -96,9 +96,10 @@ version=$(installed_version libtorch-cuda-dev)
 cuda_dev=$(apt-cache madison libtorch-cuda-dev 2>/dev/null | awk '{print $3}' |
   while read -r v; do [[ "${v%+b*}" == "${version%+b*}" ]] && echo "$v"; done | head -1)
 
-# Unpacks the package $1 (NAME=VERSION) into the folder $2, without installing it.
+# Unpacks the package $1 (NAME=VERSION) into the folder $2, without installing it. (apt
+# downloads as the user _apt, so the download folder is writable for all.)
 extract_deb() {
-  rm -rf "$2" /tmp/deb && mkdir -p /tmp/deb && (cd /tmp/deb && apt-get download -qq "$1") &&
+  rm -rf "$2" /tmp/deb && mkdir -m 777 /tmp/deb && (cd /tmp/deb && apt-get download -qq "$1") &&
     dpkg-deb -x /tmp/deb/*.deb "$2"
 }
 
@@ -144,15 +145,14 @@ install_cudnn_stub() {
   echo "cudnn: stub $soname, $(grep -c . <<<"$symbols") functions"
 }
 
-# Installs libtorch-cuda-dev $1, the CUDA toolkit and Bazel, with the cuDNN stub.
+# Installs libtorch-cuda-dev $1 and the CUDA toolkit, with the cuDNN stub.
 install_cuda_torch() {
   # The libraries come in libtorch-cuda-<major.minor>, fetched alone for their cuDNN imports.
   local torch_pkg
   torch_pkg=$(apt-cache depends "libtorch-cuda-dev=$1" | grep -o 'libtorch-cuda-[0-9.]*$' | head -1)
   extract_deb "$torch_pkg=$1" /tmp/torch-deb && install_cudnn_stub /tmp/torch-deb || return 1
   apt-get install -y -qq --no-install-recommends "libtorch-cuda-dev=$1" nvidia-cuda-toolkit \
-    bazel-bootstrap bazel-rules-java bazel-platforms >/tmp/install.log 2>&1 ||
-    { tail -20 /tmp/install.log; return 1; }
+    >/tmp/install.log 2>&1 || { tail -20 /tmp/install.log; return 1; }
 }
 
 flavour=CPU
@@ -162,7 +162,7 @@ if [[ "$cuda_torch" == 1 ]]; then
     exit 1
   fi
   if [[ "$(installed_version libtorch-cuda-dev)" != "$cuda_dev" ]]; then
-    echo "installing libtorch-cuda-dev $cuda_dev, the CUDA toolkit and Bazel"
+    echo "installing libtorch-cuda-dev $cuda_dev and the CUDA toolkit"
     install_cuda_torch "$cuda_dev" || { echo "could not install the CUDA LibTorch"; exit 1; }
   fi
   version=$cuda_dev
@@ -195,10 +195,10 @@ if [[ "$cuda_torch" == 1 ]]; then
     ln -sf "$f" "/tmp/cuda-home/include/${f#/usr/include/}"
   done
   bazel_flags=(--repo_env=CUDA_HOME=/tmp/cuda-home --symlink_prefix=/ --test_summary=short)
-  # third_party/absl/absl.BUILD names Debian 12's Abseil libraries; newer Abseil moved
-  # string_view out of libabsl_strings.
-  [[ ! -e "/usr/lib/$(gcc -print-multiarch)/libabsl_string_view.so" ]] ||
-    bazel_flags+=(--linkopt=-labsl_string_view)
+  # Bazel 4.2.3 and what the Bazel route needs besides the libraries (tools/bazel's list).
+  apt-get install -y -qq --no-install-recommends bazel-bootstrap bazel-rules-java \
+    bazel-platforms pkg-config >/tmp/install.log 2>&1 ||
+    { tail -20 /tmp/install.log; exit 1; }
   echo "bazel test //testing/... against the CUDA LibTorch"
   bazel-4 test //testing/... "${bazel_flags[@]}" || status=1
   output_base=$(bazel-4 info output_base 2>/dev/null)
