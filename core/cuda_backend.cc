@@ -7,11 +7,15 @@
 #include "core/memory_meter.h"
 
 #if CKPT_HAS_CUDA
+#include <mutex>
+
 #include "ATen/cuda/CUDAContext.h"
 #include "ATen/cuda/CUDAEvent.h"
 #include "c10/cuda/CUDACachingAllocator.h"
 #include "c10/cuda/CUDAFunctions.h"
+#include "core/status_macros.h"
 #include "core/torch_compat.h"
+#include "core/torch_status.h"
 #include "torch/cuda.h"
 #endif
 
@@ -42,8 +46,9 @@ class CudaMemoryMeterImpl final : public MemoryMeter {
                                                      " bytes; accepted on this GPU: 0..",
                                                      static_cast<int64_t>(total)));
     }
-    c10::cuda::CUDACachingAllocator::setMemoryFraction(bytes ? *bytes / total : 1.0, index_);
-    return absl::OkStatus();
+    return RunTorch([&] {
+      c10::cuda::CUDACachingAllocator::setMemoryFraction(bytes ? *bytes / total : 1.0, index_);
+    });
   }
   std::string Describe() const override {
     const cudaDeviceProp* gpu = at::cuda::getDeviceProperties(index_);
@@ -54,8 +59,23 @@ class CudaMemoryMeterImpl final : public MemoryMeter {
                             : "allocated bytes, in 512-byte blocks", ")");
   }
 
+  // Starts CUDA on this device, once. LibTorch sets up the caching allocator in CUDA's lazy
+  // initialisation, which the first CUDA tensor triggers; before it, LibTorch 2.x's statistics
+  // and memory-fraction calls throw "Allocator not initialized for device". A one-byte tensor
+  // starts it the way any tensor would, on every LibTorch version.
+  absl::Status Start() {
+    std::call_once(started_, [&] {
+      start_status_ = RunTorch([&] {
+        at::empty({1}, at::TensorOptions().dtype(at::kByte).device(c10::kCUDA, index_));
+      });
+    });
+    return start_status_;
+  }
+
  private:
   c10::DeviceIndex index_;
+  std::once_flag started_;
+  absl::Status start_status_;
 };
 
 class CudaStepTimer final : public StepTimer {
@@ -94,7 +114,9 @@ absl::StatusOr<MemoryMeter*> CudaMemoryMeter(c10::DeviceIndex index) {
     return absl::InvalidArgumentError(absl::StrCat("no CUDA device ", index, ": this process sees ",
                                                    count, " (indices 0 to ", count - 1, ")"));
   }
-  return (*meters)[index].get();
+  CudaMemoryMeterImpl* meter = (*meters)[index].get();
+  RETURN_IF_ERROR(meter->Start());
+  return meter;
 }
 
 std::unique_ptr<StepTimer> MakeCudaStepTimer() { return std::make_unique<CudaStepTimer>(); }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds ckptlab with CMake on a host that has a LibTorch but no Bazel (the lent GPU machines:
-# a pip torch with CUDA), runs the test binaries, the conformance suite and the benchmarks on
-# the device, mixed-precision training on the device (float16 with dynamic loss scaling on
-# CUDA) and the paper-preset sweep on the device, within a time budget. Everything lands in
+# a pip torch with CUDA), runs the test binaries, then on the device: the memory meter and
+# conformance tests, the benchmarks, mixed-precision training (float16 with dynamic loss
+# scaling on CUDA) and the paper-preset sweep, within a time budget. Everything lands in
 # results/gpu-<timestamp>/; if $OUT is set (the device tool returns at most 8 files from it),
 # the report, CSV, plot, logs and a tarball of the whole folder are copied there.
 #
@@ -143,7 +143,7 @@ if [[ "$steps" == *" build "* ]]; then
   }
 fi
 
-# --- Tests: ctest (CPU), then the conformance suite on the device. ---
+# --- Tests: ctest (CPU), then the device meter and conformance tests on the device. ---
 status=0
 if [[ "$steps" == *" test "* ]]; then
   log "ctest"
@@ -155,9 +155,16 @@ if [[ "$steps" == *" test "* ]]; then
   if [[ "$device" == cpu ]]; then
     log "conformance suite: ctest ran it on the CPU"
   else
-    log "conformance suite on $device (every strategy x every model against store_all)"
-    CKPT_TEST_DEVICE="$device" "$build/conformance_test" >"$out/conformance.log" 2>&1 || status=1
-    tail -3 "$out/conformance.log" | tee -a "$out/run.log" >&2
+    # The tests that run on CKPT_TEST_DEVICE: the memory meter (first: it is the check that
+    # the meter starts CUDA itself), then every strategy x every model against store_all.
+    for test in device_meter_test conformance_test; do
+      log "$test on $device"
+      CKPT_TEST_DEVICE="$device" "$build/$test" >>"$out/conformance.log" 2>&1 || {
+        log "$test failed on $device (conformance.log)"
+        status=1
+      }
+      tail -1 "$out/conformance.log" | tee -a "$out/run.log" >&2
+    done
     # The benchmarks on the device: CUDA-event time reported as manual time.
     log "benchmarks on $device"
     "$build/benchmarks" --device="$device" --models=heavy_mlp:depth=8:hidden=1024:batch=64 \

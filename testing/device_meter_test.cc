@@ -1,0 +1,86 @@
+// The memory meter of the test device, through the MemoryMeter interface alone: the CPU's by
+// default, the GPU's with CKPT_TEST_DEVICE=cuda (tools/gpu/run.sh runs this binary so).
+//
+// The first test asks for the meter and uses it before any tensor exists on the device, as
+// the sweep does (it sets the memory cap before it builds a model). On CUDA this is the case
+// that LibTorch 2.x answers with "Allocator not initialized for device" unless the meter
+// starts CUDA itself; gtest runs a file's tests in the order they are written, so keep it first.
+#include <cstdint>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "core/memory_meter.h"
+#include "core/torch_compat.h"
+#include "core/torch_status.h"
+#include "gtest/gtest.h"
+#include "testing/model_cases.h"
+#include "torch/torch.h"
+
+namespace ckpt {
+namespace {
+
+using ::ckpt::testing::TestDevice;
+
+MemoryMeter& Meter() {
+  absl::StatusOr<MemoryMeter*> meter = MemoryMeterFor(TestDevice());
+  EXPECT_TRUE(meter.ok()) << meter.status();
+  return **meter;
+}
+
+at::Tensor Floats(int64_t n) { return torch::empty({n}, torch::device(TestDevice())); }
+
+// Bytes the meter's live count moves by for a tensor of `bytes`: exact on CPU and with
+// LibTorch 2.1+'s requested bytes on CUDA; 1.13's CUDA count is in 512-byte blocks.
+int64_t Counted(int64_t bytes) {
+  if (TestDevice().is_cpu() || compat::kRequestedBytesExact) return bytes;
+  return (bytes + 511) / 512 * 512;
+}
+
+TEST(DeviceMemoryMeter, UsableBeforeAnyTensorExistsOnTheDevice) {
+  absl::StatusOr<MemoryMeter*> meter = MemoryMeterFor(TestDevice());
+  ASSERT_TRUE(meter.ok()) << meter.status();
+  EXPECT_TRUE((*meter)->SetCap(std::nullopt).ok());
+  (*meter)->ResetPeak();
+  const MemoryStats s = (*meter)->Stats();
+  EXPECT_EQ(s.peak_bytes, s.live_bytes);
+  EXPECT_GE(s.reserved_bytes, s.allocated_bytes);
+  EXPECT_FALSE((*meter)->Describe().empty());
+}
+
+TEST(DeviceMemoryMeter, LiveAndPeakFollowTheTensors) {
+  const int64_t before = Meter().Stats().live_bytes;
+  Meter().ResetPeak();
+  { at::Tensor big = Floats(250000); }  // 1 MB, freed at once
+  at::Tensor kept = Floats(1000);        // 4000 bytes, kept
+  const MemoryStats s = Meter().Stats();
+  EXPECT_EQ(s.live_bytes - before, Counted(4000));
+  EXPECT_EQ(s.peak_bytes - before, Counted(1000000));
+  EXPECT_GE(s.allocated_bytes, s.live_bytes);
+  EXPECT_GE(s.reserved_bytes, s.allocated_bytes);
+  kept.reset();
+  EXPECT_EQ(Meter().Stats().live_bytes, before);
+}
+
+TEST(DeviceMemoryMeter, AnAllocationPastTheCapIsResourceExhausted) {
+  // On CUDA the cap bounds the bytes the caching allocator reserves, cached free blocks
+  // included, so hand those back first; 1 MiB of headroom cannot take a 64 MiB tensor there
+  // (nor on CPU, where the cap bounds live bytes).
+  Meter().ReleaseCached();
+  const MemoryStats s = Meter().Stats();
+  ASSERT_TRUE(Meter().SetCap(s.reserved_bytes + (1 << 20)).ok());
+  absl::Status too_big = RunTorch([] { Floats(16 << 20); });
+  ASSERT_TRUE(Meter().SetCap(std::nullopt).ok());
+  EXPECT_EQ(too_big.code(), absl::StatusCode::kResourceExhausted) << too_big;
+  EXPECT_EQ(Meter().Stats().live_bytes, s.live_bytes);  // the failed step left nothing behind
+  absl::Status fits = RunTorch([] { Floats(16 << 20); });  // and without the cap it fits
+  EXPECT_TRUE(fits.ok()) << fits;
+}
+
+TEST(DeviceMemoryMeter, ABadCapIsRejectedWithTheAcceptedRange) {
+  absl::Status negative = Meter().SetCap(-1);
+  EXPECT_EQ(negative.code(), absl::StatusCode::kInvalidArgument) << negative;
+  EXPECT_NE(negative.message().find("-1"), absl::string_view::npos) << negative;
+}
+
+}  // namespace
+}  // namespace ckpt
