@@ -1,8 +1,10 @@
 #include "core/memory_model.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -88,11 +90,13 @@ class StepReplay {
   }
 
   // `held`: the stage's input, output and incoming gradient stay referenced throughout (a
-  // checkpoint backpropagating from rerun outputs), so its held transient applies.
-  void StoredBackward(int j, Boundary& in, Boundary& out, bool in_is_leaf, bool held) {
+  // checkpoint backpropagating from rerun outputs), so its held transient applies. `graph`:
+  // the backward pass (autograd graph) that delivers the stage's parameter gradients.
+  void StoredBackward(int j, Boundary& in, Boundary& out, bool in_is_leaf, bool held,
+                      int graph) {
     const StageProfile& s = stages_[j];
     Note("backward", s);
-    // A gradient that exists already (a tied embedding's) is accumulated in place: the stage's
+    // A gradient that exists already (a tied embedding's) is accumulated into: the stage's
     // freshly computed one is then a temporary, alive at the stage's peak as the isolated
     // measurement saw it, but not kept afterwards (below).
     Touch(held ? s.backward_held_transient_bytes : s.backward_transient_bytes);
@@ -101,9 +105,25 @@ class StepReplay {
     if (s.keeps_input && !in_is_leaf) Release(in);
     Add(s.input_grad_bytes - grad_);
     grad_ = s.input_grad_bytes;
+    // A sequence-chunked stage computes its gradients inside each chunk's checkpoint, whose
+    // own backward pass delivers them.
+    if (ChunkedStage(j)) graph = next_graph_++;
+    int64_t summed = 0;
     for (const auto& [param, bytes] : s.param_grads) {
-      if (grads_.insert(param).second) Add(bytes);
+      const bool first = grads_.insert(param).second;
+      if (first) Add(bytes);
+      // Two contributions to one parameter in one backward pass meet in the autograd
+      // engine's input buffer, not in .grad: the engine holds the first until the last
+      // arrives. It adds in place only into a contiguous tensor that it alone references,
+      // and a linear layer's weight gradient (the tied head's contribution) is a transposed
+      // product, so the sum is a new tensor: for a moment the waiting gradient, the stage's
+      // fresh one and their sum are all alive, after the stage's own temporaries are freed.
+      // The sum is contiguous and the engine's alone: a third contribution adds in place.
+      // Contributions from different passes (one inside a checkpoint) go to .grad in turn,
+      // the later ones added in place.
+      if (++contributions_[{param, graph}] == 2) summed += 2 * bytes;
     }
+    Touch(summed);
   }
 
   // Stages [begin, end) without a graph: one boundary alive at a time.
@@ -131,11 +151,15 @@ class StepReplay {
     Release(boundary_[seg.begin]);  // the executor's hold
   }
 
+  bool ChunkedStage(int j) const {
+    return !plan_.stage_options.empty() && plan_.stage_options[j].sequence_chunks > 1;
+  }
+
   void Backward(const Segment& seg) {
     switch (seg.mode) {
       case SegmentMode::kStored:
         for (int j = seg.end - 1; j >= seg.begin; --j) {
-          StoredBackward(j, boundary_[j], boundary_[j + 1], false, false);
+          StoredBackward(j, boundary_[j], boundary_[j + 1], false, false, kOuterGraph);
         }
         return;
       case SegmentMode::kCheckpointed: {
@@ -150,11 +174,13 @@ class StepReplay {
         if (stochastic) Add(-rng_bytes_);
         // The last stage backpropagates from the rerun outputs with the incoming gradient
         // referenced by the checkpoint's backward, which keeps it until the segment is done.
+        // The checkpoint's backward runs its own backward pass over the rerun graph.
         const int64_t incoming = grad_;
+        const int graph = next_graph_++;
         for (int j = seg.end - 1; j >= seg.begin; --j) {
           const int k = j - seg.begin;
           const bool last = j == seg.end - 1;
-          StoredBackward(j, rerun[k], rerun[k + 1], k == 0, last);
+          StoredBackward(j, rerun[k], rerun[k + 1], k == 0, last, graph);
           if (last) Add(incoming);
         }
         Add(-incoming);
@@ -170,7 +196,7 @@ class StepReplay {
           Boundary in{j > seg.begin ? stages_[j - 1].output_bytes : 0, 1};
           Boundary out;
           StoredForward(j, in, out, true);
-          StoredBackward(j, in, out, true, /*held=*/true);
+          StoredBackward(j, in, out, true, /*held=*/true, next_graph_++);
           Release(out);  // the outputs, held until backward returned
           live_ -= in.bytes;  // the leaves go with the next iteration
         }
@@ -187,7 +213,11 @@ class StepReplay {
   std::vector<std::string>* timeline_;
   int64_t rng_bytes_ = 0;
   std::vector<Boundary> boundary_;
+  static constexpr int kOuterGraph = 0;  // the step's backward pass, from the loss
+  int next_graph_ = kOuterGraph + 1;     // ids for the passes checkpoints run
   std::set<int> grads_;  // parameters whose gradient exists
+  // Gradient contributions so far per (parameter, backward pass).
+  std::map<std::pair<int, int>, int> contributions_;
   int64_t grad_ = 0;     // the gradient flowing backward, w.r.t. the current boundary
   int64_t live_ = 0;
   int64_t peak_ = 0;

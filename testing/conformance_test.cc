@@ -19,24 +19,21 @@
 // On CUDA (CKPT_TEST_DEVICE=cuda) every plan gets that tolerance: deterministic
 // algorithms are requested, but LibTorch does not guarantee that every CUDA kernel used here
 // has one, and a recomputed segment's kernels may be chosen for other shapes than the
-// stored run's. Activation bytes must equal the prediction on CUDA as on CPU: the CUDA meter
-// counts requested bytes, exact (LibTorch 2.1+), and the workspaces cuBLAS keeps in the same
-// allocator are made before anything is measured (the profiler's warm-up; here also the
-// store_all run before every other). The peak is checked on CPU only: depending on the
-// LibTorch version, cuBLAS's workspace is kept per thread and stream or allocated for the
-// length of each matrix product (32 MiB on Hopper), and until a GPU run shows which, and how
-// that meets the peak tolerance below, the sweep reports CUDA's predicted and measured peaks
-// side by side instead.
+// stored run's. Memory is checked on CUDA as on CPU: the CUDA meter counts requested bytes,
+// exact (LibTorch 2.1+), and the workspaces cuBLAS keeps in the same allocator are made before
+// anything is measured (the profiler's warm-up; here also the store_all run before every
+// other), so they sit in the baseline. On an H100 with LibTorch 2.11 the paper preset's GPT-2
+// small peaked at the same bytes above its baseline as on the CPU (docs/results/).
 //
-// Memory: the analytical model's activation bytes equal the exact CPU meter's. Its peak is
-// within one stage output plus one parameter tensor plus 64 bytes. A stage-level profile
-// cannot see two orderings inside one stage's backward: which frees come before a rerun
-// stage's peak (at most one boundary tensor), and whether the temporary gradient of a
-// parameter that is accumulated in place (a tied embedding) is still alive at the stage's peak
-// (at most that parameter). 1 KiB covers the small tensors a stage-level profile does not
-// place exactly (loss scalars, gradient seeds, the index and count scratch of an embedding's
-// backward), which matter only at the toy sizes generated here: on the sweep's models the
-// peak is within 8 bytes for every plan but recompute-all.
+// Memory: the analytical model's activation bytes equal the meter's. Its peak is within one
+// stage output plus 1 KiB. A stage-level profile cannot see the order of events inside one
+// stage's backward: which frees come before a rerun stage's peak (at most one boundary
+// tensor), and when in the tied embedding's backward the autograd engine sums its gradient
+// with the head's (core/memory_model.cc). 1 KiB covers the small tensors a stage-level profile
+// does not place exactly (loss scalars, gradient seeds, the index and count scratch of an
+// embedding's backward). GPT-2 vocabularies are generated far larger than the sequence too, as
+// GPT-2's is, so that a parameter-sized error (the model once missed that sum: 151 MB of the
+// paper preset's GPT-2 small under selective_attention) exceeds the tolerance.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -55,12 +52,6 @@ namespace {
 using testing::MaxAbs;
 using testing::Run;
 using testing::StepUnder;
-
-int64_t LargestParameter(ChainModel& model) {
-  int64_t largest = 0;
-  for (const at::Tensor& p : model.Parameters()) largest = std::max<int64_t>(largest, p.nbytes());
-  return largest;
-}
 
 int64_t LargestStageOutput(ChainModel& model, const Batch& batch) {
   torch::NoGradGuard no_grad;
@@ -141,7 +132,7 @@ void CheckEveryStrategy(const std::string& model_id) {
   RC_ASSERT(reference.ok());
   const double scale = MaxAbs(reference->grads);
   const int64_t peak_tolerance =
-      LargestStageOutput(*model, batch) + LargestParameter(*model) + 1024;
+      LargestStageOutput(*model, batch) + 1024;
 
   for (const std::string& id : Strategies().Ids()) {
     const std::string spec = *testing::StrategySpec(id).as("strategy " + id);
@@ -170,7 +161,6 @@ void CheckEveryStrategy(const std::string& model_id) {
 
     const MemoryPrediction predicted = testing::Predict(*model, batch, run->plan);
     RC_ASSERT(predicted.activation_bytes == run->step.activation_bytes);
-    if (!on_cpu) continue;  // the peak: see the top of this file
     const int64_t measured_peak = run->step.peak_bytes - run->step.baseline_bytes;
     RC_ASSERT(std::abs(predicted.peak_bytes - measured_peak) <= peak_tolerance);
   }
