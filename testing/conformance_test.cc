@@ -162,6 +162,11 @@ void CheckEveryStrategy(const std::string& model_id) {
     const MemoryPrediction predicted = testing::Predict(*model, batch, run->plan);
     RC_ASSERT(predicted.activation_bytes == run->step.activation_bytes);
     const int64_t measured_peak = run->step.peak_bytes - run->step.baseline_bytes;
+    // Printed for a failing case only: what a tolerance question needs.
+    RC_LOG() << spec << ": activations predicted " << predicted.activation_bytes << ", measured "
+             << run->step.activation_bytes << "; peak above the baseline predicted "
+             << predicted.peak_bytes << ", measured " << measured_peak << " (tolerance "
+             << peak_tolerance << "); baseline " << run->step.baseline_bytes << "\n";
     RC_ASSERT(std::abs(predicted.peak_bytes - measured_peak) <= peak_tolerance);
   }
 }
