@@ -3,7 +3,9 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/memory_meter.h"
@@ -113,9 +115,30 @@ absl::StatusOr<Run> StepUnder(const std::shared_ptr<ChainModel>& model, const Ba
   MemoryMeter* meter = *MemoryMeterFor(TestDevice());
   absl::StatusOr<ChainExecutor> exec = ChainExecutor::Create(model, *plan, meter, TestDevice());
   if (!exec.ok()) return exec.status();
-  torch::manual_seed(seed);
-  absl::StatusOr<StepResult> step = exec->Step(batch);
-  if (!step.ok()) return step.status();
+  // On a GPU the first use of a kernel in the process can make state that the library keeps
+  // for good (cuBLAS's and cuBLASLt's workspaces, per handle and stream) inside the step, and
+  // that raises the step's peak once: on an H100 the 4th generated case of a run peaked over
+  // the tolerance, and its identical rerun matched the model to 4 bytes. That state is not
+  // the step's memory (the sweep's warm-up rounds skip it too), so a GPU step is run twice
+  // and the second measured; a difference between the two is reported.
+  const int steps = TestDevice().is_cpu() ? 1 : 2;
+  absl::StatusOr<StepResult> step;
+  std::optional<StepResult> first;
+  for (int i = 0; i < steps; ++i) {
+    torch::manual_seed(seed);
+    step = exec->Step(batch);
+    if (!step.ok()) return step.status();
+    if (i == 0) first = *step;
+  }
+  if (first->peak_bytes - first->baseline_bytes != step->peak_bytes - step->baseline_bytes) {
+    std::fprintf(stderr,
+                 "note: %s, %s: the first step peaked %lld bytes above its baseline, the second "
+                 "%lld; the baseline grew by %lld bytes between them\n",
+                 model->spec().c_str(), strategy_spec.c_str(),
+                 static_cast<long long>(first->peak_bytes - first->baseline_bytes),
+                 static_cast<long long>(step->peak_bytes - step->baseline_bytes),
+                 static_cast<long long>(step->baseline_bytes - first->baseline_bytes));
+  }
   Run run{*plan, *step, {}};
   for (const at::Tensor& p : model->Parameters()) {
     run.grads.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
