@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "experiments/results_csv.h"
 
 namespace ckpt {
@@ -89,6 +90,23 @@ std::string ReadFirstMatch(const std::string& path, const std::string& key) {
 // gnuplot string literal: single-quoted, quotes doubled.
 std::string GpString(const std::string& s) {
   return absl::StrCat("'", absl::StrReplaceAll(s, {{"'", "''"}}), "'");
+}
+
+// A panel's title: a model spec (wider than a panel: GPT-2's runs past 100 characters) broken
+// after its ':' separators into lines of at most `width` characters where it can be, as a
+// gnuplot double-quoted string (in which "\n" is a line break).
+std::string GpWrappedTitle(const std::string& text, size_t width = 60) {
+  std::vector<std::string> lines(1);
+  const std::vector<std::string> parts = absl::StrSplit(text, ':');
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::string part = i + 1 < parts.size() ? parts[i] + ":" : parts[i];
+    if (!lines.back().empty() && lines.back().size() + part.size() > width) lines.emplace_back();
+    lines.back() += part;
+  }
+  for (std::string& line : lines) {
+    line = absl::StrReplaceAll(line, {{"\\", "\\\\"}, {"\"", "\\\""}});
+  }
+  return absl::StrCat("\"", absl::StrJoin(lines, "\\n"), "\"");
 }
 
 }  // namespace
@@ -209,8 +227,11 @@ absl::Status WriteParetoPlot(const std::string& dir, const std::vector<ResultRow
   absl::StrAppend(&gp, "set terminal pngcairo size ", 640 * columns, ",", 420 * panel_rows,
                   " font ',9'\nset output 'pareto.png'\nset multiplot layout ", panel_rows, ",",
                   columns, " title 'Peak memory against step time (lower left is better)'\n",
-                  "set key outside bottom center horizontal\nset grid\nset offsets graph 0.08, "
-                  "graph 0.08, graph 0.12, graph 0.08\nset xlabel 'step time, ms (median)'\n",
+                  "set key outside bottom center horizontal\nset grid\n",
+                  // From zero on both axes, so that heights and widths compare as ratios; room
+                  // on the right and at the top for the points' labels.
+                  "set xrange [0:*]\nset yrange [0:*]\nset offsets 0, graph 0.08, graph 0.12, 0\n",
+                  "set xlabel 'step time, ms (median)'\n",
                   "set ylabel 'peak above baseline, MiB'\n");
   int block = 0;
   for (const std::string& model : models) {
@@ -232,7 +253,7 @@ absl::Status WriteParetoPlot(const std::string& dir, const std::vector<ResultRow
       absl::StrAppend(&data, absl::StrFormat("%.4f %.6f\n", points[i].first, points[i].second));
     }
     absl::StrAppend(&data, "\n\n");
-    absl::StrAppend(&gp, "set title ", GpString(model), " noenhanced\n",
+    absl::StrAppend(&gp, "set title ", GpWrappedTitle(model), " noenhanced\n",
                     "plot 'pareto.dat' index ", block, " using 1:2 with points pt 7 ps 1.4 ",
                     "title 'strategy', '' index ", block,
                     " using 1:2:3 with labels offset 0,0.9 font ',8' noenhanced notitle, ",
@@ -282,7 +303,7 @@ absl::Status WriteDepthPlot(const std::string& dir, const std::vector<DepthPoint
                                    " using 1:2 with linespoints lw 2 title ", GpString(strategy),
                                    " noenhanced"));
     }
-    absl::StrAppend(&gp, "set title ", GpString(model), " noenhanced\nplot ",
+    absl::StrAppend(&gp, "set title ", GpWrappedTitle(model), " noenhanced\nplot ",
                     absl::StrJoin(plots, ", "), "\n");
   }
   absl::StrAppend(&gp, "unset multiplot\n");

@@ -40,6 +40,18 @@ else
   grep -q "gnuplot is not installed" "$tmp/ok.stderr" || fail "no word on the missing gnuplot"
 fi
 grep -q '^## heavy_mlp:depth=4:hidden=8:batch=2$' "$tmp/ok/report.md" || fail "report.md has no model section"
+grep -qx 'set xrange \[0:\*\]' "$tmp/ok/pareto.gp" || fail "pareto.gp's time axis does not start at 0"
+
+# A model spec longer than a panel is wide (GPT-2's canonical spec) gets a title wrapped after a
+# ':', in a string gnuplot still draws from.
+"${sweep[@]}" --models=gpt2:depth=1:hidden=4:heads=1:seq=4:batch=1:vocab=16:context=4 \
+  --strategies=store_all --steps=1 --warmup=0 --out="$tmp/title" >/dev/null 2>"$tmp/title.stderr" ||
+  fail "gpt2 sweep exited $?: $(cat "$tmp/title.stderr")"
+grep -qF 'set title "gpt2:size=small:depth=1:hidden=4:heads=1:seq=4:batch=1:\nvocab=16:context=4:dropout=0.1" noenhanced' \
+  "$tmp/title/pareto.gp" || fail "no wrapped title: $(grep title "$tmp/title/pareto.gp")"
+if command -v gnuplot >/dev/null; then
+  [[ -s "$tmp/title/pareto.png" ]] || fail "gnuplot drew no pareto.png from the wrapped title"
+fi
 
 # An existing results.csv is not overwritten without --resume.
 set +e
