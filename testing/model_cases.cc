@@ -119,25 +119,27 @@ absl::StatusOr<Run> StepUnder(const std::shared_ptr<ChainModel>& model, const Ba
   // for good (cuBLAS's and cuBLASLt's workspaces, per handle and stream) inside the step, and
   // that raises the step's peak once: on an H100 the 4th generated case of a run peaked over
   // the tolerance, and its identical rerun matched the model to 4 bytes. That state is not
-  // the step's memory (the sweep's warm-up rounds skip it too), so a GPU step is run twice
-  // and the second measured; a difference between the two is reported.
-  const int steps = TestDevice().is_cpu() ? 1 : 2;
-  absl::StatusOr<StepResult> step;
-  std::optional<StepResult> first;
-  for (int i = 0; i < steps; ++i) {
+  // the step's memory (the sweep's warm-up rounds skip it too), so on a GPU an unmeasured
+  // step comes first; a difference between the two is reported.
+  auto peak_above_baseline = [](const StepResult& r) { return r.peak_bytes - r.baseline_bytes; };
+  std::optional<StepResult> unmeasured;
+  if (!TestDevice().is_cpu()) {
     torch::manual_seed(seed);
-    step = exec->Step(batch);
-    if (!step.ok()) return step.status();
-    if (i == 0) first = *step;
+    absl::StatusOr<StepResult> warm_up = exec->Step(batch);
+    if (!warm_up.ok()) return warm_up.status();
+    unmeasured = *warm_up;
   }
-  if (first->peak_bytes - first->baseline_bytes != step->peak_bytes - step->baseline_bytes) {
+  torch::manual_seed(seed);
+  absl::StatusOr<StepResult> step = exec->Step(batch);
+  if (!step.ok()) return step.status();
+  if (unmeasured && peak_above_baseline(*unmeasured) != peak_above_baseline(*step)) {
     std::fprintf(stderr,
                  "note: %s, %s: the first step peaked %lld bytes above its baseline, the second "
                  "%lld; the baseline grew by %lld bytes between them\n",
                  model->spec().c_str(), strategy_spec.c_str(),
-                 static_cast<long long>(first->peak_bytes - first->baseline_bytes),
-                 static_cast<long long>(step->peak_bytes - step->baseline_bytes),
-                 static_cast<long long>(step->baseline_bytes - first->baseline_bytes));
+                 static_cast<long long>(peak_above_baseline(*unmeasured)),
+                 static_cast<long long>(peak_above_baseline(*step)),
+                 static_cast<long long>(step->baseline_bytes - unmeasured->baseline_bytes));
   }
   Run run{*plan, *step, {}};
   for (const at::Tensor& p : model->Parameters()) {
