@@ -46,10 +46,13 @@ class CudaMemoryMeterImpl final : public MemoryMeter {
                                                      " bytes; accepted on this GPU: 0..",
                                                      static_cast<int64_t>(total)));
     }
-    return RunTorch([&] {
+    RETURN_IF_ERROR(RunTorch([&] {
       c10::cuda::CUDACachingAllocator::setMemoryFraction(bytes ? *bytes / total : 1.0, index_);
-    });
+    }));
+    cap_ = bytes;
+    return absl::OkStatus();
   }
+  std::optional<int64_t> Cap() const override { return cap_; }
   std::string Describe() const override {
     const cudaDeviceProp* gpu = at::cuda::getDeviceProperties(index_);
     return absl::StrCat("cuda:", index_, " ", gpu->name, ", ",
@@ -74,6 +77,7 @@ class CudaMemoryMeterImpl final : public MemoryMeter {
 
  private:
   c10::DeviceIndex index_;
+  std::optional<int64_t> cap_;
   std::once_flag started_;
   absl::Status start_status_;
 };

@@ -1,13 +1,23 @@
 #include "core/device.h"
 
 #include <dlfcn.h>
+#include <sched.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <limits>
+#include <utility>
+
+#include <vector>
 
 #include "ATen/Parallel.h"
+#include "ATen/ops/mm.h"
+#include "ATen/ops/randn.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "core/torch_status.h"
 #include "torch/cuda.h"
 #include "torch/version.h"
 
@@ -69,17 +79,45 @@ std::unique_ptr<StepTimer> MakeStepTimer(const c10::Device& device) {
   return std::make_unique<CpuStepTimer>();
 }
 
+double Median(std::vector<double> samples) {
+  if (samples.empty()) return std::numeric_limits<double>::quiet_NaN();
+  std::sort(samples.begin(), samples.end());
+  const size_t n = samples.size();
+  return n % 2 ? samples[n / 2] : (samples[n / 2 - 1] + samples[n / 2]) / 2;
+}
+
 void Synchronize(const c10::Device& device) {
   if (device.is_cuda()) CudaSynchronize();
 }
 
-absl::Status SetComputeThreads(int n) {
-  if (n < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("thread count ", n, " is not accepted; accepted: an integer >= 1"));
+int UsableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(CPU_COUNT(&set), 1);
+  return std::max(static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)), 1);
+}
+
+absl::StatusOr<int> ParseThreadCount(absl::string_view flag, absl::string_view text) {
+  if (text == "auto") return UsableCores();
+  int n = 0;
+  if (!absl::SimpleAtoi(text, &n) || n < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, "='", text, "' is not accepted; accepted: an integer >= 1, or auto (", UsableCores(),
+        ", the cores this process may use)"));
   }
-  at::set_num_threads(n);
-  if (auto set = OpenBlasSymbol<void (*)(int)>("openblas_set_num_threads")) set(n);
+  return n;
+}
+
+absl::Status SetComputeThreads(const ComputeThreads& threads) {
+  for (const auto& [name, n] : {std::pair<const char*, int>{"LibTorch intra-op", threads.intra_op},
+                                {"BLAS", threads.blas}}) {
+    if (n < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " thread count ", n,
+                                                     " is not accepted; accepted: an integer >= 1"));
+    }
+  }
+  at::set_num_threads(threads.intra_op);
+  if (auto set = OpenBlasSymbol<void (*)(int)>("openblas_set_num_threads")) set(threads.blas);
   return absl::OkStatus();
 }
 
@@ -99,6 +137,27 @@ std::string DescribeRuntime() {
                                                         " device(s)")
                                          : std::string("built, no GPU visible"))
                                   : std::string("not built"));
+}
+
+absl::StatusOr<double> MeasureGemmGflops(const c10::Device& device, int64_t n,
+                                         double min_seconds) {
+  return RunTorch([&] {
+    const auto options = at::TensorOptions().dtype(at::kFloat).device(device);
+    const at::Tensor a = at::randn({n, n}, options);
+    const at::Tensor b = at::randn({n, n}, options);
+    at::Tensor c = at::mm(a, b);  // untimed: first-use costs (page faults, library handles)
+    Synchronize(device);
+    std::unique_ptr<StepTimer> timer = MakeStepTimer(device);
+    std::vector<double> ms;
+    const auto start = std::chrono::steady_clock::now();
+    while (ms.size() < 3 || std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                          start).count() < min_seconds) {
+      timer->Start();
+      c = at::mm(a, b);
+      ms.push_back(timer->StopMs());
+    }
+    return 2.0 * n * n * n / (Median(ms) * 1e6);
+  });
 }
 
 }  // namespace ckpt

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 #include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
@@ -30,16 +31,41 @@ class StepTimer {
 
 std::unique_ptr<StepTimer> MakeStepTimer(const c10::Device& device);
 
+// The median of `samples`, NaN when there are none: how repeated timings are summarized.
+double Median(std::vector<double> samples);
+
 // Waits for all queued work on the device (no-op on CPU).
 void Synchronize(const c10::Device& device);
 
-// Sets LibTorch's intra-op threads and, when LibTorch runs on OpenBLAS, OpenBLAS's threads
-// (they are separate pools and contend when both are > 1 on small machines).
-// InvalidArgument unless n >= 1.
-absl::Status SetComputeThreads(int n);
+// The CPU's compute threads: LibTorch's intra-op pool (elementwise work, reductions, and the
+// matrix products when LibTorch has its own BLAS) and, when LibTorch runs on OpenBLAS (Debian's
+// does, through the system libblas.so.3), OpenBLAS's own pool for the matrix products. They are
+// separate pools: with both wider than one they contend for the same cores.
+struct ComputeThreads {
+  int intra_op = 1;
+  int blas = 1;
+};
+
+// The cores this process may run on (its CPU affinity mask).
+int UsableCores();
+
+// A thread count as a user gives it: an integer >= 1, or "auto" for UsableCores().
+// InvalidArgument naming `flag` and the accepted values.
+absl::StatusOr<int> ParseThreadCount(absl::string_view flag, absl::string_view text);
+
+// Sets both pools. InvalidArgument unless both counts are >= 1. The BLAS count is ignored (and
+// reported so by DescribeRuntime) when the BLAS is not OpenBLAS.
+absl::Status SetComputeThreads(const ComputeThreads& threads);
 
 // "LibTorch 1.13.0, BLAS: OpenBLAS 0.3.21 ..., 1 thread(s), CUDA: no"
 std::string DescribeRuntime();
+
+// The device's measured float32 matrix-product rate: square products of `n` x `n` (2 n^3 FLOPs
+// each) timed one by one, after one untimed, until `min_seconds` have passed; the median
+// product's rate in GFLOP/s. What a model's achieved rate is compared with. LibTorch errors
+// become a Status.
+absl::StatusOr<double> MeasureGemmGflops(const c10::Device& device, int64_t n = 1024,
+                                         double min_seconds = 0.5);
 
 // Implemented in cuda_backend.cc.
 bool CudaBuilt();

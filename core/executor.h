@@ -28,9 +28,9 @@ struct StepResult {
   int64_t baseline_bytes = 0;    // live before forward: parameters, batch, kept gradients
   int64_t activation_bytes = 0;  // live after forward and loss, minus baseline
   int64_t peak_bytes = 0;        // highest live bytes during the step (absolute)
-  // Highest bytes the allocator held from the system during the step (CUDA: the caching
-  // allocator's reserved bytes, cached free blocks included, also those that earlier steps
-  // left cached unless StepOptions::release_cached; CPU: = peak_bytes).
+  // Highest bytes the allocator held from the system during the step: its reserved bytes,
+  // cached free blocks included, also those that earlier steps left cached unless
+  // StepOptions::release_cached.
   int64_t peak_reserved_bytes = 0;
   // Stage forwards run during backward: every stage call beyond the forward pass's one per
   // stage. store_all: 0; uniform: the stages of its checkpointed segments.

@@ -249,13 +249,6 @@ class Profiler {
 
 }  // namespace
 
-double Median(std::vector<double> samples) {
-  if (samples.empty()) return std::numeric_limits<double>::quiet_NaN();
-  std::sort(samples.begin(), samples.end());
-  const size_t n = samples.size();
-  return n % 2 ? samples[n / 2] : (samples[n / 2 - 1] + samples[n / 2]) / 2;
-}
-
 ModelProfile StructureOnlyProfile(const ChainModel& model) {
   ModelProfile profile;
   profile.model = model.spec();

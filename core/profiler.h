@@ -19,10 +19,6 @@
 
 namespace ckpt {
 
-// The median of `samples`, NaN when there are none: how the profiler and the sweep summarize
-// repeated timings.
-double Median(std::vector<double> samples);
-
 // The model's stages without measurements (zero bytes, zero time): enough for strategies that
 // plan from the chain's structure alone, without running anything.
 ModelProfile StructureOnlyProfile(const ChainModel& model);

@@ -1,5 +1,5 @@
 // bazel run //experiments:benchmarks -- [--models=SPEC,...] [--strategies=SPEC,...]
-//     [--device=auto|cpu|cuda] [--threads=N] [--benchmark_filter=REGEX] [--benchmark_format=json]
+//     [--device=auto|cpu|cuda] [--threads=N] [--blas_threads=N] [--benchmark_filter=REGEX] [--benchmark_format=json]
 //
 // Google Benchmark over strategies x models: one benchmark per pair, named
 // "<strategy>/<model spec>" so --benchmark_filter selects them, timing one training step
@@ -38,7 +38,8 @@ ABSL_FLAG(std::string, strategies,
           "store_all,uniform,recompute_all,selective_attention,chunked_sequence",
           "comma-separated strategy specs");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu, cuda or cuda:N");
-ABSL_FLAG(int, threads, 1, "LibTorch and OpenBLAS threads");
+ABSL_FLAG(std::string, threads, "1", "LibTorch's intra-op threads: an integer or auto");
+ABSL_FLAG(std::string, blas_threads, "auto", "OpenBLAS's threads: an integer or auto");
 
 namespace ckpt {
 namespace {
@@ -86,7 +87,11 @@ void TrainingStep(benchmark::State& state, const std::string& model_spec,
 int Main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);  // takes the --benchmark_* flags
   absl::ParseCommandLine(argc, argv);  // the rest are ours
-  if (absl::Status s = SetComputeThreads(absl::GetFlag(FLAGS_threads)); !s.ok()) Die(s);
+  absl::StatusOr<int> intra_op = ParseThreadCount("--threads", absl::GetFlag(FLAGS_threads));
+  if (!intra_op.ok()) Die(intra_op.status());
+  absl::StatusOr<int> blas = ParseThreadCount("--blas_threads", absl::GetFlag(FLAGS_blas_threads));
+  if (!blas.ok()) Die(blas.status());
+  if (absl::Status s = SetComputeThreads({*intra_op, *blas}); !s.ok()) Die(s);
   absl::StatusOr<c10::Device> device = ResolveDevice(absl::GetFlag(FLAGS_device));
   if (!device.ok()) Die(device.status());
   absl::StatusOr<MemoryMeter*> meter = MemoryMeterFor(*device);

@@ -141,7 +141,8 @@ absl::Status WriteReport(const std::string& dir, const std::vector<ResultRow>& r
                          const RunInfo& info, const std::string& appendix) {
   std::string md = "# ckptlab sweep report\n\n";
   absl::StrAppend(&md, "- machine: ", DescribeMachine(), "\n- runtime: ", info.runtime,
-                  "\n- memory: ", info.meter, "\n- command: `", info.command, "`\n\n");
+                  "\n- memory: ", info.meter, info.cap.empty() ? "" : "; ", info.cap,
+                  "\n- command: `", info.command, "`\n\n");
   absl::StrAppend(&md,
                   "Savings and overheads are against store_all on the same model, measured "
                   "side by side (timing interleaved, ratio per round, median). Peak = highest "

@@ -24,6 +24,7 @@ struct RunInfo {
   std::string command;  // the command line
   std::string runtime;  // LibTorch, BLAS, threads, CUDA (DescribeRuntime)
   std::string meter;    // how memory was counted
+  std::string cap;      // the memory caps in force, in words
 };
 
 // The machine: CPU model, cores, memory, OS (from /proc and uname).

@@ -39,6 +39,7 @@ const std::vector<std::string>& ResultColumns() {
       "loss",
       "steps",
       "threads",
+      "blas_threads",
       "model_arg",
       "strategy_arg",
       "plan",

@@ -150,8 +150,10 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
     c.executor.emplace(*std::move(exec));
   }
 
-  // Timing and memory: interleaved rounds, warm-up first.
+  // Timing and memory: interleaved rounds, warm-up first, under the measured cap.
   const int rounds = options.warmup + options.steps;
+  std::optional<ScopedMemoryCap> cap;
+  cap.emplace(meter, options.memory_cap);
   for (int round = 0; round < rounds; ++round) {
     for (Config& c : configs) {
       if (!c.executor) continue;
@@ -181,8 +183,11 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
                                   round < options.warmup ? " (warm-up)" : ""));
   }
 
+  cap.reset();
+
   // Gradients against store_all's, after the measurements so that the reference copy
-  // never inflates anyone's memory figures.
+  // never inflates anyone's memory figures, and outside the measured cap, which it would
+  // count against.
   Config& reference = configs[0];
   std::vector<at::Tensor> reference_grads;
   double reference_scale = 0;
@@ -258,6 +263,10 @@ absl::Status ValidateSweep(const SweepOptions& options) {
   if (options.warmup < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("warmup=", options.warmup, " is not accepted; accepted: an integer >= 0"));
+  }
+  if (options.memory_cap.has_value() && *options.memory_cap < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("memory cap ", *options.memory_cap,
+                                                   " is not accepted; accepted: bytes >= 0"));
   }
   if (!(options.time_limit_s >= 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -416,7 +425,7 @@ double OverheadRatio(const std::vector<double>& step_ms, const std::vector<doubl
   return Median(ratios);
 }
 
-std::vector<std::string> CsvRow(const ConfigResult& r, int threads) {
+std::vector<std::string> CsvRow(const ConfigResult& r, const ComputeThreads& threads) {
   const bool ok = r.status == "ok";
   auto bytes = [ok](int64_t v) { return ok ? absl::StrCat(v) : std::string(); };
   const double median = Median(r.step_ms);
@@ -443,7 +452,8 @@ std::vector<std::string> CsvRow(const ConfigResult& r, int threads) {
           ok ? absl::StrFormat("%g", r.max_grad_diff_vs_store_all) : "",
           ok ? absl::StrFormat("%.9g", r.loss) : "",
           absl::StrCat(r.step_ms.size()),
-          absl::StrCat(threads),
+          absl::StrCat(threads.intra_op),
+          absl::StrCat(threads.blas),
           r.model_arg,
           r.strategy_arg,
           r.plan,

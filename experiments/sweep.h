@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "ATen/core/Tensor.h"
 #include "c10/core/Device.h"
+#include "core/device.h"
 #include "core/memory_meter.h"
 #include "core/memory_model.h"
 #include "experiments/report.h"
@@ -30,6 +31,11 @@ struct SweepOptions {
   std::vector<std::string> models;      // model specs
   std::vector<std::string> strategies;  // strategy specs; store_all is added first if absent
   c10::Device device = c10::Device(c10::DeviceType::CPU);
+  // Cap on live tensor bytes (absolute, as peak_bytes) for the configurations' own steps: the
+  // timed rounds and their warm-up, in which a configuration past it fails as "oom". The
+  // sweep's own work (building, profiling and planning each model, the gradient check's
+  // reference copy) runs under the meter's cap in force, not this one.
+  std::optional<int64_t> memory_cap;
   int steps = 5;   // timed rounds
   int warmup = 1;  // untimed rounds before them
   uint64_t seed = 0;
@@ -109,7 +115,7 @@ std::string FailureStatus(const absl::Status& status);
 double MaxGradientDifference(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b);
 
 // The row's fields in ResultColumns() order.
-std::vector<std::string> CsvRow(const ConfigResult& r, int threads);
+std::vector<std::string> CsvRow(const ConfigResult& r, const ComputeThreads& threads);
 
 // A fixed-width table of the results, grouped by model.
 std::string FormatTable(const std::vector<ConfigResult>& results);

@@ -27,6 +27,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -53,8 +54,10 @@ ABSL_FLAG(std::string, strategies, "",
 ABSL_FLAG(std::string, device, "auto", "auto (CUDA if available), cpu, cuda or cuda:N");
 ABSL_FLAG(int, steps, 10, "timed training steps per configuration");
 ABSL_FLAG(int, warmup, 2, "untimed steps per configuration before timing");
-ABSL_FLAG(int, threads, 1,
-          "LibTorch and OpenBLAS threads; 1 is fastest on small machines (see README)");
+ABSL_FLAG(std::string, threads, "1",
+          "LibTorch's intra-op threads (elementwise work): an integer or auto (the usable cores)");
+ABSL_FLAG(std::string, blas_threads, "auto",
+          "OpenBLAS's threads (the matrix products): an integer or auto (the usable cores)");
 ABSL_FLAG(std::string, out, "",
           "output directory (default: results/sweep-<timestamp> in the workspace)");
 ABSL_FLAG(bool, resume, false,
@@ -134,6 +137,21 @@ absl::StatusOr<std::vector<int>> ParseDepths(const std::string& text) {
     depths.push_back(depth);
   }
   return depths;
+}
+
+// The caps in force, in words, for the report.
+std::string DescribeCaps(std::optional<int64_t> measured, std::optional<int64_t> standing) {
+  auto gib = [](int64_t bytes) { return absl::StrFormat("%.2f GiB", bytes / double(1 << 30)); };
+  std::string out = measured.has_value()
+                        ? absl::StrCat("each configuration's steps capped at ", gib(*measured),
+                                       " of live tensors (--memory_cap)")
+                        : "no --memory_cap";
+  if (standing.has_value()) {
+    absl::StrAppend(&out, "; every tensor of the run within ", gib(*standing),
+                    " (nine tenths of the memory available at start-up), so that a model too "
+                    "large for this machine is an oom row");
+  }
+  return out;
 }
 
 std::string DefaultOutDir() {
@@ -248,15 +266,28 @@ int Main(int argc, char** argv) {
         training.steps != 0 ? "--train_steps" : !depths->empty() ? "--depths" : "--explain",
         " cannot go with it")));
   }
-  if (absl::Status s = SetComputeThreads(absl::GetFlag(FLAGS_threads)); !s.ok()) {
-    Die(absl::InvalidArgumentError(absl::StrCat("--threads: ", s.message())));
-  }
+  absl::StatusOr<int> intra_op = ParseThreadCount("--threads", absl::GetFlag(FLAGS_threads));
+  if (!intra_op.ok()) Die(intra_op.status());
+  absl::StatusOr<int> blas = ParseThreadCount("--blas_threads", absl::GetFlag(FLAGS_blas_threads));
+  if (!blas.ok()) Die(blas.status());
+  const ComputeThreads threads{*intra_op, *blas};
+  if (absl::Status s = SetComputeThreads(threads); !s.ok()) Die(s);
   absl::StatusOr<c10::Device> device = ResolveDevice(absl::GetFlag(FLAGS_device));
   if (!device.ok()) Die(device.status());
   options.device = *device;
   absl::StatusOr<MemoryMeter*> meter = MemoryMeterFor(options.device);
   if (!meter.ok()) Die(meter.status());
-  if (absl::Status s = (*meter)->SetCap(*cap); !s.ok()) Die(s);
+  // --memory_cap applies to each configuration's own steps (RunSweep). Under it, and under
+  // everything else the sweep does, the CPU's tensors stay within the memory this machine had
+  // available at start-up (less a tenth for everything that is not a tensor), so that a model
+  // too large for the machine is an oom row, not a process the kernel kills.
+  if (absl::Status s = (*meter)->SetCap(*cap); !s.ok()) Die(s);  // checks it on this device
+  options.memory_cap = *cap;
+  std::optional<int64_t> standing_cap;
+  if (options.device.is_cpu() && AvailableMemoryBytes().has_value()) {
+    standing_cap = *AvailableMemoryBytes() / 10 * 9;
+  }
+  if (absl::Status s = (*meter)->SetCap(standing_cap); !s.ok()) Die(s);
 
   if (absl::GetFlag(FLAGS_explain)) {
     if (absl::Status s = Explain(options, **meter); !s.ok()) Die(s);
@@ -294,10 +325,10 @@ int Main(int argc, char** argv) {
     csv.emplace(*std::move(opened));
   }
 
-  const int threads = absl::GetFlag(FLAGS_threads);
   RunInfo info;
   info.runtime = DescribeRuntime();
   info.meter = (*meter)->Describe();
+  info.cap = DescribeCaps(*cap, standing_cap);
   std::vector<std::string> command(argv, argv + argc);
   command[0] = "sweep";
   info.command = absl::StrJoin(command, " ");

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,15 +47,54 @@ TEST(CpuMemoryMeter, PeakRemembersTheHighestPointSinceReset) {
   EXPECT_EQ(Cpu().Stats().peak_bytes, Cpu().Stats().live_bytes);
 }
 
-TEST(CpuMemoryMeter, AllocatedAndReservedAreTheLiveBytes) {
-  // No blocks and no cache on CPU: the three views of memory agree, current and peak.
-  Cpu().ResetPeak();
-  at::Tensor t = torch::empty({300});
-  const MemoryStats s = Cpu().Stats();
-  EXPECT_EQ(s.allocated_bytes, s.live_bytes);
-  EXPECT_EQ(s.reserved_bytes, s.live_bytes);
-  EXPECT_EQ(s.peak_allocated_bytes, s.peak_bytes);
-  EXPECT_EQ(s.peak_reserved_bytes, s.peak_bytes);
+TEST(CpuMemoryMeter, CachesFreedBlocksByClassAndReleasesThemOnRequest) {
+  Cpu().ReleaseCached();
+  const MemoryStats empty = Cpu().Stats();
+  EXPECT_EQ(empty.reserved_bytes, empty.allocated_bytes);  // nothing cached
+  // 300 floats ask for 1200 bytes, served by a block of 1216 (a multiple of 64 up to 4 KiB).
+  std::optional<at::Tensor> t = torch::empty({300});
+  MemoryStats s = Cpu().Stats();
+  EXPECT_EQ(s.live_bytes - empty.live_bytes, 1200);
+  EXPECT_EQ(s.allocated_bytes - empty.allocated_bytes, 1216);
+  EXPECT_EQ(s.reserved_bytes - empty.reserved_bytes, 1216);
+  t.reset();  // freed: no longer live or allocated, but held in the cache
+  s = Cpu().Stats();
+  EXPECT_EQ(s.live_bytes, empty.live_bytes);
+  EXPECT_EQ(s.allocated_bytes, empty.allocated_bytes);
+  EXPECT_EQ(s.reserved_bytes - empty.reserved_bytes, 1216);
+  // 1180 bytes fall in the same class: the cached block serves them, nothing new is reserved.
+  t = torch::empty({295});
+  s = Cpu().Stats();
+  EXPECT_EQ(s.live_bytes - empty.live_bytes, 1180);
+  EXPECT_EQ(s.reserved_bytes - empty.reserved_bytes, 1216);
+  // Above 4 KiB a block is the request rounded up to a quarter of its power of two: 5000
+  // bytes (between 4096 and 8192) take a block of 5120.
+  at::Tensor big = torch::empty({1250});
+  EXPECT_EQ(Cpu().Stats().allocated_bytes - empty.allocated_bytes, 1216 + 5120);
+  t.reset();
+  big.reset();
+  EXPECT_EQ(Cpu().Stats().reserved_bytes - empty.reserved_bytes, 1216 + 5120);
+  Cpu().ReleaseCached();
+  s = Cpu().Stats();
+  EXPECT_EQ(s.reserved_bytes, s.allocated_bytes);
+  EXPECT_EQ(s.live_bytes, empty.live_bytes);
+}
+
+TEST(CpuMemoryMeter, ABlockTheSystemRefusesIsOutOfMemoryAndLeavesTheCountsAsTheyWere) {
+  const MemoryStats before = Cpu().Stats();
+  // 2^45 floats are 128 TiB: beyond any x86-64 process's address space, so refused whatever
+  // the machine's overcommit policy.
+  absl::Status refused = RunTorch([] { torch::empty({int64_t{1} << 45}); });
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_NE(refused.message().find("the system refused"), absl::string_view::npos) << refused;
+  const MemoryStats after = Cpu().Stats();
+  EXPECT_EQ(after.live_bytes, before.live_bytes);
+  EXPECT_EQ(after.allocated_bytes, before.allocated_bytes);
+  EXPECT_EQ(after.peak_bytes, before.peak_bytes);
+  EXPECT_LE(after.reserved_bytes, before.reserved_bytes);  // the cache was handed back first
+  // And the next allocation is counted as usual.
+  at::Tensor t = torch::empty({10});
+  EXPECT_EQ(Cpu().Stats().live_bytes - after.live_bytes, 40);
 }
 
 TEST(CpuMemoryMeter, CapThrowsOutOfMemoryWhichBecomesResourceExhausted) {

@@ -143,7 +143,8 @@ check_bad "steps=0 is not accepted" --steps=0
 check_bad "unknown device 'tpu'" --device=tpu
 check_bad "--memory_cap='lots' is not accepted" --memory_cap=lots
 check_bad "--memory_cap='nanGiB' is not accepted" --memory_cap=nanGiB
-check_bad "thread count 0 is not accepted" --threads=0
+check_bad "--threads='0' is not accepted" --threads=0
+check_bad "--blas_threads='x' is not accepted" --blas_threads=x
 check_bad "unknown preset 'huge'; accepted: quick, paper" --preset=huge
 check_bad "--depths: 'x' is not accepted" --depths=4,x
 check_bad "time limit -5 s is not accepted" --time_limit_s=-5

@@ -67,7 +67,8 @@ TEST(Sweep, OneRowPerConfigurationStoreAllFirst) {
   EXPECT_EQ(store_all.step_ms.size(), 3u);
   // A = 4 * 16 * 4 bytes = 256; store_all keeps 6 A + the 4-byte loss.
   EXPECT_EQ(store_all.activation_bytes, 6 * 256 + 4);
-  EXPECT_EQ(store_all.peak_reserved_bytes, store_all.peak_bytes);  // no cache on CPU
+  // Blocks round requests up, and the cache holds freed ones: reserved is at least live.
+  EXPECT_GE(store_all.peak_reserved_bytes, store_all.peak_bytes);
   EXPECT_GT(store_all.peak_bytes, store_all.baseline_bytes);
 
   // uniform's default for 6 stages is ceil(sqrt(6)) = 3 segments of 2: (2 + 2) A + 4.
@@ -109,6 +110,52 @@ TEST(Sweep, OutOfMemoryIsARowAndTheSweepGoesOn) {
   EXPECT_EQ((*rows)[3].status, "ok");
 }
 
+// A cap between two configurations' measured peaks makes exactly those above it oom, and leaves
+// the others' bytes as they were uncapped: the cap applies to each configuration's own steps,
+// not to the sweep's profiling or to the reference gradients it holds for the check (which
+// once made every strategy oom under a cap below store_all's peak). The caps are picked
+// between two measured values, as XLA's rematerialization tests pick their budgets.
+TEST(Sweep, ACapBetweenTwoPeaksMakesExactlyTheConfigurationsAboveItOom) {
+  SweepOptions o;
+  o.models = {"transformer:depth=2:hidden=16:heads=2:seq=48:batch=2"};
+  o.strategies = {"uniform", "recompute_all", "selective_attention", "chunked_sequence"};
+  o.steps = 1;
+  o.warmup = 1;
+  auto run = [&](std::optional<int64_t> cap) {
+    o.memory_cap = cap;
+    std::ostringstream progress;
+    absl::StatusOr<std::vector<ConfigResult>> rows = RunSweep(
+        o, Cpu(), [](const ConfigResult&) { return absl::OkStatus(); }, progress);
+    EXPECT_TRUE(rows.ok()) << rows.status();
+    return rows.ok() ? *rows : std::vector<ConfigResult>();
+  };
+  const std::vector<ConfigResult> uncapped = run(std::nullopt);
+  ASSERT_EQ(uncapped.size(), 5u);
+  std::vector<int64_t> peaks;
+  for (const ConfigResult& r : uncapped) {
+    ASSERT_EQ(r.status, "ok") << r.strategy << ": " << r.message;
+    peaks.push_back(r.peak_bytes);
+  }
+  std::sort(peaks.begin(), peaks.end());
+  peaks.erase(std::unique(peaks.begin(), peaks.end()), peaks.end());
+  ASSERT_GE(peaks.size(), 3u);
+  // Between the two lowest peaks, between the middle two, and just below the highest
+  // (store_all's, so the others run without their reference).
+  for (const int64_t cap : {(peaks[0] + peaks[1]) / 2,
+                            (peaks[peaks.size() / 2 - 1] + peaks[peaks.size() / 2]) / 2,
+                            peaks.back() - 1}) {
+    const std::vector<ConfigResult> capped = run(cap);
+    ASSERT_EQ(capped.size(), uncapped.size());
+    for (size_t i = 0; i < capped.size(); ++i) {
+      const bool above = uncapped[i].peak_bytes > cap;
+      EXPECT_EQ(capped[i].status, above ? "oom" : "ok")
+          << capped[i].strategy << " peaked at " << uncapped[i].peak_bytes << " uncapped; cap "
+          << cap << ": " << capped[i].message;
+      if (!above) EXPECT_EQ(capped[i].peak_bytes, uncapped[i].peak_bytes) << capped[i].strategy;
+    }
+  }
+}
+
 // A caching allocator's meter (CUDA's, in miniature) over the CPU's exact one: every block it
 // serves stays held after its tensor is freed, so reserved bytes are the most live bytes since
 // the cache was last released, until ReleaseCached hands the free ones back.
@@ -126,6 +173,7 @@ class CachingMeter final : public MemoryMeter {
     live_.ResetPeak();
   }
   absl::Status SetCap(std::optional<int64_t> bytes) override { return live_.SetCap(bytes); }
+  std::optional<int64_t> Cap() const override { return live_.Cap(); }
   std::string Describe() const override { return "cpu, counted as if it cached"; }
   void ReleaseCached() override {
     live_.ResetPeak();  // the window's earlier peak no longer needs holding
@@ -369,7 +417,7 @@ TEST(CsvRow, HasEveryColumnAndQuotesWhatNeedsIt) {
   r.model = "m";
   r.strategy = "s";
   r.message = "a, \"b\"";
-  EXPECT_EQ(CsvRow(r, 1).size(), ResultColumns().size());
+  EXPECT_EQ(CsvRow(r, ComputeThreads{}).size(), ResultColumns().size());
   EXPECT_EQ(CsvField(r.message), "\"a, \"\"b\"\"\"");
   EXPECT_EQ(CsvField("plain"), "plain");
 }
