@@ -2,14 +2,20 @@
 //
 // Stage i takes the tensors stage i-1 returned (stage 0 takes the batch's inputs) and
 // returns the tensors stage i+1 takes; the loss takes the last stage's outputs and the
-// batch's targets. A model declares its stages (kind, position-wise, stochastic) to the
-// planner and runs any of them on demand, so a strategy can store, recompute or chunk them.
-// Models register like strategies (see models/heavy_mlp.cc):
+// batch's targets. A model declares its stages (kind, named parts, stochastic, FLOPs;
+// core/stage.h) to the planner and runs any of them on demand, each named part through the
+// StageParts it is handed (core/parts.h), so a strategy can store, recompute or chunk them
+// without the model knowing plans. Models register like strategies (see models/heavy_mlp.cc),
+// one package and one line in models/models.bzl:
 //
 //   const ModelRegistration<HeavyMlpModel> registration;
+//
+// besides kId, kSummary, Params() and Create(), a model class declares the sizes the presets
+// and tests use (see ModelTraits).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,8 +23,10 @@
 #include "ATen/core/Tensor.h"
 #include "absl/status/statusor.h"
 #include "c10/core/Device.h"
-#include "core/plan.h"
+#include "core/parts.h"
 #include "core/registry.h"
+#include "core/spec.h"
+#include "core/stage.h"
 
 namespace ckpt {
 
@@ -34,11 +42,11 @@ class ChainModel {
   // The canonical model spec, every parameter filled in ("heavy_mlp:depth=20:...").
   virtual std::string spec() const = 0;
   virtual std::vector<StageInfo> Stages() const = 0;
-  // Runs stage `index` with autograd as the caller's grad mode says. `options` are the plan's
-  // for this stage (ValidatePlan has checked that the stage supports them); `batch` gives
-  // stages that need them the targets (an LM head that computes its own loss).
+  // Runs stage `index` with autograd as the caller's grad mode says, each of its named parts
+  // through `parts`, which applies the policy the plan chose; `batch` gives stages that need
+  // them the targets (an LM head that computes its own loss).
   virtual std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
-                                           const StageOptions& options, const Batch& batch) = 0;
+                                           const StageParts& parts, const Batch& batch) = 0;
   // A scalar, from the last stage's outputs (which may already be the loss).
   virtual at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) = 0;
   // A synthetic batch on the model's device; the same seed gives the same batch.
@@ -57,7 +65,20 @@ struct ModelContext {
   uint64_t init_seed = 0;  // parameters are initialised from this seed
 };
 
-using ModelRegistry = Registry<std::shared_ptr<ChainModel>, const ModelContext&>;
+// What a model declares besides its parameters: the sizes the presets run and the tests
+// generate. In the model class:
+//   static constexpr char kQuickSpec[] = "heavy_mlp:depth=16:hidden=1024:batch=64";  // or ""
+//   static std::vector<std::string> PaperSpecs();
+//   static std::string SmallSpec(const SpecChooser& choose);
+struct ModelTraits {
+  std::string quick_spec;                // the quick preset's size ("": not in it)
+  std::vector<std::string> paper_specs;  // the paper preset's sizes
+  // A small instance for the conformance and training tests, its sizes picked through the
+  // chooser, fast enough for hundreds of steps on a CPU; every spec it returns must be valid.
+  std::function<std::string(const SpecChooser&)> small_spec;
+};
+
+using ModelRegistry = Registry<std::shared_ptr<ChainModel>, ModelTraits, const ModelContext&>;
 
 // The process-wide model registry.
 ModelRegistry& Models();
@@ -68,7 +89,10 @@ absl::StatusOr<std::shared_ptr<ChainModel>> CreateModel(const std::string& spec_
 
 template <typename T>
 struct ModelRegistration {
-  ModelRegistration() { Models().Register({T::kId, T::kSummary, T::Params(), &T::Create}); }
+  ModelRegistration() {
+    Models().Register({T::kId, T::kSummary, T::Params(), &T::Create,
+                       ModelTraits{T::kQuickSpec, T::PaperSpecs(), &T::SmallSpec}});
+  }
 };
 
 }  // namespace ckpt

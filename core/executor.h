@@ -1,5 +1,5 @@
 // The chain executor: runs one training step (forward, loss, backward) of a ChainModel under
-// any valid Plan, and measures it.
+// any valid Plan, nested checkpoints and part policies included, and measures it.
 //
 //   ASSIGN_OR_RETURN(ChainExecutor exec, ChainExecutor::Create(model, plan, meter, device));
 //   ASSIGN_OR_RETURN(StepResult r, exec.Step(batch));   // gradients are now in .grad
@@ -69,6 +69,8 @@ class ChainExecutor {
   const Plan& plan() const { return plan_; }
 
  private:
+  struct Runner;  // what the segments' closures share (they run again in backward)
+
   ChainExecutor(std::shared_ptr<ChainModel> model, Plan plan, MemoryMeter* meter,
                 c10::Device device);
   at::Tensor RunForward(const Batch& batch);  // throws
@@ -79,9 +81,7 @@ class ChainExecutor {
   std::vector<StageInfo> stages_;
   MemoryMeter* meter_;
   c10::Device device_;
-  // Stage forwards since the step began, shared with the checkpointed closures (which run
-  // again in backward, on whichever thread autograd uses).
-  std::shared_ptr<std::atomic<int64_t>> stage_calls_;
+  std::shared_ptr<Runner> runner_;
 };
 
 }  // namespace ckpt

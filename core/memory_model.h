@@ -1,18 +1,18 @@
-// The analytical memory model: from a profile (per-stage bytes, measured once) and a plan,
-// predict the activation bytes after forward and the peak during the step, without running
-// the plan.
+// The analytical memory model: from a profile (per-stage bytes under each policy, measured
+// once) and a plan, predict the activation bytes after forward and the peak during the step,
+// without running the plan.
 //
-//   ASSIGN_OR_RETURN(ModelProfile profile,
-//                    ProfileModel(model, batch, meter, device, plan.stage_options));
-//   MemoryPrediction p = PredictMemory(profile, plan);
+//   ASSIGN_OR_RETURN(MemoryPrediction p, PredictMemory(profile, plan));
 //
 // How memory is counted: bytes of live tensors above the step's baseline (parameters, batch,
 // gradients kept from before). The model replays the step stage by stage as the executor runs
 // it: each stored stage adds what its graph retains and its output; a boundary tensor (one
 // stage's output, the next one's input) lives while its producer's graph, its consumer's
 // graph, a checkpoint, or the executor holds it; a checkpointed segment keeps its input and an
-// RNG snapshot, and in backward is rerun stored before its stages' backward; a recompute-all
-// segment reruns its prefix without a graph for every stage. Backward adds each stage's
+// RNG snapshot, and in backward is rerun under its inner plan (every stage stored, or nested
+// checkpoints, replayed the same way to any depth) before its stages' backward, holding its
+// incoming gradient and rerun outputs until that backward returns; a recompute-all segment
+// reruns its prefix without a graph for every stage. Backward adds each stage's
 // transient above its starting state, then frees what the stage retained and swaps the
 // incoming gradient for the input's gradient plus the parameters' first gradients.
 //
@@ -35,7 +35,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "core/plan.h"
+#include "core/profile.h"
 
 namespace ckpt {
 
@@ -44,10 +46,12 @@ struct MemoryPrediction {
   int64_t peak_bytes = 0;        // highest live during the step, above the baseline
 };
 
-// `profile` must be measured with the plan's stage options (ProfileModel(..., options)).
-// `timeline`, if given, receives a line per stage forward and backward of the replay with the
-// live and peak bytes before it ("backward block3.mlp: live 1234, peak 5678").
-MemoryPrediction PredictMemory(const ModelProfile& profile, const Plan& plan,
-                               std::vector<std::string>* timeline = nullptr);
+// `profile` must hold every stage under the plan's policy for it (ExtendProfile measures what
+// it lacks); FailedPrecondition names the first that is missing, and ValidatePlan's error
+// comes back for a plan that does not fit the stages. `timeline`, if given, receives a line
+// per stage forward and backward of the replay with the live and peak bytes before it
+// ("backward block3.mlp: live 1234, peak 5678").
+absl::StatusOr<MemoryPrediction> PredictMemory(const ModelProfile& profile, const Plan& plan,
+                                               std::vector<std::string>* timeline = nullptr);
 
 }  // namespace ckpt

@@ -22,9 +22,10 @@
 
 namespace ckpt {
 
-// `Product` is what a factory makes (e.g. std::unique_ptr<Strategy>); `Args` are extra
-// arguments every factory of this kind takes (e.g. the device for a model).
-template <typename Product, typename... Args>
+// `Product` is what a factory makes (e.g. std::unique_ptr<Strategy>); `Traits` is what else a
+// plugin of this kind declares about itself (e.g. a model's small sizes for the tests); `Args`
+// are extra arguments every factory of this kind takes (e.g. the device for a model).
+template <typename Product, typename Traits, typename... Args>
 class Registry {
  public:
   using Factory = std::function<absl::StatusOr<Product>(const ParamValues&, Args...)>;
@@ -34,6 +35,7 @@ class Registry {
     std::string summary;  // one line: what it is
     std::vector<ParamDef> params;
     Factory factory;
+    Traits traits;
   };
 
   // `kind` names what is registered ("strategy", "model") in messages.
@@ -56,6 +58,13 @@ class Registry {
     std::vector<std::string> ids;
     for (const auto& [id, unused] : entries_) ids.push_back(id);
     return ids;
+  }
+
+  // Every entry, in id order.
+  std::vector<const Entry*> Entries() const {
+    std::vector<const Entry*> entries;
+    for (const auto& [id, entry] : entries_) entries.push_back(&entry);
+    return entries;
   }
 
   absl::StatusOr<const Entry*> Find(const std::string& id) const {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -90,6 +91,11 @@ class ParamValues {
   std::map<std::string, int64_t, std::less<>> ints_;
   std::map<std::string, double, std::less<>> floats_;
 };
+
+// Picks an integer in [lo, hi] for the quantity `what`: how a plugin describes the small
+// instances tests generate (the tests pass RapidCheck's generators, so that a failing case
+// shrinks), without depending on a test library.
+using SpecChooser = std::function<int64_t(absl::string_view what, int64_t lo, int64_t hi)>;
 
 // Checks `spec` against `defs`: an unknown key or a bad value is an InvalidArgument error that
 // names the key or value and what is accepted.

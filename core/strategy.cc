@@ -16,7 +16,9 @@ absl::StatusOr<std::unique_ptr<Strategy>> CreateStrategy(const std::string& spec
 
 absl::StatusOr<Plan> PlanFor(const std::string& spec_text, const ModelProfile& profile) {
   ASSIGN_OR_RETURN(std::unique_ptr<Strategy> strategy, CreateStrategy(spec_text));
-  return strategy->MakePlan(profile);
+  ASSIGN_OR_RETURN(Plan plan, strategy->MakePlan(profile));
+  RETURN_IF_ERROR(ValidatePlan(plan, profile.stages));
+  return plan;
 }
 
 }  // namespace ckpt

@@ -1,7 +1,9 @@
 // The strategy plugin interface and its registry.
 //
-// A strategy turns a model profile into a plan; it never runs a tensor. To add one, create
-// strategies/<id>/ with a class like this and add its id to strategies/strategies.bzl:
+// A strategy turns a model profile (core/profile.h: the stages, their parts, and what each
+// stage costs under each policy it offers) into a plan (core/plan.h); it never runs a tensor.
+// To add one, create strategies/<id>/ with a class like this and add its id to
+// strategies/strategies.bzl:
 //
 //   class MyStrategy : public Strategy {
 //    public:
@@ -14,15 +16,23 @@
 //   // in my_strategy.cc, in an anonymous namespace:
 //   const StrategyRegistration<MyStrategy> registration;
 //
+// A strategy that plans to a memory budget names the parameter that holds it:
+//   static constexpr char kBudgetParam[] = "budget";
+// (a kBytes parameter: the peak bytes above the baseline its plans must fit); the sweep's
+// --budgets sets it, and the property tests hold it to its promise: every plan's predicted peak
+// fits its budget, and a larger budget never makes the predicted step slower.
+//
 // Needs no LibTorch.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/plan.h"
+#include "core/profile.h"
 #include "core/registry.h"
 #include "core/spec.h"
 
@@ -36,7 +46,12 @@ class Strategy {
   virtual absl::StatusOr<Plan> MakePlan(const ModelProfile& profile) const = 0;
 };
 
-using StrategyRegistry = Registry<std::unique_ptr<Strategy>>;
+// What a strategy declares about itself besides its parameters.
+struct StrategyTraits {
+  std::string budget_param;  // the kBytes parameter holding its memory budget, or empty
+};
+
+using StrategyRegistry = Registry<std::unique_ptr<Strategy>, StrategyTraits>;
 
 // The process-wide strategy registry.
 StrategyRegistry& Strategies();
@@ -44,13 +59,26 @@ StrategyRegistry& Strategies();
 // Parses and binds a spec such as "uniform:segments=4" and creates the strategy.
 absl::StatusOr<std::unique_ptr<Strategy>> CreateStrategy(const std::string& spec_text);
 
-// CreateStrategy, then its plan for `profile`: the first error of the two.
+// CreateStrategy, then its plan for `profile`, validated against the profile's stages: the
+// first error.
 absl::StatusOr<Plan> PlanFor(const std::string& spec_text, const ModelProfile& profile);
+
+namespace internal {
+template <typename T, typename = void>
+struct BudgetParamOf {
+  static std::string Get() { return ""; }
+};
+template <typename T>
+struct BudgetParamOf<T, std::void_t<decltype(T::kBudgetParam)>> {
+  static std::string Get() { return T::kBudgetParam; }
+};
+}  // namespace internal
 
 template <typename T>
 struct StrategyRegistration {
   StrategyRegistration() {
-    Strategies().Register({T::kId, T::kSummary, T::Params(), &T::Create});
+    Strategies().Register({T::kId, T::kSummary, T::Params(), &T::Create,
+                           StrategyTraits{internal::BudgetParamOf<T>::Get()}});
   }
 };
 

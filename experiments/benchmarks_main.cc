@@ -26,17 +26,15 @@
 #include "core/profiler.h"
 #include "core/strategy.h"
 #include "core/torch_status.h"
+#include "core/workload.h"
+#include "experiments/presets.h"
 #include "experiments/sweep.h"
 #include "torch/version.h"
 
-ABSL_FLAG(std::string, models,
-          "heavy_mlp:depth=8:hidden=512:batch=64,"
-          "transformer:depth=2:hidden=128:heads=4:seq=64:batch=2,"
-          "gpt2:depth=2:hidden=128:heads=4:seq=64:batch=2:vocab=2048",
-          "comma-separated model specs (CPU-sized by default)");
-ABSL_FLAG(std::string, strategies,
-          "store_all,uniform,recompute_all,selective_attention,chunked_sequence",
-          "comma-separated strategy specs");
+ABSL_FLAG(std::string, models, "",
+          "comma-separated model specs (default: the quick preset's, CPU-sized)");
+ABSL_FLAG(std::string, strategies, "",
+          "comma-separated strategy specs (default: every registered strategy)");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu, cuda or cuda:N");
 ABSL_FLAG(std::string, threads, "1", "LibTorch's intra-op threads: an integer or auto");
 ABSL_FLAG(std::string, blas_threads, "auto", "OpenBLAS's threads: an integer or auto");
@@ -52,25 +50,18 @@ namespace {
 // One training step of `model_spec` under `strategy_spec` per iteration.
 void TrainingStep(benchmark::State& state, const std::string& model_spec,
                   const std::string& strategy_spec, c10::Device device, MemoryMeter* meter) {
-  ModelContext context;
-  context.device = device;
-  absl::StatusOr<std::shared_ptr<ChainModel>> model = CreateModel(model_spec, context);
-  if (!model.ok()) return state.SkipWithError(std::string(model.status().message()).c_str());
-  (*model)->SetTraining(true);
-  absl::StatusOr<Batch> batch = RunTorch([&] { return (*model)->MakeBatch(0); });
-  absl::StatusOr<ModelProfile> profile =
-      batch.ok() ? ProfileModel(**model, *batch, *meter, device, {}, /*repeats=*/1)
-                 : absl::StatusOr<ModelProfile>(batch.status());
-  absl::StatusOr<Plan> plan =
-      profile.ok() ? PlanFor(strategy_spec, *profile) : absl::StatusOr<Plan>(profile.status());
-  absl::StatusOr<ChainExecutor> exec =
-      plan.ok() ? ChainExecutor::Create(*model, *plan, meter, device)
-                : absl::StatusOr<ChainExecutor>(plan.status());
-  if (!exec.ok()) return state.SkipWithError(std::string(exec.status().message()).c_str());
+  WorkloadOptions options;
+  options.device = device;
+  absl::StatusOr<Workload> workload = Workload::Build(model_spec, options);
+  absl::StatusOr<PlannedRun> run = workload.ok() ? workload->Plan(strategy_spec, *meter)
+                                                 : absl::StatusOr<PlannedRun>(workload.status());
+  if (!run.ok()) return state.SkipWithError(std::string(run.status().message()).c_str());
+  ChainExecutor& exec = run->executor;
+  const Batch& batch = workload->batch();
 
   StepResult last;
   for (auto _ : state) {
-    absl::StatusOr<StepResult> r = exec->Step(*batch);
+    absl::StatusOr<StepResult> r = exec.Step(batch);
     if (!r.ok()) return state.SkipWithError(std::string(r.status().message()).c_str());
     if (device.is_cuda()) state.SetIterationTime(r->step_ms / 1000.0);
     last = *r;
@@ -81,7 +72,7 @@ void TrainingStep(benchmark::State& state, const std::string& model_spec,
   state.counters["peak_bytes"] =
       Counter(static_cast<double>(last.peak_bytes), Counter::kDefaults, Counter::OneK::kIs1024);
   state.counters["recompute_forwards"] = static_cast<double>(last.recompute_forwards);
-  state.SetLabel(plan->Describe());
+  state.SetLabel(run->plan.Describe(workload->model()->Stages()));
 }
 
 int Main(int argc, char** argv) {
@@ -97,9 +88,16 @@ int Main(int argc, char** argv) {
   absl::StatusOr<MemoryMeter*> meter = MemoryMeterFor(*device);
   if (!meter.ok()) Die(meter.status());
 
+  absl::StatusOr<Preset> quick = FindPreset("quick");
+  if (!quick.ok()) Die(quick.status());
   SweepOptions options;  // for its validation of every spec before anything runs
-  options.models = absl::StrSplit(absl::GetFlag(FLAGS_models), ',');
-  options.strategies = absl::StrSplit(absl::GetFlag(FLAGS_strategies), ',');
+  options.models = absl::GetFlag(FLAGS_models).empty()
+                       ? quick->models
+                       : std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_models), ','));
+  options.strategies =
+      absl::GetFlag(FLAGS_strategies).empty()
+          ? quick->strategies
+          : std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_strategies), ','));
   if (absl::Status s = ValidateSweep(options); !s.ok()) Die(s);
 
   benchmark::AddCustomContext("libtorch", absl::StrCat(TORCH_VERSION_MAJOR, ".",

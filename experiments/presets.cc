@@ -2,30 +2,32 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/chain_model.h"
+#include "core/strategy.h"
 
 namespace ckpt {
 namespace {
 
-const std::vector<std::string> kAllStrategies = {"store_all", "uniform", "recompute_all",
-                                                 "selective_attention", "chunked_sequence"};
+// Every registered strategy, with its default parameters.
+std::vector<std::string> AllStrategies() { return Strategies().Ids(); }
 
-const std::vector<Preset>& Presets() {
-  static const auto* presets = new std::vector<Preset>{
-      {"quick", "CPU-sized MLP, encoder and decoder with every strategy (about a minute here)",
-       {"heavy_mlp:depth=16:hidden=1024:batch=64",
-        "transformer:depth=4:hidden=256:heads=4:seq=128:batch=4",
-        "gpt2:depth=4:hidden=256:heads=4:seq=128:batch=2:vocab=8192"},
-       kAllStrategies},
-      {"paper",
-       "the classic demonstration sizes (Chen et al.'s MLPs, BERT-base-like encoder, GPT-2 "
-       "small and medium): for a GPU or a patient CPU",
-       {"heavy_mlp:depth=20:hidden=4096:batch=32", "heavy_mlp:depth=40:hidden=4096:batch=64",
-        "deep_mlp:depth=20:hidden=1024:batch=32",
-        "transformer:depth=6:hidden=768:heads=12:seq=256:batch=4",
-        "gpt2:size=small:seq=256:batch=2", "gpt2:size=medium:seq=256:batch=2"},
-       kAllStrategies},
-  };
-  return *presets;
+// The presets, from the registries: every strategy, and each model's sizes for the preset.
+std::vector<Preset> Presets() {
+  Preset quick{"quick",
+               "CPU-sized models (each model's quick size) with every strategy (about a minute "
+               "on 2 cores)",
+               {},
+               AllStrategies()};
+  Preset paper{"paper",
+               "the classic demonstration sizes (Chen et al.'s MLPs, a BERT-base-like encoder, "
+               "GPT-2 small and medium): for a GPU or a patient CPU",
+               {},
+               AllStrategies()};
+  for (const auto* model : Models().Entries()) {
+    if (!model->traits.quick_spec.empty()) quick.models.push_back(model->traits.quick_spec);
+    for (const std::string& spec : model->traits.paper_specs) paper.models.push_back(spec);
+  }
+  return {quick, paper};
 }
 
 }  // namespace

@@ -1,4 +1,6 @@
-// Named sweep configurations (--preset): which models and strategies a sweep runs by default.
+// Named sweep configurations (--preset): which models and strategies a sweep runs by default,
+// taken from the registries: every registered strategy with its default parameters, and each
+// registered model's sizes for the preset (ModelTraits), in id order.
 #pragma once
 
 #include <string>

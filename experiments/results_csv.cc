@@ -38,6 +38,8 @@ const std::vector<std::string>& ResultColumns() {
       "max_grad_diff_vs_store_all",
       "loss",
       "steps",
+      "step_gflop",
+      "achieved_gflops",
       "threads",
       "blas_threads",
       "model_arg",

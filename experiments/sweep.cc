@@ -18,6 +18,7 @@
 #include "core/status_macros.h"
 #include "core/strategy.h"
 #include "core/torch_status.h"
+#include "core/workload.h"
 #include "experiments/report.h"
 #include "experiments/results_csv.h"
 
@@ -51,24 +52,6 @@ std::vector<at::Tensor> CollectGradients(ChainModel& model, const Batch& batch) 
 
 double Elapsed(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-// The analytical model's prediction for `plan`, from a profile taken with its stage options.
-absl::StatusOr<MemoryPrediction> Predict(ChainModel& model, const Batch& batch,
-                                         MemoryMeter& meter, c10::Device device,
-                                         const Plan& plan,
-                                         std::map<std::vector<StageOptions>, ModelProfile>& cache) {
-  std::vector<StageOptions> key = plan.stage_options;
-  if (std::all_of(key.begin(), key.end(), [](const StageOptions& o) { return o.IsDefault(); })) {
-    key.clear();
-  }
-  auto it = cache.find(key);
-  if (it == cache.end()) {
-    ASSIGN_OR_RETURN(ModelProfile profile,
-                     ProfileModel(model, batch, meter, device, key, /*repeats=*/1));
-    it = cache.emplace(key, std::move(profile)).first;
-  }
-  return PredictMemory(it->second, plan);
 }
 
 // Progress on a stream: a line per round, with the steps done, elapsed time and an estimate
@@ -110,44 +93,31 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
     return out;
   };
 
-  ModelContext context;
-  context.device = options.device;
-  context.init_seed = options.seed;
-  absl::StatusOr<std::shared_ptr<ChainModel>> created = CreateModel(model_spec, context);
-  if (!created.ok()) return fail_all(created.status());
-  std::shared_ptr<ChainModel> model = *created;
-  model->SetTraining(true);
-  absl::StatusOr<Batch> batch = RunTorch([&] { return model->MakeBatch(options.seed); });
-  if (!batch.ok()) return fail_all(batch.status());
-  absl::StatusOr<ModelProfile> profile = ProfileModel(*model, *batch, meter, options.device);
-  if (!profile.ok()) return fail_all(profile.status());
-  // Profiles by stage options, for the predictions (most strategies share the default one).
-  std::map<std::vector<StageOptions>, ModelProfile> profiles;
-  profiles.emplace(std::vector<StageOptions>(), *profile);
+  WorkloadOptions workload_options;
+  workload_options.device = options.device;
+  workload_options.seed = options.seed;
+  absl::StatusOr<Workload> workload = Workload::Build(model_spec, workload_options);
+  if (!workload.ok()) return fail_all(workload.status());
+  const std::shared_ptr<ChainModel>& model = workload->model();
+  const Batch& batch = workload->batch();
+  absl::StatusOr<const ModelProfile*> profiled = workload->Profile(meter);
+  if (!profiled.ok()) return fail_all(profiled.status());
+  // Plans may extend it with the policies they use.
+  ModelProfile profile = **profiled;
+  const double step_flops = 3 * ForwardFlops(profile.stages);
 
   for (Config& c : configs) {
     c.result.model = model->spec();
-    absl::StatusOr<Plan> plan = PlanFor(c.result.strategy, *profile);
-    if (!plan.ok()) {
-      Fail(c.result, plan.status());
+    c.result.step_gflop = step_flops / 1e9;
+    absl::StatusOr<PlannedRun> run = workload->Plan(c.result.strategy, profile, meter);
+    if (!run.ok()) {
+      Fail(c.result, run.status());
       continue;
     }
-    c.result.strategy = plan->strategy;
-    c.result.plan = plan->Describe();
-    absl::StatusOr<MemoryPrediction> predicted = Predict(*model, *batch, meter, options.device,
-                                                         *plan, profiles);
-    if (!predicted.ok()) {
-      Fail(c.result, predicted.status());
-      continue;
-    }
-    c.result.predicted = *predicted;
-    absl::StatusOr<ChainExecutor> exec =
-        ChainExecutor::Create(model, *std::move(plan), &meter, options.device);
-    if (!exec.ok()) {
-      Fail(c.result, exec.status());
-      continue;
-    }
-    c.executor.emplace(*std::move(exec));
+    c.result.strategy = run->plan.strategy;
+    c.result.plan = run->plan.Describe(profile.stages);
+    c.result.predicted = run->predicted;
+    c.executor.emplace(std::move(run->executor));
   }
 
   // Timing and memory: interleaved rounds, warm-up first, under the measured cap.
@@ -163,7 +133,7 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
       // model before) left cached would otherwise count for every strategy after it.
       StepOptions step_options;
       step_options.release_cached = round == 0;
-      absl::StatusOr<StepResult> r = c.executor->Step(*batch, step_options);
+      absl::StatusOr<StepResult> r = c.executor->Step(batch, step_options);
       progress.Steps(1);
       if (!r.ok()) {
         Fail(c.result, r.status());
@@ -193,9 +163,9 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
   double reference_scale = 0;
   if (reference.executor) {
     SeedRound(options.seed);
-    absl::StatusOr<StepResult> r = reference.executor->Step(*batch);
+    absl::StatusOr<StepResult> r = reference.executor->Step(batch);
     const absl::Status copied = !r.ok() ? r.status() : RunTorch([&] {
-      for (const at::Tensor& g : CollectGradients(*model, *batch)) {
+      for (const at::Tensor& g : CollectGradients(*model, batch)) {
         reference_grads.push_back(g.defined() ? g.clone() : g);
         if (g.defined()) reference_scale = std::max(reference_scale, g.abs().max().item<double>());
       }
@@ -206,14 +176,14 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
     c.result.max_grad_diff_vs_store_all = kNaN;
     if (!c.executor || reference_grads.empty()) continue;
     SeedRound(options.seed);
-    absl::StatusOr<StepResult> r = c.executor->Step(*batch);
+    absl::StatusOr<StepResult> r = c.executor->Step(batch);
     if (!r.ok()) {
       Fail(c.result, r.status());
       continue;
     }
     absl::StatusOr<double> diff =
         RunTorch([&] {
-          return MaxGradientDifference(CollectGradients(*model, *batch), reference_grads);
+          return MaxGradientDifference(CollectGradients(*model, batch), reference_grads);
         });
     c.result.max_grad_diff_vs_store_all = diff.ok() ? *diff : kNaN;
     // Agreement is required up to float32 rounding relative to the gradients' scale
@@ -342,28 +312,29 @@ absl::StatusOr<std::vector<DepthPoint>> RunDepthScan(const SweepOptions& options
     }
     for (int depth : depths) {
       const std::string model_spec = absl::StrCat(base, ":depth=", depth);
-      ModelContext context;
-      context.device = options.device;
-      context.init_seed = options.seed;
-      absl::StatusOr<std::shared_ptr<ChainModel>> model = CreateModel(model_spec, context);
-      if (!model.ok()) {
-        progress.Line(absl::StrCat(model_spec, ": ", model.status().message()));
+      WorkloadOptions workload_options;
+      workload_options.device = options.device;
+      workload_options.seed = options.seed;
+      // Bytes are what this scan reports; planners get one timing of each stage.
+      workload_options.profile.min_repeats = 1;
+      workload_options.profile.min_time_ms = 0;
+      absl::StatusOr<Workload> workload = Workload::Build(model_spec, workload_options);
+      absl::StatusOr<const ModelProfile*> profiled =
+          workload.ok() ? workload->Profile(meter)
+                        : absl::StatusOr<const ModelProfile*>(workload.status());
+      if (!profiled.ok()) {
+        progress.Line(absl::StrCat(model_spec, ": ", profiled.status().message()));
         progress.Steps(order.size());
         continue;
       }
-      (*model)->SetTraining(true);
-      absl::StatusOr<Batch> batch = RunTorch([&] { return (*model)->MakeBatch(options.seed); });
-      if (!batch.ok()) return batch.status();
-      const ModelProfile profile = StructureOnlyProfile(**model);
+      ModelProfile profile = **profiled;
       for (const std::string& strategy_spec : order) {
         progress.Steps(1);
-        absl::StatusOr<Plan> plan = PlanFor(strategy_spec, profile);
-        absl::StatusOr<ChainExecutor> exec =
-            plan.ok() ? ChainExecutor::Create(*model, *plan, &meter, options.device)
-                      : absl::StatusOr<ChainExecutor>(plan.status());
+        absl::StatusOr<PlannedRun> run = workload->Plan(strategy_spec, profile, meter);
         SeedRound(options.seed);
         absl::StatusOr<StepResult> step =
-            exec.ok() ? exec->Step(*batch) : absl::StatusOr<StepResult>(exec.status());
+            run.ok() ? run->executor.Step(workload->batch())
+                     : absl::StatusOr<StepResult>(run.status());
         if (!step.ok()) {
           progress.Line(absl::StrCat(model_spec, " ", strategy_spec, ": ", step.status().message()));
           continue;
@@ -452,6 +423,8 @@ std::vector<std::string> CsvRow(const ConfigResult& r, const ComputeThreads& thr
           ok ? absl::StrFormat("%g", r.max_grad_diff_vs_store_all) : "",
           ok ? absl::StrFormat("%.9g", r.loss) : "",
           absl::StrCat(r.step_ms.size()),
+          r.step_gflop > 0 ? absl::StrFormat("%.4f", r.step_gflop) : "",
+          ok && r.step_gflop > 0 ? Num(r.step_gflop / (median / 1000), 2) : "",
           absl::StrCat(threads.intra_op),
           absl::StrCat(threads.blas),
           r.model_arg,

@@ -73,6 +73,10 @@ struct ConfigResult {
   double activation_vs_store_all = 0;
   double peak_vs_store_all = 0;  // of peak_bytes - baseline_bytes
   double max_grad_diff_vs_store_all = 0;  // max |g - g_store_all| over every gradient
+  // The model's matrix-product GFLOP per training step (three times the forward's, as the
+  // stages declare them; 0 when they declare none): the same for every strategy, so its rate
+  // is useful work per second, recomputation not counted.
+  double step_gflop = 0;
   double loss = 0;
 };
 

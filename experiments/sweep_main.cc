@@ -39,6 +39,7 @@
 #include "core/status_macros.h"
 #include "core/strategy.h"
 #include "core/torch_status.h"
+#include "core/workload.h"
 #include "experiments/presets.h"
 #include "experiments/report.h"
 #include "experiments/results_csv.h"
@@ -162,32 +163,33 @@ std::string DefaultOutDir() {
   return absl::StrCat(workspace != nullptr ? workspace : ".", "/results/sweep-", stamp);
 }
 
-// Prints each strategy's plan for each model (--explain), with its predicted memory.
+// Prints each strategy's plan for each model (--explain) as a tree, with its predicted memory.
 absl::Status Explain(const SweepOptions& options, MemoryMeter& meter) {
   for (const std::string& model_spec : options.models) {
-    ModelContext context;
-    context.device = options.device;
-    ASSIGN_OR_RETURN(std::shared_ptr<ChainModel> model, CreateModel(model_spec, context));
-    ASSIGN_OR_RETURN(Batch batch, RunTorch([&] { return model->MakeBatch(options.seed); }));
-    ASSIGN_OR_RETURN(ModelProfile profile,
-                     ProfileModel(*model, batch, meter, options.device, {}, /*repeats=*/1));
-    std::printf("%s (%zu stages)\n", model->spec().c_str(), profile.stages.size());
-    for (const std::string& strategy_spec : options.strategies) {
-      ASSIGN_OR_RETURN(std::unique_ptr<Strategy> strategy, CreateStrategy(strategy_spec));
-      absl::StatusOr<Plan> plan = strategy->MakePlan(profile);
-      if (!plan.ok()) {
+    WorkloadOptions workload_options;
+    workload_options.device = options.device;
+    workload_options.seed = options.seed;
+    ASSIGN_OR_RETURN(Workload workload, Workload::Build(model_spec, workload_options));
+    ASSIGN_OR_RETURN(const ModelProfile* measured, workload.Profile(meter));
+    ModelProfile profile = *measured;
+    std::printf("%s (%d stages)\n", profile.model.c_str(), profile.num_stages());
+    for (const std::string& strategy_spec : StrategyOrder(options.strategies)) {
+      absl::StatusOr<PlannedRun> run = workload.Plan(strategy_spec, profile, meter);
+      if (!run.ok()) {
         std::printf("  %s: %s\n", strategy_spec.c_str(),
-                    std::string(plan.status().message()).c_str());
+                    std::string(run.status().message()).c_str());
         continue;
       }
-      ASSIGN_OR_RETURN(ModelProfile plan_profile,
-                       ProfileModel(*model, batch, meter, options.device, plan->stage_options,
-                                    /*repeats=*/1));
-      const MemoryPrediction predicted = PredictMemory(plan_profile, *plan);
-      std::printf("  %s: %s\n    %s\n    predicted: %.2f MiB of activations after forward, "
-                  "peak %.2f MiB above the baseline\n",
-                  plan->strategy.c_str(), plan->summary.c_str(), plan->Describe().c_str(),
-                  predicted.activation_bytes / 1048576.0, predicted.peak_bytes / 1048576.0);
+      std::printf("  %s: %s\n    predicted: %.2f MiB of activations after forward, peak %.2f "
+                  "MiB above the baseline; %lld stage forwards rerun in backward\n",
+                  run->plan.strategy.c_str(), run->plan.summary.c_str(),
+                  run->predicted.activation_bytes / 1048576.0,
+                  run->predicted.peak_bytes / 1048576.0,
+                  static_cast<long long>(run->plan.RecomputedStages()));
+      for (absl::string_view line :
+           absl::StrSplit(run->plan.DescribeTree(profile.stages), '\n', absl::SkipEmpty())) {
+        std::printf("    %s\n", std::string(line).c_str());
+      }
     }
   }
   return absl::OkStatus();

@@ -15,6 +15,7 @@
 #include "core/profiler.h"
 #include "core/status_macros.h"
 #include "core/strategy.h"
+#include "core/workload.h"
 #include "core/torch_status.h"
 #include "experiments/loss_scaler.h"
 #include "experiments/report.h"
@@ -40,32 +41,33 @@ void ClipGradientNorm(const std::vector<at::Tensor>& params, double max_norm) {
   }
 }
 
-// One strategy's curve on a fresh model. Throws LibTorch's exceptions (caught by the caller).
+// One strategy's curve on a fresh model, planned from `profile` (of the same model spec).
+// Throws LibTorch's exceptions (caught by the caller).
 LossCurve Train(const std::string& model_spec, const std::string& strategy_spec,
-                const ModelProfile& profile, const SweepOptions& sweep,
-                const TrainingOptions& options, MemoryMeter& meter, bool* chunked) {
+                ModelProfile& profile, const SweepOptions& sweep, const TrainingOptions& options,
+                MemoryMeter& meter, bool* chunked) {
   LossCurve curve;
+  curve.model = model_spec;
   curve.strategy = strategy_spec;
-  ModelContext context;
-  context.device = sweep.device;
-  context.init_seed = sweep.seed;
-  absl::StatusOr<std::shared_ptr<ChainModel>> model = CreateModel(model_spec, context);
-  absl::StatusOr<Plan> plan = PlanFor(strategy_spec, profile);
-  absl::StatusOr<ChainExecutor> exec =
-      !model.ok()  ? absl::StatusOr<ChainExecutor>(model.status())
-      : !plan.ok() ? absl::StatusOr<ChainExecutor>(plan.status())
-                   : ChainExecutor::Create(*model, *plan, &meter, sweep.device);
-  if (!exec.ok()) {
-    curve.status = "error";
-    curve.message = std::string(exec.status().message());
+  WorkloadOptions workload_options;
+  workload_options.device = sweep.device;
+  workload_options.seed = sweep.seed;
+  absl::StatusOr<Workload> workload = Workload::Build(model_spec, workload_options);
+  absl::StatusOr<PlannedRun> run = workload.ok()
+                                       ? workload->Plan(strategy_spec, profile, meter)
+                                       : absl::StatusOr<PlannedRun>(workload.status());
+  if (!run.ok()) {
+    curve.status = FailureStatus(run.status());
+    curve.message = std::string(run.status().message());
     return curve;
   }
-  curve.model = (*model)->spec();
-  curve.strategy = plan->strategy;
-  *chunked = plan->ChunksSequence();
-  (*model)->SetTraining(true);
+  const std::shared_ptr<ChainModel>& model = workload->model();
+  ChainExecutor* exec = &run->executor;
+  curve.model = model->spec();
+  curve.strategy = run->plan.strategy;
+  *chunked = curve.chunked = run->plan.ChunksSequence();
 
-  std::vector<at::Tensor> params = (*model)->Parameters();
+  std::vector<at::Tensor> params = model->Parameters();
   torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(options.learning_rate));
   const bool fp16 = options.amp && sweep.device.is_cuda();
   const bool scaling = options.loss_scaling.value_or(fp16);
@@ -88,7 +90,7 @@ LossCurve Train(const std::string& model_spec, const std::string& strategy_spec,
     std::vector<at::Tensor> sums(params.size());
     for (int micro = 0; micro < options.accumulate; ++micro) {
       const uint64_t index = static_cast<uint64_t>(step) * options.accumulate + micro;
-      const Batch batch = (*model)->MakeBatch(sweep.seed + 1 + index);
+      const Batch batch = model->MakeBatch(sweep.seed + 1 + index);
       at::manual_seed(sweep.seed + 7919 * (index + 1));
       absl::StatusOr<StepResult> r = exec->Step(batch, step_options);
       if (!r.ok()) {
@@ -170,15 +172,18 @@ absl::StatusOr<std::vector<LossCurve>> RunTraining(const SweepOptions& sweep,
   const std::vector<std::string> order = StrategyOrder(sweep.strategies);
   std::vector<LossCurve> curves;
   for (const std::string& model_spec : sweep.models) {
-    // One profile per model, for the strategies to plan from.
-    ModelContext context;
-    context.device = sweep.device;
-    context.init_seed = sweep.seed;
-    ASSIGN_OR_RETURN(std::shared_ptr<ChainModel> probe, CreateModel(model_spec, context));
-    ASSIGN_OR_RETURN(Batch batch, RunTorch([&] { return probe->MakeBatch(sweep.seed); }));
-    ASSIGN_OR_RETURN(ModelProfile profile,
-                     ProfileModel(*probe, batch, meter, sweep.device, {}, /*repeats=*/1));
-    probe.reset();
+    // One profile per model, for the strategies to plan from (bytes only: training reads
+    // no times).
+    WorkloadOptions workload_options;
+    workload_options.device = sweep.device;
+    workload_options.seed = sweep.seed;
+    workload_options.profile.timed = false;
+    ModelProfile profile;
+    {
+      ASSIGN_OR_RETURN(Workload probe, Workload::Build(model_spec, workload_options));
+      ASSIGN_OR_RETURN(const ModelProfile* measured, probe.Profile(meter));
+      profile = *measured;
+    }
 
     const size_t first = curves.size();
     for (const std::string& strategy_spec : order) {

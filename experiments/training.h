@@ -41,6 +41,7 @@ struct LossCurve {
   double max_diff_vs_store_all = 0;  // max over steps of |loss - store_all's loss|
   double tolerance = 0;              // what the comparison allowed (0: identical)
   int skipped_steps = 0;  // steps skipped for non-finite scaled gradients (loss scaling)
+  bool chunked = false;   // the plan runs stages in chunks (its sums may be reassociated)
 };
 
 // InvalidArgument for steps < 1, accumulate < 1 or bad scaler options (naming them).

@@ -6,7 +6,6 @@
 #include "ATen/ops/randn.h"
 #include "ATen/ops/relu.h"
 #include "absl/strings/str_cat.h"
-#include "core/checkpoint.h"
 #include "models/model_init.h"
 
 namespace ckpt {
@@ -49,25 +48,37 @@ absl::StatusOr<std::shared_ptr<ChainModel>> DeepMlpModel::Create(const ParamValu
                                         context.device);
 }
 
+std::vector<std::string> DeepMlpModel::PaperSpecs() {
+  return {"deep_mlp:depth=20:hidden=1024:batch=32"};
+}
+
+std::string DeepMlpModel::SmallSpec(const SpecChooser& choose) {
+  return absl::StrCat("deep_mlp:depth=", choose("depth", 2, 5), ":hidden=",
+                      choose("hidden", 1, 24), ":batch=", choose("batch", 1, 4));
+}
+
 std::vector<StageInfo> DeepMlpModel::Stages() const {
   std::vector<StageInfo> stages;
-  const int64_t depth = module_->options.depth();
-  for (int64_t i = 0; i < depth; ++i) {
-    const bool last = i == depth - 1;
+  const DeepMlpOptions& o = module_->options;
+  for (int64_t i = 0; i < o.depth(); ++i) {
+    const bool last = i == o.depth() - 1;
+    const double in = static_cast<double>(i == 0 ? o.in_features() : o.hidden());
+    const double out = static_cast<double>(last ? o.classes() : o.hidden());
     stages.push_back({absl::StrCat(last ? "head" : "layer", i),
-                      last ? StageKind::kHead : StageKind::kMlp, /*position_wise=*/true,
-                      /*stochastic=*/false});
+                      last ? StageKind::kHead : StageKind::kMlp, /*stochastic=*/false,
+                      {SequencePart("rows")}, 2 * static_cast<double>(batch_) * in * out});
   }
   return stages;
 }
 
 std::vector<at::Tensor> DeepMlpModel::RunStage(int index, const std::vector<at::Tensor>& in,
-                                               const StageOptions& options, const Batch&) {
-  return ChunkedCheckpoint(
+                                               const StageParts& parts, const Batch&) {
+  return parts.RunChunked(
+      "rows",
       [this, index](const std::vector<at::Tensor>& x, int64_t) {
         return std::vector<at::Tensor>{module_->forward_layer(index, x[0])};
       },
-      in, {true}, /*dim=*/0, options.sequence_chunks, kNoRngReplay);
+      in, {true}, /*dim=*/0);
 }
 
 at::Tensor DeepMlpModel::Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) {

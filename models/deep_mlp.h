@@ -44,14 +44,17 @@ class DeepMlpModel : public ModuleModel<DeepMlp> {
   static constexpr char kSummary[] =
       "Linear(1024, hidden), (depth-2) x Linear(hidden, hidden), Linear(hidden, 10), ReLU "
       "between, cross-entropy on random labels";
+  static constexpr char kQuickSpec[] = "";  // the quick preset's MLP is heavy_mlp
   static std::vector<ParamDef> Params();
   static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,
                                                             const ModelContext& context);
+  static std::vector<std::string> PaperSpecs();
+  static std::string SmallSpec(const SpecChooser& choose);
 
   using ModuleModel::ModuleModel;
   std::vector<StageInfo> Stages() const override;
   std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
-                                   const StageOptions& options, const Batch& batch) override;
+                                   const StageParts& parts, const Batch& batch) override;
   at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) override;
   Batch MakeBatch(uint64_t seed) override;
 };

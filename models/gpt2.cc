@@ -7,7 +7,6 @@
 #include "ATen/ops/linear.h"
 #include "ATen/ops/randint.h"
 #include "absl/strings/str_cat.h"
-#include "core/checkpoint.h"
 #include "models/model_init.h"
 
 namespace ckpt {
@@ -44,20 +43,14 @@ Gpt2Impl::Gpt2Impl(const Gpt2Options& options_) : options(options_) {
   ln_f_ = register_module("ln_f", MakeLayerNorm(h));
 }
 
-at::Tensor Gpt2Impl::Embed(const at::Tensor& tokens, const StageOptions& stage) {
+at::Tensor Gpt2Impl::Embed(const at::Tensor& tokens) {
   const double p = is_training() ? options.dropout() : 0.0;
   const int64_t seq = tokens.size(1);
-  const int64_t seed = DrawDropoutSeed();
-  auto chunk = [this, p, seq, seed](const std::vector<at::Tensor>& in, int64_t offset) {
-    const at::Tensor positions =
-        at::arange(offset, offset + in[0].size(1), in[0].options().dtype(at::kLong));
-    return std::vector<at::Tensor>{
-        CounterDropout(wte_(in[0]) + wpe_(positions), p, seed, 1, offset, seq)};
-  };
-  return ChunkedCheckpoint(chunk, {tokens}, {true}, 1, stage.sequence_chunks, kNoRngReplay)[0];
+  const at::Tensor positions = at::arange(seq, tokens.options().dtype(at::kLong));
+  return CounterDropout(wte_(tokens) + wpe_(positions), p, DrawDropoutSeed(), 1, 0, seq);
 }
 
-at::Tensor Gpt2Impl::AttentionStage(int64_t b, const at::Tensor& x, const StageOptions& stage) {
+at::Tensor Gpt2Impl::AttentionStage(int64_t b, const at::Tensor& x, const StageParts& parts) {
   const double p = is_training() ? options.dropout() : 0.0;
   const int64_t seq = x.size(1);
   const int64_t attention_seed = DrawDropoutSeed();
@@ -66,7 +59,7 @@ at::Tensor Gpt2Impl::AttentionStage(int64_t b, const at::Tensor& x, const StageO
   const at::Tensor normed = ln1_[b](x);
   const at::Tensor k = attention_[b]->KeysTransposed(normed);
   const at::Tensor v = attention_[b]->Values(normed);
-  auto chunk = [this, b, p, seq, attention_seed, residual_seed, stage](
+  auto chunk = [this, b, p, seq, attention_seed, residual_seed, parts](
                    const std::vector<at::Tensor>& in, int64_t offset) {
     const at::Tensor q = attention_[b]->Queries(in[1]);
     auto core = [offset, p, attention_seed](const std::vector<at::Tensor>& qkv) {
@@ -74,37 +67,37 @@ at::Tensor Gpt2Impl::AttentionStage(int64_t b, const at::Tensor& x, const StageO
                                                              /*causal=*/true, p,
                                                              attention_seed)};
     };
-    const at::Tensor context = stage.recompute_attention_core
-                                   ? Checkpoint(core, {q, in[2], in[3]}, kNoRngReplay)[0]
-                                   : core({q, in[2], in[3]})[0];
+    const at::Tensor context = parts.Run("core", core, {q, in[2], in[3]})[0];
     return std::vector<at::Tensor>{
         in[0] + CounterDropout(attention_[b]->Output(context), p, residual_seed, 1, offset, seq)};
   };
-  return ChunkedCheckpoint(chunk, {x, normed, k, v}, {true, true, false, false}, 1,
-                           stage.sequence_chunks, kNoRngReplay)[0];
+  return parts.RunChunked("sequence", chunk, {x, normed, k, v}, {true, true, false, false}, 1)[0];
 }
 
-at::Tensor Gpt2Impl::MlpStage(int64_t b, const at::Tensor& x, const StageOptions& stage) {
+at::Tensor Gpt2Impl::MlpStage(int64_t b, const at::Tensor& x, const StageParts& parts) {
   const double p = is_training() ? options.dropout() : 0.0;
   const int64_t seq = x.size(1);
   const int64_t seed = DrawDropoutSeed();
-  auto chunk = [this, b, p, seq, seed](const std::vector<at::Tensor>& in, int64_t offset) {
-    return std::vector<at::Tensor>{
-        in[0] + CounterDropout(mlp_[b](ln2_[b](in[0])), p, seed, 1, offset, seq)};
+  auto chunk = [this, b, p, seq, seed, parts](const std::vector<at::Tensor>& in,
+                                              int64_t offset) {
+    auto mlp = [this, b](const std::vector<at::Tensor>& h) {
+      return std::vector<at::Tensor>{mlp_[b](ln2_[b](h[0]))};
+    };
+    const at::Tensor y = parts.Run("hidden", mlp, {in[0]})[0];
+    return std::vector<at::Tensor>{in[0] + CounterDropout(y, p, seed, 1, offset, seq)};
   };
-  return ChunkedCheckpoint(chunk, {x}, {true}, 1, stage.sequence_chunks, kNoRngReplay)[0];
+  return parts.RunChunked("sequence", chunk, {x}, {true}, 1)[0];
 }
 
 at::Tensor Gpt2Impl::HeadLoss(const at::Tensor& x, const at::Tensor& targets,
-                              const StageOptions& stage) {
+                              const StageParts& parts) {
   // Summed per chunk, divided once: the mean over every token, whatever the chunking.
   auto chunk = [this](const std::vector<at::Tensor>& in, int64_t) {
     const at::Tensor logits = at::linear(ln_f_(in[0]), wte_->weight);
     return std::vector<at::Tensor>{at::cross_entropy_loss(
         logits.flatten(0, 1), in[1].flatten(), /*weight=*/{}, at::Reduction::Sum)};
   };
-  const at::Tensor sum = ChunkedCheckpoint(chunk, {x, targets}, {true, true}, 1,
-                                           stage.sequence_chunks, kNoRngReplay)[0];
+  const at::Tensor sum = parts.RunChunked("sequence", chunk, {x, targets}, {true, true}, 1)[0];
   return sum / static_cast<double>(targets.numel());
 }
 
@@ -160,28 +153,56 @@ absl::StatusOr<std::shared_ptr<ChainModel>> Gpt2Model::Create(const ParamValues&
                                      context.device);
 }
 
+std::vector<std::string> Gpt2Model::PaperSpecs() {
+  return {"gpt2:size=small:seq=256:batch=2", "gpt2:size=medium:seq=256:batch=2"};
+}
+
+std::string Gpt2Model::SmallSpec(const SpecChooser& choose) {
+  const int64_t heads = choose("heads", 1, 3), head_dim = choose("head width", 1, 6);
+  const int64_t seq = choose("seq", 1, 9);
+  // Vocabularies near the sequence's size, and far larger, as GPT-2's is (50257 against 1024
+  // positions): the tied embedding's gradient then outweighs a stage's output.
+  const int64_t vocab =
+      choose("vocabulary far larger than seq", 0, 1) ? choose("vocab", 200, 1999)
+                                                     : choose("vocab", 2, 39);
+  static const char* const kDropout[] = {"0", "0.1", "0.5"};
+  return absl::StrCat("gpt2:depth=", choose("depth", 1, 2), ":hidden=", heads * head_dim,
+                      ":heads=", heads, ":seq=", seq, ":batch=", choose("batch", 1, 2),
+                      ":vocab=", vocab, ":context=", seq + 2,
+                      ":dropout=", kDropout[choose("dropout", 0, 2)]);
+}
+
 std::vector<StageInfo> Gpt2Model::Stages() const {
-  const bool stochastic = module_->options.dropout() > 0;
+  const Gpt2Options& o = module_->options;
+  const bool stochastic = o.dropout() > 0;
+  const double tokens = static_cast<double>(batch_ * seq_);
+  const double h = static_cast<double>(o.hidden());
+  // As the transformer's (models/transformer.cc); the causal mask is applied to full scores.
+  const double attention_flops = 8 * tokens * h * h + 4 * tokens * static_cast<double>(seq_) * h;
+  const double mlp_flops = 16 * tokens * h * h;
   std::vector<StageInfo> stages;
-  stages.push_back({"embedding", StageKind::kEmbedding, /*position_wise=*/true, stochastic});
-  for (int64_t b = 0; b < module_->options.depth(); ++b) {
-    stages.push_back({absl::StrCat("block", b, ".attention"), StageKind::kAttention,
-                      /*position_wise=*/false, stochastic});
-    stages.push_back(
-        {absl::StrCat("block", b, ".mlp"), StageKind::kMlp, /*position_wise=*/true, stochastic});
+  // The embedding offers no chunking: a lookup has no intermediates to spare, and each chunk's
+  // backward would make a dense gradient of the whole (tied) table.
+  stages.push_back({"embedding", StageKind::kEmbedding, stochastic, {}, 0});
+  for (int64_t b = 0; b < o.depth(); ++b) {
+    stages.push_back({absl::StrCat("block", b, ".attention"), StageKind::kAttention, stochastic,
+                      {AttentionCorePart(), SequencePart()}, attention_flops});
+    stages.push_back({absl::StrCat("block", b, ".mlp"), StageKind::kMlp, stochastic,
+                      {MlpHiddenPart(), SequencePart()}, mlp_flops});
   }
-  stages.push_back({"head", StageKind::kHead, /*position_wise=*/true, /*stochastic=*/false});
+  stages.push_back({"head", StageKind::kHead, /*stochastic=*/false, {SequencePart()},
+                    2 * tokens * h * static_cast<double>(o.vocab())});
   return stages;
 }
 
 std::vector<at::Tensor> Gpt2Model::RunStage(int index, const std::vector<at::Tensor>& in,
-                                            const StageOptions& options, const Batch& batch) {
+                                            const StageParts& parts, const Batch& batch) {
   const int64_t depth = module_->options.depth();
-  if (index == 0) return {module_->Embed(in.at(0), options)};
-  if (index == 2 * depth + 1) return {module_->HeadLoss(in.at(0), batch.targets.at(0), options)};
+  if (index == 0) return {module_->Embed(in.at(0))};
+  if (index == 2 * depth + 1) return {module_->HeadLoss(in.at(0), batch.targets.at(0), parts)};
   const int64_t block = (index - 1) / 2;
-  if ((index - 1) % 2 == 0) return {module_->AttentionStage(block, in.at(0), options)};
-  return {module_->MlpStage(block, in.at(0), options)};
+  if ((index - 1) % 2 == 0) return {module_->AttentionStage(block, in.at(0), parts)};
+  return {module_->MlpStage(block, in.at(0), parts)};
 }
 
 Batch Gpt2Model::MakeBatch(uint64_t seed) {

@@ -38,11 +38,14 @@ struct Gpt2Options {
 class Gpt2Impl : public torch::nn::Module {
  public:
   explicit Gpt2Impl(const Gpt2Options& options);
-  at::Tensor Embed(const at::Tensor& tokens, const StageOptions& options);
-  at::Tensor AttentionStage(int64_t block, const at::Tensor& x, const StageOptions& options);
-  at::Tensor MlpStage(int64_t block, const at::Tensor& x, const StageOptions& options);
+  // The embedding has no parts. The other stages run their positions in the chunks of their
+  // part "sequence"; the attention core is the part "core", the MLP with its LayerNorm (the
+  // 4x-wide hidden activation) "hidden".
+  at::Tensor Embed(const at::Tensor& tokens);
+  at::Tensor AttentionStage(int64_t block, const at::Tensor& x, const StageParts& parts);
+  at::Tensor MlpStage(int64_t block, const at::Tensor& x, const StageParts& parts);
   // Mean next-token cross-entropy of the final hidden states against `targets`.
-  at::Tensor HeadLoss(const at::Tensor& x, const at::Tensor& targets, const StageOptions& options);
+  at::Tensor HeadLoss(const at::Tensor& x, const at::Tensor& targets, const StageParts& parts);
 
   Gpt2Options options;
 
@@ -60,15 +63,19 @@ class Gpt2Model : public ModuleModel<Gpt2> {
   static constexpr char kId[] = "gpt2";
   static constexpr char kSummary[] =
       "GPT-2 decoder: embedding, depth x (causal attention + MLP), tied LM head with its loss";
+  static constexpr char kQuickSpec[] =
+      "gpt2:depth=4:hidden=256:heads=4:seq=128:batch=2:vocab=8192";
   static std::vector<ParamDef> Params();
   static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,
                                                             const ModelContext& context);
+  static std::vector<std::string> PaperSpecs();
+  static std::string SmallSpec(const SpecChooser& choose);
 
   Gpt2Model(std::string spec, Gpt2 net, int64_t seq, int64_t batch, c10::Device device)
       : ModuleModel(std::move(spec), std::move(net), batch, device), seq_(seq) {}
   std::vector<StageInfo> Stages() const override;
   std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
-                                   const StageOptions& options, const Batch& batch) override;
+                                   const StageParts& parts, const Batch& batch) override;
   // The head stage already returns the loss.
   at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) override {
     return outputs.at(0);

@@ -5,7 +5,6 @@
 #include "ATen/ops/randn.h"
 #include "ATen/ops/relu.h"
 #include "absl/strings/str_cat.h"
-#include "core/checkpoint.h"
 #include "models/model_init.h"
 
 namespace ckpt {
@@ -46,23 +45,34 @@ absl::StatusOr<std::shared_ptr<ChainModel>> HeavyMlpModel::Create(const ParamVal
                                          params.Int("batch"), context.device);
 }
 
+std::vector<std::string> HeavyMlpModel::PaperSpecs() {
+  return {"heavy_mlp:depth=20:hidden=4096:batch=32", "heavy_mlp:depth=40:hidden=4096:batch=64"};
+}
+
+std::string HeavyMlpModel::SmallSpec(const SpecChooser& choose) {
+  return absl::StrCat("heavy_mlp:depth=", choose("depth", 1, 6), ":hidden=",
+                      choose("hidden", 1, 24), ":batch=", choose("batch", 1, 6));
+}
+
 std::vector<StageInfo> HeavyMlpModel::Stages() const {
+  const double hidden = static_cast<double>(module_->options.hidden());
   std::vector<StageInfo> stages;
   for (int64_t i = 0; i < module_->options.depth(); ++i) {
-    stages.push_back({absl::StrCat("block", i), StageKind::kMlp, /*position_wise=*/true,
-                      /*stochastic=*/false});
+    // Rows are independent: the chunkable axis is the batch's.
+    stages.push_back({absl::StrCat("block", i), StageKind::kMlp, /*stochastic=*/false,
+                      {SequencePart("rows")}, 2 * static_cast<double>(batch_) * hidden * hidden});
   }
   return stages;
 }
 
 std::vector<at::Tensor> HeavyMlpModel::RunStage(int index, const std::vector<at::Tensor>& in,
-                                                const StageOptions& options, const Batch&) {
-  // Rows are independent: "sequence" chunks are chunks of the batch.
-  return ChunkedCheckpoint(
+                                                const StageParts& parts, const Batch&) {
+  return parts.RunChunked(
+      "rows",
       [this, index](const std::vector<at::Tensor>& x, int64_t) {
         return std::vector<at::Tensor>{module_->forward_block(index, x[0])};
       },
-      in, {true}, /*dim=*/0, options.sequence_chunks, kNoRngReplay);
+      in, {true}, /*dim=*/0);
 }
 
 at::Tensor HeavyMlpModel::Loss(const std::vector<at::Tensor>& outputs, const Batch&) {

@@ -49,14 +49,17 @@ class HeavyMlpModel : public ModuleModel<HeavyMlp> {
   static constexpr char kId[] = "heavy_mlp";
   static constexpr char kSummary[] =
       "depth x (Linear(hidden, hidden) + ReLU), loss = sum of the output";
+  static constexpr char kQuickSpec[] = "heavy_mlp:depth=16:hidden=1024:batch=64";
   static std::vector<ParamDef> Params();
   static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,
                                                             const ModelContext& context);
+  static std::vector<std::string> PaperSpecs();
+  static std::string SmallSpec(const SpecChooser& choose);
 
   using ModuleModel::ModuleModel;
   std::vector<StageInfo> Stages() const override;
   std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
-                                   const StageOptions& options, const Batch& batch) override;
+                                   const StageParts& parts, const Batch& batch) override;
   at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) override;
   Batch MakeBatch(uint64_t seed) override;
 };

@@ -5,7 +5,6 @@
 #include "ATen/ops/mse_loss.h"
 #include "ATen/ops/randn.h"
 #include "absl/strings/str_cat.h"
-#include "core/checkpoint.h"
 #include "models/model_init.h"
 
 namespace ckpt {
@@ -27,7 +26,7 @@ TransformerImpl::TransformerImpl(const TransformerOptions& options_) : options(o
 }
 
 at::Tensor TransformerImpl::AttentionStage(int64_t b, const at::Tensor& x,
-                                           const StageOptions& stage) {
+                                           const StageParts& parts) {
   const double p = is_training() ? options.dropout() : 0.0;
   const int64_t seq = x.size(1);
   const int64_t attention_seed = DrawDropoutSeed();
@@ -35,7 +34,7 @@ at::Tensor TransformerImpl::AttentionStage(int64_t b, const at::Tensor& x,
   // Keys and values of the whole sequence, computed once; queries per chunk.
   const at::Tensor k = attention_[b]->KeysTransposed(x);
   const at::Tensor v = attention_[b]->Values(x);
-  auto chunk = [this, b, p, seq, attention_seed, residual_seed, stage](
+  auto chunk = [this, b, p, seq, attention_seed, residual_seed, parts](
                    const std::vector<at::Tensor>& in, int64_t offset) {
     const at::Tensor& xq = in[0];
     const at::Tensor q = attention_[b]->Queries(xq);
@@ -44,27 +43,28 @@ at::Tensor TransformerImpl::AttentionStage(int64_t b, const at::Tensor& x,
                                                              /*causal=*/false, p,
                                                              attention_seed)};
     };
-    const at::Tensor context = stage.recompute_attention_core
-                                   ? Checkpoint(core, {q, in[1], in[2]}, kNoRngReplay)[0]
-                                   : core({q, in[1], in[2]})[0];
+    const at::Tensor context = parts.Run("core", core, {q, in[1], in[2]})[0];
     const at::Tensor attended =
         CounterDropout(attention_[b]->Output(context), p, residual_seed, 1, offset, seq);
     return std::vector<at::Tensor>{ln1_[b](xq + attended)};
   };
-  return ChunkedCheckpoint(chunk, {x, k, v}, {true, false, false}, /*dim=*/1,
-                           stage.sequence_chunks, kNoRngReplay)[0];
+  return parts.RunChunked("sequence", chunk, {x, k, v}, {true, false, false}, /*dim=*/1)[0];
 }
 
-at::Tensor TransformerImpl::MlpStage(int64_t b, const at::Tensor& x, const StageOptions& stage) {
+at::Tensor TransformerImpl::MlpStage(int64_t b, const at::Tensor& x, const StageParts& parts) {
   const double p = is_training() ? options.dropout() : 0.0;
   const int64_t seq = x.size(1);
   const int64_t seed = DrawDropoutSeed();
-  auto chunk = [this, b, p, seq, seed](const std::vector<at::Tensor>& in, int64_t offset) {
+  auto chunk = [this, b, p, seq, seed, parts](const std::vector<at::Tensor>& in,
+                                              int64_t offset) {
     const at::Tensor& xc = in[0];
-    return std::vector<at::Tensor>{
-        ln2_[b](xc + CounterDropout(mlp_[b](xc), p, seed, 1, offset, seq))};
+    auto mlp = [this, b](const std::vector<at::Tensor>& h) {
+      return std::vector<at::Tensor>{mlp_[b](h[0])};
+    };
+    const at::Tensor y = parts.Run("hidden", mlp, {xc})[0];
+    return std::vector<at::Tensor>{ln2_[b](xc + CounterDropout(y, p, seed, 1, offset, seq))};
   };
-  return ChunkedCheckpoint(chunk, {x}, {true}, /*dim=*/1, stage.sequence_chunks, kNoRngReplay)[0];
+  return parts.RunChunked("sequence", chunk, {x}, {true}, /*dim=*/1)[0];
 }
 
 std::vector<ParamDef> TransformerModel::Params() {
@@ -93,23 +93,41 @@ absl::StatusOr<std::shared_ptr<ChainModel>> TransformerModel::Create(const Param
                                             context.device);
 }
 
+std::vector<std::string> TransformerModel::PaperSpecs() {
+  return {"transformer:depth=6:hidden=768:heads=12:seq=256:batch=4"};
+}
+
+std::string TransformerModel::SmallSpec(const SpecChooser& choose) {
+  const int64_t heads = choose("heads", 1, 3), head_dim = choose("head width", 1, 6);
+  static const char* const kDropout[] = {"0", "0.1", "0.5"};
+  return absl::StrCat("transformer:depth=", choose("depth", 1, 2), ":hidden=", heads * head_dim,
+                      ":heads=", heads, ":seq=", choose("seq", 1, 9), ":batch=",
+                      choose("batch", 1, 3), ":dropout=", kDropout[choose("dropout", 0, 2)]);
+}
+
 std::vector<StageInfo> TransformerModel::Stages() const {
   const bool stochastic = module_->options.dropout() > 0;
+  const double tokens = static_cast<double>(batch_ * seq_);
+  const double h = static_cast<double>(module_->options.hidden());
+  // Q, K, V and output projections (2 x tokens x h x h each), scores and probabilities x
+  // values (2 x tokens x seq x h each); the MLP's two 4x-wide products.
+  const double attention_flops = 8 * tokens * h * h + 4 * tokens * static_cast<double>(seq_) * h;
+  const double mlp_flops = 16 * tokens * h * h;
   std::vector<StageInfo> stages;
   for (int64_t b = 0; b < module_->options.depth(); ++b) {
-    stages.push_back({absl::StrCat("block", b, ".attention"), StageKind::kAttention,
-                      /*position_wise=*/false, stochastic});
-    stages.push_back({absl::StrCat("block", b, ".mlp"), StageKind::kMlp,
-                      /*position_wise=*/true, stochastic});
+    stages.push_back({absl::StrCat("block", b, ".attention"), StageKind::kAttention, stochastic,
+                      {AttentionCorePart(), SequencePart()}, attention_flops});
+    stages.push_back({absl::StrCat("block", b, ".mlp"), StageKind::kMlp, stochastic,
+                      {MlpHiddenPart(), SequencePart()}, mlp_flops});
   }
   return stages;
 }
 
 std::vector<at::Tensor> TransformerModel::RunStage(int index, const std::vector<at::Tensor>& in,
-                                                   const StageOptions& options, const Batch&) {
+                                                   const StageParts& parts, const Batch&) {
   const int64_t block = index / 2;
-  if (index % 2 == 0) return {module_->AttentionStage(block, in.at(0), options)};
-  return {module_->MlpStage(block, in.at(0), options)};
+  if (index % 2 == 0) return {module_->AttentionStage(block, in.at(0), parts)};
+  return {module_->MlpStage(block, in.at(0), parts)};
 }
 
 at::Tensor TransformerModel::Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) {

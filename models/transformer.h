@@ -33,10 +33,13 @@ struct TransformerOptions {
 class TransformerImpl : public torch::nn::Module {
  public:
   explicit TransformerImpl(const TransformerOptions& options);
-  // Block b's attention stage on the query positions [offset, offset + x_q.size(1)) of x
-  // (all of x when x_q is x): LN1(x_q + Dropout(Attention(x_q attending to x))).
-  at::Tensor AttentionStage(int64_t block, const at::Tensor& x, const StageOptions& options);
-  at::Tensor MlpStage(int64_t block, const at::Tensor& x, const StageOptions& options);
+  // Block b's attention stage, LN1(x + Dropout(Attention(x))): its query positions in the
+  // chunks of the part "sequence", each chunk attending to all of x; the attention core is
+  // the part "core".
+  at::Tensor AttentionStage(int64_t block, const at::Tensor& x, const StageParts& parts);
+  // Block b's MLP stage, LN2(x + Dropout(MLP(x))): positions in the chunks of "sequence", the
+  // MLP (its 4x-wide hidden activation) the part "hidden".
+  at::Tensor MlpStage(int64_t block, const at::Tensor& x, const StageParts& parts);
 
   TransformerOptions options;
 
@@ -52,16 +55,19 @@ class TransformerModel : public ModuleModel<Transformer> {
   static constexpr char kId[] = "transformer";
   static constexpr char kSummary[] =
       "post-LayerNorm encoder: depth x (attention + MLP stages), MSE loss on random targets";
+  static constexpr char kQuickSpec[] = "transformer:depth=4:hidden=256:heads=4:seq=128:batch=4";
   static std::vector<ParamDef> Params();
   static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,
                                                             const ModelContext& context);
+  static std::vector<std::string> PaperSpecs();
+  static std::string SmallSpec(const SpecChooser& choose);
 
   TransformerModel(std::string spec, Transformer net, int64_t seq, int64_t batch,
                    c10::Device device)
       : ModuleModel(std::move(spec), std::move(net), batch, device), seq_(seq) {}
   std::vector<StageInfo> Stages() const override;
   std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
-                                   const StageOptions& options, const Batch& batch) override;
+                                   const StageParts& parts, const Batch& batch) override;
   at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) override;
   Batch MakeBatch(uint64_t seed) override;
 

@@ -9,6 +9,7 @@ STRATEGIES = [
     "chunked_sequence",
     "recompute_all",
     "selective_attention",
+    "selective_mlp",
     "store_all",
     "uniform",
 ]

@@ -39,8 +39,12 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "core/chain_model.h"
+#include "core/parts.h"
 #include "core/strategy.h"
 #include "experiments/sweep.h"
 #include "gtest/gtest.h"
@@ -59,8 +63,9 @@ int64_t LargestStageOutput(ChainModel& model, const Batch& batch) {
   torch::NoGradGuard no_grad;
   int64_t largest = 0;
   std::vector<at::Tensor> x = batch.inputs;
-  for (size_t i = 0; i < model.Stages().size(); ++i) {
-    x = model.RunStage(static_cast<int>(i), x, {}, batch);
+  const std::vector<StageInfo> stages = model.Stages();
+  for (size_t i = 0; i < stages.size(); ++i) {
+    x = model.RunStage(static_cast<int>(i), x, StageParts(stages[i]), batch);
     for (const at::Tensor& t : x) largest = std::max<int64_t>(largest, t.nbytes());
   }
   return largest;
@@ -80,112 +85,130 @@ class ScopedDefaultDtype {
 };
 
 // A generated case: the model, its mode, whether float inputs take gradients, the seed of
-// parameters (seed), batch (seed + 1) and dropout (seed + 2).
-struct Case {
+// parameters and batch (seed) and dropout (seed + 2).
+struct CaseSpec {
   std::string model_spec;
   bool training = true;
   bool input_grad = true;
   uint64_t seed = 0;
 };
 
-// The case's model and batch on the test device, in the current default dtype.
-std::pair<std::shared_ptr<ChainModel>, Batch> Build(const Case& c) {
-  ModelContext context;
-  context.init_seed = c.seed;
-  context.device = testing::TestDevice();
-  absl::StatusOr<std::shared_ptr<ChainModel>> model = CreateModel(c.model_spec, context);
-  RC_ASSERT(model.ok());
-  (*model)->SetTraining(c.training);
-  Batch batch = (*model)->MakeBatch(c.seed + 1);
-  for (at::Tensor& x : batch.inputs) {
-    if (x.is_floating_point()) x.requires_grad_(c.input_grad);
-  }
-  return {*model, std::move(batch)};
+CaseSpec GenerateCase(const std::string& model_id) {
+  CaseSpec c;
+  c.model_spec = *testing::SmallModelSpec(model_id).as("model");
+  c.training = *rc::gen::weightedElement<bool>({{4, true}, {1, false}}).as("training");
+  c.input_grad = *rc::gen::weightedElement<bool>({{3, true}, {1, false}})
+                      .as("float inputs require grad");
+  c.seed = *rc::gen::inRange<uint64_t>(0, 1 << 20).as("seed");
+  return c;
 }
 
-// max |g - g_store_all| / max(max |g_store_all|, 1) for `strategy_spec` on the float64 twin of
-// the case.
-double RelativeDifferenceInFloat64(const Case& c, const std::string& strategy_spec) {
+// The case's model, batch and profile on the test device, in the current default dtype.
+testing::Case Build(const CaseSpec& c) {
+  absl::StatusOr<testing::Case> built =
+      testing::BuildCase(c.model_spec, c.seed, c.training, c.input_grad);
+  RC_ASSERT(built.ok());
+  return *std::move(built);
+}
+
+// max |g - g_store_all| / max(max |g_store_all|, 1) for `plan` (a plan of the case's model,
+// which has the same stages in float64) on the float64 twin of the case.
+double RelativeDifferenceInFloat64(const CaseSpec& c, const Plan& plan) {
   ScopedDefaultDtype float64(caffe2::TypeMeta::Make<double>());
-  const auto [model, batch] = Build(c);
-  for (const at::Tensor& x : batch.inputs) {
+  testing::Case twin = Build(c);
+  for (const at::Tensor& x : twin.workload->batch().inputs) {
     RC_ASSERT(!x.is_floating_point() || x.scalar_type() == at::kDouble);
   }
-  absl::StatusOr<Run> reference = StepUnder(model, batch, "store_all", c.seed + 2);
-  absl::StatusOr<Run> run = StepUnder(model, batch, strategy_spec, c.seed + 2);
+  absl::StatusOr<Run> reference = StepUnder(twin, "store_all", c.seed + 2);
+  absl::StatusOr<Run> run = StepUnder(twin, plan, c.seed + 2);
   RC_ASSERT(reference.ok() && run.ok());
   RC_ASSERT(reference->grads.front().scalar_type() == at::kDouble);
   return MaxGradientDifference(run->grads, reference->grads) /
          std::max(MaxAbs(reference->grads), 1.0);
 }
 
-// One generated case of `model`: every strategy against store_all.
-void CheckEveryStrategy(const std::string& model_id) {
-  Case c;
-  c.model_spec = *testing::SmallModelSpec(model_id).as("model");
-  c.training = *rc::gen::weightedElement<bool>({{4, true}, {1, false}}).as("training");
-  c.input_grad = *rc::gen::weightedElement<bool>({{3, true}, {1, false}})
-                      .as("float inputs require grad");
-  c.seed = *rc::gen::inRange<uint64_t>(0, 1 << 20).as("seed");
+// `run` against store_all's `reference` on case `c`: gradients, the loss, recompute counts and
+// the memory model's bytes.
+void CheckAgainstStoreAll(const CaseSpec& c, testing::Case& built, const Run& reference,
+                          const Run& run) {
   const bool on_cpu = testing::TestDevice().is_cpu();
-  const auto [model, batch] = Build(c);
+  const double scale = MaxAbs(reference.grads);
+  if (!on_cpu) {
+    RC_ASSERT(MaxGradientDifference(run.grads, reference.grads) <= 1e-4 * std::max(scale, 1.0));
+    RC_ASSERT(std::abs(run.step.loss - reference.step.loss) <=
+              1e-5 * std::max(std::abs(reference.step.loss), 1.0));
+  } else if (run.plan.ChunksSequence()) {
+    RC_ASSERT(MaxGradientDifference(run.grads, reference.grads) <= 1e-2 * std::max(scale, 1.0));
+    RC_ASSERT(RelativeDifferenceInFloat64(c, run.plan) <= 1e-9);
+  } else {
+    RC_ASSERT(MaxGradientDifference(run.grads, reference.grads) == 0.0);
+    RC_ASSERT(run.step.loss == reference.step.loss);
+  }
+  // Recompute counts of whole stages follow the plan's formula.
+  RC_ASSERT(run.step.recompute_forwards == run.plan.RecomputedStages());
 
-  absl::StatusOr<Run> reference = StepUnder(model, batch, "store_all", c.seed + 2);
-  RC_ASSERT(reference.ok());
-  const double scale = MaxAbs(reference->grads);
   const int64_t peak_tolerance =
-      LargestStageOutput(*model, batch) + 1024;
+      LargestStageOutput(*built.workload->model(), built.workload->batch()) + 1024;
+  const int64_t measured_peak = run.step.peak_bytes - run.step.baseline_bytes;
+  // Printed for a failing case only: what a tolerance question needs.
+  RC_LOG() << run.plan.Describe(built.profile.stages) << ": activations predicted "
+           << run.predicted.activation_bytes << ", measured " << run.step.activation_bytes
+           << "; peak above the baseline predicted " << run.predicted.peak_bytes << ", measured "
+           << measured_peak << " (tolerance " << peak_tolerance << "); baseline "
+           << run.step.baseline_bytes << "\n";
+  RC_ASSERT(run.predicted.activation_bytes == run.step.activation_bytes);
+  RC_ASSERT(std::abs(run.predicted.peak_bytes - measured_peak) <= peak_tolerance);
+}
 
+// One generated case of `model_id`: every registered strategy against store_all.
+void CheckEveryStrategy(const std::string& model_id) {
+  const CaseSpec c = GenerateCase(model_id);
+  testing::Case built = Build(c);
+  absl::StatusOr<Run> reference = StepUnder(built, "store_all", c.seed + 2);
+  RC_ASSERT(reference.ok());
   for (const std::string& id : Strategies().Ids()) {
     const std::string spec = *testing::StrategySpec(id).as("strategy " + id);
-    absl::StatusOr<Run> run = StepUnder(model, batch, spec, c.seed + 2);
+    absl::StatusOr<Run> run = StepUnder(built, spec, c.seed + 2);
     if (!run.ok()) {
       // Parameters that do not fit this model (more segments than stages): a clear error.
       RC_ASSERT(run.status().code() == absl::StatusCode::kInvalidArgument);
       continue;
     }
     RC_TAG(id);
-    if (!on_cpu) {
-      RC_ASSERT(MaxGradientDifference(run->grads, reference->grads) <=
-                1e-4 * std::max(scale, 1.0));
-      RC_ASSERT(std::abs(run->step.loss - reference->step.loss) <=
-                1e-5 * std::max(std::abs(reference->step.loss), 1.0));
-    } else if (run->plan.ChunksSequence()) {
-      RC_ASSERT(MaxGradientDifference(run->grads, reference->grads) <=
-                1e-2 * std::max(scale, 1.0));
-      RC_ASSERT(RelativeDifferenceInFloat64(c, spec) <= 1e-9);
-    } else {
-      RC_ASSERT(MaxGradientDifference(run->grads, reference->grads) == 0.0);
-      RC_ASSERT(run->step.loss == reference->step.loss);
-    }
-    // Recompute counts of whole stages follow the plan's formula.
-    RC_ASSERT(run->step.recompute_forwards == run->plan.RecomputedStages());
-
-    const MemoryPrediction predicted = testing::Predict(*model, batch, run->plan);
-    RC_ASSERT(predicted.activation_bytes == run->step.activation_bytes);
-    const int64_t measured_peak = run->step.peak_bytes - run->step.baseline_bytes;
-    // Printed for a failing case only: what a tolerance question needs.
-    RC_LOG() << spec << ": activations predicted " << predicted.activation_bytes << ", measured "
-             << run->step.activation_bytes << "; peak above the baseline predicted "
-             << predicted.peak_bytes << ", measured " << measured_peak << " (tolerance "
-             << peak_tolerance << "); baseline " << run->step.baseline_bytes << "\n";
-    RC_ASSERT(std::abs(predicted.peak_bytes - measured_peak) <= peak_tolerance);
+    CheckAgainstStoreAll(c, built, *reference, *run);
   }
 }
 
-TEST(Conformance, EveryModelHasAGenerator) {
+// One generated case of `model_id` under a random plan: checkpoints nested in checkpoints,
+// recompute-all segments at any level, random part policies.
+void CheckGeneratedPlan(const std::string& model_id) {
+  const CaseSpec c = GenerateCase(model_id);
+  testing::Case built = Build(c);
+  const Plan plan = *testing::RandomPlan(built.profile.stages).as("plan");
+  RC_TAG(absl::StrCat("depth ", plan.Depth()));
+  absl::StatusOr<Run> reference = StepUnder(built, "store_all", c.seed + 2);
+  absl::StatusOr<Run> run = StepUnder(built, plan, c.seed + 2);
+  RC_ASSERT(reference.ok());
+  RC_ASSERT(run.ok());
+  CheckAgainstStoreAll(c, built, *reference, *run);
+}
+
+// Every registered model: a new model joins with no edit here.
+TEST(Conformance, EveryStrategyOnEveryModel) {
   for (const std::string& id : Models().Ids()) {
-    EXPECT_NE(std::find(testing::ModelsWithGenerators().begin(),
-                        testing::ModelsWithGenerators().end(), id),
-              testing::ModelsWithGenerators().end())
-        << "model " << id << " has no generator in testing/model_cases.cc";
+    EXPECT_TRUE(rc::check("every strategy against store_all on " + id,
+                          [id] { CheckEveryStrategy(id); }))
+        << id;
   }
 }
 
-RC_GTEST_PROP(Conformance, HeavyMlp, ()) { CheckEveryStrategy("heavy_mlp"); }
-RC_GTEST_PROP(Conformance, DeepMlp, ()) { CheckEveryStrategy("deep_mlp"); }
-RC_GTEST_PROP(Conformance, Transformer, ()) { CheckEveryStrategy("transformer"); }
-RC_GTEST_PROP(Conformance, Gpt2, ()) { CheckEveryStrategy("gpt2"); }
+TEST(Conformance, GeneratedNestedPlansOnEveryModel) {
+  for (const std::string& id : Models().Ids()) {
+    EXPECT_TRUE(rc::check("generated plans against store_all on " + id,
+                          [id] { CheckGeneratedPlan(id); }))
+        << id;
+  }
+}
 
 }  // namespace
 }  // namespace ckpt

@@ -15,11 +15,10 @@ namespace {
 using testing::Run;
 
 Run MustStep(const std::string& model_spec, const std::string& strategy, bool training = true) {
-  absl::StatusOr<std::shared_ptr<ChainModel>> model = CreateModel(model_spec, {});
-  EXPECT_TRUE(model.ok()) << model.status();
-  (*model)->SetTraining(training);
-  const Batch batch = (*model)->MakeBatch(1);
-  absl::StatusOr<Run> run = testing::StepUnder(*model, batch, strategy, 2);
+  absl::StatusOr<testing::Case> c = testing::BuildCase(model_spec, /*seed=*/1, training);
+  EXPECT_TRUE(c.ok()) << c.status();
+  if (!c.ok()) return Run{};
+  absl::StatusOr<Run> run = testing::StepUnder(*c, strategy, 2);
   EXPECT_TRUE(run.ok()) << model_spec << " " << strategy << ": " << run.status();
   return run.ok() ? *run : Run{};
 }
@@ -118,6 +117,32 @@ TEST(MemoryProperties, SelectiveAttentionSavesTheScoreSizedTensors) {
   EXPECT_EQ(Activation(Mlp(4), "selective_attention"), Activation(Mlp(4), "store_all"));
 }
 
+TEST(MemoryProperties, SelectiveMlpSavesTheHiddenActivations) {
+  // Stored, an MLP of width 4h keeps its first product's output (which GELU saves) and GELU's
+  // output (which the second product saves): 2 x batch x seq x 4h floats. Recomputed, it keeps
+  // only its input, which the stage holds anyway. GPT-2's part includes the LayerNorm before
+  // it (pre-LN), whose output the first product saved (batch x seq x h floats) and whose mean
+  // and inverse deviation per position (2 x batch x seq floats) it saved itself.
+  struct Case {
+    std::string spec;
+    int64_t mlp_stages, batch, seq, hidden;
+    bool layer_norm_inside;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"transformer:depth=2:hidden=16:heads=2:seq=24:batch=2", 2, 2, 24, 16, false},
+           {"gpt2:depth=3:hidden=16:heads=4:seq=20:batch=1:vocab=50:context=32", 3, 1, 20, 16,
+            true}}) {
+    const int64_t tokens = c.batch * c.seq;
+    const int64_t per_stage =
+        2 * tokens * 4 * c.hidden * 4 + (c.layer_norm_inside ? tokens * c.hidden * 4 + 2 * tokens * 4 : 0);
+    EXPECT_EQ(Activation(c.spec, "store_all") - Activation(c.spec, "selective_mlp"),
+              c.mlp_stages * per_stage)
+        << c.spec;
+  }
+  // The MLP zoo's blocks declare no hidden part: the same bytes as store_all.
+  EXPECT_EQ(Activation(Mlp(4), "selective_mlp"), Activation(Mlp(4), "store_all"));
+}
+
 TEST(MemoryProperties, ChunkedSequencePeakFallsAsChunksRise) {
   for (const std::string spec :
        {"transformer:depth=2:hidden=16:heads=2:seq=32:batch=2",
@@ -138,7 +163,8 @@ TEST(RecomputeCounts, FollowTheirFormulas) {
   //   uniform:segments=6: every stage but the last: 5.
   //   recompute_all: stage j reruns the j stages before it without a graph, then itself:
   //     sum over j = 0..5 of (j + 1) = L(L-1)/2 + L = 15 + 6 = 21.
-  //   selective_attention and chunked_sequence rerun parts of stages, not whole ones: 0.
+  //   selective_attention, selective_mlp and chunked_sequence rerun parts of stages, not whole
+  //   ones: 0.
   const std::string mlp = Mlp(6);
   EXPECT_EQ(MustStep(mlp, "store_all").step.recompute_forwards, 0);
   EXPECT_EQ(MustStep(mlp, "uniform").step.recompute_forwards, 4);
@@ -146,6 +172,7 @@ TEST(RecomputeCounts, FollowTheirFormulas) {
   EXPECT_EQ(MustStep(mlp, "recompute_all").step.recompute_forwards, 21);
   EXPECT_EQ(MustStep(mlp, "selective_attention").step.recompute_forwards, 0);
   EXPECT_EQ(MustStep(mlp, "chunked_sequence").step.recompute_forwards, 0);
+  EXPECT_EQ(MustStep(Encoder(2), "selective_mlp").step.recompute_forwards, 0);
 }
 
 }  // namespace

@@ -177,22 +177,33 @@ TEST(ActivationBytes, ProfileSumsToStoreAll) {
       ProfileModel(*chain.model, chain.batch, Cpu(), torch::kCPU);
   ASSERT_TRUE(profile.ok()) << profile.status();
   ASSERT_EQ(profile->stages.size(), 5u);
-  for (size_t i = 0; i < profile->stages.size(); ++i) {
-    const StageProfile& s = profile->stages[i];
-    EXPECT_EQ(s.activation_bytes, 288) << s.info.name;
-    EXPECT_EQ(s.input_bytes, 288) << s.info.name;
-    EXPECT_EQ(s.output_bytes, 288) << s.info.name;
+  for (int i = 0; i < profile->num_stages(); ++i) {
+    const StageProfile& s = profile->Stored(i);
+    const StageInfo& info = profile->stages[i];
+    // Every part stored, then the rows in 4 chunks: the stage's menu.
+    ASSERT_EQ(profile->measured[i].size(), 2u) << info.name;
+    EXPECT_EQ(profile->measured[i][1].policy.Chunks(), 4) << info.name;
+    EXPECT_EQ(s.input_bytes, 288) << info.name;
+    EXPECT_EQ(s.output_bytes, 288) << info.name;
     // ReLU keeps its output; the next Linear keeps its input (the same tensor); nothing else.
-    EXPECT_EQ(s.retained_bytes, 0) << s.info.name;
-    EXPECT_TRUE(s.keeps_output) << s.info.name;
-    EXPECT_EQ(s.keeps_input, i > 0) << s.info.name;  // stage 0's input is the batch's
+    EXPECT_EQ(s.retained_bytes, 0) << info.name;
+    EXPECT_TRUE(s.keeps_output) << info.name;
+    EXPECT_EQ(s.keeps_input, i > 0) << info.name;  // stage 0's input is the batch's
     // Linear's output lives until ReLU's output exists: one extra A transiently.
-    EXPECT_EQ(s.forward_transient_bytes, 288) << s.info.name;
+    EXPECT_EQ(s.forward_transient_bytes, 288) << info.name;
     // Backward creates the weight's and the bias's gradients: (24 x 24 + 24) x 4 bytes.
-    ASSERT_EQ(s.param_grads.size(), 2u) << s.info.name;
+    ASSERT_EQ(s.param_grads.size(), 2u) << info.name;
     EXPECT_EQ(s.param_grads[0].second + s.param_grads[1].second, (24 * 24 + 24) * 4);
-    EXPECT_EQ(s.input_grad_bytes, 288) << s.info.name;
-    EXPECT_EQ(s.rng_state_bytes, 0) << s.info.name;  // no dropout: no RNG snapshot
+    EXPECT_EQ(s.input_grad_bytes, 288) << info.name;
+    EXPECT_EQ(s.rng_state_bytes, 0) << info.name;  // no dropout: no RNG snapshot
+    // The planner's view of the same: x = 288, x-bar = the output, kept until backward.
+    EXPECT_EQ(s.costs.input_bytes, 288) << info.name;
+    EXPECT_EQ(s.costs.kept_bytes, 288) << info.name;
+    EXPECT_EQ(s.costs.param_grad_bytes, (24 * 24 + 24) * 4) << info.name;
+    EXPECT_GT(s.costs.forward_ms, 0) << info.name;
+    EXPECT_GT(s.costs.backward_ms, 0) << info.name;
+    // 2 x batch x hidden^2: the block's product.
+    EXPECT_EQ(info.forward_flops, 2.0 * 3 * 24 * 24) << info.name;
   }
   EXPECT_EQ(profile->input_bytes, 288);
   EXPECT_EQ(StepUnder("store_all", chain).activation_bytes, 5 * 288 + 4);
@@ -207,9 +218,9 @@ class FirstUseStateModel final : public ChainModel {
   std::string spec() const override { return inner_->spec(); }
   std::vector<StageInfo> Stages() const override { return inner_->Stages(); }
   std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
-                                   const StageOptions& options, const Batch& batch) override {
+                                   const StageParts& parts, const Batch& batch) override {
     if (!forward_state_.defined()) forward_state_ = torch::zeros({1024});  // 4 KiB
-    std::vector<at::Tensor> out = inner_->RunStage(index, inputs, options, batch);
+    std::vector<at::Tensor> out = inner_->RunStage(index, inputs, parts, batch);
     if (out.front().requires_grad()) {
       out.front().register_hook([this](const at::Tensor&) {
         if (!backward_state_.defined()) backward_state_ = torch::zeros({2048});  // 8 KiB
@@ -235,24 +246,31 @@ class FirstUseStateModel final : public ChainModel {
 // default; kAlways takes it here, on the CPU.)
 TEST(Profile, StateALibraryMakesOnFirstUseIsNotMeasured) {
   Chain chain = MakeMlp(4, 24, 3);
+  ProfileOptions options;
+  options.timed = false;
   absl::StatusOr<ModelProfile> plain =
-      ProfileModel(*chain.model, chain.batch, Cpu(), torch::kCPU, {}, /*repeats=*/1);
+      ProfileModel(*chain.model, chain.batch, Cpu(), torch::kCPU, options);
   FirstUseStateModel first_use(chain.model);
-  absl::StatusOr<ModelProfile> profile = ProfileModel(
-      first_use, chain.batch, Cpu(), torch::kCPU, {}, /*repeats=*/1, ProfileWarmUp::kAlways);
+  options.warm_up = ProfileWarmUp::kAlways;
+  absl::StatusOr<ModelProfile> profile =
+      ProfileModel(first_use, chain.batch, Cpu(), torch::kCPU, options);
   ASSERT_TRUE(plain.ok() && profile.ok());
   ASSERT_EQ(profile->stages.size(), plain->stages.size());
-  for (size_t i = 0; i < plain->stages.size(); ++i) {
-    const StageProfile& s = profile->stages[i];
-    const StageProfile& p = plain->stages[i];
-    EXPECT_EQ(s.activation_bytes, p.activation_bytes) << s.info.name;
-    EXPECT_EQ(s.forward_transient_bytes, p.forward_transient_bytes) << s.info.name;
-    EXPECT_EQ(s.retained_bytes, p.retained_bytes) << s.info.name;
-    EXPECT_EQ(s.backward_transient_bytes, p.backward_transient_bytes) << s.info.name;
-    EXPECT_EQ(s.backward_held_transient_bytes, p.backward_held_transient_bytes) << s.info.name;
+  for (int i = 0; i < plain->num_stages(); ++i) {
+    ASSERT_EQ(profile->measured[i].size(), plain->measured[i].size());
+    for (size_t k = 0; k < plain->measured[i].size(); ++k) {
+      const StageProfile& s = profile->measured[i][k];
+      const StageProfile& p = plain->measured[i][k];
+      const std::string name = plain->stages[i].name;
+      EXPECT_EQ(s.output_bytes, p.output_bytes) << name;
+      EXPECT_EQ(s.forward_transient_bytes, p.forward_transient_bytes) << name;
+      EXPECT_EQ(s.retained_bytes, p.retained_bytes) << name;
+      EXPECT_EQ(s.backward_transient_bytes, p.backward_transient_bytes) << name;
+      EXPECT_EQ(s.backward_held_transient_bytes, p.backward_held_transient_bytes) << name;
+    }
   }
   const Plan plan = *PlanFor("store_all", *plain);
-  EXPECT_EQ(PredictMemory(*profile, plan).peak_bytes, PredictMemory(*plain, plan).peak_bytes);
+  EXPECT_EQ(PredictMemory(*profile, plan)->peak_bytes, PredictMemory(*plain, plan)->peak_bytes);
 }
 
 TEST(Executor, OutOfMemoryUnderACapIsAResultNotACrash) {

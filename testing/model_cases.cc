@@ -6,10 +6,12 @@
 #include <cstdio>
 #include <limits>
 #include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/memory_meter.h"
 #include "core/profiler.h"
+#include "core/spec.h"
 #include "core/strategy.h"
 
 namespace ckpt::testing {
@@ -19,61 +21,63 @@ c10::Device& Device() {
   static c10::Device device(c10::DeviceType::CPU);
   return device;
 }
+
+// `spec` with its dropout parameter, if it has one, set to 0.
+std::string WithoutDropout(const std::string& text) {
+  absl::StatusOr<Spec> spec = ParseSpec(text);
+  if (!spec.ok()) return text;
+  std::string out = spec->name;
+  for (const auto& [key, value] : spec->params) {
+    absl::StrAppend(&out, ":", key, "=", key == "dropout" ? "0" : value);
+  }
+  return out;
+}
+
+const ModelTraits& TraitsOf(const std::string& model) {
+  absl::StatusOr<const ModelRegistry::Entry*> entry = Models().Find(model);
+  if (!entry.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(entry.status().message()).c_str());
+    std::abort();
+  }
+  return (*entry)->traits;
+}
+
+std::vector<Segment> GenerateSegments(int begin, int end, int depth) {
+  std::vector<Segment> segments;
+  for (int b = begin; b < end;) {
+    Segment s;
+    s.begin = b;
+    s.end = *rc::gen::inRange(b + 1, end + 1);
+    s.mode = *rc::gen::weightedElement<SegmentMode>({{3, SegmentMode::kStored},
+                                                      {4, SegmentMode::kCheckpointed},
+                                                      {1, SegmentMode::kRecomputeAll}});
+    if (s.mode == SegmentMode::kCheckpointed && depth > 0 && *rc::gen::inRange(0, 3) > 0) {
+      s.inner = GenerateSegments(s.begin, s.end, depth - 1);
+    }
+    segments.push_back(s);
+    b = s.end;
+  }
+  return segments;
+}
 }  // namespace
 
 c10::Device TestDevice() { return Device(); }
 void SetTestDevice(c10::Device device) { Device() = device; }
 
-const std::vector<std::string>& ModelsWithGenerators() {
-  static const auto* models =
-      new std::vector<std::string>{"deep_mlp", "gpt2", "heavy_mlp", "transformer"};
-  return *models;
+rc::Gen<std::string> SmallModelSpec(const std::string& model, bool dropout) {
+  const ModelTraits traits = TraitsOf(model);
+  if (!traits.small_spec) RC_FAIL("model '" + model + "' registers no small_spec");
+  return rc::gen::exec([traits, dropout] {
+    const std::string spec = traits.small_spec([](absl::string_view what, int64_t lo, int64_t hi) {
+      return *rc::gen::inRange<int64_t>(lo, hi + 1).as(std::string(what));
+    });
+    return dropout ? spec : WithoutDropout(spec);
+  });
 }
 
-rc::Gen<std::string> SmallModelSpec(const std::string& model, bool dropout) {
-  auto Dropout = [dropout] {
-    return dropout ? rc::gen::element<std::string>("0", "0.1", "0.5")
-                   : rc::gen::just<std::string>("0");
-  };
-  if (model == "heavy_mlp") {
-    return rc::gen::apply(
-        [](int depth, int hidden, int batch) {
-          return absl::StrCat("heavy_mlp:depth=", depth, ":hidden=", hidden, ":batch=", batch);
-        },
-        rc::gen::inRange(1, 7), rc::gen::inRange(1, 25), rc::gen::inRange(1, 7));
-  }
-  if (model == "deep_mlp") {
-    return rc::gen::apply(
-        [](int depth, int hidden, int batch) {
-          return absl::StrCat("deep_mlp:depth=", depth, ":hidden=", hidden, ":batch=", batch);
-        },
-        rc::gen::inRange(2, 6), rc::gen::inRange(1, 25), rc::gen::inRange(1, 5));
-  }
-  if (model == "transformer") {
-    return rc::gen::apply(
-        [](int depth, int heads, int head_dim, int seq, int batch, std::string dropout) {
-          return absl::StrCat("transformer:depth=", depth, ":hidden=", heads * head_dim,
-                              ":heads=", heads, ":seq=", seq, ":batch=", batch,
-                              ":dropout=", dropout);
-        },
-        rc::gen::inRange(1, 3), rc::gen::inRange(1, 4), rc::gen::inRange(1, 7),
-        rc::gen::inRange(1, 10), rc::gen::inRange(1, 4), Dropout());
-  }
-  if (model == "gpt2") {
-    return rc::gen::apply(
-        [](int depth, int heads, int head_dim, int seq, int batch, int vocab,
-           std::string dropout) {
-          return absl::StrCat("gpt2:depth=", depth, ":hidden=", heads * head_dim, ":heads=", heads,
-                              ":seq=", seq, ":batch=", batch, ":vocab=", vocab,
-                              ":context=", seq + 2, ":dropout=", dropout);
-        },
-        rc::gen::inRange(1, 3), rc::gen::inRange(1, 4), rc::gen::inRange(1, 7),
-        rc::gen::inRange(1, 10), rc::gen::inRange(1, 3),
-        // Vocabularies near the sequence's size, and far larger, as GPT-2's is (50257 against
-        // 1024 positions): the tied embedding's gradient then outweighs a stage's output.
-        rc::gen::oneOf(rc::gen::inRange(2, 40), rc::gen::inRange(200, 2000)), Dropout());
-  }
-  RC_FAIL("no generator for model '" + model + "': add one to testing/model_cases.cc");
+std::string FixedSmallSpec(const std::string& model) {
+  return TraitsOf(model).small_spec(
+      [](absl::string_view, int64_t lo, int64_t hi) { return std::min(lo + 1, hi); });
 }
 
 rc::Gen<std::string> StrategySpec(const std::string& id) {
@@ -108,13 +112,61 @@ rc::Gen<std::string> StrategySpec(const std::string& id) {
   });
 }
 
-absl::StatusOr<Run> StepUnder(const std::shared_ptr<ChainModel>& model, const Batch& batch,
-                              const std::string& strategy_spec, uint64_t seed) {
-  absl::StatusOr<Plan> plan = PlanFor(strategy_spec, StructureOnlyProfile(*model));
+rc::Gen<Plan> RandomPlan(const std::vector<StageInfo>& stages, int max_depth) {
+  return rc::gen::exec([stages, max_depth] {
+    Plan plan;
+    plan.strategy = "generated";
+    const int n = static_cast<int>(stages.size());
+    plan.segments = GenerateSegments(0, n, max_depth);
+    for (const StageInfo& stage : stages) {
+      StagePolicy policy;
+      for (const PartInfo& part : stage.parts) {
+        std::vector<PartAction> actions = {PartAction::kStore};
+        actions.insert(actions.end(), part.actions.begin(), part.actions.end());
+        const PartAction action = *rc::gen::elementOf(actions);
+        policy.parts.push_back(
+            {action, action == PartAction::kChunk ? *rc::gen::inRange(2, 5) : 1});
+      }
+      plan.stage_policies.push_back(policy);
+    }
+    return plan;
+  });
+}
+
+absl::StatusOr<Case> BuildCase(const std::string& model_spec, uint64_t seed, bool training,
+                               bool input_grad, bool timed) {
+  WorkloadOptions options;
+  options.device = TestDevice();
+  options.seed = seed;
+  options.training = training;
+  options.profile.timed = timed;
+  options.profile.min_repeats = 1;
+  options.profile.min_time_ms = 0;
+  absl::StatusOr<Workload> workload = Workload::Build(model_spec, options);
+  if (!workload.ok()) return workload.status();
+  for (const at::Tensor& x : workload->batch().inputs) {
+    if (x.is_floating_point()) x.requires_grad_(input_grad);
+  }
+  Case c;
+  c.workload = std::make_unique<Workload>(*std::move(workload));
+  absl::StatusOr<const ModelProfile*> profile = c.workload->Profile(**MemoryMeterFor(TestDevice()));
+  if (!profile.ok()) return profile.status();
+  c.profile = **profile;
+  return c;
+}
+
+absl::StatusOr<Run> StepUnder(Case& c, const std::string& strategy_spec, uint64_t seed) {
+  absl::StatusOr<Plan> plan = PlanFor(strategy_spec, c.profile);
   if (!plan.ok()) return plan.status();
+  return StepUnder(c, *std::move(plan), seed);
+}
+
+absl::StatusOr<Run> StepUnder(Case& c, Plan plan, uint64_t seed) {
   MemoryMeter* meter = *MemoryMeterFor(TestDevice());
-  absl::StatusOr<ChainExecutor> exec = ChainExecutor::Create(model, *plan, meter, TestDevice());
-  if (!exec.ok()) return exec.status();
+  absl::StatusOr<PlannedRun> planned = c.workload->Prepare(std::move(plan), c.profile, *meter);
+  if (!planned.ok()) return planned.status();
+  const std::shared_ptr<ChainModel>& model = c.workload->model();
+  const Batch& batch = c.workload->batch();
   // On a GPU the first use of a kernel in the process can make state that the library keeps
   // for good (cuBLAS's and cuBLASLt's workspaces, per handle and stream) inside the step, and
   // that raises the step's peak once: on an H100 the 4th generated case of a run peaked over
@@ -125,23 +177,23 @@ absl::StatusOr<Run> StepUnder(const std::shared_ptr<ChainModel>& model, const Ba
   std::optional<StepResult> unmeasured;
   if (!TestDevice().is_cpu()) {
     torch::manual_seed(seed);
-    absl::StatusOr<StepResult> warm_up = exec->Step(batch);
+    absl::StatusOr<StepResult> warm_up = planned->executor.Step(batch);
     if (!warm_up.ok()) return warm_up.status();
     unmeasured = *warm_up;
   }
   torch::manual_seed(seed);
-  absl::StatusOr<StepResult> step = exec->Step(batch);
+  absl::StatusOr<StepResult> step = planned->executor.Step(batch);
   if (!step.ok()) return step.status();
   if (unmeasured && peak_above_baseline(*unmeasured) != peak_above_baseline(*step)) {
     std::fprintf(stderr,
                  "note: %s, %s: the first step peaked %lld bytes above its baseline, the second "
                  "%lld; the baseline grew by %lld bytes between them\n",
-                 model->spec().c_str(), strategy_spec.c_str(),
+                 model->spec().c_str(), planned->plan.strategy.c_str(),
                  static_cast<long long>(peak_above_baseline(*unmeasured)),
                  static_cast<long long>(peak_above_baseline(*step)),
                  static_cast<long long>(step->baseline_bytes - unmeasured->baseline_bytes));
   }
-  Run run{*plan, *step, {}};
+  Run run{planned->plan, planned->predicted, *step, {}};
   for (const at::Tensor& p : model->Parameters()) {
     run.grads.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
   }
@@ -157,14 +209,6 @@ double MaxAbs(const std::vector<at::Tensor>& a) {
     if (t.defined() && t.numel() > 0) m = std::max(m, t.abs().max().item<double>());
   }
   return m;
-}
-
-MemoryPrediction Predict(ChainModel& model, const Batch& batch, const Plan& plan) {
-  std::vector<StageOptions> options = plan.stage_options;
-  absl::StatusOr<ModelProfile> profile = ProfileModel(
-      model, batch, **MemoryMeterFor(TestDevice()), TestDevice(), options, /*repeats=*/1);
-  RC_ASSERT(profile.ok());
-  return PredictMemory(*profile, plan);
 }
 
 }  // namespace ckpt::testing

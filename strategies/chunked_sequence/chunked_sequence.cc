@@ -16,21 +16,15 @@ absl::StatusOr<std::unique_ptr<Strategy>> ChunkedSequence::Create(const ParamVal
 }
 
 absl::StatusOr<Plan> ChunkedSequence::MakePlan(const ModelProfile& profile) const {
-  const int n = static_cast<int>(profile.stages.size());
+  const int n = profile.num_stages();
   Plan plan;
   plan.strategy = absl::StrCat(kId, ":chunks=", chunks_);
   if (n > 0) plan.segments.push_back({0, n, SegmentMode::kStored});
-  plan.stage_options.resize(n);
   int chunked = 0;
-  for (int i = 0; i < n; ++i) {
-    const StageInfo& info = profile.stages[i].info;
-    // Embedding lookups have no intermediates worth chunking, and each chunk's backward would
-    // materialise a dense gradient of the whole table.
-    if (info.kind == StageKind::kEmbedding) continue;
-    if (info.position_wise || info.kind == StageKind::kAttention) {
-      plan.stage_options[i].sequence_chunks = chunks_;
-      ++chunked;
-    }
+  for (const StageInfo& stage : profile.stages) {
+    plan.stage_policies.push_back(
+        PolicyFor(stage, PartKind::kSequence, {PartAction::kChunk, chunks_}));
+    if (!plan.stage_policies.back().IsDefault()) ++chunked;
   }
   plan.summary = absl::StrCat(chunked, " of ", n, " stages run in ", chunks_,
                               " sequence chunks, each recomputed in backward");

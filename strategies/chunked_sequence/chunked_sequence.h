@@ -8,9 +8,10 @@
 // Recomputes: every chunked stage once, chunk by chunk, in backward.
 // Memory: a stage's intermediate peak falls about as 1/chunks (the MLP's 4x hidden, the head's
 // vocabulary-wide logits); the stored boundaries stay O(L x seq x hidden). Compute: one extra
-// forward of the chunked stages. Models without a sequence chunk their batch rows. Embedding
-// stages are left whole: a lookup has no intermediates to save, and each chunk's backward would
-// materialise a dense gradient of the whole table.
+// forward of the chunked stages. Every stage whose model declares a chunkable axis (a
+// kSequence part) is chunked along it: the sequence, or the batch rows of models without one.
+// (GPT-2's embedding declares none: a lookup has no intermediates to save, and each chunk's
+// backward would materialise a dense gradient of the whole table.)
 // Parameter chunks (default 4); a count that does not divide the sequence works (the first
 // chunks are one longer); more chunks than positions gives one position per chunk.
 // Gradients equal store_all's up to float32 reassociation: a matrix product over a chunk of

@@ -12,21 +12,19 @@ absl::StatusOr<std::unique_ptr<Strategy>> SelectiveAttention::Create(const Param
 }
 
 absl::StatusOr<Plan> SelectiveAttention::MakePlan(const ModelProfile& profile) const {
-  const int n = static_cast<int>(profile.stages.size());
+  const int n = profile.num_stages();
   Plan plan;
   plan.strategy = kId;
   if (n > 0) plan.segments.push_back({0, n, SegmentMode::kStored});
-  plan.stage_options.resize(n);
   int attention = 0;
-  for (int i = 0; i < n; ++i) {
-    if (profile.stages[i].info.kind == StageKind::kAttention) {
-      plan.stage_options[i].recompute_attention_core = true;
-      ++attention;
-    }
+  for (const StageInfo& stage : profile.stages) {
+    plan.stage_policies.push_back(
+        PolicyFor(stage, PartKind::kAttentionCore, {PartAction::kRecompute}));
+    if (!plan.stage_policies.back().IsDefault()) ++attention;
   }
   plan.summary =
       attention == 0
-          ? "no attention stages: planned like store_all (every stage stored, nothing recomputed)"
+          ? "no attention cores: planned like store_all (every stage stored, nothing recomputed)"
           : absl::StrCat("every stage stored, but the seq^2 core of the ", attention,
                          " attention stages is recomputed in backward");
   return plan;
