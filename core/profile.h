@@ -82,6 +82,7 @@ struct ModelProfile {
   int64_t input_bytes = 0;  // bytes of the chain's inputs (the batch holds them)
   int64_t param_bytes = 0;  // bytes of the model's parameters
   bool timed = false;       // whether the times were measured (or are zeros)
+  int menu_chunks = 4;      // the chunk count of the chunking policies in the stages' menus
 
   int num_stages() const { return static_cast<int>(stages.size()); }
   // Stage `stage` under `policy`, or nullptr when that policy was not measured.

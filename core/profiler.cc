@@ -52,6 +52,7 @@ class Profiler {
     profile.input_bytes = Bytes(batch_.inputs);
     profile.param_bytes = Bytes(params_);
     profile.timed = options_.timed;
+    profile.menu_chunks = options_.chunks;
     profile.measured.resize(stages_.size());
     ClearGradients(params_);
     if (options_.warm_up == ProfileWarmUp::kAlways || device_.is_cuda()) WarmUp();

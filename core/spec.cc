@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -30,10 +32,12 @@ std::string AcceptedKeys(const std::vector<ParamDef>& defs) {
   return absl::StrCat("accepted: ", absl::StrJoin(keys, ", "));
 }
 
-// A checked value: the number, for kInt (not "auto") and kFloat.
+// A checked value: the number, for kInt and kBytes (neither "auto" nor "none") and kFloat,
+// and the value as the canonical spec writes it.
 struct Parsed {
   std::optional<int64_t> integer;
   std::optional<double> real;
+  std::string canonical;
 };
 
 // Checks one value against its definition.
@@ -49,22 +53,30 @@ absl::StatusOr<Parsed> CheckValue(const std::string& owner, const ParamDef& def,
       if (!absl::SimpleAtod(value, &v) || !(v >= def.min_float && v <= def.max_float)) {
         return rejected();
       }
-      return Parsed{std::nullopt, v};
+      return Parsed{std::nullopt, v, value};
     }
     case ParamDef::Type::kChoice:
       for (const std::string& c : def.choices) {
-        if (c == value) return Parsed{};
+        if (c == value) return Parsed{std::nullopt, std::nullopt, value};
       }
       return absl::InvalidArgumentError(
           absl::StrCat(owner, ": ", def.key, "=", Quote(value), " is not accepted; ", def.key,
                        " is one of: ", absl::StrJoin(def.choices, ", ")));
     case ParamDef::Type::kInt: {
-      if (value == "auto" && def.auto_allowed) return Parsed{};
+      if (value == "auto" && def.auto_allowed) return Parsed{std::nullopt, std::nullopt, value};
       int64_t v = 0;
       if (!absl::SimpleAtoi(value, &v) || v < def.min_value || v > def.max_value) {
         return rejected();
       }
-      return Parsed{v, std::nullopt};
+      return Parsed{v, std::nullopt, absl::StrCat(v)};  // "+4" and "04" are written "4"
+    }
+    case ParamDef::Type::kBytes: {
+      if ((value == "auto" && def.auto_allowed) || (value == "none" && def.none_allowed)) {
+        return Parsed{std::nullopt, std::nullopt, value};
+      }
+      absl::StatusOr<int64_t> v = ParseByteSize(value);
+      if (!v.ok() || *v < def.min_value || *v > def.max_value) return rejected();
+      return Parsed{*v, std::nullopt, FormatByteSize(*v)};
     }
   }
   return absl::InternalError("unreachable");
@@ -123,6 +135,11 @@ std::string ParamDef::Describe() const {
     case Type::kChoice:
       what = absl::StrCat("one of ", absl::StrJoin(choices, ", "));
       break;
+    case Type::kBytes:
+      what = "a size in bytes (e.g. 512MiB, 1.5GiB, 1000)";
+      if (auto_allowed) absl::StrAppend(&what, " or auto");
+      if (none_allowed) absl::StrAppend(&what, " or none");
+      break;
     case Type::kInt:
       what = "an integer";
       if (min_value != std::numeric_limits<int64_t>::min()) {
@@ -163,6 +180,49 @@ ParamDef ChoiceParam(std::string key, std::vector<std::string> choices,
   return d;
 }
 
+ParamDef BytesParam(std::string key, std::string default_value, std::string help) {
+  ParamDef d = IntParam(std::move(key), std::move(default_value), std::move(help));
+  d.type = ParamDef::Type::kBytes;
+  d.min_value = 0;
+  return d;
+}
+
+absl::StatusOr<int64_t> ParseByteSize(absl::string_view text) {
+  absl::string_view number = text;
+  int64_t unit = 1;
+  for (const auto& [suffix, factor] : std::vector<std::pair<absl::string_view, int64_t>>{
+           {"GiB", int64_t{1} << 30}, {"MiB", int64_t{1} << 20}, {"KiB", int64_t{1} << 10},
+           {"B", 1}}) {
+    if (absl::ConsumeSuffix(&number, suffix)) {
+      unit = factor;
+      break;
+    }
+  }
+  int64_t whole = 0;
+  double value = 0;
+  // An integer count is exact whatever its size; otherwise a decimal, written so that NaN
+  // (which SimpleAtod accepts) fails too.
+  if (!number.empty() && absl::ascii_isdigit(number.front()) && absl::SimpleAtoi(number, &whole) &&
+      whole <= std::numeric_limits<int64_t>::max() / unit) {
+    return whole * unit;
+  }
+  if (number.empty() || !absl::ascii_isdigit(number.front()) ||
+      !absl::SimpleAtod(number, &value) || !(value >= 0 && value * unit <= 9.2e18)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Quote(text), " is not a size; accepted: a byte count, or a number with "
+                                  "GiB, MiB, KiB or B (e.g. 16GiB, 1.5GiB, 512MiB)"));
+  }
+  return static_cast<int64_t>(value * unit);
+}
+
+std::string FormatByteSize(int64_t bytes) {
+  for (const auto& [suffix, factor] : std::vector<std::pair<const char*, int64_t>>{
+           {"GiB", int64_t{1} << 30}, {"MiB", int64_t{1} << 20}, {"KiB", int64_t{1} << 10}}) {
+    if (bytes != 0 && bytes % factor == 0) return absl::StrCat(bytes / factor, suffix);
+  }
+  return absl::StrCat(bytes);
+}
+
 absl::StatusOr<ParamValues> BindParams(const Spec& spec, const std::vector<ParamDef>& defs) {
   for (const auto& [key, value] : spec.params) {
     bool known = false;
@@ -183,7 +243,7 @@ absl::StatusOr<ParamValues> BindParams(const Spec& spec, const std::vector<Param
     if (!parsed.ok()) return parsed.status();
     if (parsed->integer) out.ints_[d.key] = *parsed->integer;
     if (parsed->real) out.floats_[d.key] = *parsed->real;
-    out.values_.emplace_back(d.key, value);
+    out.values_.emplace_back(d.key, parsed->canonical);
   }
   return out;
 }
@@ -220,6 +280,9 @@ double ParamValues::Float(absl::string_view key) const {
 }
 
 bool ParamValues::IsAuto(absl::string_view key) const { return Find(key) == "auto"; }
+bool ParamValues::IsNone(absl::string_view key) const { return Find(key) == "none"; }
+
+int64_t ParamValues::Bytes(absl::string_view key) const { return Int(key); }
 
 const std::string& ParamValues::Text(absl::string_view key) const { return Find(key); }
 

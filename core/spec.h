@@ -39,16 +39,18 @@ absl::StatusOr<std::vector<Spec>> ParseSpecList(absl::string_view text);
 
 // One declared parameter. Build them with IntParam / FloatParam / ChoiceParam.
 struct ParamDef {
-  enum class Type { kInt, kFloat, kChoice };
+  enum class Type { kInt, kFloat, kChoice, kBytes };
   std::string key;
   Type type = Type::kInt;
   std::string default_value;  // as written in a spec
   std::string help;
   // kInt: inclusive bounds. `auto_allowed` lets the value be the word "auto", which the
-  // owner resolves later (e.g. uniform's segments = ceil(sqrt(L))).
+  // owner resolves later (e.g. uniform's segments = ceil(sqrt(L))); kInt and kBytes.
+  // `none_allowed` lets a kBytes value be the word "none" (no such limit).
   int64_t min_value = std::numeric_limits<int64_t>::min();
   int64_t max_value = std::numeric_limits<int64_t>::max();
   bool auto_allowed = false;
+  bool none_allowed = false;
   // kFloat: inclusive bounds.
   double min_float = -1e300;
   double max_float = 1e300;
@@ -58,6 +60,7 @@ struct ParamDef {
   ParamDef& Min(int64_t v) { min_value = v; return *this; }
   ParamDef& Max(int64_t v) { max_value = v; return *this; }
   ParamDef& AllowAuto() { auto_allowed = true; return *this; }
+  ParamDef& AllowNone() { none_allowed = true; return *this; }
   ParamDef& Range(double lo, double hi) { min_float = lo; max_float = hi; return *this; }
 
   // "segments: int >= 1 or auto (default auto): <help>"
@@ -68,6 +71,15 @@ ParamDef IntParam(std::string key, std::string default_value, std::string help);
 ParamDef FloatParam(std::string key, std::string default_value, std::string help);
 ParamDef ChoiceParam(std::string key, std::vector<std::string> choices,
                      std::string default_value, std::string help);
+// A size in bytes, written as ParseByteSize accepts it.
+ParamDef BytesParam(std::string key, std::string default_value, std::string help);
+
+// A size in bytes: an integer byte count, or a number with a unit B, KiB, MiB or GiB
+// ("12MiB", "1.5GiB"; rounded down to whole bytes). InvalidArgument for anything else, a
+// negative size, or one beyond int64.
+absl::StatusOr<int64_t> ParseByteSize(absl::string_view text);
+// The shortest exact writing of `bytes` in that grammar: "12MiB", "1536MiB", "1000".
+std::string FormatByteSize(int64_t bytes);
 
 // Values of every declared parameter, defaults filled in, already validated.
 class ParamValues {
@@ -75,6 +87,9 @@ class ParamValues {
   // The integer value of `key`. `key` must be a declared kInt parameter that is not "auto"
   // (a programming error otherwise: it aborts naming the key).
   int64_t Int(absl::string_view key) const;
+  // The bytes of a kBytes parameter that is neither "auto" nor "none" (else it aborts).
+  int64_t Bytes(absl::string_view key) const;
+  bool IsNone(absl::string_view key) const;
   double Float(absl::string_view key) const;
   bool IsAuto(absl::string_view key) const;
   const std::string& Text(absl::string_view key) const;

@@ -7,7 +7,9 @@ tests run every registered strategy.
 
 STRATEGIES = [
     "chunked_sequence",
+    "optimal",
     "recompute_all",
+    "revolve",
     "selective_attention",
     "selective_mlp",
     "store_all",

@@ -26,15 +26,15 @@ grep -q '"libtorch": ' "$tmp/out.json" || fail "no libtorch context"
 grep -q '"name": "uniform/' "$tmp/filtered.json" || fail "the filter dropped uniform"
 # The project's bad input still exits 2.
 set +e
-"${bench[@]}" --strategies=revolve >/dev/null 2>"$tmp/bad.txt"
+"${bench[@]}" --strategies=checkmate >/dev/null 2>"$tmp/bad.txt"
 rc=$?
 set -e
-[[ $rc -eq 2 ]] && grep -q "unknown strategy 'revolve'" "$tmp/bad.txt" || fail "bad strategy: exit $rc"
+[[ $rc -eq 2 ]] && grep -q "unknown strategy 'checkmate'" "$tmp/bad.txt" || fail "bad strategy: exit $rc"
 set +e
-"${bench[@]}" --models=heavy_mlp:depth=3:hidden=8:batch=2 --benchmark_filter='^revolve/' \
+"${bench[@]}" --models=heavy_mlp:depth=3:hidden=8:batch=2 --benchmark_filter='^checkmate/' \
   >/dev/null 2>"$tmp/bad.txt"
 rc=$?
 set -e
-[[ $rc -eq 2 ]] && grep -q "Failed to match any benchmarks against regex: ^revolve/" "$tmp/bad.txt" ||
+[[ $rc -eq 2 ]] && grep -q "Failed to match any benchmarks against regex: ^checkmate/" "$tmp/bad.txt" ||
   fail "a filter matching nothing: exit $rc, stderr: $(cat "$tmp/bad.txt")"
 echo "benchmarks_test: all checks passed"

@@ -45,6 +45,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/chain_model.h"
 #include "core/parts.h"
+#include "core/spec.h"
 #include "core/strategy.h"
 #include "experiments/sweep.h"
 #include "gtest/gtest.h"
@@ -166,16 +167,30 @@ void CheckEveryStrategy(const std::string& model_id) {
   testing::Case built = Build(c);
   absl::StatusOr<Run> reference = StepUnder(built, "store_all", c.seed + 2);
   RC_ASSERT(reference.ok());
+  const int64_t reference_peak = reference->step.peak_bytes - reference->step.baseline_bytes;
   for (const std::string& id : Strategies().Ids()) {
-    const std::string spec = *testing::StrategySpec(id).as("strategy " + id);
+    // A strategy that plans to a budget gets one generated from this case's peak.
+    const std::optional<std::string> budgeted = testing::BudgetSpec(id, reference_peak);
+    const std::string spec =
+        budgeted.has_value() ? *budgeted : *testing::StrategySpec(id).as("strategy " + id);
+    RC_LOG() << "strategy " << spec << "\n";
     absl::StatusOr<Run> run = StepUnder(built, spec, c.seed + 2);
     if (!run.ok()) {
-      // Parameters that do not fit this model (more segments than stages): a clear error.
+      // Parameters that do not fit this model (more segments than stages, a budget below
+      // every plan's peak): a clear error.
       RC_ASSERT(run.status().code() == absl::StatusCode::kInvalidArgument);
       continue;
     }
     RC_TAG(id);
     CheckAgainstStoreAll(c, built, *reference, *run);
+    if (budgeted.has_value()) {
+      // The budget holds: predicted, and measured exactly on the CPU.
+      const int64_t budget = *ParseByteSize(budgeted->substr(budgeted->rfind('=') + 1));
+      RC_ASSERT(run->predicted.peak_bytes <= budget);
+      if (testing::TestDevice().is_cpu()) {
+        RC_ASSERT(run->step.peak_bytes - run->step.baseline_bytes <= budget);
+      }
+    }
   }
 }
 

@@ -103,6 +103,11 @@ rc::Gen<std::string> StrategySpec(const std::string& id) {
           return absl::StrCat(":", key, "=", v);
         }));
         break;
+      case ParamDef::Type::kBytes:
+        // Sizes mean something only against a model: the conformance test generates budgets
+        // from the case's own peak (BudgetSpec); here the default.
+        parts.push_back(rc::gen::just(absl::StrCat(":", p.key, "=", p.default_value)));
+        break;
     }
   }
   return rc::gen::exec([id, parts] {
@@ -110,6 +115,13 @@ rc::Gen<std::string> StrategySpec(const std::string& id) {
     for (const rc::Gen<std::string>& part : parts) spec += *part;
     return spec;
   });
+}
+
+std::optional<std::string> BudgetSpec(const std::string& id, int64_t peak) {
+  const auto* entry = *Strategies().Find(id);
+  if (entry->traits.budget_param.empty()) return std::nullopt;
+  const int percent = *rc::gen::inRange(20, 131).as("budget, percent of store_all's peak");
+  return absl::StrCat(id, ":", entry->traits.budget_param, "=", peak * percent / 100);
 }
 
 rc::Gen<Plan> RandomPlan(const std::vector<StageInfo>& stages, int max_depth) {

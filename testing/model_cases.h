@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,10 @@ std::string FixedSmallSpec(const std::string& model);
 // A spec of registered strategy `id` with generated parameters, from its declared ParamDefs:
 // integers near their minimum (or auto), any choice, byte sizes of the budget grammar.
 rc::Gen<std::string> StrategySpec(const std::string& id);
+
+// For a strategy that plans to a budget (StrategyTraits::budget_param), its spec with a
+// generated budget between a fifth of `peak` and 1.3 times it; nullopt for other strategies.
+std::optional<std::string> BudgetSpec(const std::string& id, int64_t peak);
 
 // A random valid plan over `stages`: segments of every mode, checkpointed ones with inner plans
 // nested up to `max_depth` levels, and random part policies (chunking into 2 to 4).

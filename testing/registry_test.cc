@@ -33,10 +33,10 @@ TEST(StrategyRegistry, EveryStrategyCreatesWithDefaults) {
 }
 
 TEST(StrategyRegistry, UnknownIdListsTheKnownOnes) {
-  absl::StatusOr<std::unique_ptr<Strategy>> s = CreateStrategy("revolve");
+  absl::StatusOr<std::unique_ptr<Strategy>> s = CreateStrategy("checkmate");
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(std::string(s.status().message()), HasSubstr("unknown strategy 'revolve'"));
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("unknown strategy 'checkmate'"));
   for (const std::string& id : kAggregateIds) {
     EXPECT_THAT(std::string(s.status().message()), HasSubstr(id));
   }

@@ -135,7 +135,7 @@ check_bad() {
   [[ $(wc -l <"$tmp/bad.stderr") -eq 1 ]] || fail "$*: more than one line: $(cat "$tmp/bad.stderr")"
   [[ ! -e "$out" ]] || fail "$*: wrote $out"
 }
-check_bad "unknown strategy 'revolve'; known: .*store_all, uniform" --strategies=revolve
+check_bad "unknown strategy 'checkmate'; known: .*store_all, uniform" --strategies=checkmate
 check_bad "unknown model 'resnet'" --models=resnet
 check_bad "unknown parameter 'layers'; accepted: depth, hidden, batch" --models=heavy_mlp:layers=3
 check_bad "depth='0' is not accepted" --models=heavy_mlp:depth=0

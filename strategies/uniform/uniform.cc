@@ -1,8 +1,13 @@
 #include "strategies/uniform/uniform.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "core/memory_model.h"
+#include "core/spec.h"
+#include "core/status_macros.h"
 
 namespace ckpt {
 namespace {
@@ -21,23 +26,27 @@ std::vector<ParamDef> Uniform::Params() {
   return {IntParam("segments", "auto",
                    "number of segments, 1..L; auto = ceil(sqrt(L)); 1 = no checkpointing")
               .Min(1)
-              .AllowAuto()};
+              .AllowAuto(),
+          BytesParam("budget", "none",
+                     "peak bytes above the baseline: the fewest segments whose predicted peak "
+                     "fits (instead of segments)")
+              .AllowNone()};
 }
 
 absl::StatusOr<std::unique_ptr<Strategy>> Uniform::Create(const ParamValues& params) {
   std::optional<int> segments;
+  std::optional<int64_t> budget;
   if (!params.IsAuto("segments")) segments = static_cast<int>(params.Int("segments"));
-  return std::make_unique<Uniform>(segments);
+  if (!params.IsNone("budget")) budget = params.Bytes("budget");
+  if (segments.has_value() && budget.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "uniform: segments=", *segments, " and budget=", params.Text("budget"),
+        " both choose the segment count; accepted: one of them"));
+  }
+  return std::make_unique<Uniform>(segments, budget);
 }
 
-absl::StatusOr<Plan> Uniform::MakePlan(const ModelProfile& profile) const {
-  const int n = static_cast<int>(profile.stages.size());
-  const int k = segments_.value_or(CeilSqrt(n));
-  if (k > n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("uniform: segments=", k, " is more than the ", n, " stages of ",
-                     profile.model, "; accepted: 1..", n, " or auto"));
-  }
+Plan Uniform::PlanWith(int k, int n) {
   Plan plan;
   plan.strategy = absl::StrCat(kId, ":segments=", k);
   // The first n % k segments get one stage more, so sizes differ by at most one.
@@ -52,6 +61,36 @@ absl::StatusOr<Plan> Uniform::MakePlan(const ModelProfile& profile) const {
   plan.summary = absl::StrCat(k, " segments of ", n / k, n % k ? "-" : "",
                               n % k ? absl::StrCat(n / k + 1) : "",
                               " stages; all but the last keep only their input");
+  return plan;
+}
+
+absl::StatusOr<Plan> Uniform::MakePlan(const ModelProfile& profile) const {
+  const int n = profile.num_stages();
+  if (budget_.has_value()) {
+    int64_t least = std::numeric_limits<int64_t>::max();
+    for (int k = 1; k <= n; ++k) {
+      Plan plan = PlanWith(k, n);
+      ASSIGN_OR_RETURN(MemoryPrediction predicted, PredictMemory(profile, plan));
+      if (predicted.peak_bytes + kBudgetSlackBytes <= *budget_) {
+        plan.strategy = absl::StrCat(kId, ":budget=", FormatByteSize(*budget_));
+        absl::StrAppend(&plan.summary, " (the fewest whose predicted peak, ",
+                        FormatByteSize(predicted.peak_bytes), ", fits)");
+        return plan;
+      }
+      least = std::min(least, predicted.peak_bytes + kBudgetSlackBytes);
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "uniform: budget=", FormatByteSize(*budget_), " is below the least peak any segment "
+        "count reaches on ", profile.model, ", ", least, " bytes (", FormatByteSize(least),
+        "); accepted: a budget of at least that"));
+  }
+  const int k = segments_.value_or(CeilSqrt(n));
+  if (k > n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("uniform: segments=", k, " is more than the ", n, " stages of ",
+                     profile.model, "; accepted: 1..", n, " or auto"));
+  }
+  Plan plan = PlanWith(k, n);
   if (!segments_.has_value()) absl::StrAppend(&plan.summary, " (k = ceil(sqrt(", n, ")))");
   return plan;
 }

@@ -11,9 +11,16 @@
 // The last segment is not checkpointed (as in checkpoint_sequential): backward starts with
 // it, so it would be recomputed right after the forward that just dropped its activations.
 // Storing it costs no extra peak memory and saves that recomputation.
+//
+// With budget=SIZE instead of a segment count: the fewest segments whose peak the memory model
+// predicts within SIZE bytes above the baseline (the heuristic at a memory budget, to compare
+// with budget planners). Fewer segments recompute fewer stages, so the fewest that fit are the
+// fastest uniform plan that fits; every count from 1 to L is tried (the peak is not monotone in
+// it). A budget no count fits is an error naming the least peak any count reaches.
 #pragma once
 
 #include <memory>
+#include <cstdint>
 #include <optional>
 #include <vector>
 
@@ -24,20 +31,26 @@ namespace ckpt {
 class Uniform : public Strategy {
  public:
   static constexpr char kId[] = "uniform";
+  static constexpr char kBudgetParam[] = "budget";
   static constexpr char kSummary[] =
       "checkpoint sequential: k near-equal segments keep only their inputs (default k = "
       "ceil(sqrt(L)))";
   static std::vector<ParamDef> Params();
   static absl::StatusOr<std::unique_ptr<Strategy>> Create(const ParamValues& params);
 
-  // `segments` empty means ceil(sqrt(L)).
-  explicit Uniform(std::optional<int> segments) : segments_(segments) {}
+  // `segments` empty means ceil(sqrt(L)), unless `budget` is given.
+  Uniform(std::optional<int> segments, std::optional<int64_t> budget)
+      : segments_(segments), budget_(budget) {}
 
-  // InvalidArgument if segments > L (naming both).
+  // InvalidArgument if segments > L (naming both), or if no count fits the budget.
   absl::StatusOr<Plan> MakePlan(const ModelProfile& profile) const override;
+
+  // The plan with k segments (1 <= k <= L).
+  static Plan PlanWith(int k, int num_stages);
 
  private:
   std::optional<int> segments_;
+  std::optional<int64_t> budget_;
 };
 
 }  // namespace ckpt

@@ -1,0 +1,164 @@
+// The budget planner behind `optimal`: the fastest persistent schedule of a chain under a
+// memory budget, a dynamic programme after Rotor's (Beaumont, Eyraud-Dubois, Herrmann, Joly,
+// Shilova, "Optimal checkpointing for heterogeneous chains: how to train deep neural networks
+// with limited memory", Inria RR-9302, 2019; ACM TOMS 2024), with a choice of policy per
+// stage where it runs with its graph, as Rockmate extends it (Zhao et al., ICML 2023).
+//
+// The chain model. Stage i takes x_i bytes and returns x_{i+1}; run with its graph under
+// option k it keeps kept_ik bytes (its graph's and its output) until its backward, peaks
+// tf_ik above them in forward and tb_ik above its start in backward; run without a graph it
+// peaks tn_i above input and output; its backward leaves the input's gradient d_i and the
+// parameters' gradients g_i (first created: a parameter a later stage shares counts there;
+// summing the two contributions adds s_i for a moment). A schedule is a plan tree of stored
+// stages and checkpointed segments whose inner plans are schedules of their rerun; the
+// executor runs it as the memory model replays it (core/memory_model.h), which the chain model
+// follows in outline: it does not see RNG snapshots, whether a graph really keeps its input,
+// or the held-transient variant of a backward (it takes the larger). Its events, for a list of
+// elements over [a, b) in a context that is either the step's own pass ("top": the loss comes
+// after stage b-1) or a checkpoint's rerun ("rerun": the incoming gradient d_b and the rerun's
+// output x_b are held until the rerun ends), all relative to what the list's caller holds:
+//
+//   net(c, b)     what [c, b) leaves when done: G[c,b) + d_c (+ x_b in a rerun); for c == b
+//                 the loss's gradient d_n at the top, nothing in a rerun. It does not depend
+//                 on the plan, which is what makes the programme possible.
+//   stored a, k   forward kept+tf; the rest [a+1, b) on top of kept; backward
+//                 kept + net(a+1, b) + tb + s_a.
+//   checkpoint    forward without a graph: max over s in [a, j) of
+//   [a, j)        (s > a ? x_s : 0) + x_{s+1} + tn_s; the rest [j, b) on top of x_j; then its
+//                 rerun, a list over [a, j) in a rerun context, on top of net(j, b) (+ x_j when
+//                 j == b in a rerun, where the enclosing rerun still holds it).
+//
+// The recurrence (times: fw, bw per option, fn without a graph; m: bytes available):
+//
+//   T(a, b, m) = min( min_k [ fw_ak + bw_ak + T(a+1, b, m - kept_ak) ]
+//                              if kept_ak + tf_ak <= m and kept_ak + net(a+1,b) + tb_ak + s_a <= m,
+//                     min_j [ fn_a + ... + fn_{j-1} + T(j, b, m - x_j)
+//                             + T_rerun(a, j, m - net(j, b) - held) ]
+//                              if the no-graph forward's peak <= m )
+//   T(n, n, m) = loss time if the loss's kept + its backward's peak <= m (top);
+//   T(b, b, m) = 0 (rerun).
+//
+// Every T depends on shorter ranges, on the same range's rerun table (at the top), or on the
+// same rerun range at a smaller budget (a rerun that checkpoints its whole range again, which
+// holds x_b for nothing and so is never faster, but is a schedule like any other). The
+// programme fills T for every budget 0..M in units of u bytes: O(M n^2 (n + K)) time and
+// O(M n^2) memory for n stages with K options each.
+//
+// Discretisation: every byte count becomes round(bytes / u) units, so an event's units differ
+// from its bytes / u by at most half a unit per term summed, at most (n + 6) / 2 units. The
+// chain model is itself approximate (above), so `optimal` does not trust either: it takes the
+// solver's plan at every budget 0..M, in order of decreasing budget, and keeps the first whose
+// peak the exact memory model predicts within the user's budget (strategies/optimal/optimal.h).
+// Chains longer than kMaxSolverStages are first cut into that many groups of consecutive
+// stages, each solved as one stage with every part stored.
+//
+// Needs no LibTorch.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/plan.h"
+#include "core/profile.h"
+
+namespace ckpt::chain {
+
+inline constexpr int kMaxSolverStages = 64;
+
+struct Option {
+  int policy_index = 0;  // the profile's measured[stage] entry it comes from (-1: all stored)
+  double forward_ms = 0, backward_ms = 0;
+  int64_t kept = 0, forward_transient = 0, backward_transient = 0;
+};
+
+struct Stage {
+  int first = 0, last = 0;  // the profile's stages it stands for, [first, last]
+  int64_t input = 0, output = 0;  // x_i, x_{i+1}
+  int64_t input_grad = 0;         // d_i
+  int64_t param_grads = 0;        // g_i
+  int64_t grad_sum = 0;           // s_i
+  double nograd_ms = 0;
+  int64_t nograd_transient = 0;   // tn_i
+  std::vector<Option> options;    // at least one
+};
+
+struct Chain {
+  std::vector<Stage> stages;
+  int64_t loss_kept = 0;
+  int64_t loss_backward_transient = 0;
+  int64_t output_grad = 0;  // d_n, what the loss's backward leaves
+  double loss_ms = 0;
+};
+
+// The chain of a profile: a stage per profile stage (its options: the policies of its menu
+// that were measured), or groups of stages (every part stored) when there are more than
+// kMaxSolverStages.
+Chain FromProfile(const ModelProfile& profile);
+
+// `chain` with every byte count in units of `unit` bytes, rounded to nearest.
+Chain Quantize(const Chain& chain, int64_t unit);
+
+// A schedule of a chain: segments over its stages (stored or checkpointed, nested), an option
+// per stage.
+struct Schedule {
+  std::vector<Segment> segments;
+  std::vector<int> options;  // per chain stage, an index into its options
+};
+
+struct Cost {
+  double time_ms = 0;
+  int64_t peak = 0;  // above what the step's caller holds, in the chain's units
+};
+
+// The chain model's time and peak of a schedule. InvalidArgument for what the model does not
+// cover: recompute-all segments, options out of range.
+absl::StatusOr<Cost> Evaluate(const Chain& chain, const Schedule& schedule);
+
+// The schedule with every stage stored under its first option.
+Schedule AllStored(const Chain& chain);
+
+class Solver {
+ public:
+  // Fills the tables for every budget 0..max_units of `chain` (in its units).
+  Solver(Chain chain, int max_units);
+
+  int max_units() const { return max_units_; }
+  bool Feasible(int units) const { return Time(units) < kInfinity; }
+  // The least model time of any schedule within `units` (infinity if none).
+  double Time(int units) const;
+  // A schedule achieving Time(units); Feasible(units) must hold.
+  Schedule ScheduleAt(int units) const;
+
+ private:
+  static constexpr float kInfinity = std::numeric_limits<float>::infinity();
+  int Index(int a, int b) const;  // of the range [a, b), 0 <= a < b <= n
+  int64_t Net(int c, int b, bool rerun) const;
+  float RerunAt(int a, int b, int64_t m) const;  // 0 for an empty range, infinity for m < 0
+  float TopAt(int a, int64_t m) const;
+  float Value(int a, int b, bool rerun, int m, int16_t* choice) const;
+  void Build(int a, int b, bool rerun, int64_t m, Schedule& out, std::vector<Segment>& list) const;
+
+  Chain chain_;
+  int n_;
+  int max_units_;
+  size_t width_;
+  // Precomputed from the chain, by range [c, b) at c * (n + 1) + b.
+  std::vector<int64_t> x_;            // x_c
+  std::vector<int64_t> net_rerun_;    // net(c, b) in a rerun
+  std::vector<int64_t> net_top_;      // net(c, n) at the top, by c
+  std::vector<int64_t> nograd_peak_;  // the no-graph forward's peak over [c, b)
+  std::vector<double> nograd_ms_;     // its time
+  int64_t loss_peak_ = 0;
+  // T by budget: rerun tables per range (Index), top tables per start; the choices made:
+  // -(k + 1) stage stored under option k, j > 0 a checkpoint ending at j.
+  std::vector<float> rerun_, top_;
+  std::vector<int16_t> rerun_choice_, top_choice_;
+};
+
+// The plan of a schedule over the profile's stages: groups expanded, options turned into the
+// stages' policies.
+Plan ToPlan(const ModelProfile& profile, const Chain& chain, const Schedule& schedule);
+
+}  // namespace ckpt::chain

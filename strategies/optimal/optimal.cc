@@ -1,0 +1,92 @@
+#include "strategies/optimal/optimal.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/memory_model.h"
+#include "core/spec.h"
+#include "core/status_macros.h"
+#include "core/time_model.h"
+#include "strategies/optimal/chain_solver.h"
+
+namespace ckpt {
+namespace {
+const StrategyRegistration<Optimal> registration;
+
+// The solver's grid: at most this many steps, and about 5e7 inner-loop steps of work (a tenth of a second here).
+int GridSteps(int stages, int options) {
+  const double work = static_cast<double>(stages) * stages * (stages + options);
+  return static_cast<int>(std::clamp(5e7 / std::max(work, 1.0), 100.0, 2000.0));
+}
+}  // namespace
+
+std::vector<ParamDef> Optimal::Params() {
+  return {BytesParam("budget", "auto",
+                     "peak bytes above the baseline its plan must fit; auto = uniform's default "
+                     "plan's predicted peak")
+              .AllowAuto()};
+}
+
+absl::StatusOr<std::unique_ptr<Strategy>> Optimal::Create(const ParamValues& params) {
+  std::optional<int64_t> budget;
+  if (!params.IsAuto("budget")) budget = params.Bytes("budget");
+  return std::make_unique<Optimal>(budget);
+}
+
+absl::StatusOr<Plan> Optimal::MakePlan(const ModelProfile& profile) const {
+  int64_t budget = 0;
+  std::string budget_text;
+  if (budget_.has_value()) {
+    budget = *budget_;
+    budget_text = FormatByteSize(budget);
+  } else {
+    ASSIGN_OR_RETURN(Plan uniform, PlanFor("uniform", profile));
+    ASSIGN_OR_RETURN(MemoryPrediction predicted, PredictMemory(profile, uniform));
+    budget = predicted.peak_bytes + kBudgetSlackBytes;  // so that uniform's plan itself fits
+    budget_text = absl::StrCat("auto (", FormatByteSize(budget), ", uniform's predicted peak)");
+  }
+  const chain::Chain chain = chain::FromProfile(profile);
+  int options = 1;
+  for (const chain::Stage& s : chain.stages) options = std::max<int>(options, s.options.size());
+  ASSIGN_OR_RETURN(chain::Cost all_stored, chain::Evaluate(chain, chain::AllStored(chain)));
+  const int steps = GridSteps(static_cast<int>(chain.stages.size()), options);
+  const int64_t unit = std::max<int64_t>(1, (all_stored.peak + steps - 1) / steps);
+  const chain::Chain quantized = chain::Quantize(chain, unit);
+  const chain::Solver solver(quantized, steps);
+
+  // From the largest budget on the grid down: the first plan the memory model fits.
+  int64_t least = std::numeric_limits<int64_t>::max();
+  std::vector<Segment> previous;
+  bool tried = false;
+  for (int m = solver.max_units(); m >= 0; --m) {
+    if (!solver.Feasible(m)) break;  // infeasible here, infeasible below
+    const chain::Schedule schedule = solver.ScheduleAt(m);
+    Plan plan = chain::ToPlan(profile, chain, schedule);
+    if (tried && plan.segments == previous) continue;  // the same plan: the same peak
+    tried = true;
+    previous = plan.segments;
+    ASSIGN_OR_RETURN(MemoryPrediction predicted, PredictMemory(profile, plan));
+    least = std::min(least, predicted.peak_bytes + kBudgetSlackBytes);
+    if (predicted.peak_bytes + kBudgetSlackBytes > budget) continue;
+    plan.strategy = absl::StrCat(kId, ":budget=", budget_.has_value() ? budget_text : "auto");
+    const absl::StatusOr<double> ms = PredictStepMs(profile, plan);
+    plan.summary = absl::StrCat(
+        "the fastest plan the planner finds within ", budget_text, ": predicted peak ",
+        FormatByteSize(predicted.peak_bytes), ", ", plan.RecomputedStages(),
+        " stage forwards rerun, checkpoints nested ", plan.Depth(), " deep",
+        ms.ok() ? absl::StrFormat(", predicted step %.2f ms", *ms) : std::string(),
+        chain.stages.size() < static_cast<size_t>(profile.num_stages())
+            ? absl::StrCat(" (planned over ", chain.stages.size(), " groups of stages)")
+            : std::string());
+    return plan;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "optimal: budget=", budget_text, " is below the least peak the planner reaches on ",
+      profile.model, ", ", least, " bytes (", FormatByteSize(least),
+      "); accepted: a budget of at least that"));
+}
+
+}  // namespace ckpt

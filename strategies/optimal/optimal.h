@@ -1,0 +1,52 @@
+// optimal: the fastest plan whose peak fits a memory budget, from the measured stage costs:
+// Rotor's persistent dynamic programme (Beaumont et al., Inria RR-9302 / ACM TOMS), with a
+// choice of policy per stage as Rockmate extends it (store, recompute the attention core,
+// recompute the MLP's hidden activation, chunk the sequence: each stage's menu in the
+// profile). The recurrence, its chain model and its discretisation are documented in
+// strategies/optimal/chain_solver.h.
+//
+// Keeps and recomputes: whatever the fastest plan within the budget does; its result is a
+// plan tree, checkpoints nested in checkpoints where that is faster than recomputing more.
+// Memory: its peak, as the memory model predicts it, is within `budget` bytes above the
+// baseline (parameters, batch), less kBudgetSlackBytes (core/memory_model.h): the solver's
+// plans for every budget on its grid are tried from the largest down, and the first that the
+// memory model predicts within that is taken. Compute: the least predicted step time (core/time_model.h) among those plans; the
+// time model is the solver's objective, so its error is this strategy's error.
+//
+// budget=auto: the predicted peak of uniform's default plan (ceil(sqrt(L)) segments), plus the
+// slack, so that a sweep compares the two at equal memory. A budget below every plan's peak is an error that
+// names the least peak the planner reaches.
+//
+// The grid is fixed by the model (the chain model's peak of every stage stored, in at most
+// 2000 steps), not by the budget, so a larger budget can only widen the plans that fit: the
+// predicted time never grows with the budget.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "core/strategy.h"
+
+namespace ckpt {
+
+class Optimal : public Strategy {
+ public:
+  static constexpr char kId[] = "optimal";
+  static constexpr char kSummary[] =
+      "the fastest plan tree within a peak budget, from measured stage costs (Rotor's dynamic "
+      "programme with per-stage policies)";
+  static constexpr char kBudgetParam[] = "budget";
+  static std::vector<ParamDef> Params();
+  static absl::StatusOr<std::unique_ptr<Strategy>> Create(const ParamValues& params);
+
+  // No budget: auto.
+  explicit Optimal(std::optional<int64_t> budget) : budget_(budget) {}
+  absl::StatusOr<Plan> MakePlan(const ModelProfile& profile) const override;
+
+ private:
+  std::optional<int64_t> budget_;
+};
+
+}  // namespace ckpt

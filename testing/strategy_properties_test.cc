@@ -1,0 +1,151 @@
+// Every registered strategy on generated profiles (no tensors): chains of up to 1,000 stages
+// with random parts, costs and sizes under every policy of their menus. A new strategy joins
+// with no test edit.
+//
+//   - Its plan is valid for the chain (PlanFor validates), or its parameters are refused with
+//     InvalidArgument (more segments than stages, a budget below every plan's peak).
+//   - It is deterministic: the same profile gives the same plan.
+//   - The memory and time models can predict it (every policy it uses is in the profile).
+//   - A strategy that plans to a budget (StrategyTraits::budget_param) keeps its promise: the
+//     predicted peak fits the budget less the slack (core/memory_model.h), a budget that fits
+//     stays fit when it grows, and a larger budget never makes the predicted step slower.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/memory_model.h"
+#include "core/profile.h"
+#include "core/strategy.h"
+#include "core/time_model.h"
+#include "gtest/gtest.h"
+#include "rapidcheck.h"
+#include "rapidcheck/gtest.h"
+
+namespace ckpt {
+namespace {
+
+// Up to `max_stages` stages, most of them 30 or fewer.
+rc::Gen<ModelProfile> GeneratedProfile(int max_stages) {
+  return rc::gen::exec([max_stages] {
+    const int n = *rc::gen::weightedElement<int>({{7, 0}, {3, 1}}).as("size class") == 0
+                      ? *rc::gen::inRange(1, 31)
+                      : *rc::gen::inRange(30, max_stages + 1);
+    ModelProfile p;
+    p.model = absl::StrCat("generated:", n);
+    p.timed = true;
+    std::vector<int64_t> x(n + 1);
+    for (int64_t& b : x) b = *rc::gen::inRange<int64_t>(1, 1 << 20);
+    const std::vector<PartInfo> kinds[] = {{},
+                                           {SequencePart()},
+                                           {AttentionCorePart(), SequencePart()},
+                                           {MlpHiddenPart(), SequencePart()}};
+    for (int i = 0; i < n; ++i) {
+      StageInfo info;
+      info.name = absl::StrCat("stage", i);
+      info.parts = kinds[*rc::gen::inRange(0, 4)];
+      info.kind = info.parts.size() == 2 && info.parts[0].kind == PartKind::kAttentionCore
+                      ? StageKind::kAttention
+                      : StageKind::kMlp;
+      info.stochastic = *rc::gen::arbitrary<bool>();
+      p.stages.push_back(info);
+      // A parameter of its own, and now and then one tied with a later stage.
+      const int64_t own = *rc::gen::inRange<int64_t>(0, 1 << 18);
+      const bool tied = i + 1 < n && *rc::gen::weightedElement<bool>({{9, false}, {1, true}});
+      std::vector<StageProfile> menu;
+      for (const StagePolicy& policy : PolicyMenu(info, p.menu_chunks)) {
+        StageProfile s;
+        s.policy = policy;
+        s.input_bytes = x[i];
+        s.output_bytes = x[i + 1];
+        s.retained_bytes = *rc::gen::inRange<int64_t>(0, 4 << 20);
+        s.keeps_input = *rc::gen::arbitrary<bool>();
+        s.keeps_output = *rc::gen::arbitrary<bool>();
+        s.forward_transient_bytes = *rc::gen::inRange<int64_t>(0, 2 << 20);
+        s.nograd_transient_bytes = *rc::gen::inRange<int64_t>(0, 2 << 20);
+        s.backward_transient_bytes = *rc::gen::inRange<int64_t>(0, 4 << 20);
+        s.backward_held_transient_bytes = *rc::gen::inRange<int64_t>(0, 4 << 20);
+        s.param_grads.emplace_back(i, own);
+        if (tied) s.param_grads.emplace_back(n, 1 << 16);  // parameter n: shared with stage i + 1
+        if (i > 0 && p.measured[i - 1].front().param_grads.size() == 2) {
+          s.param_grads.emplace_back(n, 1 << 16);
+        }
+        s.input_grad_bytes = x[i];
+        s.rng_state_bytes = info.stochastic ? 5056 : 0;
+        s.costs.input_bytes = x[i];
+        s.costs.output_bytes = x[i + 1];
+        s.costs.kept_bytes = s.retained_bytes + x[i + 1];
+        s.costs.forward_ms = *rc::gen::inRange(1, 1000) / 100.0;
+        s.costs.nograd_forward_ms = s.costs.forward_ms * *rc::gen::inRange(50, 100) / 100.0;
+        s.costs.backward_ms = s.costs.forward_ms * *rc::gen::inRange(100, 300) / 100.0;
+        menu.push_back(s);
+      }
+      p.measured.push_back(std::move(menu));
+    }
+    p.loss.output_bytes = 4;
+    p.loss.backward_net_bytes = x[n];
+    p.loss.input_grad_bytes = x[n];
+    p.loss.backward_transient_bytes = x[n] + 4;
+    p.loss.forward_ms = 0.1;
+    p.loss.backward_ms = 0.1;
+    return p;
+  });
+}
+
+std::string SegmentsAndPolicies(const Plan& plan, const ModelProfile& profile) {
+  return plan.Describe(profile.stages);
+}
+
+RC_GTEST_PROP(StrategyProperties, EveryStrategyPlansValidlyAndDeterministically, ()) {
+  const ModelProfile profile = *GeneratedProfile(1000).as("profile");
+  RC_TAG(profile.num_stages() <= 30 ? "<=30 stages" : "30..1000 stages");
+  for (const std::string& id : Strategies().Ids()) {
+    absl::StatusOr<Plan> plan = PlanFor(id, profile);
+    if (!plan.ok()) {
+      RC_LOG() << id << ": " << plan.status() << "\n";
+      RC_ASSERT(plan.status().code() == absl::StatusCode::kInvalidArgument);
+      continue;
+    }
+    absl::StatusOr<Plan> again = PlanFor(id, profile);
+    RC_ASSERT(again.ok());
+    RC_ASSERT(again->segments == plan->segments);
+    RC_ASSERT(SegmentsAndPolicies(*again, profile) == SegmentsAndPolicies(*plan, profile));
+    RC_ASSERT(PredictMemory(profile, *plan).ok());
+    RC_ASSERT(PredictStepMs(profile, *plan).ok());
+  }
+}
+
+// On up to 300 stages: the budget searches try many plans, each predicted over the whole chain.
+RC_GTEST_PROP(StrategyProperties, BudgetStrategiesKeepTheirPromise, ()) {
+  const ModelProfile profile = *GeneratedProfile(300).as("profile");
+  const Plan store_all = *PlanFor("store_all", profile);
+  const int64_t peak = PredictMemory(profile, store_all)->peak_bytes;
+  // Two budgets, the second larger, from 30% of store_all's peak to a bit over it.
+  const int low = *rc::gen::inRange(30, 121).as("lower budget, percent of store_all's peak");
+  const int high = *rc::gen::inRange(low, 131).as("higher budget, percent");
+  for (const auto* entry : Strategies().Entries()) {
+    const std::string& param = entry->traits.budget_param;
+    if (param.empty()) continue;
+    std::vector<absl::StatusOr<Plan>> plans;
+    std::vector<int64_t> budgets;
+    for (const int percent : {low, high}) {
+      budgets.push_back(peak * percent / 100);
+      plans.push_back(PlanFor(absl::StrCat(entry->id, ":", param, "=", budgets.back()), profile));
+    }
+    for (size_t k = 0; k < plans.size(); ++k) {
+      if (!plans[k].ok()) {
+        RC_ASSERT(plans[k].status().code() == absl::StatusCode::kInvalidArgument);
+        continue;
+      }
+      RC_ASSERT(PredictMemory(profile, *plans[k])->peak_bytes + kBudgetSlackBytes <= budgets[k]);
+    }
+    if (plans[0].ok()) {
+      RC_ASSERT(plans[1].ok());  // what fits a budget fits a larger one
+      RC_ASSERT(*PredictStepMs(profile, *plans[1]) <= *PredictStepMs(profile, *plans[0]) + 1e-9);
+    }
+    RC_TAG(entry->id + (plans[0].ok() ? " fits the lower budget" : " does not fit it"));
+  }
+}
+
+}  // namespace
+}  // namespace ckpt
