@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -141,28 +142,49 @@ absl::Status WriteReport(const std::string& dir, const std::vector<ResultRow>& r
                          const RunInfo& info, const std::string& appendix) {
   std::string md = "# ckptlab sweep report\n\n";
   absl::StrAppend(&md, "- machine: ", DescribeMachine(), "\n- runtime: ", info.runtime,
+                  info.gemm_gflops > 0
+                      ? absl::StrFormat("\n- float32 matrix products: %.1f GFLOP/s measured at "
+                                        "start-up (1024^3, the median of repeated products)",
+                                        info.gemm_gflops)
+                      : std::string(),
                   "\n- memory: ", info.meter, info.cap.empty() ? "" : "; ", info.cap,
                   "\n- command: `", info.command, "`\n\n");
   absl::StrAppend(&md,
                   "Savings and overheads are against store_all on the same model, measured "
                   "side by side (timing interleaved, ratio per round, median). Peak = highest "
                   "live tensor bytes above the baseline (parameters, batch) during a step. "
-                  "Predicted = the analytical memory model (core/memory_model.h). Raw data: "
-                  "results.csv.\n\n");
+                  "Predicted = the analytical memory model (core/memory_model.h) and the time "
+                  "model (core/time_model.h). Raw data: results.csv.\n\n");
   for (const std::string& model : ModelsOf(rows)) {
     absl::StrAppend(&md, "## ", model, "\n\n");
+    for (const ResultRow& r : rows) {
+      // The hardware's share: store_all's useful work per second against the GEMM rate.
+      const double achieved = Num(r, "achieved_gflops");
+      if (Text(r, "model") != model || Text(r, "strategy") != "store_all" || std::isnan(achieved)) {
+        continue;
+      }
+      absl::StrAppend(&md, absl::StrFormat("store_all runs %s GFLOP of matrix products a step at "
+                                           "%.1f GFLOP/s",
+                                           Text(r, "step_gflop"), achieved));
+      if (info.gemm_gflops > 0) {
+        absl::StrAppend(&md, absl::StrFormat(", %.0f%% of the measured matrix-product rate",
+                                             100 * achieved / info.gemm_gflops));
+      }
+      absl::StrAppend(&md, ".\n\n");
+    }
     absl::StrAppend(
         &md,
         "| strategy | status | activations MiB | activation saving | peak MiB | peak saving | "
-        "time overhead | step ms | recomputed stages | predicted / measured activations | "
-        "predicted / measured peak | max abs grad diff |\n"
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+        "time overhead | step ms | predicted / measured step | recomputed stages | "
+        "predicted / measured activations | predicted / measured peak | max abs grad diff |\n"
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
+        "---: |\n");
     for (const ResultRow& r : rows) {
       if (Text(r, "model") != model) continue;
       if (Text(r, "status") != "ok") {
         absl::StrAppend(&md, "| ", Text(r, "strategy"), " | ", Text(r, "status"), " | ",
                         absl::StrReplaceAll(Text(r, "message"), {{"|", "/"}, {"\n", " "}}),
-                        " |||||||||||\n");
+                        " ||||||||||||\n");
         continue;
       }
       const double baseline = Num(r, "baseline_bytes");
@@ -171,6 +193,7 @@ absl::Status WriteReport(const std::string& dir, const std::vector<ResultRow>& r
           Saving(Num(r, "activation_vs_store_all")), " | ",
           Mib(Num(r, "peak_above_baseline_bytes")), " | ", Saving(Num(r, "peak_vs_store_all")),
           " | ", Pct(Num(r, "overhead_vs_store_all")), " | ", Text(r, "step_ms_median"), " | ",
+          Ratio(Num(r, "predicted_step_ms"), Num(r, "step_ms_median")), " | ",
           Text(r, "recompute_forwards"), " | ",
           Ratio(Num(r, "predicted_activation_bytes"), Num(r, "activation_bytes")), " | ",
           Ratio(Num(r, "predicted_peak_bytes") - baseline, Num(r, "peak_bytes") - baseline),
@@ -238,10 +261,22 @@ absl::Status WriteParetoPlot(const std::string& dir, const std::vector<ResultRow
   for (const std::string& model : models) {
     std::vector<std::pair<double, double>> points;
     std::vector<std::string> names;
+    // A strategy run at several budgets ("optimal:budget=8MiB", ...) is a frontier: its points
+    // by peak, joined.
+    std::map<std::string, std::vector<std::pair<double, double>>> frontiers;
     for (const ResultRow& r : rows) {
       if (Text(r, "model") != model || Text(r, "status") != "ok") continue;
-      points.emplace_back(Num(r, "step_ms_median"), Num(r, "peak_above_baseline_bytes") / 1048576.0);
-      names.push_back(Text(r, "strategy"));
+      const std::pair<double, double> point(Num(r, "step_ms_median"),
+                                            Num(r, "peak_above_baseline_bytes") / 1048576.0);
+      points.push_back(point);
+      const std::string& strategy = Text(r, "strategy");
+      const size_t budget = strategy.find(":budget=");
+      if (budget != std::string::npos && Text(r, "strategy_arg").find(":budget=") != std::string::npos) {
+        frontiers[strategy.substr(0, budget)].push_back(point);
+        names.push_back("");  // the frontier's line names them
+      } else {
+        names.push_back(strategy);
+      }
     }
     if (points.empty()) continue;
     absl::StrAppend(&data, "# ", model, "\n");
@@ -254,13 +289,22 @@ absl::Status WriteParetoPlot(const std::string& dir, const std::vector<ResultRow
       absl::StrAppend(&data, absl::StrFormat("%.4f %.6f\n", points[i].first, points[i].second));
     }
     absl::StrAppend(&data, "\n\n");
-    absl::StrAppend(&gp, "set title ", GpWrappedTitle(model), " noenhanced\n",
-                    "plot 'pareto.dat' index ", block, " using 1:2 with points pt 7 ps 1.4 ",
-                    "title 'strategy', '' index ", block,
-                    " using 1:2:3 with labels offset 0,0.9 font ',8' noenhanced notitle, ",
-                    "'' index ", block + 1,
-                    " using 1:2 with linespoints lw 2 dt 2 pt 6 ps 2.2 title 'Pareto front'\n");
+    std::string plot = absl::StrCat(
+        "plot 'pareto.dat' index ", block, " using 1:2 with points pt 7 ps 1.4 ",
+        "title 'strategy', '' index ", block,
+        " using 1:2:3 with labels offset 0,0.9 font ',8' noenhanced notitle, ", "'' index ",
+        block + 1, " using 1:2 with linespoints lw 2 dt 2 pt 6 ps 2.2 title 'Pareto front'");
     block += 2;
+    for (auto& [family, line] : frontiers) {
+      std::sort(line.begin(), line.end(),
+                [](const auto& a, const auto& b) { return a.second < b.second; });
+      absl::StrAppend(&data, "# ", family, " at each budget\n");
+      for (const auto& [ms, mib] : line) absl::StrAppend(&data, absl::StrFormat("%.4f %.6f\n", ms, mib));
+      absl::StrAppend(&data, "\n\n");
+      absl::StrAppend(&plot, ", '' index ", block++, " using 1:2 with linespoints lw 2 pt 5 ",
+                      "title ", GpString(family + " at each budget"), " noenhanced");
+    }
+    absl::StrAppend(&gp, "set title ", GpWrappedTitle(model), " noenhanced\n", plot, "\n");
   }
   absl::StrAppend(&gp, "unset multiplot\n");
   if (absl::Status s = WriteAtomically(dir + "/pareto.dat", data); !s.ok()) return s;

@@ -25,6 +25,7 @@ struct RunInfo {
   std::string runtime;  // LibTorch, BLAS, threads, CUDA (DescribeRuntime)
   std::string meter;    // how memory was counted
   std::string cap;      // the memory caps in force, in words
+  double gemm_gflops = 0;  // the device's measured float32 matrix-product rate (0: not measured)
 };
 
 // The machine: CPU model, cores, memory, OS (from /proc and uname).

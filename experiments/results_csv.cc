@@ -28,6 +28,7 @@ const std::vector<std::string>& ResultColumns() {
       "predicted_activation_bytes",
       "predicted_peak_bytes",
       "peak_reserved_bytes",
+      "predicted_step_ms",
       "step_ms_median",
       "step_ms_min",
       "step_ms_max",

@@ -17,6 +17,7 @@
 #include "core/spec.h"
 #include "core/status_macros.h"
 #include "core/strategy.h"
+#include "core/time_model.h"
 #include "core/torch_status.h"
 #include "core/workload.h"
 #include "experiments/report.h"
@@ -117,6 +118,7 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
     c.result.strategy = run->plan.strategy;
     c.result.plan = run->plan.Describe(profile.stages);
     c.result.predicted = run->predicted;
+    c.result.predicted_step_ms = PredictStepMs(profile, run->plan).value_or(kNaN);
     c.executor.emplace(std::move(run->executor));
   }
 
@@ -364,6 +366,25 @@ std::vector<std::string> StrategyOrder(const std::vector<std::string>& given) {
   return order;
 }
 
+absl::StatusOr<std::vector<std::string>> WithBudgets(const std::vector<std::string>& strategies,
+                                                     const std::vector<int64_t>& budgets) {
+  std::vector<std::string> out = strategies;
+  if (budgets.empty()) return out;
+  for (const std::string& text : strategies) {
+    ASSIGN_OR_RETURN(Spec spec, ParseSpec(text));
+    ASSIGN_OR_RETURN(const StrategyRegistry::Entry* entry, Strategies().Find(spec.name));
+    const std::string& param = entry->traits.budget_param;
+    if (param.empty()) continue;
+    // Only the strategy itself at each budget: its other parameters choose what the budget
+    // chooses (uniform's segments, revolve's snapshots), or are not budgets at all.
+    for (const int64_t budget : budgets) {
+      std::string budgeted = absl::StrCat(spec.name, ":", param, "=", FormatByteSize(budget));
+      if (std::find(out.begin(), out.end(), budgeted) == out.end()) out.push_back(budgeted);
+    }
+  }
+  return out;
+}
+
 std::string FailureStatus(const absl::Status& status) {
   return status.code() == absl::StatusCode::kResourceExhausted ? "oom" : "error";
 }
@@ -413,6 +434,7 @@ std::vector<std::string> CsvRow(const ConfigResult& r, const ComputeThreads& thr
           bytes(r.predicted.activation_bytes),
           bytes(r.baseline_bytes + r.predicted.peak_bytes),
           bytes(r.peak_reserved_bytes),
+          ok ? Num(r.predicted_step_ms, 3) : "",
           ok ? Num(median, 3) : "",
           ok ? Num(min, 3) : "",
           ok ? Num(max, 3) : "",

@@ -68,6 +68,7 @@ struct ConfigResult {
   int64_t peak_reserved_bytes = 0;
   int64_t recompute_forwards = 0;
   MemoryPrediction predicted;  // the analytical model's, above the baseline
+  double predicted_step_ms = 0;  // the time model's (core/time_model.h), NaN without one
   std::vector<double> step_ms;       // one per timed round
   double overhead_vs_store_all = 0;  // median over rounds of (this / store_all), NaN if n/a
   double activation_vs_store_all = 0;
@@ -104,6 +105,12 @@ double OverheadRatio(const std::vector<double>& step_ms, const std::vector<doubl
 // The strategies a sweep runs: store_all first (the reference), then the given ones in order,
 // without repeats.
 std::vector<std::string> StrategyOrder(const std::vector<std::string>& given);
+
+// `strategies`, then for every one of them that plans to a budget (StrategyTraits::
+// budget_param), that strategy at each of `budgets` ("optimal:budget=12MiB"; its other
+// parameters dropped), in order, without repeats. The errors of parsing and finding the specs.
+absl::StatusOr<std::vector<std::string>> WithBudgets(const std::vector<std::string>& strategies,
+                                                     const std::vector<int64_t>& budgets);
 
 // Whether `rows` ((model, strategy) specs as given, as in results.csv) holds a row of `model`
 // for every strategy a sweep over `strategies` runs: what --resume skips, and what a time

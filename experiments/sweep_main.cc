@@ -1,6 +1,6 @@
 // bazel run //experiments:sweep -- [--preset=quick|paper] [--models=SPEC,...]
 //     [--strategies=SPEC,...] [--device=auto|cpu|cuda] [--steps=N] [--warmup=N] [--threads=N]
-//     [--out=DIR] [--resume] [--memory_cap=BYTES|16GiB] [--depths=4,8,16,32]
+//     [--out=DIR] [--resume] [--memory_cap=BYTES|16GiB] [--budgets=SIZE,...] [--depths=4,8,16,32]
 //     [--train_steps=N [--accumulate=K] [--amp]] [--seed=N] [--time_limit_s=S] [--explain]
 //     [--list] [--report_only]
 //
@@ -66,6 +66,10 @@ ABSL_FLAG(bool, resume, false,
 ABSL_FLAG(std::string, memory_cap, "",
           "cap on tensor memory: bytes, or with a unit (16GiB, 512MiB); configurations past it "
           "are oom rows");
+ABSL_FLAG(std::string, budgets, "",
+          "peak budgets above the baseline (e.g. 8MiB,16MiB): every strategy that plans to a "
+          "budget (optimal, uniform, revolve) also runs at each; the Pareto plot draws their "
+          "frontiers");
 ABSL_FLAG(std::string, depths, "",
           "also scan activation bytes over these depths (e.g. 4,8,16,32): depth.csv, depth.png");
 ABSL_FLAG(int, train_steps, 0,
@@ -103,27 +107,26 @@ std::vector<std::string> SplitList(const std::string& text) {
   return items;
 }
 
-absl::StatusOr<std::optional<int64_t>> ParseBytes(const std::string& text) {
+absl::StatusOr<std::optional<int64_t>> ParseCap(const std::string& text) {
   if (text.empty()) return std::optional<int64_t>();
-  absl::string_view number = text;
-  int64_t unit = 1;
-  for (const auto& [suffix, factor] : std::vector<std::pair<std::string, int64_t>>{
-           {"GiB", int64_t{1} << 30}, {"MiB", int64_t{1} << 20}, {"KiB", int64_t{1} << 10},
-           {"B", 1}}) {
-    if (absl::ConsumeSuffix(&number, suffix)) {
-      unit = factor;
-      break;
+  absl::StatusOr<int64_t> bytes = ParseByteSize(text);
+  if (!bytes.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--memory_cap=", bytes.status().message()));
+  }
+  return std::optional<int64_t>(*bytes);
+}
+
+absl::StatusOr<std::vector<int64_t>> ParseBudgets(const std::string& text) {
+  std::vector<int64_t> budgets;
+  if (text.empty()) return budgets;
+  for (const std::string& item : SplitList(text)) {
+    absl::StatusOr<int64_t> bytes = ParseByteSize(item);
+    if (!bytes.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--budgets: ", bytes.status().message()));
     }
+    budgets.push_back(*bytes);
   }
-  double value = 0;
-  // Written so that NaN (which SimpleAtod accepts) fails too.
-  if (!absl::SimpleAtod(number, &value) || !(value >= 0 && value * unit <= 9.2e18)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--memory_cap='", text,
-                     "' is not accepted; accepted: a byte count, or a number with GiB, MiB, "
-                     "KiB (e.g. 16GiB)"));
-  }
-  return std::optional<int64_t>(static_cast<int64_t>(value * unit));
+  return budgets;
 }
 
 absl::StatusOr<std::vector<int>> ParseDepths(const std::string& text) {
@@ -240,12 +243,17 @@ int Main(int argc, char** argv) {
   options.strategies = absl::GetFlag(FLAGS_strategies).empty()
                            ? preset->strategies
                            : SplitList(absl::GetFlag(FLAGS_strategies));
+  absl::StatusOr<std::vector<int64_t>> budgets = ParseBudgets(absl::GetFlag(FLAGS_budgets));
+  if (!budgets.ok()) Die(budgets.status());
+  absl::StatusOr<std::vector<std::string>> with_budgets = WithBudgets(options.strategies, *budgets);
+  if (!with_budgets.ok()) Die(with_budgets.status());
+  options.strategies = *with_budgets;
   options.steps = absl::GetFlag(FLAGS_steps);
   options.warmup = absl::GetFlag(FLAGS_warmup);
   options.seed = absl::GetFlag(FLAGS_seed);
   options.time_limit_s = absl::GetFlag(FLAGS_time_limit_s);
   if (absl::Status s = ValidateSweep(options); !s.ok()) Die(s);
-  absl::StatusOr<std::optional<int64_t>> cap = ParseBytes(absl::GetFlag(FLAGS_memory_cap));
+  absl::StatusOr<std::optional<int64_t>> cap = ParseCap(absl::GetFlag(FLAGS_memory_cap));
   if (!cap.ok()) Die(cap.status());
   absl::StatusOr<std::vector<int>> depths = ParseDepths(absl::GetFlag(FLAGS_depths));
   if (!depths.ok()) Die(depths.status());
@@ -329,6 +337,10 @@ int Main(int argc, char** argv) {
 
   RunInfo info;
   info.runtime = DescribeRuntime();
+  if (!report_only) {
+    absl::StatusOr<double> gemm = MeasureGemmGflops(options.device);
+    if (gemm.ok()) info.gemm_gflops = *gemm;
+  }
   info.meter = (*meter)->Describe();
   info.cap = DescribeCaps(*cap, standing_cap);
   std::vector<std::string> command(argv, argv + argc);

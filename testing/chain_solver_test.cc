@@ -51,6 +51,7 @@ rc::Gen<Chain> GeneratedChain(int min_stages, int max_stages, int max_options) {
         o.kept = s.output + *rc::gen::inRange<int64_t>(0, 8);
         o.forward_transient = *rc::gen::inRange<int64_t>(0, 4);
         o.backward_transient = *rc::gen::inRange<int64_t>(0, 6);
+        o.held_backward_transient = o.backward_transient + *rc::gen::inRange<int64_t>(0, 3);
         s.options.push_back(o);
       }
       c.stages.push_back(s);
@@ -177,7 +178,7 @@ Chain EqualChain(int n) {
     s.first = s.last = i;
     s.input = s.output = 1;
     s.nograd_ms = 1;
-    s.options.push_back({0, 0, 0, /*kept=*/1000, 0, 0});
+    s.options.push_back({0, 0, 0, /*kept=*/1000, 0, 0, 0});
     c.stages.push_back(s);
   }
   return c;

@@ -43,8 +43,14 @@ class Model {
     return chain_.loss_kept + std::max<int64_t>(0, chain_.loss_backward_transient);
   }
   int64_t StoredForwardPeak(int a, const Option& o) const { return o.kept + o.forward_transient; }
+  // A tied parameter's two gradients are summed where both arrive in one backward pass: the
+  // step's own, in the model's outline (a rerun runs its own pass).
   int64_t StoredBackwardPeak(int a, int b, bool rerun, const Option& o) const {
-    return o.kept + Net(a + 1, b, rerun) + o.backward_transient + chain_.stages[a].grad_sum;
+    return o.kept + Net(a + 1, b, rerun) + BackwardTransient(a, b, rerun, o) +
+           (rerun ? 0 : chain_.stages[a].grad_sum);
+  }
+  static int64_t BackwardTransient(int a, int b, bool rerun, const Option& o) {
+    return rerun && a + 1 == b ? o.held_backward_transient : o.backward_transient;
   }
 
  private:
@@ -166,7 +172,7 @@ Chain FromProfile(const ModelProfile& profile) {
       s.nograd_transient = std::max(s.nograd_transient, p.nograd_transient_bytes);
       s.options.push_back({static_cast<int>(k), p.costs.forward_ms, p.costs.backward_ms,
                            p.retained_bytes + p.output_bytes, p.forward_transient_bytes,
-                           std::max(p.backward_transient_bytes, p.backward_held_transient_bytes)});
+                           p.backward_transient_bytes, p.backward_held_transient_bytes});
     }
   }
   chain.loss_kept = profile.loss.retained_bytes + profile.loss.output_bytes;
@@ -201,12 +207,14 @@ Chain FromProfile(const ModelProfile& profile) {
       o.forward_ms += stored.forward_ms;
       o.backward_ms += stored.backward_ms;
       forward_peak = std::max(forward_peak, kept_before + stored.kept + stored.forward_transient);
-      backward_peak = std::max(backward_peak, kept_before + stored.kept + stored.backward_transient);
+      backward_peak = std::max(backward_peak, kept_before + stored.kept +
+                                                  std::max(stored.backward_transient,
+                                                           stored.held_backward_transient));
       kept_before += stored.kept;
     }
     o.kept = kept_before;
     o.forward_transient = std::max<int64_t>(0, forward_peak - o.kept);
-    o.backward_transient = std::max<int64_t>(0, backward_peak - o.kept);
+    o.backward_transient = o.held_backward_transient = std::max<int64_t>(0, backward_peak - o.kept);
     s.nograd_transient = std::max<int64_t>(0, nograd_peak - s.output);
     s.options.push_back(o);
     chain.stages.push_back(std::move(s));
@@ -221,7 +229,9 @@ Chain Quantize(const Chain& chain, int64_t unit) {
   for (Stage& s : q.stages) {
     u(s.input), u(s.output), u(s.input_grad), u(s.param_grads), u(s.grad_sum),
         u(s.nograd_transient);
-    for (Option& o : s.options) u(o.kept), u(o.forward_transient), u(o.backward_transient);
+    for (Option& o : s.options) {
+      u(o.kept), u(o.forward_transient), u(o.backward_transient), u(o.held_backward_transient);
+    }
   }
   u(q.loss_kept), u(q.loss_backward_transient), u(q.output_grad);
   return q;
@@ -329,7 +339,10 @@ float Solver::Value(int a, int b, bool rerun, int m, int16_t* choice) const {
   for (size_t k = 0; k < stage.options.size(); ++k) {
     const Option& o = stage.options[k];
     if (o.kept + o.forward_transient > m ||
-        o.kept + net_after_a + o.backward_transient + stage.grad_sum > m) {
+        o.kept + net_after_a + (rerun && a + 1 == b ? o.held_backward_transient
+                                                    : o.backward_transient) +
+                (rerun ? 0 : stage.grad_sum) >
+            m) {
       continue;
     }
     const float t = static_cast<float>(o.forward_ms + o.backward_ms) + rest_of(a + 1, m - o.kept);

@@ -9,11 +9,11 @@
 // tf_ik above them in forward and tb_ik above its start in backward; run without a graph it
 // peaks tn_i above input and output; its backward leaves the input's gradient d_i and the
 // parameters' gradients g_i (first created: a parameter a later stage shares counts there;
-// summing the two contributions adds s_i for a moment). A schedule is a plan tree of stored
+// summing the two contributions adds s_i for a moment, where both arrive in one pass). A schedule is a plan tree of stored
 // stages and checkpointed segments whose inner plans are schedules of their rerun; the
 // executor runs it as the memory model replays it (core/memory_model.h), which the chain model
 // follows in outline: it does not see RNG snapshots, whether a graph really keeps its input,
-// or the held-transient variant of a backward (it takes the larger). Its events, for a list of
+// or the order of frees inside one stage's backward. Its events, for a list of
 // elements over [a, b) in a context that is either the step's own pass ("top": the loss comes
 // after stage b-1) or a checkpoint's rerun ("rerun": the incoming gradient d_b and the rerun's
 // output x_b are held until the rerun ends), all relative to what the list's caller holds:
@@ -22,7 +22,9 @@
 //                 the loss's gradient d_n at the top, nothing in a rerun. It does not depend
 //                 on the plan, which is what makes the programme possible.
 //   stored a, k   forward kept+tf; the rest [a+1, b) on top of kept; backward
-//                 kept + net(a+1, b) + tb + s_a.
+//                 kept + net(a+1, b) + tb (the held variant for a rerun's last stage; + s_a at
+//                 the top: a rerun's backward is a pass of its own, where a tied parameter's
+//                 other contribution does not arrive).
 //   checkpoint    forward without a graph: max over s in [a, j) of
 //   [a, j)        (s > a ? x_s : 0) + x_{s+1} + tn_s; the rest [j, b) on top of x_j; then its
 //                 rerun, a list over [a, j) in a rerun context, on top of net(j, b) (+ x_j when
@@ -31,7 +33,7 @@
 // The recurrence (times: fw, bw per option, fn without a graph; m: bytes available):
 //
 //   T(a, b, m) = min( min_k [ fw_ak + bw_ak + T(a+1, b, m - kept_ak) ]
-//                              if kept_ak + tf_ak <= m and kept_ak + net(a+1,b) + tb_ak + s_a <= m,
+//                              if kept_ak + tf_ak <= m and kept_ak + net(a+1,b) + tb_ak (+ s_a) <= m,
 //                     min_j [ fn_a + ... + fn_{j-1} + T(j, b, m - x_j)
 //                             + T_rerun(a, j, m - net(j, b) - held) ]
 //                              if the no-graph forward's peak <= m )
@@ -71,6 +73,9 @@ struct Option {
   int policy_index = 0;  // the profile's measured[stage] entry it comes from (-1: all stored)
   double forward_ms = 0, backward_ms = 0;
   int64_t kept = 0, forward_transient = 0, backward_transient = 0;
+  // The backward's peak when its input, output and incoming gradient are held throughout: as
+  // the last stage of a rerun, which the rerun's backward starts from.
+  int64_t held_backward_transient = 0;
 };
 
 struct Stage {

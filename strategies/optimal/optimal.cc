@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -11,6 +13,7 @@
 #include "core/status_macros.h"
 #include "core/time_model.h"
 #include "strategies/optimal/chain_solver.h"
+#include "strategies/uniform/uniform.h"
 
 namespace ckpt {
 namespace {
@@ -55,29 +58,50 @@ absl::StatusOr<Plan> Optimal::MakePlan(const ModelProfile& profile) const {
   const int steps = GridSteps(static_cast<int>(chain.stages.size()), options);
   const int64_t unit = std::max<int64_t>(1, (all_stored.peak + steps - 1) / steps);
   const chain::Chain quantized = chain::Quantize(chain, unit);
-  const chain::Solver solver(quantized, steps);
+  // The grid's top: every stage stored, as the rounded chain sees it.
+  ASSIGN_OR_RETURN(chain::Cost top, chain::Evaluate(quantized, chain::AllStored(quantized)));
+  const chain::Solver solver(quantized, static_cast<int>(std::max<int64_t>(top.peak, steps)));
 
-  // From the largest budget on the grid down: the first plan the memory model fits.
+  // The candidates: the solver's plan at every budget of the grid (distinct ones), and
+  // uniform's with every segment count, so that the answer is never slower than the heuristic
+  // where the chain model misjudges a plan the memory model would fit.
+  std::vector<Plan> candidates;
+  for (int m = solver.max_units(); m >= 0 && solver.Feasible(m); --m) {
+    Plan plan = chain::ToPlan(profile, chain, solver.ScheduleAt(m));
+    if (!candidates.empty() && plan.segments == candidates.back().segments &&
+        plan.stage_policies == candidates.back().stage_policies) {
+      continue;
+    }
+    candidates.push_back(std::move(plan));
+  }
+  for (int k = 1; k <= profile.num_stages(); ++k) {
+    candidates.push_back(Uniform::PlanWith(k, profile.num_stages()));
+  }
+  // The fastest candidate the memory model fits in the budget (the first of equals).
   int64_t least = std::numeric_limits<int64_t>::max();
-  std::vector<Segment> previous;
-  bool tried = false;
-  for (int m = solver.max_units(); m >= 0; --m) {
-    if (!solver.Feasible(m)) break;  // infeasible here, infeasible below
-    const chain::Schedule schedule = solver.ScheduleAt(m);
-    Plan plan = chain::ToPlan(profile, chain, schedule);
-    if (tried && plan.segments == previous) continue;  // the same plan: the same peak
-    tried = true;
-    previous = plan.segments;
+  std::optional<Plan> best;
+  double best_ms = std::numeric_limits<double>::infinity();
+  MemoryPrediction best_predicted;
+  for (Plan& plan : candidates) {
     ASSIGN_OR_RETURN(MemoryPrediction predicted, PredictMemory(profile, plan));
     least = std::min(least, predicted.peak_bytes + kBudgetSlackBytes);
     if (predicted.peak_bytes + kBudgetSlackBytes > budget) continue;
+    const double ms = profile.timed ? PredictStepMs(profile, plan).value_or(0)
+                                    : static_cast<double>(plan.RecomputedStages());
+    if (ms < best_ms) {
+      best_ms = ms;
+      best_predicted = predicted;
+      best = std::move(plan);
+    }
+  }
+  if (best.has_value()) {
+    Plan& plan = *best;
     plan.strategy = absl::StrCat(kId, ":budget=", budget_.has_value() ? budget_text : "auto");
-    const absl::StatusOr<double> ms = PredictStepMs(profile, plan);
     plan.summary = absl::StrCat(
         "the fastest plan the planner finds within ", budget_text, ": predicted peak ",
-        FormatByteSize(predicted.peak_bytes), ", ", plan.RecomputedStages(),
+        FormatByteSize(best_predicted.peak_bytes), ", ", plan.RecomputedStages(),
         " stage forwards rerun, checkpoints nested ", plan.Depth(), " deep",
-        ms.ok() ? absl::StrFormat(", predicted step %.2f ms", *ms) : std::string(),
+        profile.timed ? absl::StrFormat(", predicted step %.2f ms", best_ms) : std::string(),
         chain.stages.size() < static_cast<size_t>(profile.num_stages())
             ? absl::StrCat(" (planned over ", chain.stages.size(), " groups of stages)")
             : std::string());

@@ -8,18 +8,19 @@
 // Keeps and recomputes: whatever the fastest plan within the budget does; its result is a
 // plan tree, checkpoints nested in checkpoints where that is faster than recomputing more.
 // Memory: its peak, as the memory model predicts it, is within `budget` bytes above the
-// baseline (parameters, batch), less kBudgetSlackBytes (core/memory_model.h): the solver's
-// plans for every budget on its grid are tried from the largest down, and the first that the
-// memory model predicts within that is taken. Compute: the least predicted step time (core/time_model.h) among those plans; the
-// time model is the solver's objective, so its error is this strategy's error.
+// baseline (parameters, batch), less kBudgetSlackBytes (core/memory_model.h). Compute: the
+// least predicted step time (core/time_model.h, the solver's objective, so that its error is
+// this strategy's error) among the candidates that fit: the solver's plan at every budget of
+// its grid, and uniform's plan with every segment count (so that where the chain model
+// misjudges a plan's peak, the answer is still never slower than that heuristic's).
 //
 // budget=auto: the predicted peak of uniform's default plan (ceil(sqrt(L)) segments), plus the
-// slack, so that a sweep compares the two at equal memory. A budget below every plan's peak is an error that
-// names the least peak the planner reaches.
+// slack, so that a sweep compares the two at equal memory. A budget below every candidate's
+// peak is an error that names the least peak among them.
 //
-// The grid is fixed by the model (the chain model's peak of every stage stored, in at most
-// 2000 steps), not by the budget, so a larger budget can only widen the plans that fit: the
-// predicted time never grows with the budget.
+// The candidates depend on the model, not on the budget (the grid is the chain model's peak
+// with every stage stored, in at most 2000 steps), so a larger budget can only widen those that
+// fit: the predicted step time never grows with the budget.
 #pragma once
 
 #include <cstdint>
