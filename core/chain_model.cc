@@ -16,6 +16,13 @@ ModelRegistry& Models() {
   return *registry;
 }
 
+absl::Status CheckModelSpec(const std::string& spec_text) {
+  ASSIGN_OR_RETURN(Spec spec, ParseSpec(spec_text));
+  ASSIGN_OR_RETURN(const ModelRegistry::Entry* entry, Models().Find(spec.name));
+  ASSIGN_OR_RETURN(ParamValues values, Models().Bind(spec));
+  return entry->traits.check ? entry->traits.check(values) : absl::OkStatus();
+}
+
 absl::StatusOr<std::shared_ptr<ChainModel>> CreateModel(const std::string& spec_text,
                                                         const ModelContext& context) {
   ASSIGN_OR_RETURN(Spec spec, ParseSpec(spec_text));

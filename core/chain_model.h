@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ATen/core/Tensor.h"
@@ -71,6 +72,10 @@ struct ModelContext {
 //   static std::vector<std::string> PaperSpecs();
 //   static std::string SmallSpec(const SpecChooser& choose);
 struct ModelTraits {
+  // Checks what a spec's parameters must satisfy together (hidden a multiple of heads), so a
+  // sweep refuses a bad spec before it runs anything. Optional: static absl::Status
+  // Check(const ParamValues&) in the model class.
+  std::function<absl::Status(const ParamValues&)> check;
   std::string quick_spec;                // the quick preset's size ("": not in it)
   std::vector<std::string> paper_specs;  // the paper preset's sizes
   // A small instance for the conformance and training tests, its sizes picked through the
@@ -87,11 +92,27 @@ ModelRegistry& Models();
 absl::StatusOr<std::shared_ptr<ChainModel>> CreateModel(const std::string& spec_text,
                                                         const ModelContext& context);
 
+// Parses and binds `spec_text` and runs the model's Check, creating nothing: the errors
+// CreateModel would give for the spec itself, before any tensor exists.
+absl::Status CheckModelSpec(const std::string& spec_text);
+
+namespace internal {
+template <typename T, typename = void>
+struct CheckOf {
+  static std::function<absl::Status(const ParamValues&)> Get() { return nullptr; }
+};
+template <typename T>
+struct CheckOf<T, std::void_t<decltype(&T::Check)>> {
+  static std::function<absl::Status(const ParamValues&)> Get() { return &T::Check; }
+};
+}  // namespace internal
+
 template <typename T>
 struct ModelRegistration {
   ModelRegistration() {
     Models().Register({T::kId, T::kSummary, T::Params(), &T::Create,
-                       ModelTraits{T::kQuickSpec, T::PaperSpecs(), &T::SmallSpec}});
+                       ModelTraits{internal::CheckOf<T>::Get(), T::kQuickSpec, T::PaperSpecs(),
+                                   &T::SmallSpec}});
   }
 };
 

@@ -27,6 +27,7 @@
 #include "core/strategy.h"
 #include "core/torch_status.h"
 #include "core/workload.h"
+#include "experiments/command_line.h"
 #include "experiments/presets.h"
 #include "experiments/sweep.h"
 #include "torch/version.h"
@@ -77,7 +78,11 @@ void TrainingStep(benchmark::State& state, const std::string& model_spec,
 
 int Main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);  // takes the --benchmark_* flags
-  absl::ParseCommandLine(argc, argv);  // the rest are ours
+  const ParsedCommandLine parsed = ParseCommandLineOrExit(argc, argv, "benchmarks");  // ours
+  if (!parsed.positional.empty()) {
+    Die(absl::InvalidArgumentError(absl::StrCat("unexpected argument '", parsed.positional[0],
+                                                "'; flags are --name=value (see --help)")));
+  }
   absl::StatusOr<int> intra_op = ParseThreadCount("--threads", absl::GetFlag(FLAGS_threads));
   if (!intra_op.ok()) Die(intra_op.status());
   absl::StatusOr<int> blas = ParseThreadCount("--blas_threads", absl::GetFlag(FLAGS_blas_threads));

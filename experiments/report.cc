@@ -1,12 +1,16 @@
 #include "experiments/report.h"
 
+#include <fcntl.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -113,11 +117,22 @@ std::string GpWrappedTitle(const std::string& text, size_t width = 60) {
 }  // namespace
 
 absl::StatusOr<std::vector<ResultRow>> ReadResults(const std::string& path) {
-  absl::StatusOr<std::vector<std::vector<std::string>>> csv = ReadCsv(path);
+  std::vector<int> lines;
+  absl::StatusOr<std::vector<std::vector<std::string>>> csv = ReadCsv(path, &lines);
   if (!csv.ok()) return csv.status();
   if (absl::Status s = CheckResultsHeader(path, *csv); !s.ok()) return s;
   std::vector<ResultRow> rows;
   for (size_t i = 1; i < csv->size(); ++i) {
+    const std::vector<std::string>& fields = (*csv)[i];
+    if (fields.size() != ResultColumns().size()) {
+      return absl::DataLossError(absl::StrCat(
+          path, " line ", lines[i],
+          fields.size() == 1 && fields[0].empty()
+              ? " is blank"
+              : absl::StrCat(" has ", fields.size(), " fields, not the header's ",
+                             ResultColumns().size()),
+          "; the file is damaged: mend or remove that line, or pass another --out"));
+    }
     ResultRow row;
     for (size_t c = 0; c < (*csv)[i].size() && c < ResultColumns().size(); ++c) {
       row[ResultColumns()[c]] = (*csv)[i][c];
@@ -229,18 +244,69 @@ std::vector<size_t> ParetoFront(const std::vector<std::pair<double, double>>& po
 }
 
 absl::Status RunGnuplot(const std::string& dir, const std::string& script) {
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
-    return absl::UnavailableError(
-        "gnuplot is not installed (apt-get install gnuplot-nox); plot data and scripts were "
-        "written, the pictures were not");
+  const std::string log = script + ".log";
+  absl::StatusOr<int> exit_code = RunProgram({"gnuplot", script}, dir, log);
+  if (!exit_code.ok()) {
+    if (exit_code.status().code() == absl::StatusCode::kNotFound) {
+      return absl::UnavailableError(
+          "gnuplot is not installed (apt-get install gnuplot-nox); plot data and scripts were "
+          "written, the pictures were not");
+    }
+    return exit_code.status();
   }
-  const std::string command =
-      absl::StrCat("cd '", dir, "' && gnuplot ", script, " 2> ", script, ".log");
-  if (std::system(command.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("gnuplot failed on ", dir, "/", script,
-                                            "; see ", script, ".log"));
+  if (*exit_code != 0) {
+    return absl::InternalError(absl::StrCat("gnuplot failed on ", dir, "/", script, " (exit ",
+                                            *exit_code, "); see ", log));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<int> RunProgram(const std::vector<std::string>& argv, const std::string& dir,
+                               const std::string& stderr_file) {
+  if (argv.empty()) return absl::InvalidArgumentError("RunProgram: no program");
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  // The child reports a failure to start through this pipe (closed on a successful exec).
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0) {
+    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+  }
+  const pid_t pid = fork();
+  if (pid < 0) {
+    const int error = errno;
+    close(report[0]);
+    close(report[1]);
+    return absl::InternalError(absl::StrCat("fork: ", std::strerror(error)));
+  }
+  if (pid == 0) {  // the child: only async-signal-safe calls from here
+    int error = 0;
+    if (chdir(dir.c_str()) != 0) {
+      error = errno;
+    } else {
+      const int fd = open(stderr_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd >= 0) dup2(fd, STDERR_FILENO);
+      execvp(args[0], args.data());
+      error = errno;
+    }
+    ssize_t ignored = write(report[1], &error, sizeof(error));
+    (void)ignored;
+    _exit(127);
+  }
+  close(report[1]);
+  int error = 0;
+  const ssize_t got = read(report[0], &error, sizeof(error));
+  close(report[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (got == static_cast<ssize_t>(sizeof(error))) {
+    const std::string what = absl::StrCat("cannot run ", argv[0], " in ", dir, ": ",
+                                          std::strerror(error));
+    return error == ENOENT ? absl::NotFoundError(what) : absl::InternalError(what);
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return absl::InternalError(absl::StrCat(argv[0], " was killed by signal ", WTERMSIG(status)));
 }
 
 absl::Status WriteParetoPlot(const std::string& dir, const std::vector<ResultRow>& rows) {

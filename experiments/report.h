@@ -56,7 +56,15 @@ struct DepthPoint {
 // strategy, log-log, one panel per model.
 absl::Status WriteDepthPlot(const std::string& dir, const std::vector<DepthPoint>& points);
 
-// Runs `gnuplot script` in `dir`. Unavailable if gnuplot is missing.
+// Runs `gnuplot script` in `dir` (its stderr in script.log there). Unavailable if gnuplot is
+// missing.
 absl::Status RunGnuplot(const std::string& dir, const std::string& script);
+
+// Runs the program argv[0] (looked up in PATH) with `argv`, in the working directory `dir`,
+// its stderr written to `stderr_file` (relative to `dir`), without a shell: no argument or
+// path is ever interpreted. Returns its exit status; NotFound if it is not installed, Internal
+// if it could not be started or was killed by a signal.
+absl::StatusOr<int> RunProgram(const std::vector<std::string>& argv, const std::string& dir,
+                               const std::string& stderr_file);
 
 }  // namespace ckpt

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -98,7 +99,13 @@ absl::StatusOr<CsvAppender> CsvAppender::Append(const std::string& path) {
   return CsvAppender(fd, path);
 }
 
-absl::StatusOr<std::vector<std::vector<std::string>>> ReadCsv(const std::string& path) {
+absl::StatusOr<std::vector<std::vector<std::string>>> ReadCsv(const std::string& path,
+                                                              std::vector<int>* lines) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is a directory, not a results file"));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -106,8 +113,12 @@ absl::StatusOr<std::vector<std::vector<std::string>>> ReadCsv(const std::string&
   std::vector<std::string> row;
   std::string field;
   bool quoted = false;
+  int line = 1, row_line = 1;
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
+    if (c == '\0') {
+      return absl::DataLossError(absl::StrCat(path, " line ", line, " holds a NUL byte"));
+    }
     if (quoted) {
       if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') {
         field.push_back('"');
@@ -115,6 +126,7 @@ absl::StatusOr<std::vector<std::vector<std::string>>> ReadCsv(const std::string&
       } else if (c == '"') {
         quoted = false;
       } else {
+        if (c == '\n') ++line;
         field.push_back(c);
       }
     } else if (c == '"') {
@@ -127,12 +139,15 @@ absl::StatusOr<std::vector<std::vector<std::string>>> ReadCsv(const std::string&
       field.clear();
       rows.push_back(std::move(row));
       row.clear();
+      if (lines != nullptr) lines->push_back(row_line);
+      row_line = ++line;
     } else if (c != '\r') {
       field.push_back(c);
     }
   }
-  if (!field.empty() || !row.empty()) {  // a last line without its newline: cut short
-    return absl::DataLossError(absl::StrCat(path, " ends in the middle of a row"));
+  if (!field.empty() || !row.empty() || quoted) {  // a last line without its newline: cut short
+    return absl::DataLossError(
+        absl::StrCat(path, " line ", row_line, " ends in the middle of a row"));
   }
   return rows;
 }
@@ -151,9 +166,22 @@ absl::Status CsvAppender::Write(const std::vector<std::string>& fields) {
     out->append(CsvField(f));
   });
   line.push_back('\n');
-  const ssize_t written = ::write(fd_, line.data(), line.size());
-  if (written != static_cast<ssize_t>(line.size())) {
-    return absl::DataLossError(absl::StrCat("writing ", path_, ": ", std::strerror(errno)));
+  // Where the row starts, so that a write cut short (a full disk, a file size limit) can be
+  // undone: the file keeps complete rows only, and --resume reads it.
+  const off_t start = ::lseek(fd_, 0, SEEK_END);
+  size_t done = 0;
+  while (done < line.size()) {
+    const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int error = n < 0 ? errno : ENOSPC;
+      const bool undone = start >= 0 && ::ftruncate(fd_, start) == 0;
+      return absl::DataLossError(absl::StrCat(
+          "writing a row to ", path_, ": ", std::strerror(error), "; ",
+          undone ? "the partial row was removed, the rows before it are intact"
+                 : "the partial row could not be removed: delete the file's last line"));
+    }
+    done += static_cast<size_t>(n);
   }
   return absl::OkStatus();
 }

@@ -15,9 +15,12 @@ const std::vector<std::string>& ResultColumns();
 // Quotes a field if it holds a comma, a quote or a line break (RFC 4180).
 std::string CsvField(const std::string& value);
 
-// Parses a CSV file (RFC 4180: quoted fields may hold commas, quotes and line breaks).
-// NotFound if it does not exist.
-absl::StatusOr<std::vector<std::vector<std::string>>> ReadCsv(const std::string& path);
+// Parses a CSV file (RFC 4180: quoted fields may hold commas, quotes and line breaks), and if
+// `lines` is given, the line each row starts on. NotFound if it does not exist;
+// FailedPrecondition for a directory; DataLoss naming the line for a NUL byte or a last row cut
+// short.
+absl::StatusOr<std::vector<std::vector<std::string>>> ReadCsv(const std::string& path,
+                                                              std::vector<int>* lines = nullptr);
 
 // OK if the first row of `csv` (read from `path`) is ResultColumns(). Otherwise
 // FailedPrecondition naming the file, the columns it lacks and those this version does not
@@ -36,8 +39,10 @@ class CsvAppender {
   CsvAppender& operator=(CsvAppender&&) = delete;
   ~CsvAppender();
 
-  // Writes one complete line (fields joined by commas) with one write(2) to the file,
-  // opened O_APPEND: a kill between rows never leaves half a row.
+  // Writes one complete line (fields joined by commas) to the file, opened O_APPEND, in one
+  // write(2) unless the system cuts it short: a kill between rows never leaves half a row, and
+  // a write that fails part-way (a full disk) is undone, the file truncated to where the row
+  // began. DataLoss naming the file and the system's reason.
   absl::Status Write(const std::vector<std::string>& fields);
 
  private:

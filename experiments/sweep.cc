@@ -228,13 +228,15 @@ std::string Mib(int64_t bytes) { return absl::StrFormat("%.2f", bytes / 1048576.
 
 absl::Status ValidateSweep(const SweepOptions& options) {
   if (options.models.empty()) return absl::InvalidArgumentError("no models given (--models)");
-  if (options.steps < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("steps=", options.steps, " is not accepted; accepted: an integer >= 1"));
+  // Bounded so that counts of steps never overflow (a step takes at least a millisecond).
+  constexpr int kMostSteps = 1000000;
+  if (options.steps < 1 || options.steps > kMostSteps) {
+    return absl::InvalidArgumentError(absl::StrCat("steps=", options.steps,
+                                                   " is not accepted; accepted: 1..", kMostSteps));
   }
-  if (options.warmup < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("warmup=", options.warmup, " is not accepted; accepted: an integer >= 0"));
+  if (options.warmup < 0 || options.warmup > kMostSteps) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "warmup=", options.warmup, " is not accepted; accepted: 0..", kMostSteps));
   }
   if (options.memory_cap.has_value() && *options.memory_cap < 0) {
     return absl::InvalidArgumentError(absl::StrCat("memory cap ", *options.memory_cap,
@@ -244,15 +246,60 @@ absl::Status ValidateSweep(const SweepOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "time limit ", options.time_limit_s, " s is not accepted; accepted: >= 0 (0: none)"));
   }
+  // Every spec as it would be built, and each once: two that say the same thing (uniform and
+  // uniform:segments=auto) would measure the same configuration twice.
+  std::map<std::string, std::string> seen;  // canonical spec -> as given
+  auto once = [&](const std::string& what, const std::string& text,
+                  const std::string& canonical) -> absl::Status {
+    auto [it, inserted] = seen.emplace(canonical, text);
+    if (inserted) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " lists ", canonical, " twice (as '", it->second, "' and '", text,
+        "'); accepted: each once"));
+  };
   for (const std::string& text : options.models) {
+    RETURN_IF_ERROR(CheckModelSpec(text));
     ASSIGN_OR_RETURN(Spec spec, ParseSpec(text));
-    RETURN_IF_ERROR(Models().Bind(spec).status());
+    ASSIGN_OR_RETURN(ParamValues values, Models().Bind(spec));
+    RETURN_IF_ERROR(once("--models", text, values.Canonical()));
   }
   for (const std::string& text : options.strategies) {
+    RETURN_IF_ERROR(CreateStrategy(text).status());
     ASSIGN_OR_RETURN(Spec spec, ParseSpec(text));
-    RETURN_IF_ERROR(Strategies().Bind(spec).status());
+    ASSIGN_OR_RETURN(ParamValues values, Strategies().Bind(spec));
+    if (spec.name == "store_all") continue;  // the reference, run first whether given or not
+    RETURN_IF_ERROR(once("--strategies", text, values.Canonical()));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> DepthScanModels(const std::string& model_text,
+                                                         const std::vector<int>& depths) {
+  ASSIGN_OR_RETURN(Spec spec, ParseSpec(model_text));
+  ASSIGN_OR_RETURN(const ModelRegistry::Entry* entry, Models().Find(spec.name));
+  const ParamDef* depth_def = nullptr;
+  for (const ParamDef& p : entry->params) {
+    if (p.key == "depth") depth_def = &p;
+  }
+  if (depth_def == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--depths: model '", spec.name, "' has no depth parameter; accepted: models with one"));
+  }
+  std::string base = spec.name;  // the spec without its depth
+  for (const auto& [key, value] : spec.params) {
+    if (key != "depth") absl::StrAppend(&base, ":", key, "=", value);
+  }
+  std::vector<std::string> specs;
+  for (const int depth : depths) {
+    if (depth < depth_def->min_value || depth > depth_def->max_value) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--depths: depth ", depth, " is outside ", spec.name, "'s range; accepted: ",
+          depth_def->min_value, "..", depth_def->max_value));
+    }
+    specs.push_back(absl::StrCat(base, ":depth=", depth));
+    RETURN_IF_ERROR(CheckModelSpec(specs.back()));
+  }
+  return specs;
 }
 
 absl::StatusOr<std::vector<ConfigResult>> RunSweep(
@@ -307,13 +354,15 @@ absl::StatusOr<std::vector<DepthPoint>> RunDepthScan(const SweepOptions& options
                                               order.size()));
   std::vector<DepthPoint> points;
   for (const std::string& model_text : options.models) {
+    ASSIGN_OR_RETURN(std::vector<std::string> specs, DepthScanModels(model_text, depths));
     ASSIGN_OR_RETURN(Spec spec, ParseSpec(model_text));
     std::string base = spec.name;  // the spec without its depth, naming the panel
     for (const auto& [key, value] : spec.params) {
       if (key != "depth") absl::StrAppend(&base, ":", key, "=", value);
     }
-    for (int depth : depths) {
-      const std::string model_spec = absl::StrCat(base, ":depth=", depth);
+    for (size_t d = 0; d < depths.size(); ++d) {
+      const int depth = depths[d];
+      const std::string& model_spec = specs[d];
       WorkloadOptions workload_options;
       workload_options.device = options.device;
       workload_options.seed = options.seed;
@@ -442,7 +491,9 @@ std::vector<std::string> CsvRow(const ConfigResult& r, const ComputeThreads& thr
           Num(r.activation_vs_store_all, 4),
           Num(r.peak_vs_store_all, 4),
           ok ? absl::StrCat(r.recompute_forwards) : "",
-          ok ? absl::StrFormat("%g", r.max_grad_diff_vs_store_all) : "",
+          ok && !std::isnan(r.max_grad_diff_vs_store_all)
+              ? absl::StrFormat("%g", r.max_grad_diff_vs_store_all)
+              : "",
           ok ? absl::StrFormat("%.9g", r.loss) : "",
           absl::StrCat(r.step_ms.size()),
           r.step_gflop > 0 ? absl::StrFormat("%.4f", r.step_gflop) : "",
@@ -477,7 +528,9 @@ std::string FormatTable(const std::vector<ConfigResult>& results) {
                               Num(r.activation_vs_store_all, 3), Mib(r.peak_bytes - r.baseline_bytes),
                               Num(r.peak_vs_store_all, 3), Num(Median(r.step_ms), 1),
                               Num(r.overhead_vs_store_all, 3), r.recompute_forwards,
-                              absl::StrFormat("%.3g", r.max_grad_diff_vs_store_all)));
+                              std::isnan(r.max_grad_diff_vs_store_all)
+                                  ? std::string("-")
+                                  : absl::StrFormat("%.3g", r.max_grad_diff_vs_store_all)));
   }
   return out;
 }

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <set>
 #include <utility>
@@ -51,6 +52,7 @@ struct SweepOptions {
 
 // One configuration's measurements (a row of results.csv).
 struct ConfigResult {
+  static constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
   std::string model_arg;     // the specs as given (what --resume matches)
   std::string strategy_arg;
   std::string model;     // canonical spec
@@ -68,12 +70,13 @@ struct ConfigResult {
   int64_t peak_reserved_bytes = 0;
   int64_t recompute_forwards = 0;
   MemoryPrediction predicted;  // the analytical model's, above the baseline
-  double predicted_step_ms = 0;  // the time model's (core/time_model.h), NaN without one
+  double predicted_step_ms = kUnknown;  // the time model's (core/time_model.h)
   std::vector<double> step_ms;       // one per timed round
-  double overhead_vs_store_all = 0;  // median over rounds of (this / store_all), NaN if n/a
-  double activation_vs_store_all = 0;
-  double peak_vs_store_all = 0;  // of peak_bytes - baseline_bytes
-  double max_grad_diff_vs_store_all = 0;  // max |g - g_store_all| over every gradient
+  // Against store_all; NaN (an empty cell) where either failed or there is nothing to compare.
+  double overhead_vs_store_all = kUnknown;  // median over rounds of (this / store_all)
+  double activation_vs_store_all = kUnknown;
+  double peak_vs_store_all = kUnknown;  // of peak_bytes - baseline_bytes
+  double max_grad_diff_vs_store_all = kUnknown;  // max |g - g_store_all| over every gradient
   // The model's matrix-product GFLOP per training step (three times the forward's, as the
   // stages declare them; 0 when they declare none): the same for every strategy, so its rate
   // is useful work per second, recomputation not counted.
@@ -81,9 +84,16 @@ struct ConfigResult {
   double loss = 0;
 };
 
-// Checks every spec against the registries and the numbers for sense, touching no tensor:
+// Checks every spec against the registries, each model's own checks and the numbers for sense,
+// and that no model or strategy is listed twice (by canonical spec), touching no tensor:
 // InvalidArgument / NotFound naming the offending value and the accepted ones.
 absl::Status ValidateSweep(const SweepOptions& options);
+
+// The specs the depth scan builds of `model_text` (its depth set to each of `depths`), checked:
+// InvalidArgument for a model without a depth parameter, a depth outside its range, or a spec
+// the model refuses.
+absl::StatusOr<std::vector<std::string>> DepthScanModels(const std::string& model_text,
+                                                         const std::vector<int>& depths);
 
 // Runs the sweep. `on_result` is called as each configuration finishes (the CSV append);
 // an error from it stops the sweep. Progress lines go to `progress`.

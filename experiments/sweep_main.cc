@@ -10,7 +10,13 @@
 // the report and plots from the results.csv already in --out (a sweep that was killed never
 // wrote them) and runs nothing. Bad input is a one-line error naming the value and the
 // accepted ones, exit status 2, and nothing written.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -40,6 +46,7 @@
 #include "core/strategy.h"
 #include "core/torch_status.h"
 #include "core/workload.h"
+#include "experiments/command_line.h"
 #include "experiments/presets.h"
 #include "experiments/report.h"
 #include "experiments/results_csv.h"
@@ -143,6 +150,27 @@ absl::StatusOr<std::vector<int>> ParseDepths(const std::string& text) {
   return depths;
 }
 
+// Takes an exclusive lock on the folder `dir` for the rest of the process (flock on the folder
+// itself, so nothing is written into it): Unavailable when another sweep holds it.
+absl::Status LockFolder(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("--out='", dir, "' cannot be opened: ", std::strerror(errno)));
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    ::close(fd);
+    return error == EWOULDBLOCK
+               ? absl::UnavailableError(absl::StrCat(
+                     "another sweep is using --out='", dir,
+                     "' now; wait for it to finish (then --resume), or pass another --out"))
+               : absl::PermissionDeniedError(
+                     absl::StrCat("--out='", dir, "' cannot be locked: ", std::strerror(error)));
+  }
+  return absl::OkStatus();  // the descriptor stays open, and the lock with it
+}
+
 // The caps in force, in words, for the report.
 std::string DescribeCaps(std::optional<int64_t> measured, std::optional<int64_t> standing) {
   auto gib = [](int64_t bytes) { return absl::StrFormat("%.2f GiB", bytes / double(1 << 30)); };
@@ -221,10 +249,18 @@ int Main(int argc, char** argv) {
       "runs every model x strategy and writes results.csv, report.md and plots; see "
       "README.md.\n  bazel run //experiments:sweep -- --models=heavy_mlp:depth=40 "
       "--strategies=store_all,uniform");
-  const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  if (args.size() > 1) {
-    Die(absl::InvalidArgumentError(absl::StrCat("unexpected argument '", args[1],
+  const ParsedCommandLine parsed = ParseCommandLineOrExit(argc, argv, "sweep");
+  if (!parsed.positional.empty()) {
+    Die(absl::InvalidArgumentError(absl::StrCat("unexpected argument '", parsed.positional[0],
                                                 "'; flags are --name=value (see --help)")));
+  }
+  for (const auto& [name, flag] : {std::pair<const char*, std::string>{"models", absl::GetFlag(FLAGS_models)},
+                                   {"strategies", absl::GetFlag(FLAGS_strategies)}}) {
+    if (parsed.given.count(name) && flag.empty()) {
+      Die(absl::InvalidArgumentError(absl::StrCat(
+          "--", name, "= is empty; accepted: comma-separated specs (see --list), or no --",
+          name, " for the preset's")));
+    }
   }
 
   if (absl::GetFlag(FLAGS_list)) {
@@ -257,6 +293,11 @@ int Main(int argc, char** argv) {
   if (!cap.ok()) Die(cap.status());
   absl::StatusOr<std::vector<int>> depths = ParseDepths(absl::GetFlag(FLAGS_depths));
   if (!depths.ok()) Die(depths.status());
+  if (!depths->empty()) {
+    for (const std::string& model : options.models) {
+      if (absl::Status s = DepthScanModels(model, *depths).status(); !s.ok()) Die(s);
+    }
+  }
   TrainingOptions training;
   training.steps = absl::GetFlag(FLAGS_train_steps);
   training.accumulate = absl::GetFlag(FLAGS_accumulate);
@@ -307,7 +348,28 @@ int Main(int argc, char** argv) {
   const std::string out_dir =
       absl::GetFlag(FLAGS_out).empty() ? DefaultOutDir() : absl::GetFlag(FLAGS_out);
   const std::string csv_path = out_dir + "/results.csv";
-  const bool exists = std::filesystem::exists(csv_path);
+  // The folder is created if need be and locked for this run, and only then is results.csv
+  // looked at: two sweeps on one folder would otherwise both find it absent and truncate each
+  // other's rows, or both resume it and add the same rows twice.
+  std::error_code ec;
+  const bool dir_existed = std::filesystem::exists(out_dir, ec);
+  if (dir_existed && !std::filesystem::is_directory(out_dir, ec)) {
+    Die(absl::InvalidArgumentError(
+        absl::StrCat("--out='", out_dir, "' is a file; accepted: a folder, new or a sweep's")));
+  }
+  if (report_only && !dir_existed) {
+    Die(absl::NotFoundError(absl::StrCat("--report_only: no results.csv in --out='", out_dir,
+                                         "'; give the folder of the sweep to report on")));
+  }
+  if (!dir_existed) {
+    std::filesystem::create_directories(out_dir, ec);
+    if (ec) {
+      Die(absl::PermissionDeniedError(
+          absl::StrCat("--out='", out_dir, "' cannot be created: ", ec.message())));
+    }
+  }
+  if (absl::Status s = LockFolder(out_dir); !s.ok()) Die(s);
+  const bool exists = std::filesystem::exists(csv_path, ec);
   if (report_only && !exists) {
     Die(absl::NotFoundError(absl::StrCat("--report_only: no results.csv in --out='", out_dir,
                                          "'; give the folder of the sweep to report on")));
@@ -320,12 +382,6 @@ int Main(int argc, char** argv) {
     absl::StatusOr<std::vector<ResultRow>> done = ReadResults(csv_path);
     if (!done.ok()) Die(done.status());
     options.completed = PairsOf(*done);
-  }
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  if (ec) {
-    Die(absl::PermissionDeniedError(
-        absl::StrCat("--out='", out_dir, "' cannot be created: ", ec.message())));
   }
   std::optional<CsvAppender> csv;  // none with --report_only: results.csv is only read
   if (!report_only) {
@@ -394,7 +450,15 @@ int Main(int argc, char** argv) {
     if (!s.ok()) std::fprintf(stderr, "sweep: training: %s\n", std::string(s.message()).c_str());
     if (curves.ok()) {
       appendix += TrainingReport(training, *curves);
-      for (const LossCurve& c : *curves) curves_ok = curves_ok && c.status == "ok";
+      for (const LossCurve& c : *curves) {
+        curves_ok = curves_ok && !c.departs;
+        if (c.strategy == "store_all" && c.status != "ok") {
+          std::fprintf(stderr,
+                       "sweep: training: store_all's curve of %s is %s (%s); the other curves "
+                       "of the model were not compared\n",
+                       c.model.c_str(), c.status.c_str(), c.message.c_str());
+        }
+      }
     }
   }
   // The plot first, so that the report can say why a picture is missing.

@@ -80,6 +80,8 @@ LossCurve Train(const std::string& model_spec, const std::string& strategy_spec,
   StepOptions step_options;
   if (options.amp) step_options.autocast = fp16 ? at::kHalf : at::kBFloat16;
 
+  // The sweep's cap applies to each configuration's own steps (SweepOptions::memory_cap).
+  const ScopedMemoryCap cap(meter, sweep.memory_cap);
   for (int step = 0; step < options.steps; ++step) {
     double loss_sum = 0;
     step_options.loss_scale = scaling ? scaler->scale() : 1.0;
@@ -201,8 +203,11 @@ absl::StatusOr<std::vector<LossCurve>> RunTraining(const SweepOptions& sweep,
       }
       // Against store_all's curve (the first of this model).
       const LossCurve& reference = curves.size() > first ? curves[first] : *curve;
-      if (curve->status == "ok" && reference.status == "ok" &&
-          curve->losses.size() == reference.losses.size()) {
+      if (curve->status == "ok" && reference.status != "ok") {
+        curve->max_diff_vs_store_all = std::numeric_limits<double>::quiet_NaN();
+        curve->message = absl::StrCat("not compared: store_all's curve is ", reference.status,
+                                      " (", reference.message, ")");
+      } else if (curve->status == "ok" && curve->losses.size() == reference.losses.size()) {
         const double diff = CurveDeparture(curve->losses, reference.losses);
         double scale = 0;
         for (const double loss : reference.losses) {
@@ -213,6 +218,7 @@ absl::StatusOr<std::vector<LossCurve>> RunTraining(const SweepOptions& sweep,
         curve->tolerance = exact ? 0.0 : (options.amp ? 2e-2 : 1e-3) * std::max(scale, 1.0);
         if (!(diff <= curve->tolerance)) {
           curve->status = "error";
+          curve->departs = true;
           curve->message = absl::StrFormat(
               "loss curve departs from store_all's by %g (tolerance %g)", diff, curve->tolerance);
         }
@@ -238,7 +244,10 @@ std::string TrainingReport(const TrainingOptions& options, const std::vector<Los
     absl::StrAppend(&md, "| ", c.model, " | ", c.strategy, " | ", c.status,
                     c.message.empty() ? "" : ": " + c.message, " | ",
                     c.losses.empty() ? "" : absl::StrFormat("%.6g", c.losses.back()), " | ",
-                    absl::StrFormat("%g", c.max_diff_vs_store_all), " | ",
+                    std::isnan(c.max_diff_vs_store_all)
+                        ? std::string()
+                        : absl::StrFormat("%g", c.max_diff_vs_store_all),
+                    " | ",
                     absl::StrFormat("%g", c.tolerance), " | ", c.skipped_steps, " |\n");
   }
   absl::StrAppend(&md, "\n![loss curves](loss.png)\n");
@@ -248,9 +257,11 @@ std::string TrainingReport(const TrainingOptions& options, const std::vector<Los
 absl::Status WriteLossCurves(const std::string& dir, const std::vector<LossCurve>& curves) {
   std::string csv = "model,strategy,status,step,loss\n";
   std::string data;
-  std::vector<std::string> models;
+  std::vector<std::string> models;  // those with a curve to draw
   for (const LossCurve& c : curves) {
-    if (std::find(models.begin(), models.end(), c.model) == models.end()) models.push_back(c.model);
+    if (!c.losses.empty() && std::find(models.begin(), models.end(), c.model) == models.end()) {
+      models.push_back(c.model);
+    }
     for (size_t i = 0; i < c.losses.size(); ++i) {
       absl::StrAppend(&csv, CsvField(c.model), ",", CsvField(c.strategy), ",", c.status, ",",
                       i + 1, ",", absl::StrFormat("%.9g", c.losses[i]), "\n");
@@ -291,6 +302,10 @@ absl::Status WriteLossCurves(const std::string& dir, const std::vector<LossCurve
     std::ofstream out(dir + "/" + name, std::ios::trunc);
     out << text;
     if (!out) return absl::DataLossError(absl::StrCat("cannot write ", dir, "/", name));
+  }
+  if (models.empty()) {
+    return absl::FailedPreconditionError(
+        "no curve has a loss to draw (every one failed; see report.md): loss.png not drawn");
   }
   return RunGnuplot(dir, "loss.gp");
 }

@@ -38,10 +38,14 @@ struct LossCurve {
   std::string status = "ok";  // ok or error (then message)
   std::string message;
   std::vector<double> losses;  // one per optimizer step: the mean over its micro-batches
-  double max_diff_vs_store_all = 0;  // max over steps of |loss - store_all's loss|
+  double max_diff_vs_store_all = 0;  // max over steps of |loss - store_all's loss|, or NaN
   double tolerance = 0;              // what the comparison allowed (0: identical)
   int skipped_steps = 0;  // steps skipped for non-finite scaled gradients (loss scaling)
   bool chunked = false;   // the plan runs stages in chunks (its sums may be reassociated)
+  // The curve departs from store_all's beyond its tolerance (then status is "error"). A curve
+  // that could not be compared (store_all's own failed, out of memory under a cap, say) does
+  // not depart: its message says so, and max_diff_vs_store_all is NaN.
+  bool departs = false;
 };
 
 // InvalidArgument for steps < 1, accumulate < 1 or bad scaler options (naming them).

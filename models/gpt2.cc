@@ -116,8 +116,9 @@ std::vector<ParamDef> Gpt2Model::Params() {
   };
 }
 
-absl::StatusOr<std::shared_ptr<ChainModel>> Gpt2Model::Create(const ParamValues& params,
-                                                              const ModelContext& context) {
+namespace {
+// The size's shape with the spec's overrides.
+Size Resolved(const ParamValues& params) {
   Size size = kSizes[0];
   for (const Size& s : kSizes) {
     if (params.Text("size") == s.name) size = s;
@@ -125,17 +126,34 @@ absl::StatusOr<std::shared_ptr<ChainModel>> Gpt2Model::Create(const ParamValues&
   auto pick = [&](const char* key, int64_t from_size) {
     return params.IsAuto(key) ? from_size : params.Int(key);
   };
-  const int64_t depth = pick("depth", size.depth), hidden = pick("hidden", size.hidden),
-                heads = pick("heads", size.heads);
-  const int64_t seq = params.Int("seq"), ctx = params.Int("context");
-  if (hidden % heads != 0) {
+  size.depth = pick("depth", size.depth);
+  size.hidden = pick("hidden", size.hidden);
+  size.heads = pick("heads", size.heads);
+  return size;
+}
+}  // namespace
+
+absl::Status Gpt2Model::Check(const ParamValues& params) {
+  const Size size = Resolved(params);
+  if (size.hidden % size.heads != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("gpt2: hidden=", hidden, " is not a multiple of heads=", heads));
+        absl::StrCat("gpt2: hidden=", size.hidden, " is not a multiple of heads=", size.heads,
+                     "; accepted: hidden = heads x the width of a head"));
   }
+  const int64_t seq = params.Int("seq"), ctx = params.Int("context");
   if (seq > ctx) {
     return absl::InvalidArgumentError(
         absl::StrCat("gpt2: seq=", seq, " is longer than context=", ctx, "; accepted: 1..", ctx));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<ChainModel>> Gpt2Model::Create(const ParamValues& params,
+                                                              const ModelContext& context) {
+  if (absl::Status s = Check(params); !s.ok()) return s;
+  const Size size = Resolved(params);
+  const int64_t depth = size.depth, hidden = size.hidden, heads = size.heads;
+  const int64_t seq = params.Int("seq"), ctx = params.Int("context");
   Gpt2 net = InitSeeded(context.init_seed, [&] {
     return Gpt2(Gpt2Options(depth, hidden, heads)
                     .vocab(params.Int("vocab"))

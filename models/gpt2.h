@@ -70,6 +70,8 @@ class Gpt2Model : public ModuleModel<Gpt2> {
                                                             const ModelContext& context);
   static std::vector<std::string> PaperSpecs();
   static std::string SmallSpec(const SpecChooser& choose);
+  // hidden a multiple of heads (after the size's defaults), seq at most context.
+  static absl::Status Check(const ParamValues& params);
 
   Gpt2Model(std::string spec, Gpt2 net, int64_t seq, int64_t batch, c10::Device device)
       : ModuleModel(std::move(spec), std::move(net), batch, device), seq_(seq) {}

@@ -76,13 +76,20 @@ std::vector<ParamDef> TransformerModel::Params() {
           FloatParam("dropout", "0.1", "dropout probability").Range(0, 0.95)};
 }
 
-absl::StatusOr<std::shared_ptr<ChainModel>> TransformerModel::Create(const ParamValues& params,
-                                                                     const ModelContext& context) {
+absl::Status TransformerModel::Check(const ParamValues& params) {
   const int64_t hidden = params.Int("hidden"), heads = params.Int("heads");
   if (hidden % heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("transformer: hidden=", hidden,
-                                                   " is not a multiple of heads=", heads));
+    return absl::InvalidArgumentError(
+        absl::StrCat("transformer: hidden=", hidden, " is not a multiple of heads=", heads,
+                     "; accepted: hidden = heads x the width of a head"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<ChainModel>> TransformerModel::Create(const ParamValues& params,
+                                                                     const ModelContext& context) {
+  if (absl::Status s = Check(params); !s.ok()) return s;
+  const int64_t hidden = params.Int("hidden"), heads = params.Int("heads");
   Transformer net = InitSeeded(context.init_seed, [&] {
     return Transformer(TransformerOptions(params.Int("depth"), hidden, heads)
                            .dropout(params.Float("dropout")));

@@ -61,6 +61,7 @@ class TransformerModel : public ModuleModel<Transformer> {
                                                             const ModelContext& context);
   static std::vector<std::string> PaperSpecs();
   static std::string SmallSpec(const SpecChooser& choose);
+  static absl::Status Check(const ParamValues& params);  // hidden a multiple of heads
 
   TransformerModel(std::string spec, Transformer net, int64_t seq, int64_t batch,
                    c10::Device device)

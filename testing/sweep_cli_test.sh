@@ -157,6 +157,150 @@ check_bad "--accumulate=0 is not accepted" --train_steps=2 --accumulate=0
 check_bad "--report_only: no results.csv in --out=" --report_only
 check_bad "--report_only runs nothing, so --depths cannot go with it" --report_only --depths=4
 
+# Hostile input: the table of cases that once broke the sweep (README "Testing"), each an
+# exit-2 error naming the value and what is accepted, with nothing written, or a run that works.
+# Abseil's own flag errors, made ours:
+check_bad "--steps='abc' is not accepted; accepted: an integer" --steps=abc
+check_bad "--seed='-1' is not accepted; accepted: an integer >= 0" --seed=-1
+check_bad "unknown flag --nonsense; accepted: .*--models" --nonsense=1
+check_bad "--models needs a value" --models
+# Counts that overflowed, so that nothing ran and the rows said ok:
+check_bad "steps=2147483647 is not accepted; accepted: 1..1000000" --steps=2147483647
+# Specs a model refuses, found before anything runs:
+check_bad "transformer: hidden=30 is not a multiple of heads=4" --models=transformer:hidden=30:heads=4
+check_bad "gpt2: seq=64 is longer than context=32" --models=gpt2:seq=64:context=32
+check_bad "--depths: depth 200000 is outside heavy_mlp's range; accepted: 1..100000" \
+  --models=heavy_mlp:depth=2:hidden=4:batch=1 --depths=4,200000
+check_bad "--depths: depth 1 is outside deep_mlp's range; accepted: 2..100000" \
+  --models=deep_mlp:depth=2:hidden=4:batch=1 --depths=1,4
+# Empty and repeated lists, which silently meant the preset or ran twice:
+check_bad "--models= is empty" --models=
+check_bad "--strategies= is empty" --strategies=
+check_bad "--models lists heavy_mlp:depth=4:hidden=8:batch=2 twice" \
+  --models=heavy_mlp:depth=4:hidden=8:batch=2,heavy_mlp:batch=2:depth=+4:hidden=8
+check_bad "--strategies lists uniform:segments=auto:budget=none twice" \
+  --strategies=uniform,uniform:segments=auto
+
+# A results.csv that is damaged or not a file: --resume and --report_only refuse it, naming the
+# file and the line, and change nothing.
+make_damaged() {  # $1: folder, $2: what to append after the good rows
+  rm -rf "$1" && mkdir -p "$1" && cp "$csv" "$1/results.csv" && printf '%b' "$2" >>"$1/results.csv"
+}
+check_damaged() {  # $1: expected message, $2: folder, then the flags
+  local expect="$1" dir="$2"
+  shift 2
+  local before
+  before=$(md5sum <"$dir/results.csv" 2>/dev/null || echo dir)
+  set +e
+  "${sweep[@]}" --models=heavy_mlp:depth=4:hidden=8:batch=2 --strategies=store_all,uniform \
+    --steps=1 --warmup=0 --out="$dir" "$@" >/dev/null 2>"$tmp/damaged.stderr"
+  local rc=$?
+  set -e
+  [[ $rc -eq 2 ]] || fail "damaged results.csv ($*): exit $rc, expected 2"
+  grep -q -- "$expect" "$tmp/damaged.stderr" ||
+    fail "damaged results.csv ($*): stderr lacks '$expect': $(cat "$tmp/damaged.stderr")"
+  [[ "$(md5sum <"$dir/results.csv" 2>/dev/null || echo dir)" == "$before" ]] ||
+    fail "damaged results.csv ($*): the file changed"
+  [[ ! -e "$dir/report.md" ]] || fail "damaged results.csv ($*): wrote report.md"
+}
+for flag in --resume --report_only; do
+  make_damaged "$tmp/garbage" 'garbage\n'
+  check_damaged "results.csv line 4 has 1 fields, not the header's" "$tmp/garbage" "$flag"
+  make_damaged "$tmp/blank" '\n'
+  check_damaged "results.csv line 4 is blank" "$tmp/blank" "$flag"
+  make_damaged "$tmp/nul" 'a\0b\n'
+  check_damaged "results.csv line 4 holds a NUL byte" "$tmp/nul" "$flag"
+  rm -rf "$tmp/dir" && mkdir -p "$tmp/dir/results.csv"
+  check_damaged "results.csv is a directory" "$tmp/dir" "$flag"
+done
+
+# An --out with a quote, or one crafted to run a command if it ever reached a shell: a folder
+# like any other (the plots are drawn by gnuplot started without a shell).
+quoted="$tmp/it's here; touch $tmp/PWNED; echo '"
+"${sweep[@]}" --models=heavy_mlp:depth=2:hidden=4:batch=2 --strategies=store_all --steps=1 \
+  --warmup=0 --out="$quoted" >/dev/null 2>"$tmp/quoted.stderr" ||
+  fail "--out with quotes exited $?: $(cat "$tmp/quoted.stderr")"
+[[ -s "$quoted/results.csv" && -s "$quoted/report.md" ]] || fail "--out with quotes: no results"
+if command -v gnuplot >/dev/null; then
+  [[ -s "$quoted/pareto.png" ]] || fail "--out with quotes: no pareto.png: $(cat "$tmp/quoted.stderr")"
+fi
+[[ ! -e "$tmp/PWNED" ]] || fail "--out ran a command"
+
+# Two sweeps on one --out: the second is refused while the first runs (with or without
+# --resume), and the first's rows are each there once.
+"${sweep[@]}" --models=heavy_mlp:depth=6:hidden=512:batch=512 --strategies=uniform --steps=400 \
+  --warmup=0 --out="$tmp/busy" >/dev/null 2>"$tmp/busy.stderr" &
+pid=$!
+for _ in $(seq 1 600); do  # until the first has taken the folder
+  [[ -s "$tmp/busy/results.csv" ]] && break
+  sleep 0.1
+done
+for flags in "" --resume; do
+  set +e
+  # shellcheck disable=SC2086
+  "${sweep[@]}" --models=heavy_mlp:depth=2:hidden=4:batch=2 --strategies=uniform --steps=1 \
+    --warmup=0 --out="$tmp/busy" $flags >/dev/null 2>"$tmp/busy2.stderr"
+  rc=$?
+  set -e
+  [[ $rc -eq 2 ]] || fail "a second sweep on a busy --out ($flags): exit $rc, expected 2"
+  grep -q "another sweep is using --out=" "$tmp/busy2.stderr" ||
+    fail "a second sweep on a busy --out ($flags): $(cat "$tmp/busy2.stderr")"
+done
+kill -9 "$pid" 2>/dev/null || true
+wait "$pid" 2>/dev/null || true
+[[ -z "$(cut -d, -f1,2 "$tmp/busy/results.csv" | sort | uniq -d)" ]] || fail "busy --out: rows twice"
+
+# A write cut short (here a file size limit; a full disk is the same error) leaves complete rows
+# only, says why, and --resume completes the file.
+(
+  trap '' XFSZ
+  ulimit -f 2  # 2 KiB: the header and a row or two
+  "${sweep[@]}" --models=heavy_mlp:depth=2:hidden=4:batch=2,heavy_mlp:depth=3:hidden=4:batch=2 \
+    --strategies=uniform,recompute_all,selective_mlp --steps=1 --warmup=0 --out="$tmp/full" \
+    >/dev/null 2>"$tmp/full.stderr"
+) && fail "a write past the file size limit: exit 0"
+grep -q "File too large; the partial row was removed" "$tmp/full.stderr" ||
+  fail "a write past the file size limit: $(cat "$tmp/full.stderr")"
+[[ $(tail -c 1 "$tmp/full/results.csv" | od -An -c | tr -d ' ') == '\n' ]] ||
+  fail "a write past the file size limit left a partial row"
+"${sweep[@]}" --models=heavy_mlp:depth=2:hidden=4:batch=2,heavy_mlp:depth=3:hidden=4:batch=2 \
+  --strategies=uniform,recompute_all,selective_mlp --steps=1 --warmup=0 --out="$tmp/full" \
+  --resume >/dev/null 2>"$tmp/full2.stderr" || fail "resume after a short write: $(cat "$tmp/full2.stderr")"
+[[ $(($(wc -l <"$tmp/full/results.csv") - 1)) -eq 8 ]] ||
+  fail "resume after a short write: $(cat "$tmp/full/results.csv")"
+
+# A model that fails as a whole (its parameters alone, 4 TiB, are past the memory this machine
+# has) is a row per strategy with status oom and empty ratio cells, not a free strategy; the
+# model after it is measured as if it had run alone.
+"${sweep[@]}" --models=heavy_mlp:depth=2:hidden=1048576:batch=4,heavy_mlp:depth=2:hidden=4:batch=2 \
+  --strategies=uniform --steps=1 --warmup=0 --out="$tmp/huge" >/dev/null 2>"$tmp/huge.stderr" ||
+  fail "a model too large for the machine: exit $?: $(cat "$tmp/huge.stderr")"
+grep -q '^heavy_mlp:depth=2:hidden=1048576:batch=4,uniform,cpu,oom,' "$tmp/huge/results.csv" ||
+  fail "a model too large for the machine: $(cat "$tmp/huge/results.csv")"
+awk -F, '$4 == "oom" && ($16 != "" || $17 != "" || $18 != "") {exit 1}' \
+  "$tmp/huge/results.csv" || fail "a failed model has ratio cells: $(cat "$tmp/huge/results.csv")"
+"${sweep[@]}" --models=heavy_mlp:depth=2:hidden=4:batch=2 --strategies=uniform --steps=1 \
+  --warmup=0 --out="$tmp/alone" >/dev/null 2>&1 || fail "the small model alone exited $?"
+[[ "$(grep '^heavy_mlp:depth=2:hidden=4:batch=2,store_all' "$tmp/huge/results.csv" | cut -d, -f5)" == \
+   "$(grep '^heavy_mlp:depth=2:hidden=4:batch=2,store_all' "$tmp/alone/results.csv" | cut -d, -f5)" ]] ||
+  fail "after the refused model, the next one's baseline differs from its baseline alone"
+
+# Training under a cap that store_all does not fit: its curve is oom, the others are not
+# compared with it (no false departure), and the sweep says so and exits 0.
+# The cap: between uniform's peak and store_all's, as measured uncapped.
+"${sweep[@]}" --models=heavy_mlp:depth=16:hidden=16:batch=512 --strategies=uniform --steps=1 \
+  --warmup=0 --out="$tmp/uncapped" >/dev/null 2>&1 || fail "the uncapped run exited $?"
+peak_of() { grep "^heavy_mlp:depth=16:hidden=16:batch=512,$1" "$tmp/uncapped/results.csv" | cut -d, -f7; }
+cap=$((($(peak_of store_all) + $(peak_of uniform)) / 2))
+"${sweep[@]}" --models=heavy_mlp:depth=16:hidden=16:batch=512 --strategies=uniform --steps=1 \
+  --warmup=0 --train_steps=2 --memory_cap="$cap" --out="$tmp/capped_training" \
+  >/dev/null 2>"$tmp/capped_training.stderr" ||
+  fail "training under a cap store_all does not fit: exit $?: $(cat "$tmp/capped_training.stderr")"
+grep -q "store_all's curve of .* is oom" "$tmp/capped_training.stderr" ||
+  fail "training under a cap: $(cat "$tmp/capped_training.stderr")"
+grep -q "not compared: store_all's curve is oom" "$tmp/capped_training/report.md" ||
+  fail "training under a cap: the report does not say the curves were not compared"
+
 # An output directory that cannot be created.
 set +e
 "${sweep[@]}" --models=heavy_mlp:depth=2:hidden=4:batch=1 --out=/proc/ckptlab-cannot >/dev/null 2>"$tmp/out.stderr"

@@ -1,0 +1,105 @@
+#include "experiments/command_line.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+
+namespace ckpt {
+namespace {
+
+[[noreturn]] void Exit(const char* program, const std::string& message) {
+  std::fprintf(stderr, "%s: %s\n", program, message.c_str());
+  std::exit(2);
+}
+
+std::string TypeOf(const absl::CommandLineFlag& flag) {
+  if (flag.IsOfType<bool>()) return "true or false";
+  if (flag.IsOfType<int>() || flag.IsOfType<int64_t>()) return "an integer";
+  if (flag.IsOfType<uint64_t>() || flag.IsOfType<uint32_t>()) return "an integer >= 0";
+  if (flag.IsOfType<double>() || flag.IsOfType<float>()) return "a number";
+  return "text";
+}
+
+// The program's own flags (those defined beside its main, not Abseil's), for "accepted:".
+std::string OwnFlags(const std::string& main_file) {
+  std::vector<std::string> names;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (flag->Filename() == main_file) names.push_back(absl::StrCat("--", name));
+  }
+  std::sort(names.begin(), names.end());
+  return absl::StrJoin(names, ", ");
+}
+
+}  // namespace
+
+ParsedCommandLine ParseCommandLineOrExit(int argc, char** argv, const char* program) {
+  ParsedCommandLine parsed;
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    for (absl::string_view help : {"--help", "--helpfull", "--helpshort", "--helppackage",
+                                   "--version", "--only_check_args"}) {
+      if (arg == help || absl::StartsWith(arg, absl::StrCat(help, "="))) {
+        absl::ParseCommandLine(argc, argv);  // prints what was asked and exits
+      }
+    }
+  }
+  bool flags_done = false;
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (flags_done || !absl::StartsWith(arg, "-") || arg == "-") {
+      parsed.positional.emplace_back(arg);
+      continue;
+    }
+    if (arg == "--") {
+      flags_done = true;
+      continue;
+    }
+    absl::ConsumePrefix(&arg, "-");
+    absl::ConsumePrefix(&arg, "-");
+    const size_t equals = arg.find('=');
+    std::string name(arg.substr(0, equals));
+    const bool has_value = equals != absl::string_view::npos;
+    std::string value = has_value ? std::string(arg.substr(equals + 1)) : "";
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr && !has_value && absl::StartsWith(name, "no")) {
+      absl::CommandLineFlag* negated = absl::FindCommandLineFlag(name.substr(2));
+      if (negated != nullptr && negated->IsOfType<bool>()) {
+        flag = negated;
+        name = name.substr(2);
+        value = "false";
+      }
+    }
+    if (flag == nullptr || flag->IsRetired()) {
+      // Name the program's flags: those defined in the same file as its --help text's, which
+      // is the file of any of them; find one through a flag every main here defines.
+      absl::CommandLineFlag* device = absl::FindCommandLineFlag("device");
+      Exit(program, absl::StrCat("unknown flag --", name, "; accepted: ",
+                                 device != nullptr ? OwnFlags(device->Filename()) : "see --help"));
+    }
+    if (!has_value && value.empty()) {
+      if (!flag->IsOfType<bool>()) {
+        Exit(program, absl::StrCat("--", name, " needs a value: --", name, "=VALUE (",
+                                   TypeOf(*flag), ": ", flag->Help(), ")"));
+      }
+      value = "true";
+    }
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      Exit(program, absl::StrCat("--", name, "='", value, "' is not accepted; accepted: ",
+                                 TypeOf(*flag), " (", flag->Help(), ")"));
+    }
+    parsed.given.insert(name);
+  }
+  return parsed;
+}
+
+}  // namespace ckpt

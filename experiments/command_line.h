@@ -1,0 +1,26 @@
+// The mains' command-line parsing: Abseil's flags, with bad input handled as every other bad
+// input of ckptlab is (one line naming the value and what is accepted, exit status 2, nothing
+// written), which absl::ParseCommandLine does not do (it exits 1, naming no accepted values).
+// Defines no flag: each main defines its own.
+//
+//   ParsedCommandLine parsed = ParseCommandLineOrExit(argc, argv, "sweep");
+//   if (parsed.given.count("models")) ...  // given explicitly, even if empty
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+namespace ckpt {
+
+struct ParsedCommandLine {
+  std::vector<std::string> positional;  // arguments that are not flags (after argv[0])
+  std::set<std::string> given;          // the flags given on the command line, by name
+};
+
+// Sets the flags from `argv` ("--name=value"; a bool also as "--name" or "--noname"; "--" ends
+// the flags). --help and its kin are Abseil's (they print and exit 0). An unknown flag, a flag
+// without a value, or a value the flag's type refuses: "<program>: <what>" on stderr, exit 2.
+ParsedCommandLine ParseCommandLineOrExit(int argc, char** argv, const char* program);
+
+}  // namespace ckpt
