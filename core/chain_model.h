@@ -110,9 +110,9 @@ struct CheckOf<T, std::void_t<decltype(&T::Check)>> {
 template <typename T>
 struct ModelRegistration {
   ModelRegistration() {
-    Models().Register({T::kId, T::kSummary, T::Params(), &T::Create,
-                       ModelTraits{internal::CheckOf<T>::Get(), T::kQuickSpec, T::PaperSpecs(),
-                                   &T::SmallSpec}});
+    Models().Register(
+        {T::kId, T::kSummary, T::Params(), &T::Create,
+         ModelTraits{internal::CheckOf<T>::Get(), T::kQuickSpec, T::PaperSpecs(), &T::SmallSpec}});
   }
 };
 

@@ -93,7 +93,8 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
   static variable_list forward(AutogradContext* ctx, at::TensorList inputs,
                                c10::intrusive_ptr<CheckpointCall> call) {
     std::vector<at::Tensor> caller_inputs(inputs.begin(), inputs.end() - 1);
-    for (const at::Tensor& t : caller_inputs) call->input_requires_grad.push_back(t.requires_grad());
+    for (const at::Tensor& t : caller_inputs)
+      call->input_requires_grad.push_back(t.requires_grad());
     if (call->options.preserve_rng_state) call->rng = CaptureRng(CudaDevicesOf(caller_inputs));
 
     variable_list outputs = call->fn(caller_inputs);
@@ -107,8 +108,8 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    auto call = c10::static_intrusive_pointer_cast<CheckpointCall>(
-        ctx->saved_data["call"].toCapsule());
+    auto call =
+        c10::static_intrusive_pointer_cast<CheckpointCall>(ctx->saved_data["call"].toCapsule());
     const variable_list saved = ctx->get_saved_variables();
 
     // Fresh leaves over the same storage: the recomputed graph ends at them.
@@ -157,8 +158,8 @@ struct RecomputeAllFunction : torch::autograd::Function<RecomputeAllFunction> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    auto call = c10::static_intrusive_pointer_cast<RecomputeAllCall>(
-        ctx->saved_data["call"].toCapsule());
+    auto call =
+        c10::static_intrusive_pointer_cast<RecomputeAllCall>(ctx->saved_data["call"].toCapsule());
     const variable_list saved = ctx->get_saved_variables();
     std::optional<RngState> current;
     if (call->rng) current = CaptureRng(CudaDevicesOf(saved));
@@ -221,8 +222,8 @@ std::vector<at::Tensor> CheckpointRecomputeAll(std::vector<TensorFn> stages,
 }
 
 std::vector<at::Tensor> ChunkedCheckpoint(const ChunkFn& fn, const std::vector<at::Tensor>& inputs,
-                                          const std::vector<bool>& split, int64_t dim,
-                                          int chunks, const CheckpointOptions& options) {
+                                          const std::vector<bool>& split, int64_t dim, int chunks,
+                                          const CheckpointOptions& options) {
   if (chunks <= 1) return fn(inputs, 0);
   int64_t length = -1;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -241,8 +242,8 @@ std::vector<at::Tensor> ChunkedCheckpoint(const ChunkFn& fn, const std::vector<a
     const int64_t offset = begin;
     pieces.push_back(Checkpoint(
         // By value: the closure runs again in backward, after this function returned.
-        [fn, offset](const std::vector<at::Tensor>& in) { return fn(in, offset); },
-        chunk_inputs, options));
+        [fn, offset](const std::vector<at::Tensor>& in) { return fn(in, offset); }, chunk_inputs,
+        options));
     begin += size;
   }
   std::vector<at::Tensor> outputs;

@@ -67,7 +67,7 @@ using ChunkFn =
 // are ever alive. Outputs are concatenated along `dim`; 0-dim outputs (partial sums) are
 // added. With chunks <= 1, runs fn(inputs, 0) directly.
 std::vector<at::Tensor> ChunkedCheckpoint(const ChunkFn& fn, const std::vector<at::Tensor>& inputs,
-                                          const std::vector<bool>& split, int64_t dim,
-                                          int chunks, const CheckpointOptions& options = {});
+                                          const std::vector<bool>& split, int64_t dim, int chunks,
+                                          const CheckpointOptions& options = {});
 
 }  // namespace ckpt

@@ -33,18 +33,16 @@ class CudaMemoryMeterImpl final : public MemoryMeter {
     const auto& requested = compat::RequestedBytes(stats);
     const auto& allocated = stats.allocated_bytes[compat::kAggregateStat];
     const auto& reserved = stats.reserved_bytes[compat::kAggregateStat];
-    return {requested.current, requested.peak, allocated.current,
+    return {requested.current, requested.peak,   allocated.current,
             allocated.peak,    reserved.current, reserved.peak};
   }
   void ResetPeak() override { c10::cuda::CUDACachingAllocator::resetPeakStats(index_); }
   void ReleaseCached() override { c10::cuda::CUDACachingAllocator::emptyCache(); }
   absl::Status SetCap(std::optional<int64_t> bytes) override {
-    const double total =
-        static_cast<double>(at::cuda::getDeviceProperties(index_)->totalGlobalMem);
+    const double total = static_cast<double>(at::cuda::getDeviceProperties(index_)->totalGlobalMem);
     if (bytes.has_value() && (*bytes < 0 || *bytes > total)) {
-      return absl::InvalidArgumentError(absl::StrCat("memory cap ", *bytes,
-                                                     " bytes; accepted on this GPU: 0..",
-                                                     static_cast<int64_t>(total)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "memory cap ", *bytes, " bytes; accepted on this GPU: 0..", static_cast<int64_t>(total)));
     }
     RETURN_IF_ERROR(RunTorch([&] {
       c10::cuda::CUDACachingAllocator::setMemoryFraction(bytes ? *bytes / total : 1.0, index_);
@@ -57,9 +55,10 @@ class CudaMemoryMeterImpl final : public MemoryMeter {
     const cudaDeviceProp* gpu = at::cuda::getDeviceProperties(index_);
     return absl::StrCat("cuda:", index_, " ", gpu->name, ", ",
                         absl::StrFormat("%.1f GiB", gpu->totalGlobalMem / double(1 << 30)),
-                        " (caching allocator: ", compat::kRequestedBytesExact
-                            ? "requested bytes, exact"
-                            : "allocated bytes, in 512-byte blocks", ")");
+                        " (caching allocator: ",
+                        compat::kRequestedBytesExact ? "requested bytes, exact"
+                                                     : "allocated bytes, in 512-byte blocks",
+                        ")");
   }
 
   // Starts CUDA on this device, once. LibTorch sets up the caching allocator in CUDA's lazy
@@ -68,9 +67,8 @@ class CudaMemoryMeterImpl final : public MemoryMeter {
   // starts it the way any tensor would, on every LibTorch version.
   absl::Status Start() {
     std::call_once(started_, [&] {
-      start_status_ = RunTorch([&] {
-        at::empty({1}, at::TensorOptions().dtype(at::kByte).device(c10::kCUDA, index_));
-      });
+      start_status_ = RunTorch(
+          [&] { at::empty({1}, at::TensorOptions().dtype(at::kByte).device(c10::kCUDA, index_)); });
     });
     return start_status_;
   }

@@ -6,9 +6,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <limits>
 #include <utility>
-
 #include <vector>
 
 #include "ATen/Parallel.h"
@@ -49,18 +49,17 @@ absl::StatusOr<c10::Device> ResolveDevice(absl::string_view name) {
   const bool cuda_present = CudaBuilt() && torch::cuda::is_available();
   if (name == "cpu") return c10::Device(c10::DeviceType::CPU);
   if (name == "auto") {
-    return cuda_present ? c10::Device(c10::DeviceType::CUDA, 0)
-                        : c10::Device(c10::DeviceType::CPU);
+    return cuda_present ? c10::Device(c10::DeviceType::CUDA, 0) : c10::Device(c10::DeviceType::CPU);
   }
   int index = 0;
   absl::string_view rest = name;
   if (absl::ConsumePrefix(&rest, "cuda") &&
-      (rest.empty() || (absl::ConsumePrefix(&rest, ":") && absl::SimpleAtoi(rest, &index) &&
-                        index >= 0))) {
+      (rest.empty() ||
+       (absl::ConsumePrefix(&rest, ":") && absl::SimpleAtoi(rest, &index) && index >= 0))) {
     if (!cuda_present) {
       return absl::UnavailableError(absl::StrCat(
-          "device '", name, "': ",
-          CudaBuilt() ? "no CUDA GPU is visible" : "this LibTorch was built without CUDA",
+          "device '", name,
+          "': ", CudaBuilt() ? "no CUDA GPU is visible" : "this LibTorch was built without CUDA",
           "; use --device=cpu or auto"));
     }
     if (index >= static_cast<int>(torch::cuda::device_count())) {
@@ -101,9 +100,9 @@ absl::StatusOr<int> ParseThreadCount(absl::string_view flag, absl::string_view t
   if (text == "auto") return UsableCores();
   int n = 0;
   if (!absl::SimpleAtoi(text, &n) || n < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        flag, "='", text, "' is not accepted; accepted: an integer >= 1, or auto (", UsableCores(),
-        ", the cores this process may use)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, "='", text, "' is not accepted; accepted: an integer >= 1, or auto (",
+                     UsableCores(), ", the cores this process may use)"));
   }
   return n;
 }
@@ -112,8 +111,8 @@ absl::Status SetComputeThreads(const ComputeThreads& threads) {
   for (const auto& [name, n] : {std::pair<const char*, int>{"LibTorch intra-op", threads.intra_op},
                                 {"BLAS", threads.blas}}) {
     if (n < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(name, " thread count ", n,
-                                                     " is not accepted; accepted: an integer >= 1"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " thread count ", n, " is not accepted; accepted: an integer >= 1"));
     }
   }
   at::set_num_threads(threads.intra_op);
@@ -129,18 +128,18 @@ std::string DescribeRuntime() {
       absl::StrAppend(&blas, ", ", threads(), " thread(s)");
     }
   }
-  return absl::StrCat("LibTorch ", TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, ".",
-                      TORCH_VERSION_PATCH, "; intra-op threads ", at::get_num_threads(),
-                      "; BLAS ", blas, "; CUDA ",
-                      CudaBuilt() ? (torch::cuda::is_available()
-                                         ? absl::StrCat("yes, ", torch::cuda::device_count(),
-                                                        " device(s)")
-                                         : std::string("built, no GPU visible"))
-                                  : std::string("not built"));
+  const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
+  return absl::StrCat(
+      "LibTorch ", TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, ".", TORCH_VERSION_PATCH,
+      "; intra-op threads ", at::get_num_threads(), " (OMP_WAIT_POLICY ",
+      wait_policy != nullptr ? wait_policy : "unset", ")", "; BLAS ", blas, "; CUDA ",
+      CudaBuilt() ? (torch::cuda::is_available()
+                         ? absl::StrCat("yes, ", torch::cuda::device_count(), " device(s)")
+                         : std::string("built, no GPU visible"))
+                  : std::string("not built"));
 }
 
-absl::StatusOr<double> MeasureGemmGflops(const c10::Device& device, int64_t n,
-                                         double min_seconds) {
+absl::StatusOr<double> MeasureGemmGflops(const c10::Device& device, int64_t n, double min_seconds) {
   return RunTorch([&] {
     const auto options = at::TensorOptions().dtype(at::kFloat).device(device);
     const at::Tensor a = at::randn({n, n}, options);
@@ -150,8 +149,9 @@ absl::StatusOr<double> MeasureGemmGflops(const c10::Device& device, int64_t n,
     std::unique_ptr<StepTimer> timer = MakeStepTimer(device);
     std::vector<double> ms;
     const auto start = std::chrono::steady_clock::now();
-    while (ms.size() < 3 || std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                          start).count() < min_seconds) {
+    while (ms.size() < 3 ||
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <
+               min_seconds) {
       timer->Start();
       c = at::mm(a, b);
       ms.push_back(timer->StopMs());

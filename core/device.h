@@ -8,10 +8,10 @@
 #include <memory>
 #include <string>
 #include <vector>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "c10/core/Device.h"
 
 namespace ckpt {
@@ -57,7 +57,8 @@ absl::StatusOr<int> ParseThreadCount(absl::string_view flag, absl::string_view t
 // reported so by DescribeRuntime) when the BLAS is not OpenBLAS.
 absl::Status SetComputeThreads(const ComputeThreads& threads);
 
-// "LibTorch 1.13.0, BLAS: OpenBLAS 0.3.21 ..., 1 thread(s), CUDA: no"
+// "LibTorch 1.13.0; intra-op threads 1 (OMP_WAIT_POLICY unset); BLAS OpenBLAS 0.3.21 ..., 2
+// thread(s); CUDA not built"
 std::string DescribeRuntime();
 
 // The device's measured float32 matrix-product rate: square products of `n` x `n` (2 n^3 FLOPs

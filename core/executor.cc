@@ -19,7 +19,7 @@ namespace ckpt {
 struct ChainExecutor::Runner {
   std::shared_ptr<ChainModel> model;
   std::vector<StageInfo> stages;
-  std::vector<StageParts> parts;  // one per stage, with the plan's policy
+  std::vector<StageParts> parts;        // one per stage, with the plan's policy
   std::atomic<int64_t> stage_calls{0};  // stage forwards since the step began
 
   std::vector<at::Tensor> RunStage(int i, const std::vector<at::Tensor>& x, const Batch& batch) {
@@ -89,9 +89,8 @@ ChainExecutor::ChainExecutor(std::shared_ptr<ChainModel> model, Plan plan, Memor
   }
 }
 
-absl::StatusOr<ChainExecutor> ChainExecutor::Create(std::shared_ptr<ChainModel> model,
-                                                    Plan plan, MemoryMeter* meter,
-                                                    c10::Device device) {
+absl::StatusOr<ChainExecutor> ChainExecutor::Create(std::shared_ptr<ChainModel> model, Plan plan,
+                                                    MemoryMeter* meter, c10::Device device) {
   if (model == nullptr || meter == nullptr) {
     return absl::InvalidArgumentError("ChainExecutor needs a model and a memory meter");
   }

@@ -35,7 +35,7 @@ struct StepResult {
   // Stage forwards run during backward: every stage call beyond the forward pass's one per
   // stage. store_all: 0; uniform: the stages of its checkpointed segments.
   int64_t recompute_forwards = 0;
-  double step_ms = 0;            // forward + loss + backward
+  double step_ms = 0;  // forward + loss + backward
 };
 
 struct StepOptions {
@@ -73,7 +73,7 @@ class ChainExecutor {
 
   ChainExecutor(std::shared_ptr<ChainModel> model, Plan plan, MemoryMeter* meter,
                 c10::Device device);
-  at::Tensor RunForward(const Batch& batch);  // throws
+  at::Tensor RunForward(const Batch& batch);                           // throws
   StepResult RunStep(const Batch& batch, const StepOptions& options);  // throws
 
   std::shared_ptr<ChainModel> model_;

@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <string>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -78,8 +78,8 @@ class CachingCpuAllocator final : public c10::Allocator {
         if (data == nullptr) {
           C10_THROW_ERROR(OutOfMemoryError,
                           absl::StrCat("ckptlab CPU allocator: the system refused ", block,
-                                       " bytes (for a tensor of ", nbytes, " bytes, with ",
-                                       live_, " bytes of tensors live)"));
+                                       " bytes (for a tensor of ", nbytes, " bytes, with ", live_,
+                                       " bytes of tensors live)"));
         }
         reserved_ += block;
         peak_reserved_ = std::max(peak_reserved_, reserved_);

@@ -7,12 +7,12 @@
 // machines is slow with a long tail; allocated bytes are the blocks serving tensors, reserved
 // bytes those plus the cached free ones. It can also enforce a cap, throwing
 // c10::OutOfMemoryError past it, so "does this fit in N GiB?" can be answered on CPU; a block
-// the system refuses is the same error, with the counts left as they were. CUDA: the caching allocator's statistics, current and peak: the bytes
-// tensors requested (live_bytes, the same quantity the CPU meter counts, so activation and
-// peak bytes mean the same on both), the bytes of the blocks that serve them (allocated:
-// rounded up to 512 bytes, or a whole segment when the rest is too small to split) and the
-// bytes held from the driver (reserved: what the process occupies, cached free blocks
-// included); the cap is the per-process memory fraction.
+// the system refuses is the same error, with the counts left as they were. CUDA: the caching
+// allocator's statistics, current and peak: the bytes tensors requested (live_bytes, the same
+// quantity the CPU meter counts, so activation and peak bytes mean the same on both), the bytes of
+// the blocks that serve them (allocated: rounded up to 512 bytes, or a whole segment when the rest
+// is too small to split) and the bytes held from the driver (reserved: what the process occupies,
+// cached free blocks included); the cap is the per-process memory fraction.
 //
 //   ASSIGN_OR_RETURN(MemoryMeter* meter, MemoryMeterFor(torch::kCPU));
 //   meter->ResetPeak();
@@ -32,9 +32,9 @@ namespace ckpt {
 struct MemoryStats {
   int64_t live_bytes = 0;  // bytes tensors requested and hold now (CUDA: see core/torch_compat.h)
   int64_t peak_bytes = 0;  // most live bytes since the last ResetPeak
-  int64_t allocated_bytes = 0;       // the allocator's blocks serving them
+  int64_t allocated_bytes = 0;  // the allocator's blocks serving them
   int64_t peak_allocated_bytes = 0;
-  int64_t reserved_bytes = 0;        // bytes the allocator holds from the system, cache included
+  int64_t reserved_bytes = 0;  // bytes the allocator holds from the system, cache included
   int64_t peak_reserved_bytes = 0;
 };
 

@@ -90,8 +90,8 @@ class StepReplay {
   void Touch(int64_t bytes) { peak_ = std::max(peak_, live_ + bytes); }
   void Note(absl::string_view event, int j) {
     if (timeline_ != nullptr) {
-      timeline_->push_back(absl::StrCat(event, " ", profile_.stages[j].name, ": live ", live_,
-                                        ", peak ", peak_));
+      timeline_->push_back(
+          absl::StrCat(event, " ", profile_.stages[j].name, ": live ", live_, ", peak ", peak_));
     }
   }
   void Hold(Boundary& b) { ++b.holders; }
@@ -186,8 +186,8 @@ class StepReplay {
       Add(rng_bytes_);
       frame.snapshot_bytes += rng_bytes_;
     }
-    Hold(frame.at(seg.begin));             // the checkpoint saves its inputs
-    NoGradForward(seg.begin, seg.end);     // frees each internal boundary as it goes
+    Hold(frame.at(seg.begin));          // the checkpoint saves its inputs
+    NoGradForward(seg.begin, seg.end);  // frees each internal boundary as it goes
     frame.at(seg.end) = Boundary{stages_[seg.end - 1]->output_bytes, 1};
     Release(frame.at(seg.begin));  // the executor's hold
   }
@@ -221,7 +221,7 @@ class StepReplay {
         // of the checkpoints inside it.
         Release(rerun.at(seg.end));
         Add(-rerun.snapshot_bytes);
-        Release(frame.at(seg.begin));   // the checkpoint's saved input
+        Release(frame.at(seg.begin));  // the checkpoint's saved input
         return;
       }
       case SegmentMode::kRecomputeAll: {
@@ -233,7 +233,7 @@ class StepReplay {
           Boundary out;
           StoredForward(j, in, out, true);
           StoredBackward(j, in, out, true, /*held=*/true, next_graph_++);
-          Release(out);  // the outputs, held until backward returned
+          Release(out);       // the outputs, held until backward returned
           live_ -= in.bytes;  // the leaves go with the next iteration
         }
         if (stochastic) Add(-rng_bytes_);
@@ -250,12 +250,12 @@ class StepReplay {
   int64_t rng_bytes_ = 0;
   static constexpr int kOuterGraph = 0;  // the step's backward pass, from the loss
   int next_graph_ = kOuterGraph + 1;     // ids for the passes checkpoints run
-  std::set<int> grads_;  // parameters whose gradient exists
+  std::set<int> grads_;                  // parameters whose gradient exists
   // Gradient contributions so far per (parameter, backward pass).
   std::map<std::pair<int, int>, int> contributions_;
   // Per boundary, the checkpoint backward passes that hold the gradient with respect to it.
   std::map<int, int> grad_holds_;
-  int64_t grad_ = 0;     // the gradient flowing backward, w.r.t. the current boundary
+  int64_t grad_ = 0;  // the gradient flowing backward, w.r.t. the current boundary
   int64_t live_ = 0;
   int64_t peak_ = 0;
 };

@@ -35,8 +35,7 @@ std::vector<at::Tensor> StageParts::Run(absl::string_view name, const TensorFn& 
 
 std::vector<at::Tensor> StageParts::RunChunked(absl::string_view name, const ChunkFn& fn,
                                                const std::vector<at::Tensor>& inputs,
-                                               const std::vector<bool>& split,
-                                               int64_t dim) const {
+                                               const std::vector<bool>& split, int64_t dim) const {
   const PartPolicy policy = PolicyOf(name);
   const int chunks = policy.action == PartAction::kChunk ? policy.chunks : 1;
   return ChunkedCheckpoint(fn, inputs, split, dim, chunks, kNoRngReplay);

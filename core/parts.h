@@ -14,10 +14,10 @@
 //   }
 //
 // A StageParts is cheap to copy (it shares its immutable data), and closures that run again in
-// backward should hold a copy, not a reference. A part draws no random numbers of its own: a stage draws its dropout seeds before running its
-// parts (counter-based dropout, models/layers.h), so a recomputed or chunked part reproduces
-// its forward without an RNG snapshot. Naming a part the stage did not declare is a model bug:
-// it throws, naming the part and the declared ones.
+// backward should hold a copy, not a reference. A part draws no random numbers of its own: a stage
+// draws its dropout seeds before running its parts (counter-based dropout, models/layers.h), so a
+// recomputed or chunked part reproduces its forward without an RNG snapshot. Naming a part the
+// stage did not declare is a model bug: it throws, naming the part and the declared ones.
 #pragma once
 
 #include <cstdint>

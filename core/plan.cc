@@ -82,21 +82,22 @@ absl::Status ValidateSegments(const Plan& plan, const std::vector<Segment>& segm
   for (size_t i = 0; i < segments.size(); ++i) {
     const Segment& s = segments[i];
     if (s.begin != next || s.end <= s.begin || s.end > end) {
-      return absl::InternalError(absl::StrCat(
-          "plan of ", plan.strategy, " is invalid: ", where, "segment ", i, " is [", s.begin,
-          ",", s.end, "), expected a non-empty segment starting at ", next, " and ending by ",
-          end, " (", plan.DescribeSegments(), ")"));
+      return absl::InternalError(
+          absl::StrCat("plan of ", plan.strategy, " is invalid: ", where, "segment ", i, " is [",
+                       s.begin, ",", s.end, "), expected a non-empty segment starting at ", next,
+                       " and ending by ", end, " (", plan.DescribeSegments(), ")"));
     }
     if (!s.inner.empty()) {
       if (s.mode != SegmentMode::kCheckpointed) {
-        return absl::InternalError(absl::StrCat(
-            "plan of ", plan.strategy, " is invalid: ", where, "segment [", s.begin, ",", s.end,
-            ") is ", SegmentModeName(s.mode),
-            " but holds an inner plan; only checkpointed segments do (", plan.DescribeSegments(), ")"));
+        return absl::InternalError(
+            absl::StrCat("plan of ", plan.strategy, " is invalid: ", where, "segment [", s.begin,
+                         ",", s.end, ") is ", SegmentModeName(s.mode),
+                         " but holds an inner plan; only checkpointed segments do (",
+                         plan.DescribeSegments(), ")"));
       }
-      if (absl::Status st = ValidateSegments(plan, s.inner, s.begin, s.end,
-                                             absl::StrCat(where, "inside [", s.begin, ",", s.end,
-                                                          ") "));
+      if (absl::Status st =
+              ValidateSegments(plan, s.inner, s.begin, s.end,
+                               absl::StrCat(where, "inside [", s.begin, ",", s.end, ") "));
           !st.ok()) {
         return st;
       }
@@ -115,9 +116,12 @@ absl::Status ValidateSegments(const Plan& plan, const std::vector<Segment>& segm
 
 absl::string_view SegmentModeName(SegmentMode mode) {
   switch (mode) {
-    case SegmentMode::kStored: return "stored";
-    case SegmentMode::kCheckpointed: return "checkpointed";
-    case SegmentMode::kRecomputeAll: return "recompute-all";
+    case SegmentMode::kStored:
+      return "stored";
+    case SegmentMode::kCheckpointed:
+      return "checkpointed";
+    case SegmentMode::kRecomputeAll:
+      return "recompute-all";
   }
   return "unknown";
 }
@@ -172,9 +176,9 @@ absl::Status ValidatePlan(const Plan& plan, const std::vector<StageInfo>& stages
     const StagePolicy& policy = plan.stage_policies[i];
     const StageInfo& info = stages[i];
     if (!policy.parts.empty() && policy.parts.size() != info.parts.size()) {
-      return absl::InternalError(absl::StrCat(
-          "plan of ", plan.strategy, " gives stage ", i, " (", info.name, ") policies for ",
-          policy.parts.size(), " parts; it declares ", info.parts.size()));
+      return absl::InternalError(absl::StrCat("plan of ", plan.strategy, " gives stage ", i, " (",
+                                              info.name, ") policies for ", policy.parts.size(),
+                                              " parts; it declares ", info.parts.size()));
     }
     int chunked = 0;
     for (size_t k = 0; k < policy.parts.size(); ++k) {

@@ -56,10 +56,10 @@ struct Segment {
 };
 
 struct Plan {
-  std::string strategy;           // canonical strategy spec, every parameter resolved
-  std::vector<Segment> segments;  // contiguous, in order, covering every stage
+  std::string strategy;                     // canonical strategy spec, every parameter resolved
+  std::vector<Segment> segments;            // contiguous, in order, covering every stage
   std::vector<StagePolicy> stage_policies;  // empty (every part stored) or one per stage
-  std::string summary;            // one sentence from the strategy: why this plan
+  std::string summary;                      // one sentence from the strategy: why this plan
 
   const StagePolicy& PolicyOf(int stage) const;
   // Whether any stage runs in chunks (then recomputation may reassociate sums).

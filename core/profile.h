@@ -40,11 +40,11 @@ struct StageCosts {
 // owned by the caller as the executor owns them.
 struct StageProfile {
   StagePolicy policy;
-  int64_t input_bytes = 0;     // the tensors it takes (owned by the previous stage)
-  int64_t output_bytes = 0;    // the tensors it returns
-  int64_t retained_bytes = 0;  // what its graph keeps besides its input and output tensors
-  bool keeps_input = false;    // its graph keeps its input tensors alive
-  bool keeps_output = false;   // its graph keeps its output tensors alive
+  int64_t input_bytes = 0;              // the tensors it takes (owned by the previous stage)
+  int64_t output_bytes = 0;             // the tensors it returns
+  int64_t retained_bytes = 0;           // what its graph keeps besides its input and output tensors
+  bool keeps_input = false;             // its graph keeps its input tensors alive
+  bool keeps_output = false;            // its graph keeps its output tensors alive
   int64_t forward_transient_bytes = 0;  // forward peak above (input + retained + output)
   int64_t nograd_transient_bytes = 0;   // same without grad, above (input + output)
   // The gradients its backward creates: (index in ChainModel::Parameters(), bytes). A
@@ -63,7 +63,7 @@ struct StageProfile {
 struct LossProfile {
   int64_t retained_bytes = 0;  // besides its input and the scalar
   bool keeps_input = false;
-  int64_t output_bytes = 0;    // the scalar
+  int64_t output_bytes = 0;              // the scalar
   int64_t backward_transient_bytes = 0;  // above its start; includes the input's gradient
   // Live bytes after its backward minus before: its input's gradient and the seed gradient
   // LibTorch allocates, less what its graph retained.

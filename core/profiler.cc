@@ -41,8 +41,13 @@ class Profiler {
  public:
   Profiler(ChainModel& model, const Batch& batch, MemoryMeter& meter, c10::Device device,
            const ProfileOptions& options)
-      : model_(model), batch_(batch), meter_(meter), device_(device), options_(options),
-        stages_(model.Stages()), params_(model.Parameters()),
+      : model_(model),
+        batch_(batch),
+        meter_(meter),
+        device_(device),
+        options_(options),
+        stages_(model.Stages()),
+        params_(model.Parameters()),
         timer_(MakeStepTimer(device)) {}
 
   ModelProfile Run() {
@@ -291,8 +296,8 @@ class Profiler {
     p.backward_ms = timer_->StopMs();
     p.backward_transient_bytes = meter_.Stats().peak_bytes - base;
     // Without the release of its input (the model releases boundaries itself).
-    p.backward_net_bytes = meter_.Stats().live_bytes - base +
-                           (p.keeps_input && !aliases_input ? x_bytes : 0);
+    p.backward_net_bytes =
+        meter_.Stats().live_bytes - base + (p.keeps_input && !aliases_input ? x_bytes : 0);
     for (const at::Tensor& leaf : leaves) {
       p.input_grad_bytes += leaf.grad().defined() ? leaf.grad().nbytes() : 0;
     }
@@ -316,16 +321,16 @@ ModelProfile StructureOnlyProfile(const ChainModel& model) {
   return StructureOnlyProfile(model.spec(), model.Stages());
 }
 
-absl::StatusOr<ModelProfile> ProfileModel(ChainModel& model, const Batch& batch,
-                                          MemoryMeter& meter, c10::Device device,
-                                          const ProfileOptions& options) {
+absl::StatusOr<ModelProfile> ProfileModel(ChainModel& model, const Batch& batch, MemoryMeter& meter,
+                                          c10::Device device, const ProfileOptions& options) {
   return RunTorch([&] { return Profiler(model, batch, meter, device, options).Run(); });
 }
 
 absl::Status ExtendProfile(ChainModel& model, const Batch& batch, MemoryMeter& meter,
                            c10::Device device, const Plan& plan, ModelProfile& profile,
                            const ProfileOptions& options) {
-  if (profile.model != model.spec() || profile.num_stages() != static_cast<int>(model.Stages().size())) {
+  if (profile.model != model.spec() ||
+      profile.num_stages() != static_cast<int>(model.Stages().size())) {
     return absl::InvalidArgumentError(absl::StrCat("ExtendProfile: the profile of ", profile.model,
                                                    " is not one of ", model.spec()));
   }

@@ -51,9 +51,8 @@ ModelProfile StructureOnlyProfile(const ChainModel& model);
 // The profile of every stage under every policy of its menu (PolicyMenu with
 // `options.chunks`), and of the loss. Leaves no graph and no gradients behind. LibTorch errors
 // become a Status.
-absl::StatusOr<ModelProfile> ProfileModel(ChainModel& model, const Batch& batch,
-                                          MemoryMeter& meter, c10::Device device,
-                                          const ProfileOptions& options = {});
+absl::StatusOr<ModelProfile> ProfileModel(ChainModel& model, const Batch& batch, MemoryMeter& meter,
+                                          c10::Device device, const ProfileOptions& options = {});
 
 // Measures the policies `plan` gives stages that `profile` (of this model) has not measured
 // yet, so that the memory model can predict the plan.

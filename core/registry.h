@@ -70,8 +70,8 @@ class Registry {
   absl::StatusOr<const Entry*> Find(const std::string& id) const {
     auto it = entries_.find(id);
     if (it == entries_.end()) {
-      return absl::NotFoundError(absl::StrCat("unknown ", kind_, " '", id, "'; known: ",
-                                              absl::StrJoin(Ids(), ", ")));
+      return absl::NotFoundError(
+          absl::StrCat("unknown ", kind_, " '", id, "'; known: ", absl::StrJoin(Ids(), ", ")));
     }
     return &it->second;
   }

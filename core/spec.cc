@@ -42,7 +42,7 @@ struct Parsed {
 
 // Checks one value against its definition.
 absl::StatusOr<Parsed> CheckValue(const std::string& owner, const ParamDef& def,
-                                                 const std::string& value) {
+                                  const std::string& value) {
   auto rejected = [&] {
     return absl::InvalidArgumentError(absl::StrCat(owner, ": ", def.key, "=", Quote(value),
                                                    " is not accepted; ", def.Describe()));
@@ -90,10 +90,10 @@ absl::StatusOr<Spec> ParseSpec(absl::string_view text) {
   Spec spec;
   spec.name = std::string(parts[0]);
   if (!IsIdentifier(spec.name)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec ", Quote(text), ": the name ", Quote(spec.name),
-                     " must be non-empty and made of a-z, 0-9 and _ "
-                     "(form: name or name:key=value:key=value)"));
+    return absl::InvalidArgumentError(absl::StrCat("spec ", Quote(text), ": the name ",
+                                                   Quote(spec.name),
+                                                   " must be non-empty and made of a-z, 0-9 and _ "
+                                                   "(form: name or name:key=value:key=value)"));
   }
   for (size_t i = 1; i < parts.size(); ++i) {
     std::pair<absl::string_view, absl::string_view> kv =
@@ -169,8 +169,8 @@ ParamDef FloatParam(std::string key, std::string default_value, std::string help
   return d;
 }
 
-ParamDef ChoiceParam(std::string key, std::vector<std::string> choices,
-                     std::string default_value, std::string help) {
+ParamDef ChoiceParam(std::string key, std::vector<std::string> choices, std::string default_value,
+                     std::string help) {
   ParamDef d;
   d.key = std::move(key);
   d.type = ParamDef::Type::kChoice;
@@ -190,9 +190,11 @@ ParamDef BytesParam(std::string key, std::string default_value, std::string help
 absl::StatusOr<int64_t> ParseByteSize(absl::string_view text) {
   absl::string_view number = text;
   int64_t unit = 1;
-  for (const auto& [suffix, factor] : std::vector<std::pair<absl::string_view, int64_t>>{
-           {"GiB", int64_t{1} << 30}, {"MiB", int64_t{1} << 20}, {"KiB", int64_t{1} << 10},
-           {"B", 1}}) {
+  for (const auto& [suffix, factor] :
+       std::vector<std::pair<absl::string_view, int64_t>>{{"GiB", int64_t{1} << 30},
+                                                          {"MiB", int64_t{1} << 20},
+                                                          {"KiB", int64_t{1} << 10},
+                                                          {"B", 1}}) {
     if (absl::ConsumeSuffix(&number, suffix)) {
       unit = factor;
       break;
@@ -206,11 +208,12 @@ absl::StatusOr<int64_t> ParseByteSize(absl::string_view text) {
       whole <= std::numeric_limits<int64_t>::max() / unit) {
     return whole * unit;
   }
-  if (number.empty() || !absl::ascii_isdigit(number.front()) ||
-      !absl::SimpleAtod(number, &value) || !(value >= 0 && value * unit <= 9.2e18)) {
+  if (number.empty() || !absl::ascii_isdigit(number.front()) || !absl::SimpleAtod(number, &value) ||
+      !(value >= 0 && value * unit <= 9.2e18)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(Quote(text), " is not a size; accepted: a byte count, or a number with "
-                                  "GiB, MiB, KiB or B (e.g. 16GiB, 1.5GiB, 512MiB)"));
+        absl::StrCat(Quote(text),
+                     " is not a size; accepted: a byte count, or a number with "
+                     "GiB, MiB, KiB or B (e.g. 16GiB, 1.5GiB, 512MiB)"));
   }
   return static_cast<int64_t>(value * unit);
 }
@@ -228,8 +231,8 @@ absl::StatusOr<ParamValues> BindParams(const Spec& spec, const std::vector<Param
     bool known = false;
     for (const ParamDef& d : defs) known |= d.key == key;
     if (!known) {
-      return absl::InvalidArgumentError(absl::StrCat(spec.name, ": unknown parameter ",
-                                                     Quote(key), "; ", AcceptedKeys(defs)));
+      return absl::InvalidArgumentError(
+          absl::StrCat(spec.name, ": unknown parameter ", Quote(key), "; ", AcceptedKeys(defs)));
     }
   }
   ParamValues out;
@@ -261,8 +264,8 @@ int64_t ParamValues::Int(absl::string_view key) const {
   Find(key);
   auto it = ints_.find(key);
   if (it == ints_.end()) {
-    std::fprintf(stderr, "ckptlab: %s parameter '%.*s' is not an integer here\n",
-                 name_.c_str(), static_cast<int>(key.size()), key.data());
+    std::fprintf(stderr, "ckptlab: %s parameter '%.*s' is not an integer here\n", name_.c_str(),
+                 static_cast<int>(key.size()), key.data());
     std::abort();
   }
   return it->second;

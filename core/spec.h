@@ -16,11 +16,11 @@
 #include <map>
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace ckpt {
 
@@ -57,11 +57,27 @@ struct ParamDef {
   // kChoice: the accepted words.
   std::vector<std::string> choices;
 
-  ParamDef& Min(int64_t v) { min_value = v; return *this; }
-  ParamDef& Max(int64_t v) { max_value = v; return *this; }
-  ParamDef& AllowAuto() { auto_allowed = true; return *this; }
-  ParamDef& AllowNone() { none_allowed = true; return *this; }
-  ParamDef& Range(double lo, double hi) { min_float = lo; max_float = hi; return *this; }
+  ParamDef& Min(int64_t v) {
+    min_value = v;
+    return *this;
+  }
+  ParamDef& Max(int64_t v) {
+    max_value = v;
+    return *this;
+  }
+  ParamDef& AllowAuto() {
+    auto_allowed = true;
+    return *this;
+  }
+  ParamDef& AllowNone() {
+    none_allowed = true;
+    return *this;
+  }
+  ParamDef& Range(double lo, double hi) {
+    min_float = lo;
+    max_float = hi;
+    return *this;
+  }
 
   // "segments: int >= 1 or auto (default auto): <help>"
   std::string Describe() const;
@@ -69,8 +85,8 @@ struct ParamDef {
 
 ParamDef IntParam(std::string key, std::string default_value, std::string help);
 ParamDef FloatParam(std::string key, std::string default_value, std::string help);
-ParamDef ChoiceParam(std::string key, std::vector<std::string> choices,
-                     std::string default_value, std::string help);
+ParamDef ChoiceParam(std::string key, std::vector<std::string> choices, std::string default_value,
+                     std::string help);
 // A size in bytes, written as ParseByteSize accepts it.
 ParamDef BytesParam(std::string key, std::string default_value, std::string help);
 

@@ -10,35 +10,49 @@ namespace ckpt {
 
 absl::string_view StageKindName(StageKind kind) {
   switch (kind) {
-    case StageKind::kEmbedding: return "embedding";
-    case StageKind::kAttention: return "attention";
-    case StageKind::kMlp: return "mlp";
-    case StageKind::kNorm: return "norm";
-    case StageKind::kHead: return "head";
-    case StageKind::kOther: return "other";
+    case StageKind::kEmbedding:
+      return "embedding";
+    case StageKind::kAttention:
+      return "attention";
+    case StageKind::kMlp:
+      return "mlp";
+    case StageKind::kNorm:
+      return "norm";
+    case StageKind::kHead:
+      return "head";
+    case StageKind::kOther:
+      return "other";
   }
   return "unknown";
 }
 
 absl::string_view PartKindName(PartKind kind) {
   switch (kind) {
-    case PartKind::kAttentionCore: return "attention core";
-    case PartKind::kMlpHidden: return "MLP hidden";
-    case PartKind::kSequence: return "sequence";
+    case PartKind::kAttentionCore:
+      return "attention core";
+    case PartKind::kMlpHidden:
+      return "MLP hidden";
+    case PartKind::kSequence:
+      return "sequence";
   }
   return "unknown";
 }
 
 absl::string_view PartActionName(PartAction action) {
   switch (action) {
-    case PartAction::kStore: return "stored";
-    case PartAction::kRecompute: return "recomputed";
-    case PartAction::kChunk: return "chunked";
+    case PartAction::kStore:
+      return "stored";
+    case PartAction::kRecompute:
+      return "recomputed";
+    case PartAction::kChunk:
+      return "chunked";
   }
   return "unknown";
 }
 
-PartInfo AttentionCorePart() { return {"core", PartKind::kAttentionCore, {PartAction::kRecompute}}; }
+PartInfo AttentionCorePart() {
+  return {"core", PartKind::kAttentionCore, {PartAction::kRecompute}};
+}
 PartInfo MlpHiddenPart() { return {"hidden", PartKind::kMlpHidden, {PartAction::kRecompute}}; }
 PartInfo SequencePart(std::string name) {
   return {std::move(name), PartKind::kSequence, {PartAction::kChunk}};

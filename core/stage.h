@@ -48,8 +48,8 @@ struct PartInfo {
 };
 
 // The parts the zoo's models declare.
-PartInfo AttentionCorePart();  // "core": recompute
-PartInfo MlpHiddenPart();      // "hidden": recompute
+PartInfo AttentionCorePart();                          // "core": recompute
+PartInfo MlpHiddenPart();                              // "hidden": recompute
 PartInfo SequencePart(std::string name = "sequence");  // chunk
 
 struct StageInfo {

@@ -11,10 +11,10 @@
 #define CKPT_STATUS_CONCAT(a, b) CKPT_STATUS_CONCAT_INNER(a, b)
 
 // Returns from the enclosing function if `expr` (an absl::Status) is not OK.
-#define RETURN_IF_ERROR(expr)                      \
-  do {                                             \
-    ::absl::Status ckpt_status_ = (expr);          \
-    if (!ckpt_status_.ok()) return ckpt_status_;   \
+#define RETURN_IF_ERROR(expr)                    \
+  do {                                           \
+    ::absl::Status ckpt_status_ = (expr);        \
+    if (!ckpt_status_.ok()) return ckpt_status_; \
   } while (false)
 
 // Evaluates `rexpr` (an absl::StatusOr<T>); returns its status if not OK, else moves the

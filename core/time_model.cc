@@ -45,10 +45,9 @@ absl::StatusOr<double> PredictStepMs(const ModelProfile& profile, const Plan& pl
   for (int j = 0; j < profile.num_stages(); ++j) {
     const StageProfile* s = profile.Find(j, plan.PolicyOf(j));
     if (s == nullptr) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("the profile of ", profile.model, " has no measurement of stage ", j, " (",
-                       profile.stages[j].name, ") with ",
-                       DescribePolicy(profile.stages[j], plan.PolicyOf(j))));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the profile of ", profile.model, " has no measurement of stage ", j, " (",
+          profile.stages[j].name, ") with ", DescribePolicy(profile.stages[j], plan.PolicyOf(j))));
     }
     ms += s->costs.forward_ms + s->costs.backward_ms +
           static_cast<double>(runs[j]) * profile.Stored(j).costs.nograd_forward_ms;

@@ -30,8 +30,8 @@ absl::StatusOr<const ModelProfile*> Workload::Profile(MemoryMeter& meter) {
   return profile_.get();
 }
 
-absl::StatusOr<PlannedRun> Workload::Plan(const std::string& strategy_spec,
-                                          ModelProfile& profile, MemoryMeter& meter) {
+absl::StatusOr<PlannedRun> Workload::Plan(const std::string& strategy_spec, ModelProfile& profile,
+                                          MemoryMeter& meter) {
   ASSIGN_OR_RETURN(ckpt::Plan plan, PlanFor(strategy_spec, profile));
   return Prepare(std::move(plan), profile, meter);
 }

@@ -29,8 +29,8 @@ namespace ckpt {
 
 struct WorkloadOptions {
   c10::Device device = c10::Device(c10::DeviceType::CPU);
-  uint64_t seed = 0;      // parameters are initialised from it, the batch drawn from it
-  bool training = true;   // the model's mode (dropout on)
+  uint64_t seed = 0;       // parameters are initialised from it, the batch drawn from it
+  bool training = true;    // the model's mode (dropout on)
   ProfileOptions profile;  // how Profile measures
 };
 

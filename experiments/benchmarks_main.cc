@@ -1,5 +1,6 @@
 // bazel run //experiments:benchmarks -- [--models=SPEC,...] [--strategies=SPEC,...]
-//     [--device=auto|cpu|cuda] [--threads=N] [--blas_threads=N] [--benchmark_filter=REGEX] [--benchmark_format=json]
+//     [--device=auto|cpu|cuda] [--threads=N] [--blas_threads=N] [--benchmark_filter=REGEX]
+//     [--benchmark_format=json]
 //
 // Google Benchmark over strategies x models: one benchmark per pair, named
 // "<strategy>/<model spec>" so --benchmark_filter selects them, timing one training step
@@ -18,6 +19,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/chain_model.h"
 #include "core/device.h"
@@ -105,12 +107,15 @@ int Main(int argc, char** argv) {
           : std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_strategies), ','));
   if (absl::Status s = ValidateSweep(options); !s.ok()) Die(s);
 
-  benchmark::AddCustomContext("libtorch", absl::StrCat(TORCH_VERSION_MAJOR, ".",
-                                                       TORCH_VERSION_MINOR, ".",
-                                                       TORCH_VERSION_PATCH));
+  benchmark::AddCustomContext(
+      "libtorch",
+      absl::StrCat(TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, ".", TORCH_VERSION_PATCH));
   benchmark::AddCustomContext("device", device->str());
   benchmark::AddCustomContext("runtime", DescribeRuntime());
   benchmark::AddCustomContext("memory", (*meter)->Describe());
+  if (absl::StatusOr<double> gemm = MeasureGemmGflops(*device); gemm.ok()) {
+    benchmark::AddCustomContext("gemm_gflops", absl::StrFormat("%.1f", *gemm));
+  }
   for (const std::string& model : options.models) {
     for (const std::string& strategy : options.strategies) {
       auto* b = benchmark::RegisterBenchmark(

@@ -18,10 +18,10 @@ absl::StatusOr<DynamicLossScaler> DynamicLossScaler::Create(const LossScalerOpti
         options.initial_scale));
   }
   if (!PositiveFinite(options.min_scale) || options.min_scale > options.initial_scale) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "loss scaler min_scale=%g is not accepted; accepted: a positive number <= "
-        "initial_scale (%g)",
-        options.min_scale, options.initial_scale));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("loss scaler min_scale=%g is not accepted; accepted: a positive number <= "
+                        "initial_scale (%g)",
+                        options.min_scale, options.initial_scale));
   }
   if (!(options.growth_factor > 1) || !std::isfinite(options.growth_factor)) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -34,9 +34,9 @@ absl::StatusOr<DynamicLossScaler> DynamicLossScaler::Create(const LossScalerOpti
         options.backoff_factor));
   }
   if (options.growth_interval < 1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "loss scaler growth_interval=%d is not accepted; accepted: an integer >= 1",
-        options.growth_interval));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("loss scaler growth_interval=%d is not accepted; accepted: an integer >= 1",
+                        options.growth_interval));
   }
   return DynamicLossScaler(options);
 }

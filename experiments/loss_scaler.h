@@ -20,7 +20,7 @@ struct LossScalerOptions {
   double initial_scale = 65536.0;  // 2^16, GradScaler's default
   double growth_factor = 2.0;
   double backoff_factor = 0.5;
-  int growth_interval = 2000;  // good steps between growths
+  int growth_interval = 2000;      // good steps between growths
   double min_scale = 1.0 / 65536;  // 2^-16: 32 halvings below the initial scale
 };
 

@@ -42,8 +42,8 @@ absl::StatusOr<Preset> FindPreset(const std::string& name) {
   for (const Preset& p : Presets()) {
     if (p.name == name) return p;
   }
-  return absl::NotFoundError(absl::StrCat("unknown preset '", name,
-                                          "'; accepted: ", absl::StrJoin(PresetNames(), ", ")));
+  return absl::NotFoundError(
+      absl::StrCat("unknown preset '", name, "'; accepted: ", absl::StrJoin(PresetNames(), ", ")));
 }
 
 }  // namespace ckpt

@@ -6,9 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -86,7 +86,8 @@ std::string ReadFirstMatch(const std::string& path, const std::string& key) {
   while (std::getline(in, line)) {
     if (line.rfind(key, 0) == 0) {
       const size_t colon = line.find(':');
-      return colon == std::string::npos ? line : line.substr(line.find_first_not_of(" \t", colon + 1));
+      return colon == std::string::npos ? line
+                                        : line.substr(line.find_first_not_of(" \t", colon + 1));
     }
   }
   return "unknown";
@@ -125,13 +126,13 @@ absl::StatusOr<std::vector<ResultRow>> ReadResults(const std::string& path) {
   for (size_t i = 1; i < csv->size(); ++i) {
     const std::vector<std::string>& fields = (*csv)[i];
     if (fields.size() != ResultColumns().size()) {
-      return absl::DataLossError(absl::StrCat(
-          path, " line ", lines[i],
-          fields.size() == 1 && fields[0].empty()
-              ? " is blank"
-              : absl::StrCat(" has ", fields.size(), " fields, not the header's ",
-                             ResultColumns().size()),
-          "; the file is damaged: mend or remove that line, or pass another --out"));
+      return absl::DataLossError(
+          absl::StrCat(path, " line ", lines[i],
+                       fields.size() == 1 && fields[0].empty()
+                           ? " is blank"
+                           : absl::StrCat(" has ", fields.size(), " fields, not the header's ",
+                                          ResultColumns().size()),
+                       "; the file is damaged: mend or remove that line, or pass another --out"));
     }
     ResultRow row;
     for (size_t c = 0; c < (*csv)[i].size() && c < ResultColumns().size(); ++c) {
@@ -146,11 +147,11 @@ std::string DescribeMachine() {
   utsname u{};
   uname(&u);
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  const double mem_gib = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) /
-                         (1024.0 * 1024 * 1024);
+  const double mem_gib =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) / (1024.0 * 1024 * 1024);
   return absl::StrFormat("%s, %ld cores, %.1f GiB; %s %s %s",
-                         ReadFirstMatch("/proc/cpuinfo", "model name"), cores, mem_gib,
-                         u.sysname, u.release, u.machine);
+                         ReadFirstMatch("/proc/cpuinfo", "model name"), cores, mem_gib, u.sysname,
+                         u.release, u.machine);
 }
 
 absl::Status WriteReport(const std::string& dir, const std::vector<ResultRow>& rows,
@@ -211,8 +212,8 @@ absl::Status WriteReport(const std::string& dir, const std::vector<ResultRow>& r
           Ratio(Num(r, "predicted_step_ms"), Num(r, "step_ms_median")), " | ",
           Text(r, "recompute_forwards"), " | ",
           Ratio(Num(r, "predicted_activation_bytes"), Num(r, "activation_bytes")), " | ",
-          Ratio(Num(r, "predicted_peak_bytes") - baseline, Num(r, "peak_bytes") - baseline),
-          " | ", Text(r, "max_grad_diff_vs_store_all"), " |\n");
+          Ratio(Num(r, "predicted_peak_bytes") - baseline, Num(r, "peak_bytes") - baseline), " | ",
+          Text(r, "max_grad_diff_vs_store_all"), " |\n");
     }
     for (const ResultRow& r : rows) {
       if (Text(r, "model") == model && !Text(r, "plan").empty()) {
@@ -301,8 +302,8 @@ absl::StatusOr<int> RunProgram(const std::vector<std::string>& argv, const std::
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (got == static_cast<ssize_t>(sizeof(error))) {
-    const std::string what = absl::StrCat("cannot run ", argv[0], " in ", dir, ": ",
-                                          std::strerror(error));
+    const std::string what =
+        absl::StrCat("cannot run ", argv[0], " in ", dir, ": ", std::strerror(error));
     return error == ENOENT ? absl::NotFoundError(what) : absl::InternalError(what);
   }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -337,7 +338,8 @@ absl::Status WriteParetoPlot(const std::string& dir, const std::vector<ResultRow
       points.push_back(point);
       const std::string& strategy = Text(r, "strategy");
       const size_t budget = strategy.find(":budget=");
-      if (budget != std::string::npos && Text(r, "strategy_arg").find(":budget=") != std::string::npos) {
+      if (budget != std::string::npos &&
+          Text(r, "strategy_arg").find(":budget=") != std::string::npos) {
         frontiers[strategy.substr(0, budget)].push_back(point);
         names.push_back("");  // the frontier's line names them
       } else {
@@ -365,7 +367,8 @@ absl::Status WriteParetoPlot(const std::string& dir, const std::vector<ResultRow
       std::sort(line.begin(), line.end(),
                 [](const auto& a, const auto& b) { return a.second < b.second; });
       absl::StrAppend(&data, "# ", family, " at each budget\n");
-      for (const auto& [ms, mib] : line) absl::StrAppend(&data, absl::StrFormat("%.4f %.6f\n", ms, mib));
+      for (const auto& [ms, mib] : line)
+        absl::StrAppend(&data, absl::StrFormat("%.4f %.6f\n", ms, mib));
       absl::StrAppend(&data, "\n\n");
       absl::StrAppend(&plot, ", '' index ", block++, " using 1:2 with linespoints lw 2 pt 5 ",
                       "title ", GpString(family + " at each budget"), " noenhanced");
@@ -396,8 +399,7 @@ absl::Status WriteDepthPlot(const std::string& dir, const std::vector<DepthPoint
       "set output 'depth.png'\nset multiplot layout 1,", models.size(),
       " title 'Activation bytes after forward against depth (log-log): O(L), O(sqrt L), O(1)'\n",
       "set logscale xy 2\nset grid\nset key outside bottom center horizontal\n",
-      "set xlabel 'depth parameter of the model'\n",
-      "set ylabel 'activations, KiB'\n");
+      "set xlabel 'depth parameter of the model'\n", "set ylabel 'activations, KiB'\n");
   int block = 0;
   for (const std::string& model : models) {
     std::vector<std::string> plots;

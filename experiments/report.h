@@ -21,10 +21,10 @@ using ResultRow = std::map<std::string, std::string>;
 absl::StatusOr<std::vector<ResultRow>> ReadResults(const std::string& path);
 
 struct RunInfo {
-  std::string command;  // the command line
-  std::string runtime;  // LibTorch, BLAS, threads, CUDA (DescribeRuntime)
-  std::string meter;    // how memory was counted
-  std::string cap;      // the memory caps in force, in words
+  std::string command;     // the command line
+  std::string runtime;     // LibTorch, BLAS, threads, CUDA (DescribeRuntime)
+  std::string meter;       // how memory was counted
+  std::string cap;         // the memory caps in force, in words
   double gemm_gflops = 0;  // the device's measured float32 matrix-product rate (0: not measured)
 };
 

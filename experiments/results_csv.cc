@@ -103,8 +103,7 @@ absl::StatusOr<std::vector<std::vector<std::string>>> ReadCsv(const std::string&
                                                               std::vector<int>* lines) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path, " is a directory, not a results file"));
+    return absl::FailedPreconditionError(absl::StrCat(path, " is a directory, not a results file"));
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
@@ -162,9 +161,8 @@ CsvAppender::~CsvAppender() {
 }
 
 absl::Status CsvAppender::Write(const std::vector<std::string>& fields) {
-  std::string line = absl::StrJoin(fields, ",", [](std::string* out, const std::string& f) {
-    out->append(CsvField(f));
-  });
+  std::string line = absl::StrJoin(
+      fields, ",", [](std::string* out, const std::string& f) { out->append(CsvField(f)); });
   line.push_back('\n');
   // Where the row starts, so that a write cut short (a full disk, a file size limit) can be
   // undone: the file keeps complete rows only, and --resume reads it.

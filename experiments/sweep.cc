@@ -64,8 +64,8 @@ class Progress {
   void Line(const std::string& what) {
     const double elapsed = Elapsed(start_);
     const double eta = done_ > 0 ? elapsed / done_ * (total_ - done_) : 0;
-    out_ << absl::StrFormat("[%d/%d steps] %s  (%.0f s elapsed, ETA %.0f s)\n", done_, total_,
-                            what, elapsed, eta);
+    out_ << absl::StrFormat("[%d/%d steps] %s  (%.0f s elapsed, ETA %.0f s)\n", done_, total_, what,
+                            elapsed, eta);
   }
 
  private:
@@ -127,7 +127,10 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
   std::optional<ScopedMemoryCap> cap;
   cap.emplace(meter, options.memory_cap);
   for (int round = 0; round < rounds; ++round) {
-    for (Config& c : configs) {
+    // Forward in even rounds, backward in odd ones: what a configuration's place in a round
+    // costs or gains (running right after another's allocations, say) falls on every one alike.
+    for (size_t k = 0; k < configs.size(); ++k) {
+      Config& c = configs[round % 2 == 0 ? k : configs.size() - 1 - k];
       if (!c.executor) continue;
       SeedRound(options.seed + round);
       // The first round starts each configuration from an empty allocator cache, so its
@@ -183,10 +186,8 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
       Fail(c.result, r.status());
       continue;
     }
-    absl::StatusOr<double> diff =
-        RunTorch([&] {
-          return MaxGradientDifference(CollectGradients(*model, batch), reference_grads);
-        });
+    absl::StatusOr<double> diff = RunTorch(
+        [&] { return MaxGradientDifference(CollectGradients(*model, batch), reference_grads); });
     c.result.max_grad_diff_vs_store_all = diff.ok() ? *diff : kNaN;
     // Agreement is required up to float32 rounding relative to the gradients' scale
     // (strategies that recompute the same arithmetic are at exactly 0 on CPU).
@@ -231,20 +232,20 @@ absl::Status ValidateSweep(const SweepOptions& options) {
   // Bounded so that counts of steps never overflow (a step takes at least a millisecond).
   constexpr int kMostSteps = 1000000;
   if (options.steps < 1 || options.steps > kMostSteps) {
-    return absl::InvalidArgumentError(absl::StrCat("steps=", options.steps,
-                                                   " is not accepted; accepted: 1..", kMostSteps));
+    return absl::InvalidArgumentError(
+        absl::StrCat("steps=", options.steps, " is not accepted; accepted: 1..", kMostSteps));
   }
   if (options.warmup < 0 || options.warmup > kMostSteps) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "warmup=", options.warmup, " is not accepted; accepted: 0..", kMostSteps));
+    return absl::InvalidArgumentError(
+        absl::StrCat("warmup=", options.warmup, " is not accepted; accepted: 0..", kMostSteps));
   }
   if (options.memory_cap.has_value() && *options.memory_cap < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("memory cap ", *options.memory_cap,
-                                                   " is not accepted; accepted: bytes >= 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("memory cap ", *options.memory_cap, " is not accepted; accepted: bytes >= 0"));
   }
   if (!(options.time_limit_s >= 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "time limit ", options.time_limit_s, " s is not accepted; accepted: >= 0 (0: none)"));
+    return absl::InvalidArgumentError(absl::StrCat("time limit ", options.time_limit_s,
+                                                   " s is not accepted; accepted: >= 0 (0: none)"));
   }
   // Every spec as it would be built, and each once: two that say the same thing (uniform and
   // uniform:segments=auto) would measure the same configuration twice.
@@ -253,9 +254,9 @@ absl::Status ValidateSweep(const SweepOptions& options) {
                   const std::string& canonical) -> absl::Status {
     auto [it, inserted] = seen.emplace(canonical, text);
     if (inserted) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, " lists ", canonical, " twice (as '", it->second, "' and '", text,
-        "'); accepted: each once"));
+    return absl::InvalidArgumentError(absl::StrCat(what, " lists ", canonical, " twice (as '",
+                                                   it->second, "' and '", text,
+                                                   "'); accepted: each once"));
   };
   for (const std::string& text : options.models) {
     RETURN_IF_ERROR(CheckModelSpec(text));
@@ -292,9 +293,9 @@ absl::StatusOr<std::vector<std::string>> DepthScanModels(const std::string& mode
   std::vector<std::string> specs;
   for (const int depth : depths) {
     if (depth < depth_def->min_value || depth > depth_def->max_value) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--depths: depth ", depth, " is outside ", spec.name, "'s range; accepted: ",
-          depth_def->min_value, "..", depth_def->max_value));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--depths: depth ", depth, " is outside ", spec.name,
+                       "'s range; accepted: ", depth_def->min_value, "..", depth_def->max_value));
     }
     specs.push_back(absl::StrCat(base, ":depth=", depth));
     RETURN_IF_ERROR(CheckModelSpec(specs.back()));
@@ -313,8 +314,8 @@ absl::StatusOr<std::vector<ConfigResult>> RunSweep(
   int64_t to_run = 0;
   for (const std::string& model : options.models) to_run += is_done(model) ? 0 : 1;
   // Per model: every round steps every strategy, then one gradient-check step each.
-  Progress progress(out, to_run * static_cast<int64_t>(order.size()) *
-                             (options.warmup + options.steps + 1));
+  Progress progress(
+      out, to_run * static_cast<int64_t>(order.size()) * (options.warmup + options.steps + 1));
   std::vector<ConfigResult> all;
   const auto start = std::chrono::steady_clock::now();
   bool started_one = false;
@@ -350,8 +351,8 @@ absl::StatusOr<std::vector<DepthPoint>> RunDepthScan(const SweepOptions& options
                                                      MemoryMeter& meter, std::ostream& out) {
   RETURN_IF_ERROR(ValidateSweep(options));
   const std::vector<std::string> order = StrategyOrder(options.strategies);
-  Progress progress(out, static_cast<int64_t>(options.models.size() * depths.size() *
-                                              order.size()));
+  Progress progress(out,
+                    static_cast<int64_t>(options.models.size() * depths.size() * order.size()));
   std::vector<DepthPoint> points;
   for (const std::string& model_text : options.models) {
     ASSIGN_OR_RETURN(std::vector<std::string> specs, DepthScanModels(model_text, depths));
@@ -383,11 +384,11 @@ absl::StatusOr<std::vector<DepthPoint>> RunDepthScan(const SweepOptions& options
         progress.Steps(1);
         absl::StatusOr<PlannedRun> run = workload->Plan(strategy_spec, profile, meter);
         SeedRound(options.seed);
-        absl::StatusOr<StepResult> step =
-            run.ok() ? run->executor.Step(workload->batch())
-                     : absl::StatusOr<StepResult>(run.status());
+        absl::StatusOr<StepResult> step = run.ok() ? run->executor.Step(workload->batch())
+                                                   : absl::StatusOr<StepResult>(run.status());
         if (!step.ok()) {
-          progress.Line(absl::StrCat(model_spec, " ", strategy_spec, ": ", step.status().message()));
+          progress.Line(
+              absl::StrCat(model_spec, " ", strategy_spec, ": ", step.status().message()));
           continue;
         }
         // Labelled as given: "uniform" resolves to other segment counts at other depths.
@@ -452,8 +453,8 @@ double MaxGradientDifference(const std::vector<at::Tensor>& a, const std::vector
     const at::Tensor finite = a[i].isfinite().logical_and(b[i].isfinite());
     const at::Tensor same = a[i].eq(b[i]).logical_or(a[i].isnan().logical_and(b[i].isnan()));
     if (!finite.logical_or(same).all().item<bool>()) return kInfinite;
-    diff = std::max(
-        diff, a[i].sub(b[i]).abs().masked_fill(finite.logical_not(), 0).max().item<double>());
+    diff = std::max(diff,
+                    a[i].sub(b[i]).abs().masked_fill(finite.logical_not(), 0).max().item<double>());
   }
   return diff;
 }
@@ -470,8 +471,10 @@ std::vector<std::string> CsvRow(const ConfigResult& r, const ComputeThreads& thr
   const bool ok = r.status == "ok";
   auto bytes = [ok](int64_t v) { return ok ? absl::StrCat(v) : std::string(); };
   const double median = Median(r.step_ms);
-  const double min = r.step_ms.empty() ? kNaN : *std::min_element(r.step_ms.begin(), r.step_ms.end());
-  const double max = r.step_ms.empty() ? kNaN : *std::max_element(r.step_ms.begin(), r.step_ms.end());
+  const double min =
+      r.step_ms.empty() ? kNaN : *std::min_element(r.step_ms.begin(), r.step_ms.end());
+  const double max =
+      r.step_ms.empty() ? kNaN : *std::max_element(r.step_ms.begin(), r.step_ms.end());
   return {r.model,
           r.strategy,
           r.device,
@@ -523,11 +526,11 @@ std::string FormatTable(const std::vector<ConfigResult>& results) {
       continue;
     }
     absl::StrAppend(
-        &out, absl::StrFormat("  %-28s %-6s %12s %8s %10s %8s %10s %9s %10d %11s\n",
-                              r.strategy, r.status, Mib(r.activation_bytes),
-                              Num(r.activation_vs_store_all, 3), Mib(r.peak_bytes - r.baseline_bytes),
-                              Num(r.peak_vs_store_all, 3), Num(Median(r.step_ms), 1),
-                              Num(r.overhead_vs_store_all, 3), r.recompute_forwards,
+        &out, absl::StrFormat("  %-28s %-6s %12s %8s %10s %8s %10s %9s %10d %11s\n", r.strategy,
+                              r.status, Mib(r.activation_bytes), Num(r.activation_vs_store_all, 3),
+                              Mib(r.peak_bytes - r.baseline_bytes), Num(r.peak_vs_store_all, 3),
+                              Num(Median(r.step_ms), 1), Num(r.overhead_vs_store_all, 3),
+                              r.recompute_forwards,
                               std::isnan(r.max_grad_diff_vs_store_all)
                                   ? std::string("-")
                                   : absl::StrFormat("%.3g", r.max_grad_diff_vs_store_all)));

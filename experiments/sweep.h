@@ -1,25 +1,25 @@
 // The sweep: every model x strategy, measured side by side on one device.
 //
 // For each model: build it once (same parameters and batch for every strategy), profile it,
-// plan every strategy, then time all strategies interleaved (A B C A B C ...) after warm-up
-// so that machine drift hits them alike, and finally check each strategy's gradients
-// against store_all's. store_all always runs first: it is the reference for every ratio.
-// A configuration that fails (bad plan, out of memory) becomes a row with its status and
-// message; the sweep goes on.
+// plan every strategy, then time all strategies interleaved (A B C C B A A B C ...) after
+// warm-up so that machine drift and a place in the round hit them alike, and finally check each
+// strategy's gradients against store_all's. store_all always runs first: it is the reference for
+// every ratio. A configuration that fails (bad plan, out of memory) becomes a row with its status
+// and message; the sweep goes on.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <limits>
 #include <optional>
-#include <set>
-#include <utility>
 #include <ostream>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "absl/status/statusor.h"
 #include "ATen/core/Tensor.h"
+#include "absl/status/statusor.h"
 #include "c10/core/Device.h"
 #include "core/device.h"
 #include "core/memory_meter.h"
@@ -53,7 +53,7 @@ struct SweepOptions {
 // One configuration's measurements (a row of results.csv).
 struct ConfigResult {
   static constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
-  std::string model_arg;     // the specs as given (what --resume matches)
+  std::string model_arg;  // the specs as given (what --resume matches)
   std::string strategy_arg;
   std::string model;     // canonical spec
   std::string strategy;  // canonical spec, parameters resolved for this model
@@ -69,13 +69,13 @@ struct ConfigResult {
   // the process occupy (CUDA); = peak_bytes on CPU.
   int64_t peak_reserved_bytes = 0;
   int64_t recompute_forwards = 0;
-  MemoryPrediction predicted;  // the analytical model's, above the baseline
+  MemoryPrediction predicted;           // the analytical model's, above the baseline
   double predicted_step_ms = kUnknown;  // the time model's (core/time_model.h)
-  std::vector<double> step_ms;       // one per timed round
+  std::vector<double> step_ms;          // one per timed round
   // Against store_all; NaN (an empty cell) where either failed or there is nothing to compare.
   double overhead_vs_store_all = kUnknown;  // median over rounds of (this / store_all)
   double activation_vs_store_all = kUnknown;
-  double peak_vs_store_all = kUnknown;  // of peak_bytes - baseline_bytes
+  double peak_vs_store_all = kUnknown;           // of peak_bytes - baseline_bytes
   double max_grad_diff_vs_store_all = kUnknown;  // max |g - g_store_all| over every gradient
   // The model's matrix-product GFLOP per training step (three times the forward's, as the
   // stages declare them; 0 when they declare none): the same for every strategy, so its rate

@@ -16,8 +16,8 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
@@ -211,12 +211,12 @@ absl::Status Explain(const SweepOptions& options, MemoryMeter& meter) {
                     std::string(run.status().message()).c_str());
         continue;
       }
-      std::printf("  %s: %s\n    predicted: %.2f MiB of activations after forward, peak %.2f "
-                  "MiB above the baseline; %lld stage forwards rerun in backward\n",
-                  run->plan.strategy.c_str(), run->plan.summary.c_str(),
-                  run->predicted.activation_bytes / 1048576.0,
-                  run->predicted.peak_bytes / 1048576.0,
-                  static_cast<long long>(run->plan.RecomputedStages()));
+      std::printf(
+          "  %s: %s\n    predicted: %.2f MiB of activations after forward, peak %.2f "
+          "MiB above the baseline; %lld stage forwards rerun in backward\n",
+          run->plan.strategy.c_str(), run->plan.summary.c_str(),
+          run->predicted.activation_bytes / 1048576.0, run->predicted.peak_bytes / 1048576.0,
+          static_cast<long long>(run->plan.RecomputedStages()));
       for (absl::string_view line :
            absl::StrSplit(run->plan.DescribeTree(profile.stages), '\n', absl::SkipEmpty())) {
         std::printf("    %s\n", std::string(line).c_str());
@@ -254,12 +254,13 @@ int Main(int argc, char** argv) {
     Die(absl::InvalidArgumentError(absl::StrCat("unexpected argument '", parsed.positional[0],
                                                 "'; flags are --name=value (see --help)")));
   }
-  for (const auto& [name, flag] : {std::pair<const char*, std::string>{"models", absl::GetFlag(FLAGS_models)},
-                                   {"strategies", absl::GetFlag(FLAGS_strategies)}}) {
+  for (const auto& [name, flag] :
+       {std::pair<const char*, std::string>{"models", absl::GetFlag(FLAGS_models)},
+        {"strategies", absl::GetFlag(FLAGS_strategies)}}) {
     if (parsed.given.count(name) && flag.empty()) {
       Die(absl::InvalidArgumentError(absl::StrCat(
-          "--", name, "= is empty; accepted: comma-separated specs (see --list), or no --",
-          name, " for the preset's")));
+          "--", name, "= is empty; accepted: comma-separated specs (see --list), or no --", name,
+          " for the preset's")));
     }
   }
 
@@ -274,8 +275,8 @@ int Main(int argc, char** argv) {
   absl::StatusOr<Preset> preset = FindPreset(absl::GetFlag(FLAGS_preset));
   if (!preset.ok()) Die(preset.status());
   SweepOptions options;
-  options.models = absl::GetFlag(FLAGS_models).empty() ? preset->models
-                                                        : SplitList(absl::GetFlag(FLAGS_models));
+  options.models =
+      absl::GetFlag(FLAGS_models).empty() ? preset->models : SplitList(absl::GetFlag(FLAGS_models));
   options.strategies = absl::GetFlag(FLAGS_strategies).empty()
                            ? preset->strategies
                            : SplitList(absl::GetFlag(FLAGS_strategies));
@@ -303,19 +304,20 @@ int Main(int argc, char** argv) {
   training.accumulate = absl::GetFlag(FLAGS_accumulate);
   training.amp = absl::GetFlag(FLAGS_amp);
   if (training.steps == 0 && (training.accumulate != 1 || training.amp)) {
-    Die(absl::InvalidArgumentError(absl::StrCat(
-        training.amp ? "--amp" : absl::StrCat("--accumulate=", training.accumulate),
-        " applies to training, which runs only with --train_steps=N (N >= 1)")));
+    Die(absl::InvalidArgumentError(
+        absl::StrCat(training.amp ? "--amp" : absl::StrCat("--accumulate=", training.accumulate),
+                     " applies to training, which runs only with --train_steps=N (N >= 1)")));
   }
   if (training.steps != 0) {
     if (absl::Status s = ValidateTraining(training); !s.ok()) Die(s);
   }
   const bool report_only = absl::GetFlag(FLAGS_report_only);
   if (report_only && (training.steps != 0 || !depths->empty() || absl::GetFlag(FLAGS_explain))) {
-    Die(absl::InvalidArgumentError(absl::StrCat(
-        "--report_only runs nothing, so ",
-        training.steps != 0 ? "--train_steps" : !depths->empty() ? "--depths" : "--explain",
-        " cannot go with it")));
+    Die(absl::InvalidArgumentError(absl::StrCat("--report_only runs nothing, so ",
+                                                training.steps != 0 ? "--train_steps"
+                                                : !depths->empty()  ? "--depths"
+                                                                    : "--explain",
+                                                " cannot go with it")));
   }
   absl::StatusOr<int> intra_op = ParseThreadCount("--threads", absl::GetFlag(FLAGS_threads));
   if (!intra_op.ok()) Die(intra_op.status());
@@ -323,6 +325,13 @@ int Main(int argc, char** argv) {
   if (!blas.ok()) Die(blas.status());
   const ComputeThreads threads{*intra_op, *blas};
   if (absl::Status s = SetComputeThreads(threads); !s.ok()) Die(s);
+  if (threads.intra_op > 1 && threads.blas > 1 && std::getenv("OMP_WAIT_POLICY") == nullptr) {
+    std::fprintf(stderr,
+                 "sweep: note: LibTorch's OpenMP threads spin between parallel regions and "
+                 "contend with OpenBLAS's; with --threads=%d export OMP_WAIT_POLICY=PASSIVE "
+                 "(README, Performance)\n",
+                 threads.intra_op);
+  }
   absl::StatusOr<c10::Device> device = ResolveDevice(absl::GetFlag(FLAGS_device));
   if (!device.ok()) Die(device.status());
   options.device = *device;
@@ -375,8 +384,8 @@ int Main(int argc, char** argv) {
                                          "'; give the folder of the sweep to report on")));
   }
   if (exists && !absl::GetFlag(FLAGS_resume) && !report_only) {
-    Die(absl::AlreadyExistsError(absl::StrCat(
-        csv_path, " exists; pass --resume to continue it, or another --out")));
+    Die(absl::AlreadyExistsError(
+        absl::StrCat(csv_path, " exists; pass --resume to continue it, or another --out")));
   }
   if (exists) {
     absl::StatusOr<std::vector<ResultRow>> done = ReadResults(csv_path);
@@ -405,8 +414,8 @@ int Main(int argc, char** argv) {
   std::cerr << "sweep: " << info.runtime << "; memory: " << info.meter << "\n";
   if (!report_only) {
     absl::StatusOr<std::vector<ConfigResult>> results = RunSweep(
-        options, **meter,
-        [&](const ConfigResult& r) { return csv->Write(CsvRow(r, threads)); }, std::cerr);
+        options, **meter, [&](const ConfigResult& r) { return csv->Write(CsvRow(r, threads)); },
+        std::cerr);
     if (!results.ok()) {
       std::fprintf(stderr, "sweep: %s\n", results.status().ToString().c_str());
       return 1;
@@ -430,11 +439,10 @@ int Main(int argc, char** argv) {
                     : absl::StrCat("The time limit (--time_limit_s=", options.time_limit_s,
                                    ") was spent before ");
     absl::StrAppend(&appendix, "## Incomplete\n\n", why, missing.size(), " of ",
-                    options.models.size(), report_only ? " models: " : " models started: ",
-                    absl::StrJoin(missing, ", "), ".",
-                    report_only ? "" : " Training and the depth scan were skipped.",
-                    " Continue with the sweep's command and `--resume --out=", out_dir,
-                    "`.\n\n");
+                    options.models.size(),
+                    report_only ? " models: " : " models started: ", absl::StrJoin(missing, ", "),
+                    ".", report_only ? "" : " Training and the depth scan were skipped.",
+                    " Continue with the sweep's command and `--resume --out=", out_dir, "`.\n\n");
     std::fprintf(stderr,
                  "sweep: incomplete, %zu model(s) not run; continue with --resume --out=%s\n",
                  missing.size(), out_dir.c_str());

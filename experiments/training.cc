@@ -15,8 +15,8 @@
 #include "core/profiler.h"
 #include "core/status_macros.h"
 #include "core/strategy.h"
-#include "core/workload.h"
 #include "core/torch_status.h"
+#include "core/workload.h"
 #include "experiments/loss_scaler.h"
 #include "experiments/report.h"
 #include "experiments/results_csv.h"
@@ -53,9 +53,8 @@ LossCurve Train(const std::string& model_spec, const std::string& strategy_spec,
   workload_options.device = sweep.device;
   workload_options.seed = sweep.seed;
   absl::StatusOr<Workload> workload = Workload::Build(model_spec, workload_options);
-  absl::StatusOr<PlannedRun> run = workload.ok()
-                                       ? workload->Plan(strategy_spec, profile, meter)
-                                       : absl::StatusOr<PlannedRun>(workload.status());
+  absl::StatusOr<PlannedRun> run = workload.ok() ? workload->Plan(strategy_spec, profile, meter)
+                                                 : absl::StatusOr<PlannedRun>(workload.status());
   if (!run.ok()) {
     curve.status = FailureStatus(run.status());
     curve.message = std::string(run.status().message());
@@ -122,8 +121,7 @@ LossCurve Train(const std::string& model_spec, const std::string& strategy_spec,
       }
     }
     if (scaling) {
-      absl::StatusOr<bool> take =
-          scaler->Update(!all_finite.defined() || all_finite.item<bool>());
+      absl::StatusOr<bool> take = scaler->Update(!all_finite.defined() || all_finite.item<bool>());
       if (!take.ok()) {
         curve.status = "error";
         curve.message = std::string(take.status().message());
@@ -144,12 +142,12 @@ LossCurve Train(const std::string& model_spec, const std::string& strategy_spec,
 
 absl::Status ValidateTraining(const TrainingOptions& options) {
   if (options.steps < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--train_steps=", options.steps, " is not accepted; accepted: an integer >= 1"));
+    return absl::InvalidArgumentError(absl::StrCat("--train_steps=", options.steps,
+                                                   " is not accepted; accepted: an integer >= 1"));
   }
   if (options.accumulate < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--accumulate=", options.accumulate, " is not accepted; accepted: an integer >= 1"));
+    return absl::InvalidArgumentError(absl::StrCat("--accumulate=", options.accumulate,
+                                                   " is not accepted; accepted: an integer >= 1"));
   }
   return DynamicLossScaler::Create(options.scaler).status();
 }
@@ -205,8 +203,8 @@ absl::StatusOr<std::vector<LossCurve>> RunTraining(const SweepOptions& sweep,
       const LossCurve& reference = curves.size() > first ? curves[first] : *curve;
       if (curve->status == "ok" && reference.status != "ok") {
         curve->max_diff_vs_store_all = std::numeric_limits<double>::quiet_NaN();
-        curve->message = absl::StrCat("not compared: store_all's curve is ", reference.status,
-                                      " (", reference.message, ")");
+        curve->message = absl::StrCat("not compared: store_all's curve is ", reference.status, " (",
+                                      reference.message, ")");
       } else if (curve->status == "ok" && curve->losses.size() == reference.losses.size()) {
         const double diff = CurveDeparture(curve->losses, reference.losses);
         double scale = 0;
@@ -247,8 +245,7 @@ std::string TrainingReport(const TrainingOptions& options, const std::vector<Los
                     std::isnan(c.max_diff_vs_store_all)
                         ? std::string()
                         : absl::StrFormat("%g", c.max_diff_vs_store_all),
-                    " | ",
-                    absl::StrFormat("%g", c.tolerance), " | ", c.skipped_steps, " |\n");
+                    " | ", absl::StrFormat("%g", c.tolerance), " | ", c.skipped_steps, " |\n");
   }
   absl::StrAppend(&md, "\n![loss curves](loss.png)\n");
   return md;
@@ -263,8 +260,8 @@ absl::Status WriteLossCurves(const std::string& dir, const std::vector<LossCurve
       models.push_back(c.model);
     }
     for (size_t i = 0; i < c.losses.size(); ++i) {
-      absl::StrAppend(&csv, CsvField(c.model), ",", CsvField(c.strategy), ",", c.status, ",",
-                      i + 1, ",", absl::StrFormat("%.9g", c.losses[i]), "\n");
+      absl::StrAppend(&csv, CsvField(c.model), ",", CsvField(c.strategy), ",", c.status, ",", i + 1,
+                      ",", absl::StrFormat("%.9g", c.losses[i]), "\n");
     }
   }
   const size_t columns = models.size() > 1 ? 2 : 1;
@@ -289,8 +286,7 @@ absl::Status WriteLossCurves(const std::string& dir, const std::vector<LossCurve
       // Later strategies drawn thinner and dashed so the curves they cover stay visible.
       plots.push_back(absl::StrCat("'loss.dat' index ", block++, " using 1:2 with lines lw ",
                                    k == 0 ? 4 : 2, " dt ", k == 0 ? 1 : k + 1, " title '",
-                                   absl::StrReplaceAll(c.strategy, {{"'", "''"}}),
-                                   "' noenhanced"));
+                                   absl::StrReplaceAll(c.strategy, {{"'", "''"}}), "' noenhanced"));
       ++k;
     }
     absl::StrAppend(&gp, "set title '", absl::StrReplaceAll(model, {{"'", "''"}}),

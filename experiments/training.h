@@ -20,9 +20,9 @@
 namespace ckpt {
 
 struct TrainingOptions {
-  int steps = 0;           // optimizer steps
-  int accumulate = 1;      // micro-batches per optimizer step
-  bool amp = false;        // mixed precision (see above)
+  int steps = 0;       // optimizer steps
+  int accumulate = 1;  // micro-batches per optimizer step
+  bool amp = false;    // mixed precision (see above)
   double learning_rate = 1e-3;
   double clip_norm = 1.0;  // gradient clipping (global L2 norm)
   // Dynamic loss scaling (experiments/loss_scaler.h). Unset: on exactly when training in
@@ -33,15 +33,15 @@ struct TrainingOptions {
 };
 
 struct LossCurve {
-  std::string model;     // canonical specs
+  std::string model;  // canonical specs
   std::string strategy;
   std::string status = "ok";  // ok or error (then message)
   std::string message;
-  std::vector<double> losses;  // one per optimizer step: the mean over its micro-batches
+  std::vector<double> losses;        // one per optimizer step: the mean over its micro-batches
   double max_diff_vs_store_all = 0;  // max over steps of |loss - store_all's loss|, or NaN
   double tolerance = 0;              // what the comparison allowed (0: identical)
-  int skipped_steps = 0;  // steps skipped for non-finite scaled gradients (loss scaling)
-  bool chunked = false;   // the plan runs stages in chunks (its sums may be reassociated)
+  int skipped_steps = 0;             // steps skipped for non-finite scaled gradients (loss scaling)
+  bool chunked = false;  // the plan runs stages in chunks (its sums may be reassociated)
   // The curve departs from store_all's beyond its tolerance (then status is "error"). A curve
   // that could not be compared (store_all's own failed, out of memory under a cap, say) does
   // not depart: its message says so, and max_diff_vs_store_all is NaN.

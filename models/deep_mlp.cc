@@ -53,8 +53,8 @@ std::vector<std::string> DeepMlpModel::PaperSpecs() {
 }
 
 std::string DeepMlpModel::SmallSpec(const SpecChooser& choose) {
-  return absl::StrCat("deep_mlp:depth=", choose("depth", 2, 5), ":hidden=",
-                      choose("hidden", 1, 24), ":batch=", choose("batch", 1, 4));
+  return absl::StrCat("deep_mlp:depth=", choose("depth", 2, 5), ":hidden=", choose("hidden", 1, 24),
+                      ":batch=", choose("batch", 1, 4));
 }
 
 std::vector<StageInfo> DeepMlpModel::Stages() const {
@@ -65,8 +65,10 @@ std::vector<StageInfo> DeepMlpModel::Stages() const {
     const double in = static_cast<double>(i == 0 ? o.in_features() : o.hidden());
     const double out = static_cast<double>(last ? o.classes() : o.hidden());
     stages.push_back({absl::StrCat(last ? "head" : "layer", i),
-                      last ? StageKind::kHead : StageKind::kMlp, /*stochastic=*/false,
-                      {SequencePart("rows")}, 2 * static_cast<double>(batch_) * in * out});
+                      last ? StageKind::kHead : StageKind::kMlp,
+                      /*stochastic=*/false,
+                      {SequencePart("rows")},
+                      2 * static_cast<double>(batch_) * in * out});
   }
   return stages;
 }

@@ -1,7 +1,7 @@
 #include "models/gpt2.h"
 
-#include "ATen/TensorOperators.h"
 #include "ATen/CPUGeneratorImpl.h"
+#include "ATen/TensorOperators.h"
 #include "ATen/ops/arange.h"
 #include "ATen/ops/cross_entropy_loss.h"
 #include "ATen/ops/linear.h"
@@ -64,8 +64,7 @@ at::Tensor Gpt2Impl::AttentionStage(int64_t b, const at::Tensor& x, const StageP
     const at::Tensor q = attention_[b]->Queries(in[1]);
     auto core = [offset, p, attention_seed](const std::vector<at::Tensor>& qkv) {
       return std::vector<at::Tensor>{SelfAttentionImpl::Core(qkv[0], qkv[1], qkv[2], offset,
-                                                             /*causal=*/true, p,
-                                                             attention_seed)};
+                                                             /*causal=*/true, p, attention_seed)};
     };
     const at::Tensor context = parts.Run("core", core, {q, in[2], in[3]})[0];
     return std::vector<at::Tensor>{
@@ -78,8 +77,7 @@ at::Tensor Gpt2Impl::MlpStage(int64_t b, const at::Tensor& x, const StageParts& 
   const double p = is_training() ? options.dropout() : 0.0;
   const int64_t seq = x.size(1);
   const int64_t seed = DrawDropoutSeed();
-  auto chunk = [this, b, p, seq, seed, parts](const std::vector<at::Tensor>& in,
-                                              int64_t offset) {
+  auto chunk = [this, b, p, seq, seed, parts](const std::vector<at::Tensor>& in, int64_t offset) {
     auto mlp = [this, b](const std::vector<at::Tensor>& h) {
       return std::vector<at::Tensor>{mlp_[b](ln2_[b](h[0]))};
     };
@@ -94,8 +92,8 @@ at::Tensor Gpt2Impl::HeadLoss(const at::Tensor& x, const at::Tensor& targets,
   // Summed per chunk, divided once: the mean over every token, whatever the chunking.
   auto chunk = [this](const std::vector<at::Tensor>& in, int64_t) {
     const at::Tensor logits = at::linear(ln_f_(in[0]), wte_->weight);
-    return std::vector<at::Tensor>{at::cross_entropy_loss(
-        logits.flatten(0, 1), in[1].flatten(), /*weight=*/{}, at::Reduction::Sum)};
+    return std::vector<at::Tensor>{at::cross_entropy_loss(logits.flatten(0, 1), in[1].flatten(),
+                                                          /*weight=*/{}, at::Reduction::Sum)};
   };
   const at::Tensor sum = parts.RunChunked("sequence", chunk, {x, targets}, {true, true}, 1)[0];
   return sum / static_cast<double>(targets.numel());
@@ -163,10 +161,9 @@ absl::StatusOr<std::shared_ptr<ChainModel>> Gpt2Model::Create(const ParamValues&
   net->to(context.device);
   // The canonical spec names the resolved shape.
   const std::string spec =
-      absl::StrCat("gpt2:size=", size.name, ":depth=", depth, ":hidden=", hidden,
-                   ":heads=", heads, ":seq=", seq, ":batch=", params.Int("batch"),
-                   ":vocab=", params.Int("vocab"), ":context=", ctx,
-                   ":dropout=", params.Text("dropout"));
+      absl::StrCat("gpt2:size=", size.name, ":depth=", depth, ":hidden=", hidden, ":heads=", heads,
+                   ":seq=", seq, ":batch=", params.Int("batch"), ":vocab=", params.Int("vocab"),
+                   ":context=", ctx, ":dropout=", params.Text("dropout"));
   return std::make_shared<Gpt2Model>(spec, std::move(net), seq, params.Int("batch"),
                                      context.device);
 }
@@ -180,9 +177,8 @@ std::string Gpt2Model::SmallSpec(const SpecChooser& choose) {
   const int64_t seq = choose("seq", 1, 9);
   // Vocabularies near the sequence's size, and far larger, as GPT-2's is (50257 against 1024
   // positions): the tied embedding's gradient then outweighs a stage's output.
-  const int64_t vocab =
-      choose("vocabulary far larger than seq", 0, 1) ? choose("vocab", 200, 1999)
-                                                     : choose("vocab", 2, 39);
+  const int64_t vocab = choose("vocabulary far larger than seq", 0, 1) ? choose("vocab", 200, 1999)
+                                                                       : choose("vocab", 2, 39);
   static const char* const kDropout[] = {"0", "0.1", "0.5"};
   return absl::StrCat("gpt2:depth=", choose("depth", 1, 2), ":hidden=", heads * head_dim,
                       ":heads=", heads, ":seq=", seq, ":batch=", choose("batch", 1, 2),
@@ -203,12 +199,21 @@ std::vector<StageInfo> Gpt2Model::Stages() const {
   // backward would make a dense gradient of the whole (tied) table.
   stages.push_back({"embedding", StageKind::kEmbedding, stochastic, {}, 0});
   for (int64_t b = 0; b < o.depth(); ++b) {
-    stages.push_back({absl::StrCat("block", b, ".attention"), StageKind::kAttention, stochastic,
-                      {AttentionCorePart(), SequencePart()}, attention_flops});
-    stages.push_back({absl::StrCat("block", b, ".mlp"), StageKind::kMlp, stochastic,
-                      {MlpHiddenPart(), SequencePart()}, mlp_flops});
+    stages.push_back({absl::StrCat("block", b, ".attention"),
+                      StageKind::kAttention,
+                      stochastic,
+                      {AttentionCorePart(), SequencePart()},
+                      attention_flops});
+    stages.push_back({absl::StrCat("block", b, ".mlp"),
+                      StageKind::kMlp,
+                      stochastic,
+                      {MlpHiddenPart(), SequencePart()},
+                      mlp_flops});
   }
-  stages.push_back({"head", StageKind::kHead, /*stochastic=*/false, {SequencePart()},
+  stages.push_back({"head",
+                    StageKind::kHead,
+                    /*stochastic=*/false,
+                    {SequencePart()},
                     2 * tokens * h * static_cast<double>(o.vocab())});
   return stages;
 }

@@ -63,8 +63,7 @@ class Gpt2Model : public ModuleModel<Gpt2> {
   static constexpr char kId[] = "gpt2";
   static constexpr char kSummary[] =
       "GPT-2 decoder: embedding, depth x (causal attention + MLP), tied LM head with its loss";
-  static constexpr char kQuickSpec[] =
-      "gpt2:depth=4:hidden=256:heads=4:seq=128:batch=2:vocab=8192";
+  static constexpr char kQuickSpec[] = "gpt2:depth=4:hidden=256:heads=4:seq=128:batch=2:vocab=8192";
   static std::vector<ParamDef> Params();
   static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,
                                                             const ModelContext& context);

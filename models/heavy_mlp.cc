@@ -41,8 +41,8 @@ absl::StatusOr<std::shared_ptr<ChainModel>> HeavyMlpModel::Create(const ParamVal
     return HeavyMlp(HeavyMlpOptions(params.Int("depth"), params.Int("hidden")));
   });
   mlp->to(context.device);
-  return std::make_shared<HeavyMlpModel>(params.Canonical(), std::move(mlp),
-                                         params.Int("batch"), context.device);
+  return std::make_shared<HeavyMlpModel>(params.Canonical(), std::move(mlp), params.Int("batch"),
+                                         context.device);
 }
 
 std::vector<std::string> HeavyMlpModel::PaperSpecs() {
@@ -50,8 +50,8 @@ std::vector<std::string> HeavyMlpModel::PaperSpecs() {
 }
 
 std::string HeavyMlpModel::SmallSpec(const SpecChooser& choose) {
-  return absl::StrCat("heavy_mlp:depth=", choose("depth", 1, 6), ":hidden=",
-                      choose("hidden", 1, 24), ":batch=", choose("batch", 1, 6));
+  return absl::StrCat("heavy_mlp:depth=", choose("depth", 1, 6),
+                      ":hidden=", choose("hidden", 1, 24), ":batch=", choose("batch", 1, 6));
 }
 
 std::vector<StageInfo> HeavyMlpModel::Stages() const {
@@ -59,8 +59,11 @@ std::vector<StageInfo> HeavyMlpModel::Stages() const {
   std::vector<StageInfo> stages;
   for (int64_t i = 0; i < module_->options.depth(); ++i) {
     // Rows are independent: the chunkable axis is the batch's.
-    stages.push_back({absl::StrCat("block", i), StageKind::kMlp, /*stochastic=*/false,
-                      {SequencePart("rows")}, 2 * static_cast<double>(batch_) * hidden * hidden});
+    stages.push_back({absl::StrCat("block", i),
+                      StageKind::kMlp,
+                      /*stochastic=*/false,
+                      {SequencePart("rows")},
+                      2 * static_cast<double>(batch_) * hidden * hidden});
   }
   return stages;
 }

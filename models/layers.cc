@@ -5,9 +5,9 @@
 #include <mutex>
 #include <vector>
 
-#include "ATen/TensorOperators.h"
 #include "ATen/CPUGeneratorImpl.h"
 #include "ATen/Context.h"
+#include "ATen/TensorOperators.h"
 #include "ATen/ops/arange.h"
 #include "ATen/ops/gelu.h"
 #include "ATen/ops/matmul.h"
@@ -29,8 +29,8 @@ int64_t DrawDropoutSeed() {
   return static_cast<int64_t>(gen.get<at::CPUGeneratorImpl>()->random() & kMask31);
 }
 
-at::Tensor CounterDropout(const at::Tensor& x, double p, int64_t seed, int64_t dim,
-                          int64_t offset, int64_t full_length) {
+at::Tensor CounterDropout(const at::Tensor& x, double p, int64_t seed, int64_t dim, int64_t offset,
+                          int64_t full_length) {
   if (p <= 0) return x;
   const int64_t rank = x.dim();
   // Row-major strides of the whole tensor; the index of an element is the sum over dims of
@@ -82,9 +82,8 @@ at::Tensor SelfAttentionImpl::KeysTransposed(const at::Tensor& x) {
 }
 at::Tensor SelfAttentionImpl::Values(const at::Tensor& x) { return SplitHeads(v_(x), heads_); }
 
-at::Tensor SelfAttentionImpl::Core(const at::Tensor& q, const at::Tensor& k_t,
-                                   const at::Tensor& v, int64_t q_offset, bool causal,
-                                   double dropout, int64_t seed) {
+at::Tensor SelfAttentionImpl::Core(const at::Tensor& q, const at::Tensor& k_t, const at::Tensor& v,
+                                   int64_t q_offset, bool causal, double dropout, int64_t seed) {
   const int64_t sq = q.size(2);
   const int64_t skv = k_t.size(3);
   at::Tensor scores = at::matmul(q, k_t) * (1.0 / std::sqrt(q.size(3)));

@@ -25,8 +25,8 @@ int64_t DrawDropoutSeed();
 // Dropout of `x`, which is positions [offset, offset + x.size(dim)) along `dim` of a tensor
 // whose size along `dim` is `full_length`. Keeps each element with probability 1 - p and
 // scales it by 1 / (1 - p). Keeps a bool mask for backward, like LibTorch's dropout.
-at::Tensor CounterDropout(const at::Tensor& x, double p, int64_t seed, int64_t dim,
-                          int64_t offset, int64_t full_length);
+at::Tensor CounterDropout(const at::Tensor& x, double p, int64_t seed, int64_t dim, int64_t offset,
+                          int64_t full_length);
 
 // Multi-head self-attention, in the pieces strategies act on. Queries, keys and values have
 // separate projections so that projecting a chunk of the sequence is the same arithmetic as

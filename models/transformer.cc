@@ -1,7 +1,7 @@
 #include "models/transformer.h"
 
-#include "ATen/TensorOperators.h"
 #include "ATen/CPUGeneratorImpl.h"
+#include "ATen/TensorOperators.h"
 #include "ATen/ops/mse_loss.h"
 #include "ATen/ops/randn.h"
 #include "absl/strings/str_cat.h"
@@ -16,12 +16,14 @@ TransformerImpl::TransformerImpl(const TransformerOptions& options_) : options(o
   for (int64_t b = 0; b < options.depth(); ++b) {
     attention_.push_back(register_module(absl::StrCat("attention", b),
                                          SelfAttention(options.hidden(), options.heads())));
-    ln1_.push_back(register_module(absl::StrCat("ln1_", b),
-                                   torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.hidden()}))));
+    ln1_.push_back(
+        register_module(absl::StrCat("ln1_", b),
+                        torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.hidden()}))));
     mlp_.push_back(register_module(absl::StrCat("mlp", b),
                                    FeedForward(options.hidden(), /*tanh_gelu=*/false)));
-    ln2_.push_back(register_module(absl::StrCat("ln2_", b),
-                                   torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.hidden()}))));
+    ln2_.push_back(
+        register_module(absl::StrCat("ln2_", b),
+                        torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.hidden()}))));
   }
 }
 
@@ -40,8 +42,7 @@ at::Tensor TransformerImpl::AttentionStage(int64_t b, const at::Tensor& x,
     const at::Tensor q = attention_[b]->Queries(xq);
     auto core = [offset, p, attention_seed](const std::vector<at::Tensor>& qkv) {
       return std::vector<at::Tensor>{SelfAttentionImpl::Core(qkv[0], qkv[1], qkv[2], offset,
-                                                             /*causal=*/false, p,
-                                                             attention_seed)};
+                                                             /*causal=*/false, p, attention_seed)};
     };
     const at::Tensor context = parts.Run("core", core, {q, in[1], in[2]})[0];
     const at::Tensor attended =
@@ -55,8 +56,7 @@ at::Tensor TransformerImpl::MlpStage(int64_t b, const at::Tensor& x, const Stage
   const double p = is_training() ? options.dropout() : 0.0;
   const int64_t seq = x.size(1);
   const int64_t seed = DrawDropoutSeed();
-  auto chunk = [this, b, p, seq, seed, parts](const std::vector<at::Tensor>& in,
-                                              int64_t offset) {
+  auto chunk = [this, b, p, seq, seed, parts](const std::vector<at::Tensor>& in, int64_t offset) {
     const at::Tensor& xc = in[0];
     auto mlp = [this, b](const std::vector<at::Tensor>& h) {
       return std::vector<at::Tensor>{mlp_[b](h[0])};
@@ -91,13 +91,12 @@ absl::StatusOr<std::shared_ptr<ChainModel>> TransformerModel::Create(const Param
   if (absl::Status s = Check(params); !s.ok()) return s;
   const int64_t hidden = params.Int("hidden"), heads = params.Int("heads");
   Transformer net = InitSeeded(context.init_seed, [&] {
-    return Transformer(TransformerOptions(params.Int("depth"), hidden, heads)
-                           .dropout(params.Float("dropout")));
+    return Transformer(
+        TransformerOptions(params.Int("depth"), hidden, heads).dropout(params.Float("dropout")));
   });
   net->to(context.device);
-  return std::make_shared<TransformerModel>(params.Canonical(), std::move(net),
-                                            params.Int("seq"), params.Int("batch"),
-                                            context.device);
+  return std::make_shared<TransformerModel>(params.Canonical(), std::move(net), params.Int("seq"),
+                                            params.Int("batch"), context.device);
 }
 
 std::vector<std::string> TransformerModel::PaperSpecs() {
@@ -108,8 +107,9 @@ std::string TransformerModel::SmallSpec(const SpecChooser& choose) {
   const int64_t heads = choose("heads", 1, 3), head_dim = choose("head width", 1, 6);
   static const char* const kDropout[] = {"0", "0.1", "0.5"};
   return absl::StrCat("transformer:depth=", choose("depth", 1, 2), ":hidden=", heads * head_dim,
-                      ":heads=", heads, ":seq=", choose("seq", 1, 9), ":batch=",
-                      choose("batch", 1, 3), ":dropout=", kDropout[choose("dropout", 0, 2)]);
+                      ":heads=", heads, ":seq=", choose("seq", 1, 9),
+                      ":batch=", choose("batch", 1, 3),
+                      ":dropout=", kDropout[choose("dropout", 0, 2)]);
 }
 
 std::vector<StageInfo> TransformerModel::Stages() const {
@@ -122,10 +122,16 @@ std::vector<StageInfo> TransformerModel::Stages() const {
   const double mlp_flops = 16 * tokens * h * h;
   std::vector<StageInfo> stages;
   for (int64_t b = 0; b < module_->options.depth(); ++b) {
-    stages.push_back({absl::StrCat("block", b, ".attention"), StageKind::kAttention, stochastic,
-                      {AttentionCorePart(), SequencePart()}, attention_flops});
-    stages.push_back({absl::StrCat("block", b, ".mlp"), StageKind::kMlp, stochastic,
-                      {MlpHiddenPart(), SequencePart()}, mlp_flops});
+    stages.push_back({absl::StrCat("block", b, ".attention"),
+                      StageKind::kAttention,
+                      stochastic,
+                      {AttentionCorePart(), SequencePart()},
+                      attention_flops});
+    stages.push_back({absl::StrCat("block", b, ".mlp"),
+                      StageKind::kMlp,
+                      stochastic,
+                      {MlpHiddenPart(), SequencePart()},
+                      mlp_flops});
   }
   return stages;
 }

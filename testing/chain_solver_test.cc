@@ -11,8 +11,8 @@
 
 #include <cstdio>
 #include <functional>
-#include <utility>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"

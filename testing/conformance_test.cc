@@ -98,8 +98,8 @@ CaseSpec GenerateCase(const std::string& model_id) {
   CaseSpec c;
   c.model_spec = *testing::SmallModelSpec(model_id).as("model");
   c.training = *rc::gen::weightedElement<bool>({{4, true}, {1, false}}).as("training");
-  c.input_grad = *rc::gen::weightedElement<bool>({{3, true}, {1, false}})
-                      .as("float inputs require grad");
+  c.input_grad =
+      *rc::gen::weightedElement<bool>({{3, true}, {1, false}}).as("float inputs require grad");
   c.seed = *rc::gen::inRange<uint64_t>(0, 1 << 20).as("seed");
   return c;
 }
@@ -211,17 +211,17 @@ void CheckGeneratedPlan(const std::string& model_id) {
 // Every registered model: a new model joins with no edit here.
 TEST(Conformance, EveryStrategyOnEveryModel) {
   for (const std::string& id : Models().Ids()) {
-    EXPECT_TRUE(rc::check("every strategy against store_all on " + id,
-                          [id] { CheckEveryStrategy(id); }))
-        << id;
+    EXPECT_TRUE(rc::check("every strategy against store_all on " + id, [id] {
+      CheckEveryStrategy(id);
+    })) << id;
   }
 }
 
 TEST(Conformance, GeneratedNestedPlansOnEveryModel) {
   for (const std::string& id : Models().Ids()) {
-    EXPECT_TRUE(rc::check("generated plans against store_all on " + id,
-                          [id] { CheckGeneratedPlan(id); }))
-        << id;
+    EXPECT_TRUE(rc::check("generated plans against store_all on " + id, [id] {
+      CheckGeneratedPlan(id);
+    })) << id;
   }
 }
 

@@ -51,7 +51,7 @@ TEST(DeviceMemoryMeter, LiveAndPeakFollowTheTensors) {
   const int64_t before = Meter().Stats().live_bytes;
   Meter().ResetPeak();
   { at::Tensor big = Floats(250000); }  // 1 MB, freed at once
-  at::Tensor kept = Floats(1000);        // 4000 bytes, kept
+  at::Tensor kept = Floats(1000);       // 4000 bytes, kept
   const MemoryStats s = Meter().Stats();
   EXPECT_EQ(s.live_bytes - before, Counted(4000));
   EXPECT_EQ(s.peak_bytes - before, Counted(1000000));
@@ -71,7 +71,7 @@ TEST(DeviceMemoryMeter, AnAllocationPastTheCapIsResourceExhausted) {
   absl::Status too_big = RunTorch([] { Floats(16 << 20); });
   ASSERT_TRUE(Meter().SetCap(std::nullopt).ok());
   EXPECT_EQ(too_big.code(), absl::StatusCode::kResourceExhausted) << too_big;
-  EXPECT_EQ(Meter().Stats().live_bytes, s.live_bytes);  // the failed step left nothing behind
+  EXPECT_EQ(Meter().Stats().live_bytes, s.live_bytes);     // the failed step left nothing behind
   absl::Status fits = RunTorch([] { Floats(16 << 20); });  // and without the cap it fits
   EXPECT_TRUE(fits.ok()) << fits;
 }

@@ -76,8 +76,8 @@ RC_GTEST_PROP(LossScaler, FollowsTheRulesOnAnySequenceOfSteps, ()) {
   o.initial_scale = std::ldexp(1.0, *rc::gen::inRange(-4, 40).as("log2 initial scale"));
   o.min_scale = o.initial_scale / std::ldexp(1.0, *rc::gen::inRange(0, 12).as("halvings"));
   o.growth_interval = *rc::gen::inRange(1, 8).as("growth interval");
-  const auto steps = *rc::gen::container<std::vector<bool>>(rc::gen::arbitrary<bool>())
-                          .as("finite per step");
+  const auto steps =
+      *rc::gen::container<std::vector<bool>>(rc::gen::arbitrary<bool>()).as("finite per step");
   absl::StatusOr<DynamicLossScaler> s = DynamicLossScaler::Create(o);
   RC_ASSERT(s.ok());
   int run = 0;  // good steps since the last growth or overflow, counted here

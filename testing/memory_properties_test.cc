@@ -41,8 +41,8 @@ std::string Encoder(int depth) {
 // bytes for mt19937), which at these toy sizes can outweigh what a segment saves (the sweep
 // reports it; the conformance test checks it is predicted).
 RC_GTEST_PROP(MemoryProperties, RecomputeAllAtMostUniformAtMostStoreAll, ()) {
-  const std::string model_id = *rc::gen::element<std::string>("heavy_mlp", "deep_mlp",
-                                                              "transformer", "gpt2");
+  const std::string model_id =
+      *rc::gen::element<std::string>("heavy_mlp", "deep_mlp", "transformer", "gpt2");
   const std::string spec = *testing::SmallModelSpec(model_id, /*dropout=*/false).as("model");
   const int64_t store_all = Activation(spec, "store_all");
   const int64_t uniform = Activation(spec, "uniform");
@@ -108,7 +108,8 @@ TEST(MemoryProperties, SelectiveAttentionSavesTheScoreSizedTensors) {
            {"gpt2:depth=3:hidden=16:heads=4:seq=20:batch=1:vocab=50:context=32", 3, 1, 4, 20,
             true}}) {
     const int64_t scores = c.batch * c.heads * c.seq * c.seq;
-    const int64_t saved = Activation(c.spec, "store_all") - Activation(c.spec, "selective_attention");
+    const int64_t saved =
+        Activation(c.spec, "store_all") - Activation(c.spec, "selective_attention");
     EXPECT_GE(saved, c.attention_stages * scores * 4 * 2) << c.spec;
     const int64_t causal_mask = c.causal ? c.seq * c.seq : 0;
     EXPECT_EQ(saved, c.attention_stages * (scores * (4 + 1 + 4) + causal_mask)) << c.spec;
@@ -133,8 +134,8 @@ TEST(MemoryProperties, SelectiveMlpSavesTheHiddenActivations) {
            {"gpt2:depth=3:hidden=16:heads=4:seq=20:batch=1:vocab=50:context=32", 3, 1, 20, 16,
             true}}) {
     const int64_t tokens = c.batch * c.seq;
-    const int64_t per_stage =
-        2 * tokens * 4 * c.hidden * 4 + (c.layer_norm_inside ? tokens * c.hidden * 4 + 2 * tokens * 4 : 0);
+    const int64_t per_stage = 2 * tokens * 4 * c.hidden * 4 +
+                              (c.layer_norm_inside ? tokens * c.hidden * 4 + 2 * tokens * 4 : 0);
     EXPECT_EQ(Activation(c.spec, "store_all") - Activation(c.spec, "selective_mlp"),
               c.mlp_stages * per_stage)
         << c.spec;
@@ -149,7 +150,8 @@ TEST(MemoryProperties, ChunkedSequencePeakFallsAsChunksRise) {
         "gpt2:depth=2:hidden=16:heads=2:seq=32:batch=2:vocab=500:context=32"}) {
     int64_t previous = PeakAboveBaseline(spec, "store_all");
     for (int chunks : {2, 4, 8}) {
-      const int64_t peak = PeakAboveBaseline(spec, absl::StrCat("chunked_sequence:chunks=", chunks));
+      const int64_t peak =
+          PeakAboveBaseline(spec, absl::StrCat("chunked_sequence:chunks=", chunks));
       EXPECT_LT(peak, previous) << spec << " chunks=" << chunks;
       previous = peak;
     }

@@ -1,7 +1,5 @@
 // The CPU memory meter is exact, so measured bytes can be compared with bytes computed by
 // hand. All tensors are float32 (4 bytes per element).
-#include "core/memory_meter.h"
-
 #include <torch/torch.h>
 
 #include <memory>
@@ -12,6 +10,7 @@
 
 #include "core/chain_model.h"
 #include "core/executor.h"
+#include "core/memory_meter.h"
 #include "core/memory_model.h"
 #include "core/profiler.h"
 #include "core/strategy.h"
@@ -26,10 +25,10 @@ MemoryMeter& Cpu() { return **MemoryMeterFor(torch::kCPU); }
 TEST(CpuMemoryMeter, CountsEveryByteOfEveryTensor) {
   const int64_t before = Cpu().Stats().live_bytes;
   {
-    at::Tensor a = torch::empty({1000});            // 4000 bytes
+    at::Tensor a = torch::empty({1000});                    // 4000 bytes
     at::Tensor b = torch::empty({10, 10}, torch::kDouble);  // 800 bytes
     EXPECT_EQ(Cpu().Stats().live_bytes - before, 4800);
-    at::Tensor view = a.view({10, 100});            // a view allocates nothing
+    at::Tensor view = a.view({10, 100});  // a view allocates nothing
     EXPECT_EQ(Cpu().Stats().live_bytes - before, 4800);
   }
   EXPECT_EQ(Cpu().Stats().live_bytes, before);
@@ -39,7 +38,7 @@ TEST(CpuMemoryMeter, PeakRemembersTheHighestPointSinceReset) {
   const int64_t before = Cpu().Stats().live_bytes;
   Cpu().ResetPeak();
   { at::Tensor big = torch::empty({25000}); }  // 100000 bytes, freed at once
-  at::Tensor small = torch::empty({250});     // 1000 bytes, kept
+  at::Tensor small = torch::empty({250});      // 1000 bytes, kept
   const MemoryStats s = Cpu().Stats();
   EXPECT_EQ(s.live_bytes - before, 1000);
   EXPECT_EQ(s.peak_bytes - before, 100000);
@@ -100,8 +99,8 @@ TEST(CpuMemoryMeter, ABlockTheSystemRefusesIsOutOfMemoryAndLeavesTheCountsAsThey
 TEST(CpuMemoryMeter, CapThrowsOutOfMemoryWhichBecomesResourceExhausted) {
   const int64_t before = Cpu().Stats().live_bytes;
   ASSERT_TRUE(Cpu().SetCap(before + 4000).ok());
-  absl::Status fits = RunTorch([] { torch::empty({1000}); });       // exactly at the cap
-  absl::Status too_big = RunTorch([] { torch::empty({1001}); });    // 4 bytes over
+  absl::Status fits = RunTorch([] { torch::empty({1000}); });     // exactly at the cap
+  absl::Status too_big = RunTorch([] { torch::empty({1001}); });  // 4 bytes over
   ASSERT_TRUE(Cpu().SetCap(std::nullopt).ok());
   EXPECT_TRUE(fits.ok()) << fits;
   EXPECT_EQ(too_big.code(), absl::StatusCode::kResourceExhausted) << too_big;

@@ -49,8 +49,8 @@ std::vector<Segment> GenerateSegments(int begin, int end, int depth) {
     s.begin = b;
     s.end = *rc::gen::inRange(b + 1, end + 1);
     s.mode = *rc::gen::weightedElement<SegmentMode>({{3, SegmentMode::kStored},
-                                                      {4, SegmentMode::kCheckpointed},
-                                                      {1, SegmentMode::kRecomputeAll}});
+                                                     {4, SegmentMode::kCheckpointed},
+                                                     {1, SegmentMode::kRecomputeAll}});
     if (s.mode == SegmentMode::kCheckpointed && depth > 0 && *rc::gen::inRange(0, 3) > 0) {
       s.inner = GenerateSegments(s.begin, s.end, depth - 1);
     }
@@ -88,8 +88,8 @@ rc::Gen<std::string> StrategySpec(const std::string& id) {
       case ParamDef::Type::kInt: {
         const int64_t lo = std::max<int64_t>(p.min_value, -4);
         const int64_t hi = std::min<int64_t>(p.max_value, lo + 8);
-        rc::Gen<std::string> number = rc::gen::map(
-            rc::gen::inRange<int64_t>(lo, hi + 1), [](int64_t v) { return absl::StrCat(v); });
+        rc::Gen<std::string> number = rc::gen::map(rc::gen::inRange<int64_t>(lo, hi + 1),
+                                                   [](int64_t v) { return absl::StrCat(v); });
         parts.push_back(rc::gen::map(
             p.auto_allowed ? rc::gen::oneOf(number, rc::gen::just<std::string>("auto")) : number,
             [key = p.key](std::string v) { return absl::StrCat(":", key, "=", v); }));

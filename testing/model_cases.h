@@ -52,8 +52,8 @@ struct Case {
   std::unique_ptr<Workload> workload;
   ModelProfile profile;
 };
-absl::StatusOr<Case> BuildCase(const std::string& model_spec, uint64_t seed,
-                               bool training = true, bool input_grad = true, bool timed = false);
+absl::StatusOr<Case> BuildCase(const std::string& model_spec, uint64_t seed, bool training = true,
+                               bool input_grad = true, bool timed = false);
 
 struct Run {
   Plan plan;

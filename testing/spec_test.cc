@@ -28,8 +28,8 @@ TEST(ParseSpec, KeysInOrder) {
   absl::StatusOr<Spec> spec = ParseSpec(" heavy_mlp:depth=40:hidden=4096:batch=64 ");
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->name, "heavy_mlp");
-  EXPECT_THAT(spec->params, ElementsAre(Pair("depth", "40"), Pair("hidden", "4096"),
-                                        Pair("batch", "64")));
+  EXPECT_THAT(spec->params,
+              ElementsAre(Pair("depth", "40"), Pair("hidden", "4096"), Pair("batch", "64")));
 }
 
 TEST(ParseSpec, Errors) {

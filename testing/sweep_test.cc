@@ -141,9 +141,9 @@ TEST(Sweep, ACapBetweenTwoPeaksMakesExactlyTheConfigurationsAboveItOom) {
   ASSERT_GE(peaks.size(), 3u);
   // Between the two lowest peaks, between the middle two, and just below the highest
   // (store_all's, so the others run without their reference).
-  for (const int64_t cap : {(peaks[0] + peaks[1]) / 2,
-                            (peaks[peaks.size() / 2 - 1] + peaks[peaks.size() / 2]) / 2,
-                            peaks.back() - 1}) {
+  for (const int64_t cap :
+       {(peaks[0] + peaks[1]) / 2, (peaks[peaks.size() / 2 - 1] + peaks[peaks.size() / 2]) / 2,
+        peaks.back() - 1}) {
     const std::vector<ConfigResult> capped = run(cap);
     ASSERT_EQ(capped.size(), uncapped.size());
     for (size_t i = 0; i < capped.size(); ++i) {
@@ -316,8 +316,8 @@ TEST(CheckResultsHeader, NamesTheColumnsThatDiffer) {
 TEST(ParetoFront, KeepsThePointsNothingBeatsOnBothAxes) {
   // (time, memory): b is beaten by a (slower and bigger), d by c; e ties c's time with more
   // memory.
-  const std::vector<std::pair<double, double>> points = {
-      {1.0, 10.0}, {2.0, 11.0}, {1.5, 6.0}, {3.0, 7.0}, {1.5, 8.0}, {4.0, 2.0}};
+  const std::vector<std::pair<double, double>> points = {{1.0, 10.0}, {2.0, 11.0}, {1.5, 6.0},
+                                                         {3.0, 7.0},  {1.5, 8.0},  {4.0, 2.0}};
   EXPECT_EQ(ParetoFront(points), (std::vector<size_t>{0, 2, 5}));
   EXPECT_TRUE(ParetoFront({}).empty());
 }
@@ -404,7 +404,8 @@ TEST(Sweep, TimeLimitStopsStartingModelsButAlwaysRunsTheFirst) {
   EXPECT_THAT(progress.str(), HasSubstr("models 2..3 not started"));
 
   o.time_limit_s = 3600;
-  rows = RunSweep(o, Cpu(), [](const ConfigResult&) { return absl::OkStatus(); }, progress);
+  rows = RunSweep(
+      o, Cpu(), [](const ConfigResult&) { return absl::OkStatus(); }, progress);
   ASSERT_TRUE(rows.ok()) << rows.status();
   EXPECT_EQ(rows->size(), 6u);
 

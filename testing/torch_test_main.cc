@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
     setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
     absl::StatusOr<c10::Device> device = ckpt::ResolveDevice(device_name);
     if (!device.ok()) {
-      std::fprintf(stderr, "CKPT_TEST_DEVICE: %s\n", std::string(device.status().message()).c_str());
+      std::fprintf(stderr, "CKPT_TEST_DEVICE: %s\n",
+                   std::string(device.status().message()).c_str());
       return 2;
     }
     at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);

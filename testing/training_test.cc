@@ -7,8 +7,8 @@
 
 #include "c10/core/Device.h"
 #include "core/memory_meter.h"
-#include "gmock/gmock.h"
 #include "core/strategy.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/model_cases.h"
 
@@ -22,7 +22,8 @@ MemoryMeter& Cpu() { return **MemoryMeterFor(c10::Device(c10::DeviceType::CPU));
 // Every registered model (a small instance of each) under every registered strategy.
 SweepOptions EveryModelAndStrategy() {
   SweepOptions o;
-  for (const std::string& id : ckpt::Models().Ids()) o.models.push_back(testing::FixedSmallSpec(id));
+  for (const std::string& id : ckpt::Models().Ids())
+    o.models.push_back(testing::FixedSmallSpec(id));
   o.strategies = Strategies().Ids();
   return o;
 }
@@ -171,8 +172,7 @@ TEST(Training, RejectsBadOptions) {
   EXPECT_THAT(std::string(ValidateTraining(training).message()), HasSubstr("--accumulate=0"));
   training.accumulate = 1;
   training.scaler.growth_interval = -3;
-  EXPECT_THAT(std::string(ValidateTraining(training).message()),
-              HasSubstr("growth_interval=-3"));
+  EXPECT_THAT(std::string(ValidateTraining(training).message()), HasSubstr("growth_interval=-3"));
 }
 
 TEST(Training, ReportAndCurvesFiles) {
@@ -190,7 +190,8 @@ TEST(Training, ReportAndCurvesFiles) {
   std::ifstream csv(dir + "/losses.csv");
   std::stringstream text;
   text << csv.rdbuf();
-  EXPECT_EQ(text.str(), "model,strategy,status,step,loss\nm,store_all,ok,1,2.5\nm,store_all,ok,2,2\n");
+  EXPECT_EQ(text.str(),
+            "model,strategy,status,step,loss\nm,store_all,ok,1,2.5\nm,store_all,ok,2,2\n");
 }
 
 }  // namespace

@@ -47,10 +47,10 @@ RC_GTEST_PROP(UniformGradients, EqualStoreAllBitwise, ()) {
 
   ModelContext context;
   context.init_seed = seed;
-  absl::StatusOr<std::shared_ptr<ChainModel>> model = CreateModel(
-      "heavy_mlp:depth=" + std::to_string(depth) + ":hidden=" + std::to_string(hidden) +
-          ":batch=" + std::to_string(batch),
-      context);
+  absl::StatusOr<std::shared_ptr<ChainModel>> model =
+      CreateModel("heavy_mlp:depth=" + std::to_string(depth) + ":hidden=" + std::to_string(hidden) +
+                      ":batch=" + std::to_string(batch),
+                  context);
   RC_ASSERT(model.ok());
   (*model)->SetTraining(true);
   const Batch b = (*model)->MakeBatch(seed + 1);

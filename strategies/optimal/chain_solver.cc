@@ -203,13 +203,14 @@ Chain FromProfile(const ModelProfile& profile) {
       s.param_grads += t.param_grads;
       s.grad_sum = std::max(s.grad_sum, t.grad_sum);
       s.nograd_ms += t.nograd_ms;
-      nograd_peak = std::max(nograd_peak, (i > begin ? t.input : 0) + t.output + t.nograd_transient);
+      nograd_peak =
+          std::max(nograd_peak, (i > begin ? t.input : 0) + t.output + t.nograd_transient);
       o.forward_ms += stored.forward_ms;
       o.backward_ms += stored.backward_ms;
       forward_peak = std::max(forward_peak, kept_before + stored.kept + stored.forward_transient);
-      backward_peak = std::max(backward_peak, kept_before + stored.kept +
-                                                  std::max(stored.backward_transient,
-                                                           stored.held_backward_transient));
+      backward_peak = std::max(
+          backward_peak, kept_before + stored.kept +
+                             std::max(stored.backward_transient, stored.held_backward_transient));
       kept_before += stored.kept;
     }
     o.kept = kept_before;
@@ -240,8 +241,8 @@ Chain Quantize(const Chain& chain, int64_t unit) {
 absl::StatusOr<Cost> Evaluate(const Chain& chain, const Schedule& schedule) {
   const int n = static_cast<int>(chain.stages.size());
   if (static_cast<int>(schedule.options.size()) != n) {
-    return absl::InvalidArgumentError(absl::StrCat("a schedule of ", schedule.options.size(),
-                                                   " options for ", n, " stages"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a schedule of ", schedule.options.size(), " options for ", n, " stages"));
   }
   return Evaluator(chain, schedule).List(schedule.segments, 0, n, /*rerun=*/false);
 }
@@ -339,8 +340,8 @@ float Solver::Value(int a, int b, bool rerun, int m, int16_t* choice) const {
   for (size_t k = 0; k < stage.options.size(); ++k) {
     const Option& o = stage.options[k];
     if (o.kept + o.forward_transient > m ||
-        o.kept + net_after_a + (rerun && a + 1 == b ? o.held_backward_transient
-                                                    : o.backward_transient) +
+        o.kept + net_after_a +
+                (rerun && a + 1 == b ? o.held_backward_transient : o.backward_transient) +
                 (rerun ? 0 : stage.grad_sum) >
             m) {
       continue;
@@ -382,8 +383,8 @@ Schedule Solver::ScheduleAt(int units) const {
 void Solver::Build(int a, int b, bool rerun, int64_t m, Schedule& out,
                    std::vector<Segment>& list) const {
   while (a < b) {
-    const size_t at = rerun ? static_cast<size_t>(Index(a, b)) * width_ + m
-                            : static_cast<size_t>(a) * width_ + m;
+    const size_t at =
+        rerun ? static_cast<size_t>(Index(a, b)) * width_ + m : static_cast<size_t>(a) * width_ + m;
     const int16_t choice = rerun ? rerun_choice_[at] : top_choice_[at];
     if (choice < 0) {  // stage a stored under option -choice - 1
       const int k = -choice - 1;

@@ -9,14 +9,14 @@
 // tf_ik above them in forward and tb_ik above its start in backward; run without a graph it
 // peaks tn_i above input and output; its backward leaves the input's gradient d_i and the
 // parameters' gradients g_i (first created: a parameter a later stage shares counts there;
-// summing the two contributions adds s_i for a moment, where both arrive in one pass). A schedule is a plan tree of stored
-// stages and checkpointed segments whose inner plans are schedules of their rerun; the
-// executor runs it as the memory model replays it (core/memory_model.h), which the chain model
-// follows in outline: it does not see RNG snapshots, whether a graph really keeps its input,
-// or the order of frees inside one stage's backward. Its events, for a list of
-// elements over [a, b) in a context that is either the step's own pass ("top": the loss comes
-// after stage b-1) or a checkpoint's rerun ("rerun": the incoming gradient d_b and the rerun's
-// output x_b are held until the rerun ends), all relative to what the list's caller holds:
+// summing the two contributions adds s_i for a moment, where both arrive in one pass). A schedule
+// is a plan tree of stored stages and checkpointed segments whose inner plans are schedules of
+// their rerun; the executor runs it as the memory model replays it (core/memory_model.h), which the
+// chain model follows in outline: it does not see RNG snapshots, whether a graph really keeps its
+// input, or the order of frees inside one stage's backward. Its events, for a list of elements over
+// [a, b) in a context that is either the step's own pass ("top": the loss comes after stage b-1) or
+// a checkpoint's rerun ("rerun": the incoming gradient d_b and the rerun's output x_b are held
+// until the rerun ends), all relative to what the list's caller holds:
 //
 //   net(c, b)     what [c, b) leaves when done: G[c,b) + d_c (+ x_b in a rerun); for c == b
 //                 the loss's gradient d_n at the top, nothing in a rerun. It does not depend
@@ -33,7 +33,8 @@
 // The recurrence (times: fw, bw per option, fn without a graph; m: bytes available):
 //
 //   T(a, b, m) = min( min_k [ fw_ak + bw_ak + T(a+1, b, m - kept_ak) ]
-//                              if kept_ak + tf_ak <= m and kept_ak + net(a+1,b) + tb_ak (+ s_a) <= m,
+//                              if kept_ak + tf_ak <= m and kept_ak + net(a+1,b) + tb_ak (+ s_a) <=
+//                              m,
 //                     min_j [ fn_a + ... + fn_{j-1} + T(j, b, m - x_j)
 //                             + T_rerun(a, j, m - net(j, b) - held) ]
 //                              if the no-graph forward's peak <= m )
@@ -79,14 +80,14 @@ struct Option {
 };
 
 struct Stage {
-  int first = 0, last = 0;  // the profile's stages it stands for, [first, last]
+  int first = 0, last = 0;        // the profile's stages it stands for, [first, last]
   int64_t input = 0, output = 0;  // x_i, x_{i+1}
   int64_t input_grad = 0;         // d_i
   int64_t param_grads = 0;        // g_i
   int64_t grad_sum = 0;           // s_i
   double nograd_ms = 0;
-  int64_t nograd_transient = 0;   // tn_i
-  std::vector<Option> options;    // at least one
+  int64_t nograd_transient = 0;  // tn_i
+  std::vector<Option> options;   // at least one
 };
 
 struct Chain {

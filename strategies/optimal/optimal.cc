@@ -19,7 +19,8 @@ namespace ckpt {
 namespace {
 const StrategyRegistration<Optimal> registration;
 
-// The solver's grid: at most this many steps, and about 5e7 inner-loop steps of work (a tenth of a second here).
+// The solver's grid: at most this many steps, and about 5e7 inner-loop steps of work (a tenth of a
+// second here).
 int GridSteps(int stages, int options) {
   const double work = static_cast<double>(stages) * stages * (stages + options);
   return static_cast<int>(std::clamp(5e7 / std::max(work, 1.0), 100.0, 2000.0));
@@ -107,10 +108,10 @@ absl::StatusOr<Plan> Optimal::MakePlan(const ModelProfile& profile) const {
             : std::string());
     return plan;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "optimal: budget=", budget_text, " is below the least peak the planner reaches on ",
-      profile.model, ", ", least, " bytes (", FormatByteSize(least),
-      "); accepted: a budget of at least that"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("optimal: budget=", budget_text,
+                   " is below the least peak the planner reaches on ", profile.model, ", ", least,
+                   " bytes (", FormatByteSize(least), "); accepted: a budget of at least that"));
 }
 
 }  // namespace ckpt

@@ -108,9 +108,9 @@ absl::StatusOr<std::unique_ptr<Strategy>> Revolve::Create(const ParamValues& par
   if (!params.IsAuto("snapshots")) snapshots = static_cast<int>(params.Int("snapshots"));
   if (!params.IsNone("budget")) budget = params.Bytes("budget");
   if (snapshots.has_value() && budget.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "revolve: snapshots=", *snapshots, " and budget=", params.Text("budget"),
-        " both choose the checkpoint count; accepted: one of them"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("revolve: snapshots=", *snapshots, " and budget=", params.Text("budget"),
+                     " both choose the checkpoint count; accepted: one of them"));
   }
   return std::make_unique<Revolve>(snapshots, budget);
 }
@@ -126,8 +126,8 @@ Plan Revolve::PlanWith(int n, int c) {
   Plan plan;
   plan.strategy = absl::StrCat(kId, ":snapshots=", c);
   plan.segments = Build(binomial, 0, n, c - 1);
-  plan.summary = absl::StrCat("binomial schedule with ", c, " checkpoints: ",
-                              binomial.R(n, c - 1), " stage forwards rerun");
+  plan.summary = absl::StrCat("binomial schedule with ", c, " checkpoints: ", binomial.R(n, c - 1),
+                              " stage forwards rerun");
   return plan;
 }
 
@@ -153,10 +153,12 @@ absl::StatusOr<Plan> Revolve::MakePlan(const ModelProfile& profile) const {
       }
     }
     if (!best.has_value()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "revolve: budget=", FormatByteSize(*budget_), " is below the least peak any "
-          "checkpoint count reaches on ", profile.model, ", ", least, " bytes (",
-          FormatByteSize(least), "); accepted: a budget of at least that"));
+      return absl::InvalidArgumentError(absl::StrCat("revolve: budget=", FormatByteSize(*budget_),
+                                                     " is below the least peak any "
+                                                     "checkpoint count reaches on ",
+                                                     profile.model, ", ", least, " bytes (",
+                                                     FormatByteSize(least),
+                                                     "); accepted: a budget of at least that"));
     }
     absl::StrAppend(&best->summary, "; the fastest count that fits ", FormatByteSize(*budget_));
     best->strategy = absl::StrCat(kId, ":budget=", FormatByteSize(*budget_));
@@ -165,9 +167,9 @@ absl::StatusOr<Plan> Revolve::MakePlan(const ModelProfile& profile) const {
   int c = snapshots_.value_or(static_cast<int>(std::ceil(std::sqrt(static_cast<double>(n)))) + 1);
   if (!snapshots_.has_value()) c = std::min(c, n);
   if (c > n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("revolve: snapshots=", c, " is more than the ", n, " stages of ",
-                     profile.model, "; accepted: 1..", n, " or auto"));
+    return absl::InvalidArgumentError(absl::StrCat("revolve: snapshots=", c, " is more than the ",
+                                                   n, " stages of ", profile.model,
+                                                   "; accepted: 1..", n, " or auto"));
   }
   return PlanWith(n, c);
 }

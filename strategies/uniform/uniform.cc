@@ -39,9 +39,9 @@ absl::StatusOr<std::unique_ptr<Strategy>> Uniform::Create(const ParamValues& par
   if (!params.IsAuto("segments")) segments = static_cast<int>(params.Int("segments"));
   if (!params.IsNone("budget")) budget = params.Bytes("budget");
   if (segments.has_value() && budget.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "uniform: segments=", *segments, " and budget=", params.Text("budget"),
-        " both choose the segment count; accepted: one of them"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("uniform: segments=", *segments, " and budget=", params.Text("budget"),
+                     " both choose the segment count; accepted: one of them"));
   }
   return std::make_unique<Uniform>(segments, budget);
 }
@@ -79,16 +79,18 @@ absl::StatusOr<Plan> Uniform::MakePlan(const ModelProfile& profile) const {
       }
       least = std::min(least, predicted.peak_bytes + kBudgetSlackBytes);
     }
-    return absl::InvalidArgumentError(absl::StrCat(
-        "uniform: budget=", FormatByteSize(*budget_), " is below the least peak any segment "
-        "count reaches on ", profile.model, ", ", least, " bytes (", FormatByteSize(least),
-        "); accepted: a budget of at least that"));
+    return absl::InvalidArgumentError(absl::StrCat("uniform: budget=", FormatByteSize(*budget_),
+                                                   " is below the least peak any segment "
+                                                   "count reaches on ",
+                                                   profile.model, ", ", least, " bytes (",
+                                                   FormatByteSize(least),
+                                                   "); accepted: a budget of at least that"));
   }
   const int k = segments_.value_or(CeilSqrt(n));
   if (k > n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("uniform: segments=", k, " is more than the ", n, " stages of ",
-                     profile.model, "; accepted: 1..", n, " or auto"));
+    return absl::InvalidArgumentError(absl::StrCat("uniform: segments=", k, " is more than the ", n,
+                                                   " stages of ", profile.model, "; accepted: 1..",
+                                                   n, " or auto"));
   }
   Plan plan = PlanWith(k, n);
   if (!segments_.has_value()) absl::StrAppend(&plan.summary, " (k = ceil(sqrt(", n, ")))");

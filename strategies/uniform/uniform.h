@@ -19,8 +19,8 @@
 // it). A budget no count fits is an error naming the least peak any count reaches.
 #pragma once
 
-#include <memory>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
