@@ -46,7 +46,7 @@ struct Segment {
   SegmentMode mode = SegmentMode::kStored;
   // kCheckpointed only: the plan of its rerun in backward, segments covering [begin, end) in
   // order. Empty: the rerun stores every stage.
-  std::vector<Segment> inner;
+  std::vector<Segment> inner = {};
 
   int size() const { return end - begin; }
   friend bool operator==(const Segment& a, const Segment& b) {

@@ -336,7 +336,7 @@ absl::Status WriteParetoPlot(const std::string& dir, const std::vector<ResultRow
       const std::pair<double, double> point(Num(r, "step_ms_median"),
                                             Num(r, "peak_above_baseline_bytes") / 1048576.0);
       points.push_back(point);
-      const std::string& strategy = Text(r, "strategy");
+      const std::string strategy = Text(r, "strategy");
       const size_t budget = strategy.find(":budget=");
       if (budget != std::string::npos &&
           Text(r, "strategy_arg").find(":budget=") != std::string::npos) {

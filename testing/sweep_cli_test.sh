@@ -157,7 +157,7 @@ check_bad "--accumulate=0 is not accepted" --train_steps=2 --accumulate=0
 check_bad "--report_only: no results.csv in --out=" --report_only
 check_bad "--report_only runs nothing, so --depths cannot go with it" --report_only --depths=4
 
-# Hostile input: the table of cases that once broke the sweep (README "Testing"), each an
+# Hostile input: the table of cases that once broke the sweep (docs/testing.md), each an
 # exit-2 error naming the value and what is accepted, with nothing written, or a run that works.
 # Abseil's own flag errors, made ours:
 check_bad "--steps='abc' is not accepted; accepted: an integer" --steps=abc

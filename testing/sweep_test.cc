@@ -151,7 +151,9 @@ TEST(Sweep, ACapBetweenTwoPeaksMakesExactlyTheConfigurationsAboveItOom) {
       EXPECT_EQ(capped[i].status, above ? "oom" : "ok")
           << capped[i].strategy << " peaked at " << uncapped[i].peak_bytes << " uncapped; cap "
           << cap << ": " << capped[i].message;
-      if (!above) EXPECT_EQ(capped[i].peak_bytes, uncapped[i].peak_bytes) << capped[i].strategy;
+      if (!above) {
+        EXPECT_EQ(capped[i].peak_bytes, uncapped[i].peak_bytes) << capped[i].strategy;
+      }
     }
   }
 }

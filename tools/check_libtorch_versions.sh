@@ -7,8 +7,8 @@
 #
 # For each Debian suite named (default: trixie+cuda, LibTorch 2.6 built with CUDA; and sid, the
 # newest LibTorch Debian packages, CPU-only, 2.14 when this was written):
-#   1. a minimal root of the suite, made with debootstrap from Debian's package registry (the
-#      one network these machines have), with its g++, CMake, ninja, libtorch-dev, Abseil,
+#   1. a minimal root of the suite, made with debootstrap (tools/debian_root.sh) from the Debian
+#      archive this machine's apt sources name (the one network these machines have), with its g++, CMake, ninja, libtorch-dev, Abseil,
 #      GoogleTest, RapidCheck and Google Benchmark;
 #   2. with "+cuda": in it, contrib's CUDA build of the same LibTorch (libtorch-cuda-dev) in
 #      place of libtorch-dev, non-free's CUDA toolkit (LibTorch's CMake config needs nvcc), and
@@ -43,8 +43,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
+# shellcheck source=tools/debian_root.sh
+source tools/debian_root.sh
 
-mirror="${CKPT_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 roots="${CKPT_ROOTS_DIR:-/var/tmp}"
 cuda_home="${CUDA_HOME:-/usr/local/cuda}"
 suites=("$@")
@@ -232,44 +233,6 @@ fi
 exit "$status"
 INNER
 
-# Runs the script $2 as root inside the root $1, in a private mount namespace (the mounts end
-# with it, also when this is interrupted): /proc, /dev, the sources read-only at /src, this
-# machine's CUDA toolkit read-only at /opt/host-cuda when $3 names it, and only the environment
-# variables after $3 (this machine's CUDA_HOME, LIBRARY_PATH and PATH name its own CUDA).
-in_root() {
-  local root=$1 script=$2 cuda=$3
-  shift 3
-  mkdir -p "$root/src" "$root/opt/host-cuda"
-  unshare -m --propagation private bash -c '
-    set -e
-    root=$1 repo=$2 cuda=$3 script=$4
-    shift 4
-    mount --bind "$repo" "$root/src"
-    mount -o remount,bind,ro "$root/src"
-    mount -t proc proc "$root/proc"
-    mount --bind /dev "$root/dev"
-    [[ -z "$cuda" ]] || mount -o bind,ro "$cuda" "$root/opt/host-cuda"
-    exec chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 PATH=/usr/sbin:/usr/bin:/sbin:/bin \
-      "$@" /bin/bash -c "$script"' _ \
-    "$root" "$repo" "$cuda" "$script" "$@"
-}
-
-# Makes (or, kept from a run before, upgrades) the root of a suite. Its log goes to $3.
-make_root() {
-  local suite=$1 root=$2 log=$3
-  if [[ -x "$root/usr/bin/cmake" && -d "$root/usr/include/torch/csrc/api/include/torch" ]]; then
-    say "upgrading the kept root $root"
-    in_root "$root" 'apt-get update -qq $CKPT_APT_OPTIONS &&
-      DEBIAN_FRONTEND=noninteractive apt-get -y -qq dist-upgrade' "" \
-      CKPT_APT_OPTIONS="$CKPT_APT_OPTIONS" >"$log" 2>&1
-  else
-    rm -rf "$root"
-    say "making a $suite root in $root (debootstrap, about 3 minutes)"
-    debootstrap --variant=minbase --components=main,contrib,non-free --include="$packages" \
-      "$suite" "$root" "$mirror" >"$log" 2>&1
-  fi
-}
-
 results=()
 failed=0
 ran=0
@@ -290,7 +253,7 @@ for name in "${suites[@]}"; do
     results+=("$name: skipped, $free_gb GB free in $roots (needs about $need_gb GB)")
     continue
   fi
-  if ! make_root "$suite" "$root" "$log"; then
+  if ! CKPT_APT_OPTIONS="$CKPT_APT_OPTIONS" make_root "$suite" "$root" "$log" "$packages"; then
     say "skipped $name: its root could not be made (last lines of $log):" >&2
     tail -5 "$log" >&2
     results+=("$name: skipped, no root")
@@ -303,7 +266,7 @@ for name in "${suites[@]}"; do
   fi
   say "building and testing in $name"
   set +e
-  in_root "$root" "$inner_script" "$cuda_mount" CKPT_CUDA_TORCH="$cuda_torch" \
+  CKPT_ROOT_SRC=$repo in_root "$root" "$inner_script" "$cuda_mount" CKPT_CUDA_TORCH="$cuda_torch" \
     CKPT_APT_OPTIONS="$CKPT_APT_OPTIONS" 2>&1 | tee "$check_log"
   rc=${PIPESTATUS[0]}
   set -e

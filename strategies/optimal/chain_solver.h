@@ -50,8 +50,8 @@
 // Discretisation: every byte count becomes round(bytes / u) units, so an event's units differ
 // from its bytes / u by at most half a unit per term summed, at most (n + 6) / 2 units. The
 // chain model is itself approximate (above), so `optimal` does not trust either: it takes the
-// solver's plan at every budget 0..M, in order of decreasing budget, and keeps the first whose
-// peak the exact memory model predicts within the user's budget (strategies/optimal/optimal.h).
+// solver's plan at every budget 0..M, checks each with the exact memory model, and keeps the
+// fastest whose predicted peak fits the user's budget (strategies/optimal/optimal.h).
 // Chains longer than kMaxSolverStages are first cut into that many groups of consecutive
 // stages, each solved as one stage with every part stored.
 //

@@ -126,7 +126,7 @@ ctest_summary=$(grep -m1 -E "tests passed, [0-9]+ tests? failed" "$staged/ctest.
       *.gp) what="gnuplot script for ${f%.gp}.png (\`gnuplot $f\` in this folder)" ;;
       *.dat) what="the data ${f%.dat}.gp plots" ;;
       report.md) what="the sweep's report: per model, memory and time against store_all, plans, predictions" ;;
-      results.csv) what="one row per (model, strategy); columns in the top-level README" ;;
+      results.csv) what="one row per (model, strategy); columns in docs/sweep.md" ;;
       pareto.png) what="peak memory against step time per model, Pareto front marked" ;;
       gpu.txt) what="nvidia-smi: GPU, memory, driver" ;;
       run.log) what="run.sh's log: versions, phases, timings" ;;
@@ -134,6 +134,9 @@ ctest_summary=$(grep -m1 -E "tests passed, [0-9]+ tests? failed" "$staged/ctest.
       amp.stderr) what="the mixed-precision training run's progress and errors" ;;
       conformance.log) what="the conformance suite on the GPU" ;;
       benchmarks.json) what="Google Benchmark on the GPU (CUDA-event manual time)" ;;
+      sweep.txt) what="the sweep's tables as it printed them" ;;
+      sweep.stderr) what="the sweep's progress lines and warnings" ;;
+      configure.log) what="CMake's configure output: the LibTorch, CUDA and compiler it found" ;;
       *) what="" ;;
     esac
     echo "| [$f]($f) | $what |"
