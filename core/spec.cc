@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -224,6 +225,10 @@ std::string FormatByteSize(int64_t bytes) {
     if (bytes != 0 && bytes % factor == 0) return absl::StrCat(bytes / factor, suffix);
   }
   return absl::StrCat(bytes);
+}
+
+std::string DescribeBytes(int64_t bytes) {
+  return absl::StrCat(bytes, " bytes (", absl::StrFormat("%.2f MiB", bytes / 1048576.0), ")");
 }
 
 absl::StatusOr<ParamValues> BindParams(const Spec& spec, const std::vector<ParamDef>& defs) {

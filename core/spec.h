@@ -96,6 +96,8 @@ ParamDef BytesParam(std::string key, std::string default_value, std::string help
 absl::StatusOr<int64_t> ParseByteSize(absl::string_view text);
 // The shortest exact writing of `bytes` in that grammar: "12MiB", "1536MiB", "1000".
 std::string FormatByteSize(int64_t bytes);
+// A byte count for a reader: "31135616 bytes (29.69 MiB)".
+std::string DescribeBytes(int64_t bytes);
 
 // Values of every declared parameter, defaults filled in, already validated.
 class ParamValues {

@@ -50,7 +50,7 @@ absl::StatusOr<Plan> Optimal::MakePlan(const ModelProfile& profile) const {
     ASSIGN_OR_RETURN(Plan uniform, PlanFor("uniform", profile));
     ASSIGN_OR_RETURN(MemoryPrediction predicted, PredictMemory(profile, uniform));
     budget = predicted.peak_bytes + kBudgetSlackBytes;  // so that uniform's plan itself fits
-    budget_text = absl::StrCat("auto (", FormatByteSize(budget), ", uniform's predicted peak)");
+    budget_text = absl::StrCat("auto (", DescribeBytes(budget), ", uniform's predicted peak)");
   }
   const chain::Chain chain = chain::FromProfile(profile);
   int options = 1;
@@ -100,7 +100,7 @@ absl::StatusOr<Plan> Optimal::MakePlan(const ModelProfile& profile) const {
     plan.strategy = absl::StrCat(kId, ":budget=", budget_.has_value() ? budget_text : "auto");
     plan.summary = absl::StrCat(
         "the fastest plan the planner finds within ", budget_text, ": predicted peak ",
-        FormatByteSize(best_predicted.peak_bytes), ", ", plan.RecomputedStages(),
+        DescribeBytes(best_predicted.peak_bytes), ", ", plan.RecomputedStages(),
         " stage forwards rerun, checkpoints nested ", plan.Depth(), " deep",
         profile.timed ? absl::StrFormat(", predicted step %.2f ms", best_ms) : std::string(),
         chain.stages.size() < static_cast<size_t>(profile.num_stages())
@@ -108,10 +108,9 @@ absl::StatusOr<Plan> Optimal::MakePlan(const ModelProfile& profile) const {
             : std::string());
     return plan;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("optimal: budget=", budget_text,
-                   " is below the least peak the planner reaches on ", profile.model, ", ", least,
-                   " bytes (", FormatByteSize(least), "); accepted: a budget of at least that"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "optimal: budget=", budget_text, " is below the least peak the planner reaches on ",
+      profile.model, ", ", DescribeBytes(least), "; accepted: a budget of at least that"));
 }
 
 }  // namespace ckpt

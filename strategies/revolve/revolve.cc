@@ -156,9 +156,8 @@ absl::StatusOr<Plan> Revolve::MakePlan(const ModelProfile& profile) const {
       return absl::InvalidArgumentError(absl::StrCat("revolve: budget=", FormatByteSize(*budget_),
                                                      " is below the least peak any "
                                                      "checkpoint count reaches on ",
-                                                     profile.model, ", ", least, " bytes (",
-                                                     FormatByteSize(least),
-                                                     "); accepted: a budget of at least that"));
+                                                     profile.model, ", ", DescribeBytes(least),
+                                                     "; accepted: a budget of at least that"));
     }
     absl::StrAppend(&best->summary, "; the fastest count that fits ", FormatByteSize(*budget_));
     best->strategy = absl::StrCat(kId, ":budget=", FormatByteSize(*budget_));

@@ -74,7 +74,7 @@ absl::StatusOr<Plan> Uniform::MakePlan(const ModelProfile& profile) const {
       if (predicted.peak_bytes + kBudgetSlackBytes <= *budget_) {
         plan.strategy = absl::StrCat(kId, ":budget=", FormatByteSize(*budget_));
         absl::StrAppend(&plan.summary, " (the fewest whose predicted peak, ",
-                        FormatByteSize(predicted.peak_bytes), ", fits)");
+                        DescribeBytes(predicted.peak_bytes), ", fits)");
         return plan;
       }
       least = std::min(least, predicted.peak_bytes + kBudgetSlackBytes);
@@ -82,9 +82,8 @@ absl::StatusOr<Plan> Uniform::MakePlan(const ModelProfile& profile) const {
     return absl::InvalidArgumentError(absl::StrCat("uniform: budget=", FormatByteSize(*budget_),
                                                    " is below the least peak any segment "
                                                    "count reaches on ",
-                                                   profile.model, ", ", least, " bytes (",
-                                                   FormatByteSize(least),
-                                                   "); accepted: a budget of at least that"));
+                                                   profile.model, ", ", DescribeBytes(least),
+                                                   "; accepted: a budget of at least that"));
   }
   const int k = segments_.value_or(CeilSqrt(n));
   if (k > n) {
