@@ -189,32 +189,17 @@ std::string Gpt2Model::SmallSpec(const SpecChooser& choose) {
 std::vector<StageInfo> Gpt2Model::Stages() const {
   const Gpt2Options& o = module_->options;
   const bool stochastic = o.dropout() > 0;
-  const double tokens = static_cast<double>(batch_ * seq_);
-  const double h = static_cast<double>(o.hidden());
-  // As the transformer's (models/transformer.cc); the causal mask is applied to full scores.
-  const double attention_flops = 8 * tokens * h * h + 4 * tokens * static_cast<double>(seq_) * h;
-  const double mlp_flops = 16 * tokens * h * h;
   std::vector<StageInfo> stages;
   // The embedding offers no chunking: a lookup has no intermediates to spare, and each chunk's
   // backward would make a dense gradient of the whole (tied) table.
   stages.push_back({"embedding", StageKind::kEmbedding, stochastic, {}, 0});
-  for (int64_t b = 0; b < o.depth(); ++b) {
-    stages.push_back({absl::StrCat("block", b, ".attention"),
-                      StageKind::kAttention,
-                      stochastic,
-                      {AttentionCorePart(), SequencePart()},
-                      attention_flops});
-    stages.push_back({absl::StrCat("block", b, ".mlp"),
-                      StageKind::kMlp,
-                      stochastic,
-                      {MlpHiddenPart(), SequencePart()},
-                      mlp_flops});
-  }
+  AppendBlockStages(o.depth(), batch_ * seq_, seq_, o.hidden(), stochastic, &stages);
   stages.push_back({"head",
                     StageKind::kHead,
                     /*stochastic=*/false,
                     {SequencePart()},
-                    2 * tokens * h * static_cast<double>(o.vocab())});
+                    2 * static_cast<double>(batch_ * seq_) * static_cast<double>(o.hidden()) *
+                        static_cast<double>(o.vocab())});
   return stages;
 }
 

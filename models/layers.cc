@@ -14,6 +14,7 @@
 #include "ATen/ops/scalar_tensor.h"
 #include "ATen/ops/softmax.h"
 #include "ATen/ops/where.h"
+#include "absl/strings/str_cat.h"
 
 namespace ckpt {
 namespace {
@@ -112,6 +113,26 @@ FeedForwardImpl::FeedForwardImpl(int64_t hidden, bool tanh_gelu) : tanh_gelu_(ta
 
 at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
   return fc2_(at::gelu(fc1_(x), tanh_gelu_ ? "tanh" : "none"));
+}
+
+void AppendBlockStages(int64_t depth, int64_t tokens, int64_t seq, int64_t hidden, bool stochastic,
+                       std::vector<StageInfo>* stages) {
+  const double t = static_cast<double>(tokens);
+  const double h = static_cast<double>(hidden);
+  const double attention_flops = 8 * t * h * h + 4 * t * static_cast<double>(seq) * h;
+  const double mlp_flops = 16 * t * h * h;
+  for (int64_t b = 0; b < depth; ++b) {
+    stages->push_back({absl::StrCat("block", b, ".attention"),
+                       StageKind::kAttention,
+                       stochastic,
+                       {AttentionCorePart(), SequencePart()},
+                       attention_flops});
+    stages->push_back({absl::StrCat("block", b, ".mlp"),
+                       StageKind::kMlp,
+                       stochastic,
+                       {MlpHiddenPart(), SequencePart()},
+                       mlp_flops});
+  }
 }
 
 }  // namespace ckpt

@@ -10,8 +10,10 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "ATen/core/Tensor.h"
+#include "core/stage.h"
 #include "torch/nn/module.h"
 #include "torch/nn/modules/linear.h"
 #include "torch/nn/modules/normalization.h"
@@ -73,5 +75,14 @@ class FeedForwardImpl : public torch::nn::Module {
   torch::nn::Linear fc1_{nullptr}, fc2_{nullptr};
 };
 TORCH_MODULE(FeedForward);
+
+// Appends the stages of `depth` transformer blocks, "block<b>.attention" (its core recomputable,
+// its sequence chunkable) and "block<b>.mlp" (its hidden activation recomputable, its sequence
+// chunkable), with their forward FLOPs for `tokens` tokens in sequences of `seq`: the Q, K, V
+// and output projections (2 x tokens x hidden^2 each), scores and probabilities x values
+// (2 x tokens x seq x hidden each; a causal mask is applied to full scores), and the MLP's two
+// 4x-wide products.
+void AppendBlockStages(int64_t depth, int64_t tokens, int64_t seq, int64_t hidden, bool stochastic,
+                       std::vector<StageInfo>* stages);
 
 }  // namespace ckpt

@@ -113,26 +113,9 @@ std::string TransformerModel::SmallSpec(const SpecChooser& choose) {
 }
 
 std::vector<StageInfo> TransformerModel::Stages() const {
-  const bool stochastic = module_->options.dropout() > 0;
-  const double tokens = static_cast<double>(batch_ * seq_);
-  const double h = static_cast<double>(module_->options.hidden());
-  // Q, K, V and output projections (2 x tokens x h x h each), scores and probabilities x
-  // values (2 x tokens x seq x h each); the MLP's two 4x-wide products.
-  const double attention_flops = 8 * tokens * h * h + 4 * tokens * static_cast<double>(seq_) * h;
-  const double mlp_flops = 16 * tokens * h * h;
+  const TransformerOptions& o = module_->options;
   std::vector<StageInfo> stages;
-  for (int64_t b = 0; b < module_->options.depth(); ++b) {
-    stages.push_back({absl::StrCat("block", b, ".attention"),
-                      StageKind::kAttention,
-                      stochastic,
-                      {AttentionCorePart(), SequencePart()},
-                      attention_flops});
-    stages.push_back({absl::StrCat("block", b, ".mlp"),
-                      StageKind::kMlp,
-                      stochastic,
-                      {MlpHiddenPart(), SequencePart()},
-                      mlp_flops});
-  }
+  AppendBlockStages(o.depth(), batch_ * seq_, seq_, o.hidden(), o.dropout() > 0, &stages);
   return stages;
 }
 
