@@ -29,12 +29,8 @@ root=$roots/ckptlab-root-fresh-$suite
 log=$roots/ckptlab-root-fresh-$suite.log
 check_log=$roots/ckptlab-check-fresh-$suite.log
 
-if ((EUID != 0)); then
-  say "skipped: needs root (debootstrap, chroot, mount namespace)" >&2
-  exit 2
-fi
-if ! command -v debootstrap >/dev/null; then
-  say "skipped: no debootstrap (apt-get install debootstrap)" >&2
+if why=$(roots_unavailable); then
+  say "skipped: $why" >&2
   exit 2
 fi
 if [[ -z "$suite" || ! -f "$src/README.md" ]]; then
@@ -74,9 +70,9 @@ if [[ "${1:-}" == --here ]]; then
   exit
 fi
 
-free_gb=$(df --output=avail -B1G "$roots" | tail -1 | tr -d ' ')
-if [[ ! -d "$root" ]] && ((free_gb < 6)); then
-  say "skipped: $free_gb GB free in $roots; the root needs about 6 GB" >&2
+avail=$(free_gb "$roots")
+if [[ ! -d "$root" ]] && ((avail < 6)); then
+  say "skipped: $avail GB free in $roots; the root needs about 6 GB" >&2
   exit 2
 fi
 started=$SECONDS

@@ -59,12 +59,8 @@ export CKPT_APT_OPTIONS="-o Acquire::Check-Valid-Until=false"
 
 say() { echo "check_libtorch_versions: $*"; }
 
-if ((EUID != 0)); then
-  say "skipped: needs root (debootstrap, chroot, mount namespace)" >&2
-  exit 2
-fi
-if ! command -v debootstrap >/dev/null; then
-  say "skipped: no debootstrap (apt-get install debootstrap; tools/bazel installs it)" >&2
+if why=$(roots_unavailable); then
+  say "skipped: $why" >&2
   exit 2
 fi
 for suite in "${suites[@]}"; do
@@ -247,10 +243,10 @@ for name in "${suites[@]}"; do
   # A root, its packages and builds: about 2 GB, 13 GB with +cuda (Bazel's outputs included).
   need_gb=3
   ((cuda_torch == 0)) || need_gb=14
-  free_gb=$(df --output=avail -B1G "$roots" | tail -1 | tr -d ' ')
-  if [[ ! -d "$root" ]] && ((free_gb < need_gb)); then
-    say "skipped $name: $free_gb GB free in $roots, and its root needs about $need_gb GB" >&2
-    results+=("$name: skipped, $free_gb GB free in $roots (needs about $need_gb GB)")
+  avail=$(free_gb "$roots")
+  if [[ ! -d "$root" ]] && ((avail < need_gb)); then
+    say "skipped $name: $avail GB free in $roots, and its root needs about $need_gb GB" >&2
+    results+=("$name: skipped, $avail GB free in $roots (needs about $need_gb GB)")
     continue
   fi
   if ! CKPT_APT_OPTIONS="$CKPT_APT_OPTIONS" make_root "$suite" "$root" "$log" "$packages"; then

@@ -2,9 +2,26 @@
 # and tools/check_libtorch_versions.sh share. Needs root (debootstrap, chroot, a private mount
 # namespace) and bash.
 #
+#   roots_unavailable          why no root can be made here, if so
+#   free_gb DIR                gigabytes free where DIR is
 #   debian_mirror              the archive this machine's apt already uses (see below)
 #   make_root SUITE ROOT LOG [PACKAGES]
 #   in_root ROOT SCRIPT CUDA_DIR [NAME=VALUE...]
+
+# Prints why roots cannot be made on this machine (not root; no debootstrap) and succeeds, or
+# prints nothing and fails when they can: `if why=$(roots_unavailable); then ...`.
+roots_unavailable() {
+  if ((EUID != 0)); then
+    echo "needs root (debootstrap, chroot, mount namespace)"
+  elif ! command -v debootstrap >/dev/null; then
+    echo "no debootstrap (apt-get install debootstrap; .ci/run installs it)"
+  else
+    return 1
+  fi
+}
+
+# Prints the gigabytes available on the file system holding the folder $1.
+free_gb() { df --output=avail -B1G "$1" | tail -1 | tr -d ' '; }
 
 # Prints the Debian archive this machine's apt sources use for its own release (the entry whose
 # suites include this system's codename, with the main component), so the project names no
