@@ -16,11 +16,16 @@ ModelRegistry& Models() {
   return *registry;
 }
 
-absl::Status CheckModelSpec(const std::string& spec_text) {
+absl::StatusOr<std::string> CanonicalModelSpec(const std::string& spec_text) {
   ASSIGN_OR_RETURN(Spec spec, ParseSpec(spec_text));
   ASSIGN_OR_RETURN(const ModelRegistry::Entry* entry, Models().Find(spec.name));
   ASSIGN_OR_RETURN(ParamValues values, Models().Bind(spec));
-  return entry->traits.check ? entry->traits.check(values) : absl::OkStatus();
+  if (entry->traits.check) RETURN_IF_ERROR(entry->traits.check(values));
+  return values.Canonical();
+}
+
+absl::Status CheckModelSpec(const std::string& spec_text) {
+  return CanonicalModelSpec(spec_text).status();
 }
 
 absl::StatusOr<std::shared_ptr<ChainModel>> CreateModel(const std::string& spec_text,

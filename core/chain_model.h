@@ -96,6 +96,11 @@ absl::StatusOr<std::shared_ptr<ChainModel>> CreateModel(const std::string& spec_
 // CreateModel would give for the spec itself, before any tensor exists.
 absl::Status CheckModelSpec(const std::string& spec_text);
 
+// The spec's one writing (CheckModelSpec's errors otherwise): every parameter in declaration
+// order, defaults filled in, numbers canonical. Two texts name the same model exactly when
+// their canonical specs are equal ("heavy_mlp:batch=2:depth=+4" is "heavy_mlp:depth=4:...").
+absl::StatusOr<std::string> CanonicalModelSpec(const std::string& spec_text);
+
 namespace internal {
 template <typename T, typename = void>
 struct CheckOf {

@@ -97,17 +97,18 @@ int UsableCores() {
 }
 
 absl::StatusOr<int> ParseThreadCount(absl::string_view flag, absl::string_view text) {
-  if (text == "auto") return UsableCores();
+  const int cores = UsableCores();
+  if (text == "auto") return cores;
   int n = 0;
-  if (!absl::SimpleAtoi(text, &n) || n < 1) {
+  if (!absl::SimpleAtoi(text, &n) || n < 1 || n > cores) {
     return absl::InvalidArgumentError(
-        absl::StrCat(flag, "='", text, "' is not accepted; accepted: an integer >= 1, or auto (",
-                     UsableCores(), ", the cores this process may use)"));
+        absl::StrCat(flag, "='", text, "' is not accepted; accepted: 1..", cores,
+                     " (the cores this process may use), or auto (", cores, ")"));
   }
   return n;
 }
 
-absl::Status SetComputeThreads(const ComputeThreads& threads) {
+absl::StatusOr<ComputeThreads> SetComputeThreads(const ComputeThreads& threads) {
   for (const auto& [name, n] : {std::pair<const char*, int>{"LibTorch intra-op", threads.intra_op},
                                 {"BLAS", threads.blas}}) {
     if (n < 1) {
@@ -116,8 +117,14 @@ absl::Status SetComputeThreads(const ComputeThreads& threads) {
     }
   }
   at::set_num_threads(threads.intra_op);
-  if (auto set = OpenBlasSymbol<void (*)(int)>("openblas_set_num_threads")) set(threads.blas);
-  return absl::OkStatus();
+  ComputeThreads running{at::get_num_threads(), 0};
+  auto set = OpenBlasSymbol<void (*)(int)>("openblas_set_num_threads");
+  auto get = OpenBlasSymbol<int (*)()>("openblas_get_num_threads");
+  if (set != nullptr && get != nullptr) {
+    set(threads.blas);
+    running.blas = get();
+  }
+  return running;
 }
 
 std::string DescribeRuntime() {

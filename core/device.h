@@ -49,13 +49,15 @@ struct ComputeThreads {
 // The cores this process may run on (its CPU affinity mask).
 int UsableCores();
 
-// A thread count as a user gives it: an integer >= 1, or "auto" for UsableCores().
-// InvalidArgument naming `flag` and the accepted values.
+// A thread count as a user gives it: an integer from 1 to UsableCores(), or "auto" for
+// UsableCores(). More threads than cores measure contention, and past what the process may
+// start LibTorch's pool waits forever. InvalidArgument naming `flag` and the accepted values.
 absl::StatusOr<int> ParseThreadCount(absl::string_view flag, absl::string_view text);
 
-// Sets both pools. InvalidArgument unless both counts are >= 1. The BLAS count is ignored (and
-// reported so by DescribeRuntime) when the BLAS is not OpenBLAS.
-absl::Status SetComputeThreads(const ComputeThreads& threads);
+// Sets both pools and returns the counts they run with, read back from them (OpenBLAS caps
+// its pool at the number it was built for; `blas` is 0 when the BLAS is not OpenBLAS, whose
+// threads are then not set). InvalidArgument unless both counts are >= 1.
+absl::StatusOr<ComputeThreads> SetComputeThreads(const ComputeThreads& threads);
 
 // "LibTorch 1.13.0; intra-op threads 1 (OMP_WAIT_POLICY unset); BLAS OpenBLAS 0.3.21 ..., 2
 // thread(s); CUDA not built"

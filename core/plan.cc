@@ -187,12 +187,17 @@ absl::Status ValidatePlan(const Plan& plan, const std::vector<StageInfo>& stages
       if (p.action == PartAction::kStore) continue;
       const bool allowed =
           std::find(part.actions.begin(), part.actions.end(), p.action) != part.actions.end();
-      if (!allowed || (p.action == PartAction::kChunk && p.chunks < 2)) {
+      const bool too_many =
+          p.action == PartAction::kChunk && part.extent > 0 && p.chunks > part.extent;
+      if (!allowed || (p.action == PartAction::kChunk && p.chunks < 2) || too_many) {
         return absl::InternalError(absl::StrCat(
             "plan of ", plan.strategy, " asks stage ", i, " (", info.name, ") to have its part '",
             part.name, "' (", PartKindName(part.kind), ") ", PartActionName(p.action),
             p.action == PartAction::kChunk ? absl::StrCat(" into ", p.chunks, " chunks") : "",
-            allowed ? "; accepted: at least 2 chunks" : "; the part does not allow it"));
+            !allowed   ? "; the part does not allow it"
+            : too_many ? absl::StrCat("; accepted: 2..", part.extent, " chunks (its axis has ",
+                                      part.extent, " positions)")
+                       : "; accepted: at least 2 chunks"));
       }
       if (p.action == PartAction::kChunk) ++chunked;
     }

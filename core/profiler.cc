@@ -2,7 +2,12 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <memory>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "ATen/core/grad_mode.h"
 #include "ATen/ops/ones_like.h"
@@ -13,6 +18,8 @@
 #include "core/rng.h"
 #include "core/torch_status.h"
 #include "torch/csrc/autograd/autograd.h"
+#include "torch/csrc/autograd/function.h"
+#include "torch/csrc/autograd/functions/accumulate_grad.h"
 
 namespace ckpt {
 namespace {
@@ -27,6 +34,56 @@ int64_t Bytes(const std::vector<at::Tensor>& tensors) {
   int64_t n = 0;
   for (const at::Tensor& t : tensors) n += StorageBytes(t);
   return n;
+}
+
+// The parameters (indices by their TensorImpl) whose gradients a backward through `outputs`
+// would accumulate: the AccumulateGrad leaves of their graph, in index order.
+std::vector<int> GraphLeaves(const std::vector<at::Tensor>& outputs,
+                             const std::unordered_map<const c10::TensorImpl*, int>& index) {
+  std::set<int> found;
+  std::vector<torch::autograd::Node*> stack;
+  std::unordered_set<torch::autograd::Node*> seen;
+  auto visit_leaf = [&](const at::Tensor& t) {
+    auto it = index.find(t.unsafeGetTensorImpl());
+    if (it != index.end()) found.insert(it->second);
+  };
+  for (const at::Tensor& t : outputs) {
+    if (!t.defined() || !t.requires_grad()) continue;
+    if (t.grad_fn() == nullptr) {
+      visit_leaf(t);  // the stage returns a parameter itself
+    } else if (seen.insert(t.grad_fn().get()).second) {
+      stack.push_back(t.grad_fn().get());
+    }
+  }
+  while (!stack.empty()) {
+    torch::autograd::Node* node = stack.back();
+    stack.pop_back();
+    for (const torch::autograd::Edge& edge : node->next_edges()) {
+      torch::autograd::Node* next = edge.function.get();
+      if (next == nullptr || !seen.insert(next).second) continue;
+      if (auto* leaf = dynamic_cast<torch::autograd::AccumulateGrad*>(next)) {
+        visit_leaf(leaf->variable);
+      } else {
+        stack.push_back(next);
+      }
+    }
+  }
+  return std::vector<int>(found.begin(), found.end());
+}
+
+// Shapes and types of `tensors`, for comparing stages.
+std::string ShapesOf(const std::vector<at::Tensor>& tensors) {
+  std::string out;
+  for (const at::Tensor& t : tensors) {
+    if (!t.defined()) {
+      out += "undefined;";
+      continue;
+    }
+    out += std::string(t.dtype().name());
+    for (const int64_t d : t.sizes()) out += absl::StrCat(",", d);
+    out += absl::StrCat(t.requires_grad() ? "g" : "", ";");
+  }
+  return out;
 }
 
 // Live bytes freed by running `drop` (which releases some references).
@@ -62,10 +119,18 @@ class Profiler {
     ClearGradients(params_);
     if (options_.warm_up == ProfileWarmUp::kAlways || device_.is_cuda()) WarmUp();
     ComputeInputs();
-    for (size_t i = 0; i < stages_.size(); ++i) {
-      for (const StagePolicy& policy : PolicyMenu(stages_[i], options_.chunks)) {
-        profile.measured[i].push_back(Measure(i, policy));
+    const int n = static_cast<int>(stages_.size());
+    for (int i = 0; i < n; ++i) {
+      if (twin_[i] != i) {  // measured already, as its earlier twin
+        for (const StageProfile& measured : profile.measured[twin_[i]]) {
+          profile.measured[i].push_back(CopyOfTwin(measured, i));
+        }
+      } else {
+        for (const StagePolicy& policy : PolicyMenu(stages_[i], options_.chunks)) {
+          profile.measured[i].push_back(Measure(i, policy));
+        }
       }
+      Report("measuring", i + 1);
     }
     MeasureLoss(inputs_.back(), profile.loss);
     return profile;
@@ -77,7 +142,10 @@ class Profiler {
       const StagePolicy& policy = plan.PolicyOf(static_cast<int>(i));
       if (profile.Find(static_cast<int>(i), policy) != nullptr) continue;
       if (inputs_.empty()) ComputeInputs();
-      profile.measured[i].push_back(Measure(i, policy));
+      const int twin = twin_[i];
+      const StageProfile* measured = profile.Find(twin, policy);
+      profile.measured[i].push_back(measured != nullptr ? CopyOfTwin(*measured, i)
+                                                        : Measure(i, policy));
     }
   }
 
@@ -87,11 +155,58 @@ class Profiler {
     return model_.RunStage(static_cast<int>(i), x, StageParts(stages_[i], policy), batch_);
   }
 
-  // The input of every stage (and the last stage's output), computed once without a graph.
+  // The input of every stage (and the last stage's output), its own parameters and its twin
+  // (the first stage measured for it), from one forward of the chain. Each stage runs with a
+  // graph, whose leaves are its parameters; its outputs are kept detached, the graph dropped.
   void ComputeInputs() {
-    at::NoGradGuard no_grad;
+    std::unordered_map<const c10::TensorImpl*, int> index;
+    for (size_t k = 0; k < params_.size(); ++k) index[params_[k].unsafeGetTensorImpl()] = k;
+    const int n = static_cast<int>(stages_.size());
     inputs_ = {batch_.inputs};
-    for (size_t i = 0; i < stages_.size(); ++i) inputs_.push_back(Run(i, inputs_.back()));
+    stage_params_.assign(n, {});
+    twin_.assign(n, 0);
+    std::map<std::string, int> first_of;  // a repeat class -> its first stage
+    at::AutoGradMode enable_grad(true);
+    for (int i = 0; i < n; ++i) {
+      std::vector<at::Tensor> outputs = Run(i, inputs_.back());
+      stage_params_[i] = GraphLeaves(outputs, index);
+      twin_[i] = i;
+      if (options_.reuse_repeated && !stages_[i].repeat_key.empty()) {
+        // Alike where the measurements could tell them apart: the code (the key), whether the
+        // input is the batch (i == 0), and the shapes and types of inputs and parameters.
+        std::vector<at::Tensor> own;
+        for (const int k : stage_params_[i]) own.push_back(params_[k]);
+        const std::string key = absl::StrCat(stages_[i].repeat_key, "|", i == 0, "|",
+                                             ShapesOf(inputs_.back()), "|", ShapesOf(own));
+        twin_[i] = first_of.emplace(key, i).first->second;
+      }
+      for (at::Tensor& t : outputs) t = t.defined() ? t.detach() : t;
+      inputs_.push_back(std::move(outputs));
+      Report("forward", i + 1);
+    }
+  }
+
+  // The measurement of stage `i`'s twin, as stage `i`'s: its parameters in the twin's places.
+  StageProfile CopyOfTwin(const StageProfile& measured, int i) const {
+    StageProfile copy = measured;
+    const std::vector<int>& theirs = stage_params_[twin_[i]];
+    const std::vector<int>& ours = stage_params_[i];
+    for (auto& [param, bytes] : copy.param_grads) {
+      const size_t at = std::lower_bound(theirs.begin(), theirs.end(), param) - theirs.begin();
+      param = at < ours.size() ? ours[at] : param;
+    }
+    return copy;
+  }
+
+  void Report(const char* phase, int done) const {
+    if (options_.progress) options_.progress(phase, done, static_cast<int>(stages_.size()));
+  }
+
+  // Stage i's own parameters, whose gradients its measurements clear and read.
+  std::vector<at::Tensor> StageParams(size_t i) const {
+    std::vector<at::Tensor> out;
+    for (const int k : stage_params_[i]) out.push_back(params_[k]);
+    return out;
   }
 
   // One unmeasured forward and backward of the whole chain, leaving no gradients and the
@@ -146,7 +261,8 @@ class Profiler {
       const MemoryStats s = meter_.Stats();
       p.nograd_transient_bytes = s.peak_bytes - s.live_bytes;
     }
-    ClearGradients(params_);
+    const std::vector<at::Tensor> own = StageParams(i);
+    ClearGradients(own);
     std::vector<at::Tensor> xs, leaves;
     PrepareInputs(i, given, xs, leaves);
     const int64_t start = meter_.Stats().live_bytes;
@@ -179,15 +295,13 @@ class Profiler {
       // the 4-byte seed of z's backward, which the chain does not have).
       p.backward_transient_bytes =
           meter_.Stats().peak_bytes - base - p.output_bytes - static_cast<int64_t>(z.nbytes());
-      for (size_t k = 0; k < params_.size(); ++k) {
-        if (params_[k].grad().defined()) {
-          p.param_grads.emplace_back(static_cast<int>(k), params_[k].grad().nbytes());
-        }
+      for (const int k : stage_params_[i]) {
+        if (params_[k].grad().defined()) p.param_grads.emplace_back(k, params_[k].grad().nbytes());
       }
       for (const at::Tensor& leaf : leaves) {
         p.input_grad_bytes += leaf.grad().defined() ? leaf.grad().nbytes() : 0;
       }
-      ClearGradients(params_);
+      ClearGradients(own);
       z.reset();
       consts.clear();
       p.backward_held_transient_bytes = MeasureHeldBackward(i, given, policy);
@@ -228,7 +342,7 @@ class Profiler {
     meter_.ResetPeak();
     torch::autograd::backward(roots, grads);
     const int64_t transient = meter_.Stats().peak_bytes - base;
-    ClearGradients(params_);
+    ClearGradients(StageParams(i));
     return transient;
   }
 
@@ -238,6 +352,7 @@ class Profiler {
   void Time(size_t i, const std::vector<at::Tensor>& given, const StagePolicy& policy,
             StageCosts& c) {
     std::vector<double> forward, backward, nograd;
+    const std::vector<at::Tensor> own = StageParams(i);
     double total = 0;
     while (static_cast<int>(forward.size()) < options_.min_repeats ||
            total < options_.min_time_ms) {
@@ -260,7 +375,7 @@ class Profiler {
       backward.push_back(timer_->StopMs());
       roots.clear();
       grads.clear();
-      ClearGradients(params_);
+      ClearGradients(own);
       {
         at::NoGradGuard no_grad;
         timer_->Start();
@@ -313,6 +428,8 @@ class Profiler {
   std::vector<at::Tensor> params_;
   std::unique_ptr<StepTimer> timer_;
   std::vector<std::vector<at::Tensor>> inputs_;  // per stage, then the last stage's output
+  std::vector<std::vector<int>> stage_params_;   // per stage, its parameters' indices
+  std::vector<int> twin_;  // per stage, the stage whose measurements it takes (itself)
 };
 
 }  // namespace

@@ -10,9 +10,12 @@
 // gives it, with the input and output tensors owned by the caller as the executor owns them,
 // and its backward fed a gradient freshly allocated the way the next stage's backward would.
 // Its times are medians of repeated runs on the run's device (CUDA events on a GPU), repeated
-// until they add up to a minimum duration, so that noise stays small.
+// until they add up to a minimum duration, so that noise stays small. The work is linear in the
+// number of stages: one forward of each to find its input and its own parameters (the leaves of
+// its graph), then the measurements of each distinct stage, which touch only its parameters.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -42,6 +45,14 @@ struct ProfileOptions {
   int min_repeats = 3;
   double min_time_ms = 20;
   ProfileWarmUp warm_up = ProfileWarmUp::kOnCuda;
+  // Stages with the same StageInfo::repeat_key whose inputs and parameters have the same
+  // shapes and types are measured once, the others given copies of those measurements (their
+  // own parameters' indices): profiling then costs a forward of every stage plus the
+  // measurement of each distinct one. Off: every stage is measured (tests compare the two).
+  bool reuse_repeated = true;
+  // If set, called after each stage of each phase ("forward": the pass that finds every
+  // stage's input; "measuring") with the stages done and their number.
+  std::function<void(const char* phase, int done, int stages)> progress;
 };
 
 // The model's stages without measurements (zero bytes, zero time): enough for strategies that

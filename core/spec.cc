@@ -6,12 +6,14 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/files.h"
 
 namespace ckpt {
 namespace {
@@ -25,6 +27,16 @@ bool IsIdentifier(absl::string_view s) {
 }
 
 std::string Quote(absl::string_view s) { return absl::StrCat("'", s, "'"); }
+
+// The shortest %g writing of `v` that reads back as `v`.
+std::string ShortestDecimal(double v) {
+  for (int digits = 1; digits < 17; ++digits) {
+    const std::string text = absl::StrFormat("%.*g", digits, v);
+    double back = 0;
+    if (absl::SimpleAtod(text, &back) && back == v) return text;
+  }
+  return absl::StrFormat("%.17g", v);
+}
 
 std::string AcceptedKeys(const std::vector<ParamDef>& defs) {
   if (defs.empty()) return "it takes no parameters";
@@ -54,7 +66,10 @@ absl::StatusOr<Parsed> CheckValue(const std::string& owner, const ParamDef& def,
       if (!absl::SimpleAtod(value, &v) || !(v >= def.min_float && v <= def.max_float)) {
         return rejected();
       }
-      return Parsed{std::nullopt, v, value};
+      if (v == 0) v = 0;  // -0 is 0
+      // One writing per number, as integers have: "0.10", "1e-1" and "0x1.999999999999ap-4"
+      // are all "0.1", so that one configuration cannot be run twice under two spellings.
+      return Parsed{std::nullopt, v, ShortestDecimal(v)};
     }
     case ParamDef::Type::kChoice:
       for (const std::string& c : def.choices) {
@@ -87,6 +102,12 @@ absl::StatusOr<Parsed> CheckValue(const std::string& owner, const ParamDef& def,
 
 absl::StatusOr<Spec> ParseSpec(absl::string_view text) {
   text = absl::StripAsciiWhitespace(text);
+  if (const int at = FindControlCharacter(text); at >= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "spec %s holds a control character (byte 0x%02x) at position %d; accepted: printable "
+        "text (form: name or name:key=value:key=value)",
+        Quote(absl::CHexEscape(text)), static_cast<unsigned char>(text[at]), at + 1));
+  }
   std::vector<absl::string_view> parts = absl::StrSplit(text, ':');
   Spec spec;
   spec.name = std::string(parts[0]);

@@ -54,8 +54,8 @@ PartInfo AttentionCorePart() {
   return {"core", PartKind::kAttentionCore, {PartAction::kRecompute}};
 }
 PartInfo MlpHiddenPart() { return {"hidden", PartKind::kMlpHidden, {PartAction::kRecompute}}; }
-PartInfo SequencePart(std::string name) {
-  return {std::move(name), PartKind::kSequence, {PartAction::kChunk}};
+PartInfo SequencePart(int64_t extent, std::string name) {
+  return {std::move(name), PartKind::kSequence, {PartAction::kChunk}, extent};
 }
 
 int StageInfo::FindPart(PartKind part_kind) const {
@@ -140,11 +140,16 @@ std::string DescribePolicy(const StageInfo& stage, const StagePolicy& policy) {
 std::vector<StagePolicy> PolicyMenu(const StageInfo& stage, int chunks) {
   std::vector<StagePolicy> menu = {StagePolicy()};
   for (size_t i = 0; i < stage.parts.size(); ++i) {
-    for (PartAction action : stage.parts[i].actions) {
-      if (action == PartAction::kStore || (action == PartAction::kChunk && chunks < 2)) continue;
+    const PartInfo& part = stage.parts[i];
+    const int part_chunks =
+        part.extent > 0 ? static_cast<int>(std::min<int64_t>(chunks, part.extent)) : chunks;
+    for (PartAction action : part.actions) {
+      if (action == PartAction::kStore || (action == PartAction::kChunk && part_chunks < 2)) {
+        continue;
+      }
       StagePolicy policy;
       policy.parts.resize(stage.parts.size());
-      policy.parts[i] = {action, action == PartAction::kChunk ? chunks : 1};
+      policy.parts[i] = {action, action == PartAction::kChunk ? part_chunks : 1};
       menu.push_back(policy);
     }
   }

@@ -8,7 +8,7 @@
 // declares each part's kind and what may be done to it; a strategy chooses by kind:
 //
 //   StageInfo attention{"block0.attention", StageKind::kAttention, /*stochastic=*/true,
-//                       {AttentionCorePart(), SequencePart()}};
+//                       {AttentionCorePart(), SequencePart(seq)}};
 //   StagePolicy p = PolicyFor(attention, PartKind::kAttentionCore, {PartAction::kRecompute});
 //
 // and the model runs the part through core/parts.h, which applies the chosen policy. Needs no
@@ -45,12 +45,16 @@ struct PartInfo {
   std::string name;  // unique within its stage, e.g. "core", "hidden", "sequence"
   PartKind kind = PartKind::kSequence;
   std::vector<PartAction> actions;  // what may be done to it besides kStore
+  // kChunk: the length of the axis it is chunked along (positions, rows), the most chunks it
+  // can run in. 0 when unknown.
+  int64_t extent = 0;
 };
 
 // The parts the zoo's models declare.
-PartInfo AttentionCorePart();                          // "core": recompute
-PartInfo MlpHiddenPart();                              // "hidden": recompute
-PartInfo SequencePart(std::string name = "sequence");  // chunk
+PartInfo AttentionCorePart();  // "core": recompute
+PartInfo MlpHiddenPart();      // "hidden": recompute
+// Chunkable along an axis of `extent` positions (a sequence's tokens, a batch's rows).
+PartInfo SequencePart(int64_t extent, std::string name = "sequence");
 
 struct StageInfo {
   std::string name;  // e.g. "block3.attention"
@@ -61,6 +65,11 @@ struct StageInfo {
   // does twice that (the products for the input's and the weights' gradients), so a training
   // step of the whole model costs three times the sum.
   double forward_flops = 0;
+  // Stages of one model with the same non-empty key run the same code with parameters of the
+  // same shapes (a transformer's blocks): on inputs of the same shapes they cost the same, so
+  // the profiler measures one of them and gives its measurements to the others. Empty: the
+  // stage is measured on its own.
+  std::string repeat_key;
 
   // The index of the stage's part of `kind`, or -1.
   int FindPart(PartKind kind) const;
@@ -113,7 +122,8 @@ inline StagePolicy PolicyFor(const StageInfo& stage, PartKind kind, PartPolicy p
 std::string DescribePolicy(const StageInfo& stage, const StagePolicy& policy);
 
 // The policies a profile measures for a stage so that planners can choose among them: every
-// part stored first, then each part's other actions alone (chunking into `chunks`).
+// part stored first, then each part's other actions alone (chunking into `chunks`, or into the
+// part's extent where that is smaller; no chunking where it is below 2).
 std::vector<StagePolicy> PolicyMenu(const StageInfo& stage, int chunks);
 
 }  // namespace ckpt

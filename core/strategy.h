@@ -59,6 +59,12 @@ StrategyRegistry& Strategies();
 // Parses and binds a spec such as "uniform:segments=4" and creates the strategy.
 absl::StatusOr<std::unique_ptr<Strategy>> CreateStrategy(const std::string& spec_text);
 
+// The spec's one writing, as bound (every parameter in declaration order, defaults filled in,
+// "auto" left unresolved: "uniform" is "uniform:segments=auto:budget=none"), after checking
+// that the strategy can be created from it. Two texts name the same strategy exactly when their
+// canonical specs are equal.
+absl::StatusOr<std::string> CanonicalStrategySpec(const std::string& spec_text);
+
 // CreateStrategy, then its plan for `profile`, validated against the profile's stages: the
 // first error.
 absl::StatusOr<Plan> PlanFor(const std::string& spec_text, const ModelProfile& profile);

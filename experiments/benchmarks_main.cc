@@ -89,7 +89,7 @@ int Main(int argc, char** argv) {
   if (!intra_op.ok()) Die(intra_op.status());
   absl::StatusOr<int> blas = ParseThreadCount("--blas_threads", absl::GetFlag(FLAGS_blas_threads));
   if (!blas.ok()) Die(blas.status());
-  if (absl::Status s = SetComputeThreads({*intra_op, *blas}); !s.ok()) Die(s);
+  if (absl::Status s = SetComputeThreads({*intra_op, *blas}).status(); !s.ok()) Die(s);
   absl::StatusOr<c10::Device> device = ResolveDevice(absl::GetFlag(FLAGS_device));
   if (!device.ok()) Die(device.status());
   absl::StatusOr<MemoryMeter*> meter = MemoryMeterFor(*device);

@@ -69,6 +69,15 @@ ParsedCommandLine ParseCommandLineOrExit(int argc, char** argv, const char* prog
     std::string name(arg.substr(0, equals));
     const bool has_value = equals != absl::string_view::npos;
     std::string value = has_value ? std::string(arg.substr(equals + 1)) : "";
+    // Abseil's flags that read flags from elsewhere: they would be accepted here and do nothing
+    // (absl::ParseCommandLine handles them, and this parser sets flags one by one).
+    for (const char* elsewhere : {"flagfile", "fromenv", "tryfromenv", "undefok"}) {
+      if (name == elsewhere || name == absl::StrCat("no", elsewhere)) {
+        Exit(program, absl::StrCat("--", name,
+                                   " is not supported; accepted: every flag on the command line "
+                                   "(--name=value; see --help)"));
+      }
+    }
     absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     if (flag == nullptr && !has_value && absl::StartsWith(name, "no")) {
       absl::CommandLineFlag* negated = absl::FindCommandLineFlag(name.substr(2));

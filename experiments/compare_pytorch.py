@@ -82,7 +82,7 @@ def measure_ckptlab(args, workdir, round_index):
          f"--steps={args.steps}", f"--warmup={args.warmup}", f"--out={out}", "--device=cpu"],
         dict(os.environ))
     with open(os.path.join(out, "results.csv"), newline="") as f:
-        rows = {r["strategy_arg"]: r for r in csv.DictReader(f)}
+        rows = {r["strategy"]: r for r in csv.DictReader(f)}
     store_all = rows["store_all"]
     uniform = rows[f"uniform:segments={args.segments}"]
     return {"store_all_ms": float(store_all["step_ms_median"]),

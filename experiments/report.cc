@@ -1,21 +1,14 @@
 #include "experiments/report.h"
 
-#include <fcntl.h>
 #include <sys/utsname.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <map>
-#include <set>
-#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -23,6 +16,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "core/files.h"
+#include "core/status_macros.h"
+#include "experiments/gnuplot.h"
 #include "experiments/results_csv.h"
 
 namespace ckpt {
@@ -67,17 +63,15 @@ std::vector<std::string> ModelsOf(const std::vector<ResultRow>& rows) {
   return models;
 }
 
-absl::Status WriteAtomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    if (!out) return absl::DataLossError(absl::StrCat("cannot write ", tmp));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return absl::DataLossError(absl::StrCat("cannot rename ", tmp, ": ", ec.message()));
-  return absl::OkStatus();
+// The strategy a row of a budget planner run at a given budget (--budgets) belongs to, whose
+// points form a frontier: "optimal" for "optimal:budget=12MiB"; empty for a strategy run at
+// its own budget ("auto") or none. The budget parameter is "budget" in every planner.
+std::string FrontierFamily(const std::string& strategy_spec) {
+  const size_t at = strategy_spec.find(":budget=");
+  if (at == std::string::npos) return "";
+  const size_t begin = at + 8;
+  const std::string value = strategy_spec.substr(begin, strategy_spec.find(':', begin) - begin);
+  return value == "auto" || value == "none" ? "" : strategy_spec.substr(0, strategy_spec.find(':'));
 }
 
 std::string ReadFirstMatch(const std::string& path, const std::string& key) {
@@ -91,28 +85,6 @@ std::string ReadFirstMatch(const std::string& path, const std::string& key) {
     }
   }
   return "unknown";
-}
-
-// gnuplot string literal: single-quoted, quotes doubled.
-std::string GpString(const std::string& s) {
-  return absl::StrCat("'", absl::StrReplaceAll(s, {{"'", "''"}}), "'");
-}
-
-// A panel's title: a model spec (wider than a panel: GPT-2's runs past 100 characters) broken
-// after its ':' separators into lines of at most `width` characters where it can be, as a
-// gnuplot double-quoted string (in which "\n" is a line break).
-std::string GpWrappedTitle(const std::string& text, size_t width = 60) {
-  std::vector<std::string> lines(1);
-  const std::vector<std::string> parts = absl::StrSplit(text, ':');
-  for (size_t i = 0; i < parts.size(); ++i) {
-    const std::string part = i + 1 < parts.size() ? parts[i] + ":" : parts[i];
-    if (!lines.back().empty() && lines.back().size() + part.size() > width) lines.emplace_back();
-    lines.back() += part;
-  }
-  for (std::string& line : lines) {
-    line = absl::StrReplaceAll(line, {{"\\", "\\\\"}, {"\"", "\\\""}});
-  }
-  return absl::StrCat("\"", absl::StrJoin(lines, "\\n"), "\"");
 }
 
 }  // namespace
@@ -223,7 +195,7 @@ absl::Status WriteReport(const std::string& dir, const std::vector<ResultRow>& r
     absl::StrAppend(&md, "\n\n");
   }
   absl::StrAppend(&md, "![memory against time](pareto.png)\n\n", appendix);
-  return WriteAtomically(dir + "/report.md", md);
+  return WriteFileAtomically(dir + "/report.md", md);
 }
 
 std::vector<size_t> ParetoFront(const std::vector<std::pair<double, double>>& points) {
@@ -244,86 +216,19 @@ std::vector<size_t> ParetoFront(const std::vector<std::pair<double, double>>& po
   return front;
 }
 
-absl::Status RunGnuplot(const std::string& dir, const std::string& script) {
-  const std::string log = script + ".log";
-  absl::StatusOr<int> exit_code = RunProgram({"gnuplot", script}, dir, log);
-  if (!exit_code.ok()) {
-    if (exit_code.status().code() == absl::StatusCode::kNotFound) {
-      return absl::UnavailableError(
-          "gnuplot is not installed (apt-get install gnuplot-nox); plot data and scripts were "
-          "written, the pictures were not");
-    }
-    return exit_code.status();
-  }
-  if (*exit_code != 0) {
-    return absl::InternalError(absl::StrCat("gnuplot failed on ", dir, "/", script, " (exit ",
-                                            *exit_code, "); see ", log));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<int> RunProgram(const std::vector<std::string>& argv, const std::string& dir,
-                               const std::string& stderr_file) {
-  if (argv.empty()) return absl::InvalidArgumentError("RunProgram: no program");
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  // The child reports a failure to start through this pipe (closed on a successful exec).
-  int report[2];
-  if (pipe2(report, O_CLOEXEC) != 0) {
-    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
-  }
-  const pid_t pid = fork();
-  if (pid < 0) {
-    const int error = errno;
-    close(report[0]);
-    close(report[1]);
-    return absl::InternalError(absl::StrCat("fork: ", std::strerror(error)));
-  }
-  if (pid == 0) {  // the child: only async-signal-safe calls from here
-    int error = 0;
-    if (chdir(dir.c_str()) != 0) {
-      error = errno;
-    } else {
-      const int fd = open(stderr_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      if (fd >= 0) dup2(fd, STDERR_FILENO);
-      execvp(args[0], args.data());
-      error = errno;
-    }
-    ssize_t ignored = write(report[1], &error, sizeof(error));
-    (void)ignored;
-    _exit(127);
-  }
-  close(report[1]);
-  int error = 0;
-  const ssize_t got = read(report[0], &error, sizeof(error));
-  close(report[0]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (got == static_cast<ssize_t>(sizeof(error))) {
-    const std::string what =
-        absl::StrCat("cannot run ", argv[0], " in ", dir, ": ", std::strerror(error));
-    return error == ENOENT ? absl::NotFoundError(what) : absl::InternalError(what);
-  }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return absl::InternalError(absl::StrCat(argv[0], " was killed by signal ", WTERMSIG(status)));
-}
-
 absl::Status WriteParetoPlot(const std::string& dir, const std::vector<ResultRow>& rows) {
   const std::vector<std::string> models = ModelsOf(rows);
   std::string data, gp;
   const int columns = models.size() > 1 ? 2 : 1;
   const int panel_rows = (static_cast<int>(models.size()) + columns - 1) / columns;
-  absl::StrAppend(&gp, "set terminal pngcairo size ", 640 * columns, ",", 420 * panel_rows,
-                  " font ',9'\nset output 'pareto.png'\nset multiplot layout ", panel_rows, ",",
-                  columns, " title 'Peak memory against step time (lower left is better)'\n",
-                  "set key outside bottom center horizontal\nset grid\n",
-                  // From zero on both axes, so that heights and widths compare as ratios; room
-                  // on the right and at the top for the points' labels.
-                  "set xrange [0:*]\nset yrange [0:*]\nset offsets 0, graph 0.08, graph 0.12, 0\n",
-                  "set xlabel 'step time, ms (median)'\n",
-                  "set ylabel 'peak above baseline, MiB'\n");
+  absl::StrAppend(
+      &gp, PlotPreamble("pareto.png", 640 * columns, 420 * panel_rows), "set multiplot layout ",
+      panel_rows, ",", columns, " title 'Peak memory against step time (lower left is better)'\n",
+      "set key outside bottom center horizontal\nset grid\n",
+      // From zero on both axes, so that heights and widths compare as ratios; room
+      // on the right and at the top for the points' labels.
+      "set xrange [0:*]\nset yrange [0:*]\nset offsets 0, graph 0.08, graph 0.12, 0\n",
+      "set xlabel 'step time, ms (median)'\n", "set ylabel 'peak above baseline, MiB'\n");
   int block = 0;
   for (const std::string& model : models) {
     std::vector<std::pair<double, double>> points;
@@ -336,21 +241,19 @@ absl::Status WriteParetoPlot(const std::string& dir, const std::vector<ResultRow
       const std::pair<double, double> point(Num(r, "step_ms_median"),
                                             Num(r, "peak_above_baseline_bytes") / 1048576.0);
       points.push_back(point);
-      const std::string strategy = Text(r, "strategy");
-      const size_t budget = strategy.find(":budget=");
-      if (budget != std::string::npos &&
-          Text(r, "strategy_arg").find(":budget=") != std::string::npos) {
-        frontiers[strategy.substr(0, budget)].push_back(point);
+      const std::string family = FrontierFamily(Text(r, "strategy_spec"));
+      if (!family.empty()) {
+        frontiers[family].push_back(point);
         names.push_back("");  // the frontier's line names them
       } else {
-        names.push_back(strategy);
+        names.push_back(Text(r, "strategy"));
       }
     }
     if (points.empty()) continue;
-    absl::StrAppend(&data, "# ", model, "\n");
+    absl::StrAppend(&data, "# ", GpDataLabel(model), "\n");
     for (size_t i = 0; i < points.size(); ++i) {
-      absl::StrAppend(&data, absl::StrFormat("%.4f %.6f \"%s\"\n", points[i].first,
-                                             points[i].second, names[i]));
+      absl::StrAppend(&data, absl::StrFormat("%.4f %.6f ", points[i].first, points[i].second),
+                      GpDataLabel(names[i]), "\n");
     }
     absl::StrAppend(&data, "\n\n# Pareto front\n");
     for (size_t i : ParetoFront(points)) {
@@ -366,19 +269,19 @@ absl::Status WriteParetoPlot(const std::string& dir, const std::vector<ResultRow
     for (auto& [family, line] : frontiers) {
       std::sort(line.begin(), line.end(),
                 [](const auto& a, const auto& b) { return a.second < b.second; });
-      absl::StrAppend(&data, "# ", family, " at each budget\n");
+      absl::StrAppend(&data, "# ", GpDataLabel(family), " at each budget\n");
       for (const auto& [ms, mib] : line)
         absl::StrAppend(&data, absl::StrFormat("%.4f %.6f\n", ms, mib));
       absl::StrAppend(&data, "\n\n");
       absl::StrAppend(&plot, ", '' index ", block++, " using 1:2 with linespoints lw 2 pt 5 ",
-                      "title ", GpString(family + " at each budget"), " noenhanced");
+                      "title ", GpLiteral(family + " at each budget"), " noenhanced");
     }
-    absl::StrAppend(&gp, "set title ", GpWrappedTitle(model), " noenhanced\n", plot, "\n");
+    absl::StrAppend(&gp, "set title ", GpTitle(model), " noenhanced\n", plot, "\n");
   }
   absl::StrAppend(&gp, "unset multiplot\n");
-  if (absl::Status s = WriteAtomically(dir + "/pareto.dat", data); !s.ok()) return s;
-  if (absl::Status s = WriteAtomically(dir + "/pareto.gp", gp); !s.ok()) return s;
-  return RunGnuplot(dir, "pareto.gp");
+  RETURN_IF_ERROR(WriteFileAtomically(dir + "/pareto.dat", data));
+  RETURN_IF_ERROR(WriteFileAtomically(dir + "/pareto.gp", gp));
+  return RenderPlot(dir, "pareto.gp", "pareto.png");
 }
 
 absl::Status WriteDepthPlot(const std::string& dir, const std::vector<DepthPoint>& points) {
@@ -395,8 +298,8 @@ absl::Status WriteDepthPlot(const std::string& dir, const std::vector<DepthPoint
   // One data block per (model, strategy).
   std::string data;
   std::string gp = absl::StrCat(
-      "set terminal pngcairo size ", 640 * models.size(), ",460 font ',9'\n",
-      "set output 'depth.png'\nset multiplot layout 1,", models.size(),
+      PlotPreamble("depth.png", 640 * static_cast<int>(models.size()), 460),
+      "set multiplot layout 1,", models.size(),
       " title 'Activation bytes after forward against depth (log-log): O(L), O(sqrt L), O(1)'\n",
       "set logscale xy 2\nset grid\nset key outside bottom center horizontal\n",
       "set xlabel 'depth parameter of the model'\n", "set ylabel 'activations, KiB'\n");
@@ -404,7 +307,7 @@ absl::Status WriteDepthPlot(const std::string& dir, const std::vector<DepthPoint
   for (const std::string& model : models) {
     std::vector<std::string> plots;
     for (const std::string& strategy : strategies) {
-      absl::StrAppend(&data, "# ", model, " ", strategy, "\n");
+      absl::StrAppend(&data, "# ", GpDataLabel(model), " ", GpDataLabel(strategy), "\n");
       for (const DepthPoint& p : points) {
         if (p.model == model && p.strategy == strategy) {
           absl::StrAppend(&data, p.depth, " ", std::max(p.activation_bytes, int64_t{1}) / 1024.0,
@@ -413,17 +316,17 @@ absl::Status WriteDepthPlot(const std::string& dir, const std::vector<DepthPoint
       }
       absl::StrAppend(&data, "\n\n");
       plots.push_back(absl::StrCat("'depth.dat' index ", block++,
-                                   " using 1:2 with linespoints lw 2 title ", GpString(strategy),
+                                   " using 1:2 with linespoints lw 2 title ", GpLiteral(strategy),
                                    " noenhanced"));
     }
-    absl::StrAppend(&gp, "set title ", GpWrappedTitle(model), " noenhanced\nplot ",
+    absl::StrAppend(&gp, "set title ", GpTitle(model), " noenhanced\nplot ",
                     absl::StrJoin(plots, ", "), "\n");
   }
   absl::StrAppend(&gp, "unset multiplot\n");
-  if (absl::Status s = WriteAtomically(dir + "/depth.csv", csv); !s.ok()) return s;
-  if (absl::Status s = WriteAtomically(dir + "/depth.dat", data); !s.ok()) return s;
-  if (absl::Status s = WriteAtomically(dir + "/depth.gp", gp); !s.ok()) return s;
-  return RunGnuplot(dir, "depth.gp");
+  RETURN_IF_ERROR(WriteFileAtomically(dir + "/depth.csv", csv));
+  RETURN_IF_ERROR(WriteFileAtomically(dir + "/depth.dat", data));
+  RETURN_IF_ERROR(WriteFileAtomically(dir + "/depth.gp", gp));
+  return RenderPlot(dir, "depth.gp", "depth.png");
 }
 
 }  // namespace ckpt

@@ -31,7 +31,7 @@ struct RunInfo {
 // The machine: CPU model, cores, memory, OS (from /proc and uname).
 std::string DescribeMachine();
 
-// Writes `dir`/report.md (atomically: a temporary file renamed into place), with `appendix`
+// Writes `dir`/report.md (whole or not at all: core/files.h), with `appendix`
 // (more markdown, e.g. the training section) at the end.
 absl::Status WriteReport(const std::string& dir, const std::vector<ResultRow>& rows,
                          const RunInfo& info, const std::string& appendix = "");
@@ -40,8 +40,8 @@ absl::Status WriteReport(const std::string& dir, const std::vector<ResultRow>& r
 // on both (ties: the earlier one), in order of time.
 std::vector<size_t> ParetoFront(const std::vector<std::pair<double, double>>& points);
 
-// Writes pareto.dat and pareto.gp to `dir` and runs gnuplot on them for pareto.png.
-// Unavailable if gnuplot is not installed (the data files are written anyway).
+// Writes pareto.dat and pareto.gp to `dir` and draws pareto.png from them (RenderPlot's errors:
+// Unavailable if gnuplot is not installed, the data files written anyway).
 absl::Status WriteParetoPlot(const std::string& dir, const std::vector<ResultRow>& rows);
 
 // One point of the depth scan: a strategy's activation bytes at a depth.
@@ -55,16 +55,5 @@ struct DepthPoint {
 // Writes depth.csv, depth.gp and (with gnuplot) depth.png: activation bytes against depth per
 // strategy, log-log, one panel per model.
 absl::Status WriteDepthPlot(const std::string& dir, const std::vector<DepthPoint>& points);
-
-// Runs `gnuplot script` in `dir` (its stderr in script.log there). Unavailable if gnuplot is
-// missing.
-absl::Status RunGnuplot(const std::string& dir, const std::string& script);
-
-// Runs the program argv[0] (looked up in PATH) with `argv`, in the working directory `dir`,
-// its stderr written to `stderr_file` (relative to `dir`), without a shell: no argument or
-// path is ever interpreted. Returns its exit status; NotFound if it is not installed, Internal
-// if it could not be started or was killed by a signal.
-absl::StatusOr<int> RunProgram(const std::vector<std::string>& argv, const std::string& dir,
-                               const std::string& stderr_file);
 
 }  // namespace ckpt

@@ -6,13 +6,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "core/files.h"
+#include "core/status_macros.h"
 
 namespace ckpt {
 
@@ -44,8 +44,8 @@ const std::vector<std::string>& ResultColumns() {
       "achieved_gflops",
       "threads",
       "blas_threads",
-      "model_arg",
-      "strategy_arg",
+      "model_spec",
+      "strategy_spec",
       "plan",
       "message",
   };
@@ -53,19 +53,35 @@ const std::vector<std::string>& ResultColumns() {
 }
 
 std::string CsvField(const std::string& value) {
-  if (value.find_first_of(",\"\r\n") == std::string::npos) return value;
-  return absl::StrCat("\"", absl::StrReplaceAll(value, {{"\"", "\"\""}}), "\"");
+  std::string clean = value;
+  for (char& c : clean) {
+    if (IsControlCharacter(c)) c = ' ';
+  }
+  if (clean.find_first_of(",\"") == std::string::npos) return clean;
+  return absl::StrCat("\"", absl::StrReplaceAll(clean, {{"\"", "\"\""}}), "\"");
+}
+
+std::string CsvLine(const std::vector<std::string>& fields) {
+  std::string line = absl::StrJoin(
+      fields, ",", [](std::string* out, const std::string& f) { out->append(CsvField(f)); });
+  line.push_back('\n');
+  return line;
 }
 
 absl::StatusOr<CsvAppender> CsvAppender::Create(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  // The header whole or no file at all: a file cut short at its header would be refused by
+  // a later --resume.
+  RETURN_IF_ERROR(WriteFileAtomically(path, CsvLine(ResultColumns())));
+  return Open(path);
+}
+
+absl::StatusOr<CsvAppender> CsvAppender::Open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
   if (fd < 0) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot append to ", path, ": ", std::strerror(errno)));
   }
-  CsvAppender appender(fd, path);
-  if (absl::Status s = appender.Write(ResultColumns()); !s.ok()) return s;
-  return appender;
+  return CsvAppender(fd, path);
 }
 
 absl::Status CheckResultsHeader(const std::string& path,
@@ -90,24 +106,13 @@ absl::Status CheckResultsHeader(const std::string& path,
 absl::StatusOr<CsvAppender> CsvAppender::Append(const std::string& path) {
   absl::StatusOr<std::vector<std::vector<std::string>>> rows = ReadCsv(path);
   if (!rows.ok()) return rows.status();
-  if (absl::Status s = CheckResultsHeader(path, *rows); !s.ok()) return s;
-  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot append to ", path, ": ", std::strerror(errno)));
-  }
-  return CsvAppender(fd, path);
+  RETURN_IF_ERROR(CheckResultsHeader(path, *rows));
+  return Open(path);
 }
 
 absl::StatusOr<std::vector<std::vector<std::string>>> ReadCsv(const std::string& path,
                                                               std::vector<int>* lines) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    return absl::FailedPreconditionError(absl::StrCat(path, " is a directory, not a results file"));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSIGN_OR_RETURN(const std::string text, ReadRegularFile(path, kMaxCsvBytes));
   std::vector<std::vector<std::string>> rows;
   std::vector<std::string> row;
   std::string field;
@@ -115,8 +120,19 @@ absl::StatusOr<std::vector<std::vector<std::string>>> ReadCsv(const std::string&
   int line = 1, row_line = 1;
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
-    if (c == '\0') {
-      return absl::DataLossError(absl::StrCat(path, " line ", line, " holds a NUL byte"));
+    const bool ends_line =
+        !quoted && (c == '\n' || (c == '\r' && i + 1 < text.size() && text[i + 1] == '\n'));
+    if (!ends_line && IsControlCharacter(c)) {
+      // Nothing the sweep writes holds one (CsvField), and a line break or an escape in a
+      // name would end a line of gnuplot's scripts or rewrite the terminal.
+      return absl::DataLossError(absl::StrFormat(
+          "%s line %d holds %s in field %d; the file is damaged: mend or remove that line, or "
+          "pass another --out",
+          path, line,
+          c == '\0'   ? std::string("a NUL byte")
+          : c == '\n' ? std::string("a line break")
+                      : absl::StrFormat("a control character (byte 0x%02x)", c),
+          row.size() + 1));
     }
     if (quoted) {
       if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') {
@@ -125,7 +141,6 @@ absl::StatusOr<std::vector<std::vector<std::string>>> ReadCsv(const std::string&
       } else if (c == '"') {
         quoted = false;
       } else {
-        if (c == '\n') ++line;
         field.push_back(c);
       }
     } else if (c == '"') {
@@ -161,9 +176,7 @@ CsvAppender::~CsvAppender() {
 }
 
 absl::Status CsvAppender::Write(const std::vector<std::string>& fields) {
-  std::string line = absl::StrJoin(
-      fields, ",", [](std::string* out, const std::string& f) { out->append(CsvField(f)); });
-  line.push_back('\n');
+  const std::string line = CsvLine(fields);
   // Where the row starts, so that a write cut short (a full disk, a file size limit) can be
   // undone: the file keeps complete rows only, and --resume reads it.
   const off_t start = ::lseek(fd_, 0, SEEK_END);

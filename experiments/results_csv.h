@@ -2,6 +2,7 @@
 // configuration finishes, so an interrupted sweep leaves a valid file of complete rows.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -12,13 +13,19 @@ namespace ckpt {
 // The columns, in order. Documented in README.md ("results.csv").
 const std::vector<std::string>& ResultColumns();
 
-// Quotes a field if it holds a comma, a quote or a line break (RFC 4180).
-std::string CsvField(const std::string& value);
+// The largest CSV file read back (a results.csv of the paper preset is a few KiB).
+inline constexpr int64_t kMaxCsvBytes = int64_t{64} << 20;
 
-// Parses a CSV file (RFC 4180: quoted fields may hold commas, quotes and line breaks), and if
-// `lines` is given, the line each row starts on. NotFound if it does not exist;
-// FailedPrecondition for a directory; DataLoss naming the line for a NUL byte or a last row cut
-// short.
+// A field as written: control characters (a LibTorch message's line breaks) as spaces, then
+// quoted if it holds a comma or a quote (RFC 4180).
+std::string CsvField(const std::string& value);
+// The fields as one line, with its newline.
+std::string CsvLine(const std::vector<std::string>& fields);
+
+// Parses a CSV file (RFC 4180: quoted fields may hold commas and quotes), and if `lines` is
+// given, the line each row starts on. ReadRegularFile's errors (a missing file, a directory, a
+// FIFO, a device, a file past kMaxCsvBytes); DataLoss naming the line for a control character
+// in a field (a NUL byte, a line break inside quotes, an escape) or a last row cut short.
 absl::StatusOr<std::vector<std::vector<std::string>>> ReadCsv(const std::string& path,
                                                               std::vector<int>* lines = nullptr);
 
@@ -30,7 +37,8 @@ absl::Status CheckResultsHeader(const std::string& path,
 
 class CsvAppender {
  public:
-  // Creates (or truncates) `path` and writes the header. Errors name the path.
+  // Creates (or replaces) `path` holding the header alone, atomically (core/files.h): the
+  // header whole, or no file. Errors name the path and the reason.
   static absl::StatusOr<CsvAppender> Create(const std::string& path);
   // Opens an existing results file to append to it; CheckResultsHeader's error if its header
   // is not ResultColumns().
@@ -47,6 +55,7 @@ class CsvAppender {
 
  private:
   CsvAppender(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  static absl::StatusOr<CsvAppender> Open(const std::string& path);
   int fd_;
   std::string path_;
 };

@@ -66,13 +66,23 @@ class Progress {
     const double eta = done_ > 0 ? elapsed / done_ * (total_ - done_) : 0;
     out_ << absl::StrFormat("[%d/%d steps] %s  (%.0f s elapsed, ETA %.0f s)\n", done_, total_, what,
                             elapsed, eta);
+    last_line_ = std::chrono::steady_clock::now();
+  }
+  // A profile's progress (ProfileOptions::progress), a line at most every few seconds.
+  std::function<void(const char*, int, int)> Profiling(const std::string& model) {
+    return [this, model](const char* phase, int done, int stages) {
+      if (Elapsed(last_line_) < kSecondsBetweenLines) return;
+      Line(absl::StrFormat("profiling %s: %s stage %d of %d", model, phase, done, stages));
+    };
   }
 
  private:
+  static constexpr double kSecondsBetweenLines = 5;
   std::ostream& out_;
   int64_t total_;
   int64_t done_ = 0;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_line_ = start_;
 };
 
 // Runs every strategy on one model. Results in strategy order, store_all first.
@@ -81,9 +91,9 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
   const std::vector<std::string> order = StrategyOrder(options.strategies);
   std::vector<Config> configs(order.size());
   for (size_t i = 0; i < order.size(); ++i) {
-    configs[i].result.strategy = configs[i].result.strategy_arg = order[i];
+    configs[i].result.strategy = configs[i].result.strategy_spec = order[i];
     configs[i].result.device = options.device.str();
-    configs[i].result.model = configs[i].result.model_arg = model_spec;
+    configs[i].result.model = configs[i].result.model_spec = model_spec;
   }
   auto fail_all = [&](const absl::Status& s) {
     std::vector<ConfigResult> out;
@@ -97,6 +107,7 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
   WorkloadOptions workload_options;
   workload_options.device = options.device;
   workload_options.seed = options.seed;
+  workload_options.profile.progress = progress.Profiling(model_spec);
   absl::StatusOr<Workload> workload = Workload::Build(model_spec, workload_options);
   if (!workload.ok()) return fail_all(workload.status());
   const std::shared_ptr<ChainModel>& model = workload->model();
@@ -227,7 +238,7 @@ std::string Mib(int64_t bytes) { return absl::StrFormat("%.2f", bytes / 1048576.
 
 }  // namespace
 
-absl::Status ValidateSweep(const SweepOptions& options) {
+absl::StatusOr<SweepOptions> CanonicalSweep(const SweepOptions& options) {
   if (options.models.empty()) return absl::InvalidArgumentError("no models given (--models)");
   // Bounded so that counts of steps never overflow (a step takes at least a millisecond).
   constexpr int kMostSteps = 1000000;
@@ -249,29 +260,36 @@ absl::Status ValidateSweep(const SweepOptions& options) {
   }
   // Every spec as it would be built, and each once: two that say the same thing (uniform and
   // uniform:segments=auto) would measure the same configuration twice.
+  SweepOptions canonical = options;
+  canonical.models.clear();
+  canonical.strategies.clear();
+  canonical.completed.clear();
   std::map<std::string, std::string> seen;  // canonical spec -> as given
   auto once = [&](const std::string& what, const std::string& text,
-                  const std::string& canonical) -> absl::Status {
-    auto [it, inserted] = seen.emplace(canonical, text);
+                  const std::string& spec) -> absl::Status {
+    auto [it, inserted] = seen.emplace(spec, text);
     if (inserted) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(what, " lists ", canonical, " twice (as '",
+    return absl::InvalidArgumentError(absl::StrCat(what, " lists ", spec, " twice (as '",
                                                    it->second, "' and '", text,
                                                    "'); accepted: each once"));
   };
   for (const std::string& text : options.models) {
-    RETURN_IF_ERROR(CheckModelSpec(text));
-    ASSIGN_OR_RETURN(Spec spec, ParseSpec(text));
-    ASSIGN_OR_RETURN(ParamValues values, Models().Bind(spec));
-    RETURN_IF_ERROR(once("--models", text, values.Canonical()));
+    ASSIGN_OR_RETURN(std::string spec, CanonicalModelSpec(text));
+    RETURN_IF_ERROR(once("--models", text, spec));
+    canonical.models.push_back(spec);
   }
   for (const std::string& text : options.strategies) {
-    RETURN_IF_ERROR(CreateStrategy(text).status());
-    ASSIGN_OR_RETURN(Spec spec, ParseSpec(text));
-    ASSIGN_OR_RETURN(ParamValues values, Strategies().Bind(spec));
-    if (spec.name == "store_all") continue;  // the reference, run first whether given or not
-    RETURN_IF_ERROR(once("--strategies", text, values.Canonical()));
+    ASSIGN_OR_RETURN(std::string spec, CanonicalStrategySpec(text));
+    if (spec == "store_all") continue;  // the reference, run first whether given or not
+    RETURN_IF_ERROR(once("--strategies", text, spec));
+    canonical.strategies.push_back(spec);
   }
-  return absl::OkStatus();
+  for (const auto& [model, strategy] : options.completed) {
+    ASSIGN_OR_RETURN(std::string model_spec, CanonicalModelSpec(model));
+    ASSIGN_OR_RETURN(std::string strategy_spec, CanonicalStrategySpec(strategy));
+    canonical.completed.emplace(model_spec, strategy_spec);
+  }
+  return canonical;
 }
 
 absl::StatusOr<std::vector<std::string>> DepthScanModels(const std::string& model_text,
@@ -304,9 +322,9 @@ absl::StatusOr<std::vector<std::string>> DepthScanModels(const std::string& mode
 }
 
 absl::StatusOr<std::vector<ConfigResult>> RunSweep(
-    const SweepOptions& options, MemoryMeter& meter,
+    const SweepOptions& given, MemoryMeter& meter,
     const std::function<absl::Status(const ConfigResult&)>& on_result, std::ostream& out) {
-  RETURN_IF_ERROR(ValidateSweep(options));
+  ASSIGN_OR_RETURN(const SweepOptions options, CanonicalSweep(given));
   const std::vector<std::string> order = StrategyOrder(options.strategies);
   auto is_done = [&](const std::string& model) {
     return HasEveryRow(model, options.strategies, options.completed);
@@ -336,7 +354,7 @@ absl::StatusOr<std::vector<ConfigResult>> RunSweep(
     progress.Line(absl::StrFormat("model %d/%d %s", m + 1, options.models.size(), model));
     for (ConfigResult& r : SweepModel(options, model, meter, progress)) {
       progress.Steps(1);
-      if (options.completed.count({r.model_arg, r.strategy_arg})) continue;
+      if (options.completed.count({r.model_spec, r.strategy_spec})) continue;
       RETURN_IF_ERROR(on_result(r));
       progress.Line(absl::StrFormat("%s %s: %s%s", r.model, r.strategy, r.status,
                                     r.message.empty() ? "" : " (" + r.message + ")"));
@@ -346,10 +364,10 @@ absl::StatusOr<std::vector<ConfigResult>> RunSweep(
   return all;
 }
 
-absl::StatusOr<std::vector<DepthPoint>> RunDepthScan(const SweepOptions& options,
+absl::StatusOr<std::vector<DepthPoint>> RunDepthScan(const SweepOptions& given,
                                                      const std::vector<int>& depths,
                                                      MemoryMeter& meter, std::ostream& out) {
-  RETURN_IF_ERROR(ValidateSweep(options));
+  ASSIGN_OR_RETURN(const SweepOptions options, CanonicalSweep(given));
   const std::vector<std::string> order = StrategyOrder(options.strategies);
   Progress progress(out,
                     static_cast<int64_t>(options.models.size() * depths.size() * order.size()));
@@ -502,9 +520,9 @@ std::vector<std::string> CsvRow(const ConfigResult& r, const ComputeThreads& thr
           r.step_gflop > 0 ? absl::StrFormat("%.4f", r.step_gflop) : "",
           ok && r.step_gflop > 0 ? Num(r.step_gflop / (median / 1000), 2) : "",
           absl::StrCat(threads.intra_op),
-          absl::StrCat(threads.blas),
-          r.model_arg,
-          r.strategy_arg,
+          threads.blas > 0 ? absl::StrCat(threads.blas) : "",  // 0: not OpenBLAS, unknown
+          r.model_spec,
+          r.strategy_spec,
           r.plan,
           r.message};
 }

@@ -29,6 +29,8 @@
 namespace ckpt {
 
 struct SweepOptions {
+  // Specs in any writing: RunSweep, RunTraining and RunDepthScan work on their canonical ones
+  // (CanonicalSweep), which the rows record.
   std::vector<std::string> models;      // model specs
   std::vector<std::string> strategies;  // strategy specs; store_all is added first if absent
   c10::Device device = c10::Device(c10::DeviceType::CPU);
@@ -44,17 +46,19 @@ struct SweepOptions {
   // first one to run always does), so a bounded run still ends with rows, a report and a
   // results.csv that --resume continues. A model that has started runs to its end.
   double time_limit_s = 0;
-  // (model spec, strategy spec) pairs, as given, already in results.csv (--resume): a model
-  // whose pairs are all there is skipped; otherwise it runs again and only the missing rows
-  // are reported.
+  // (model spec, strategy spec) pairs already in results.csv (--resume), in any writing: a
+  // model whose pairs are all there is skipped; otherwise it runs again and only the missing
+  // rows are reported.
   std::set<std::pair<std::string, std::string>> completed;
 };
 
 // One configuration's measurements (a row of results.csv).
 struct ConfigResult {
   static constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
-  std::string model_arg;  // the specs as given (what --resume matches)
-  std::string strategy_arg;
+  // The specs as bound, canonical (CanonicalModelSpec, CanonicalStrategySpec): what --resume
+  // matches, whatever writing a later command line uses.
+  std::string model_spec;
+  std::string strategy_spec;
   std::string model;     // canonical spec
   std::string strategy;  // canonical spec, parameters resolved for this model
   std::string device;
@@ -86,8 +90,12 @@ struct ConfigResult {
 
 // Checks every spec against the registries, each model's own checks and the numbers for sense,
 // and that no model or strategy is listed twice (by canonical spec), touching no tensor:
-// InvalidArgument / NotFound naming the offending value and the accepted ones.
-absl::Status ValidateSweep(const SweepOptions& options);
+// InvalidArgument / NotFound naming the offending value and the accepted ones. Returns the
+// options with every spec (of models, strategies and completed pairs) canonical.
+absl::StatusOr<SweepOptions> CanonicalSweep(const SweepOptions& options);
+inline absl::Status ValidateSweep(const SweepOptions& options) {
+  return CanonicalSweep(options).status();
+}
 
 // The specs the depth scan builds of `model_text` (its depth set to each of `depths`), checked:
 // InvalidArgument for a model without a depth parameter, a depth outside its range, or a spec
@@ -122,9 +130,9 @@ std::vector<std::string> StrategyOrder(const std::vector<std::string>& given);
 absl::StatusOr<std::vector<std::string>> WithBudgets(const std::vector<std::string>& strategies,
                                                      const std::vector<int64_t>& budgets);
 
-// Whether `rows` ((model, strategy) specs as given, as in results.csv) holds a row of `model`
-// for every strategy a sweep over `strategies` runs: what --resume skips, and what a time
-// limit left out when it does not.
+// Whether `rows` ((model, strategy) canonical specs, as in results.csv) holds a row of `model`
+// for every strategy a sweep over `strategies` (canonical) runs: what --resume skips, and what a
+// time limit left out when it does not.
 bool HasEveryRow(const std::string& model, const std::vector<std::string>& strategies,
                  const std::set<std::pair<std::string, std::string>>& rows);
 

@@ -8,18 +8,17 @@
 // one row per configuration to DIR/results.csv as each model finishes, and at the end writes
 // DIR/report.md and the plots (pareto.png; depth.png with --depths). --report_only writes
 // the report and plots from the results.csv already in --out (a sweep that was killed never
-// wrote them) and runs nothing. Bad input is a one-line error naming the value and the
-// accepted ones, exit status 2, and nothing written.
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
+// wrote them) and runs nothing.
+//
+// Exit status: 0 when every output was written; 2 for bad input (a one-line error naming the
+// value and the accepted ones, before anything is measured or written); 1 when an output
+// could not be written (the file and the system's reason named; every file is written whole or
+// not at all, core/files.h) or a loss curve departs from store_all's.
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
-#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <set>
@@ -28,9 +27,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -41,12 +38,12 @@
 #include "core/device.h"
 #include "core/memory_meter.h"
 #include "core/memory_model.h"
-#include "core/profiler.h"
+#include "core/spec.h"
 #include "core/status_macros.h"
 #include "core/strategy.h"
-#include "core/torch_status.h"
 #include "core/workload.h"
 #include "experiments/command_line.h"
+#include "experiments/output_folder.h"
 #include "experiments/presets.h"
 #include "experiments/report.h"
 #include "experiments/results_csv.h"
@@ -101,9 +98,33 @@ ABSL_FLAG(bool, report_only, false,
 namespace ckpt {
 namespace {
 
+// Bad input: one line, exit status 2, before anything is measured or written.
 [[noreturn]] void Die(const absl::Status& status) {
   std::fprintf(stderr, "sweep: %s\n", std::string(status.message()).c_str());
   std::exit(2);
+}
+
+// An output that could not be written, once work has begun: exit status 1.
+[[noreturn]] void Fail(const absl::Status& status) {
+  std::fprintf(stderr, "sweep: %s\n", std::string(status.message()).c_str());
+  std::exit(1);
+}
+
+template <typename T>
+T OrDie(absl::StatusOr<T> value) {
+  if (!value.ok()) Die(value.status());
+  return *std::move(value);
+}
+
+// Exit status 0, or 1 when standard output could not be written (a closed pipe, a full disk):
+// what was printed is an output too.
+int FinishStdout() {
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    const int error = errno;
+    std::fprintf(stderr, "sweep: cannot write to standard output: %s\n", std::strerror(error));
+    return 1;
+  }
+  return 0;
 }
 
 std::vector<std::string> SplitList(const std::string& text) {
@@ -145,30 +166,140 @@ absl::StatusOr<std::vector<int>> ParseDepths(const std::string& text) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--depths: '", item, "' is not accepted; accepted: integers >= 1, e.g. 4,8,16,32"));
     }
+    if (std::find(depths.begin(), depths.end(), depth) != depths.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--depths lists ", depth, " twice; accepted: each depth once"));
+    }
     depths.push_back(depth);
   }
   return depths;
 }
 
-// Takes an exclusive lock on the folder `dir` for the rest of the process (flock on the folder
-// itself, so nothing is written into it): Unavailable when another sweep holds it.
-absl::Status LockFolder(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("--out='", dir, "' cannot be opened: ", std::strerror(errno)));
+// What the flags ask for, parsed and checked, before anything runs.
+struct Request {
+  SweepOptions options;  // canonical specs
+  TrainingOptions training;
+  std::vector<int> depths;
+  ComputeThreads threads;  // as asked
+  FolderUse use = FolderUse::kNew;
+  bool explain = false;
+};
+
+Request ParseRequest(const ParsedCommandLine& parsed) {
+  for (const auto& [name, flag] :
+       {std::pair<const char*, std::string>{"models", absl::GetFlag(FLAGS_models)},
+        {"strategies", absl::GetFlag(FLAGS_strategies)}}) {
+    if (parsed.given.count(name) && flag.empty()) {
+      Die(absl::InvalidArgumentError(absl::StrCat(
+          "--", name, "= is empty; accepted: comma-separated specs (see --list), or no --", name,
+          " for the preset's")));
+    }
   }
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    const int error = errno;
-    ::close(fd);
-    return error == EWOULDBLOCK
-               ? absl::UnavailableError(absl::StrCat(
-                     "another sweep is using --out='", dir,
-                     "' now; wait for it to finish (then --resume), or pass another --out"))
-               : absl::PermissionDeniedError(
-                     absl::StrCat("--out='", dir, "' cannot be locked: ", std::strerror(error)));
+  Request r;
+  const Preset preset = OrDie(FindPreset(absl::GetFlag(FLAGS_preset)));
+  SweepOptions& options = r.options;
+  options.models =
+      absl::GetFlag(FLAGS_models).empty() ? preset.models : SplitList(absl::GetFlag(FLAGS_models));
+  options.strategies = absl::GetFlag(FLAGS_strategies).empty()
+                           ? preset.strategies
+                           : SplitList(absl::GetFlag(FLAGS_strategies));
+  const std::vector<int64_t> budgets = OrDie(ParseBudgets(absl::GetFlag(FLAGS_budgets)));
+  options.strategies = OrDie(WithBudgets(options.strategies, budgets));
+  options.steps = absl::GetFlag(FLAGS_steps);
+  options.warmup = absl::GetFlag(FLAGS_warmup);
+  options.seed = absl::GetFlag(FLAGS_seed);
+  options.time_limit_s = absl::GetFlag(FLAGS_time_limit_s);
+  options.memory_cap = OrDie(ParseCap(absl::GetFlag(FLAGS_memory_cap)));
+  options = OrDie(CanonicalSweep(options));
+  r.depths = OrDie(ParseDepths(absl::GetFlag(FLAGS_depths)));
+  for (const std::string& model : options.models) {
+    if (!r.depths.empty()) OrDie(DepthScanModels(model, r.depths));
   }
-  return absl::OkStatus();  // the descriptor stays open, and the lock with it
+  TrainingOptions& training = r.training;
+  training.steps = absl::GetFlag(FLAGS_train_steps);
+  training.accumulate = absl::GetFlag(FLAGS_accumulate);
+  training.amp = absl::GetFlag(FLAGS_amp);
+  if (training.steps == 0 && (training.accumulate != 1 || training.amp)) {
+    Die(absl::InvalidArgumentError(
+        absl::StrCat(training.amp ? "--amp" : absl::StrCat("--accumulate=", training.accumulate),
+                     " applies to training, which runs only with --train_steps=N (N >= 1)")));
+  }
+  if (training.steps != 0) {
+    if (absl::Status s = ValidateTraining(training); !s.ok()) Die(s);
+  }
+  r.explain = absl::GetFlag(FLAGS_explain);
+  const bool report_only = absl::GetFlag(FLAGS_report_only);
+  if (report_only && (training.steps != 0 || !r.depths.empty() || r.explain)) {
+    Die(absl::InvalidArgumentError(absl::StrCat("--report_only runs nothing, so ",
+                                                training.steps != 0 ? "--train_steps"
+                                                : !r.depths.empty() ? "--depths"
+                                                                    : "--explain",
+                                                " cannot go with it")));
+  }
+  r.use = report_only                   ? FolderUse::kReportOnly
+          : absl::GetFlag(FLAGS_resume) ? FolderUse::kResume
+                                        : FolderUse::kNew;
+  r.threads.intra_op = OrDie(ParseThreadCount("--threads", absl::GetFlag(FLAGS_threads)));
+  r.threads.blas = OrDie(ParseThreadCount("--blas_threads", absl::GetFlag(FLAGS_blas_threads)));
+  r.options.device = OrDie(ResolveDevice(absl::GetFlag(FLAGS_device)));
+  return r;
+}
+
+// The device's meter and the compute threads, set up as the request asks.
+struct Machine {
+  MemoryMeter* meter = nullptr;
+  ComputeThreads threads;  // as they run
+  // Every tensor of the run within this (CPU: nine tenths of the memory available at
+  // start-up), so that a model too large for the machine is an oom row, not a process the
+  // kernel kills.
+  std::optional<int64_t> standing_cap;
+};
+
+Machine SetUpMachine(const Request& r) {
+  Machine m;
+  m.threads = OrDie(SetComputeThreads(r.threads));
+  if (m.threads.intra_op > 1 && m.threads.blas > 1 && std::getenv("OMP_WAIT_POLICY") == nullptr) {
+    std::fprintf(stderr,
+                 "sweep: note: LibTorch's OpenMP threads spin between parallel regions and "
+                 "contend with OpenBLAS's; with --threads=%d export OMP_WAIT_POLICY=PASSIVE "
+                 "(README, Performance)\n",
+                 m.threads.intra_op);
+  }
+  m.meter = OrDie(MemoryMeterFor(r.options.device));
+  // --memory_cap applies to each configuration's own steps (RunSweep); set here once to check
+  // it on this device.
+  if (absl::Status s = m.meter->SetCap(r.options.memory_cap); !s.ok()) Die(s);
+  if (r.options.device.is_cpu() && AvailableMemoryBytes().has_value()) {
+    m.standing_cap = *AvailableMemoryBytes() / 10 * 9;
+  }
+  if (absl::Status s = m.meter->SetCap(m.standing_cap); !s.ok()) Die(s);
+  return m;
+}
+
+// What changes the rows besides their models and strategies: a --resume must match it.
+RunRecord RecordOf(const Request& r, const Machine& m) {
+  const SweepOptions& o = r.options;
+  return {{"device", o.device.str()},
+          {"memory_cap", o.memory_cap.has_value() ? absl::StrCat(*o.memory_cap) : "none"},
+          {"steps", absl::StrCat(o.steps)},
+          {"warmup", absl::StrCat(o.warmup)},
+          {"seed", absl::StrCat(o.seed)},
+          {"threads", absl::StrCat(m.threads.intra_op)},
+          {"blas_threads", m.threads.blas > 0 ? absl::StrCat(m.threads.blas) : "unknown"},
+          {"train_steps", absl::StrCat(r.training.steps)},
+          {"accumulate", absl::StrCat(r.training.accumulate)},
+          {"amp", r.training.amp ? "true" : "false"}};
+}
+
+// The files a run writes in its folder.
+std::vector<std::string> OutputsOf(const Request& r) {
+  std::vector<std::string> out = {"report.md", "pareto.dat", "pareto.gp", "pareto.png"};
+  if (r.use != FolderUse::kReportOnly) out.insert(out.begin(), {"results.csv", "run.csv"});
+  if (!r.depths.empty()) out.insert(out.end(), {"depth.csv", "depth.dat", "depth.gp", "depth.png"});
+  if (r.training.steps > 0) {
+    out.insert(out.end(), {"losses.csv", "loss.dat", "loss.gp", "loss.png"});
+  }
+  return out;
 }
 
 // The caps in force, in words, for the report.
@@ -186,12 +317,18 @@ std::string DescribeCaps(std::optional<int64_t> measured, std::optional<int64_t>
   return out;
 }
 
-std::string DefaultOutDir() {
-  const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
-  std::time_t now = std::time(nullptr);
-  char stamp[32];
-  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
-  return absl::StrCat(workspace != nullptr ? workspace : ".", "/results/sweep-", stamp);
+// The caps the rows of a folder were measured under, from its record (--report_only).
+std::string DescribeRecordedCaps(const std::optional<RunRecord>& record) {
+  if (record.has_value()) {
+    for (const auto& [setting, value] : *record) {
+      int64_t bytes = 0;
+      if (setting == "memory_cap" && absl::SimpleAtoi(value, &bytes)) {
+        return absl::StrCat(DescribeCaps(bytes, std::nullopt), ", as run.csv records");
+      }
+      if (setting == "memory_cap") return "no --memory_cap, as run.csv records";
+    }
+  }
+  return "the caps of the run are not recorded";
 }
 
 // Prints each strategy's plan for each model (--explain) as a tree, with its predicted memory.
@@ -226,206 +363,128 @@ absl::Status Explain(const SweepOptions& options, MemoryMeter& meter) {
   return absl::OkStatus();
 }
 
-// The (model, strategy) pairs, as given, of results.csv's rows.
-std::set<std::pair<std::string, std::string>> PairsOf(const std::vector<ResultRow>& rows) {
+// The (model, strategy) pairs of results.csv's rows, canonical: a cell that is not a spec is
+// a damaged file (exit 2).
+std::set<std::pair<std::string, std::string>> PairsOf(const std::string& path,
+                                                      const std::vector<ResultRow>& rows) {
   std::set<std::pair<std::string, std::string>> pairs;
-  for (const ResultRow& r : rows) pairs.emplace(r.at("model_arg"), r.at("strategy_arg"));
+  for (const ResultRow& r : rows) {
+    const absl::StatusOr<std::string> model = CanonicalModelSpec(r.at("model_spec"));
+    const absl::StatusOr<std::string> strategy = CanonicalStrategySpec(r.at("strategy_spec"));
+    for (const absl::Status& s : {model.status(), strategy.status()}) {
+      if (!s.ok()) {
+        Die(absl::InvalidArgumentError(
+            absl::StrCat(path, " holds a row whose spec is not one: ", s.message(),
+                         "; the file is damaged: mend or remove that row, or pass another --out")));
+      }
+    }
+    pairs.emplace(*model, *strategy);
+  }
   return pairs;
 }
 
 // The models of `options` that lack a row for some strategy (a time limit left them out).
 std::vector<std::string> MissingModels(const SweepOptions& options,
-                                       const std::vector<ResultRow>& rows) {
-  const std::set<std::pair<std::string, std::string>> present = PairsOf(rows);
+                                       const std::set<std::pair<std::string, std::string>>& rows) {
   std::vector<std::string> missing;
   for (const std::string& model : options.models) {
-    if (!HasEveryRow(model, options.strategies, present)) missing.push_back(model);
+    if (!HasEveryRow(model, options.strategies, rows)) missing.push_back(model);
   }
   return missing;
 }
+
+// The outputs of this run, for the closing line, and whether one failed.
+class Outputs {
+ public:
+  // Records `name` as written when `status` is OK; prints the failure otherwise. A picture not
+  // drawn for want of gnuplot is a note, not a failure.
+  void Add(const std::string& name, const absl::Status& status) {
+    if (status.ok()) {
+      written_.push_back(name);
+      return;
+    }
+    std::fprintf(stderr, "sweep: %s\n", std::string(status.message()).c_str());
+    if (status.code() != absl::StatusCode::kUnavailable) failed_ = true;
+  }
+  bool failed() const { return failed_; }
+  std::string Line(const std::string& dir) const {
+    return absl::StrCat("results: ", dir, " (",
+                        written_.empty() ? "nothing written" : absl::StrJoin(written_, ", "), ")");
+  }
+
+ private:
+  std::vector<std::string> written_;
+  bool failed_ = false;
+};
 
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "runs every model x strategy and writes results.csv, report.md and plots; see "
       "README.md.\n  bazel run //experiments:sweep -- --models=heavy_mlp:depth=40 "
       "--strategies=store_all,uniform");
+  // Past a file size limit a write fails (EFBIG) and is reported, instead of killing the run.
+  std::signal(SIGXFSZ, SIG_IGN);
   const ParsedCommandLine parsed = ParseCommandLineOrExit(argc, argv, "sweep");
   if (!parsed.positional.empty()) {
     Die(absl::InvalidArgumentError(absl::StrCat("unexpected argument '", parsed.positional[0],
                                                 "'; flags are --name=value (see --help)")));
   }
-  for (const auto& [name, flag] :
-       {std::pair<const char*, std::string>{"models", absl::GetFlag(FLAGS_models)},
-        {"strategies", absl::GetFlag(FLAGS_strategies)}}) {
-    if (parsed.given.count(name) && flag.empty()) {
-      Die(absl::InvalidArgumentError(absl::StrCat(
-          "--", name, "= is empty; accepted: comma-separated specs (see --list), or no --", name,
-          " for the preset's")));
-    }
-  }
-
   if (absl::GetFlag(FLAGS_list)) {
     std::printf("presets: %s\n\nstrategies:\n%s\nmodels:\n%s",
                 absl::StrJoin(PresetNames(), ", ").c_str(), Strategies().Describe().c_str(),
                 Models().Describe().c_str());
-    return 0;
+    return FinishStdout();
   }
 
   // Everything is checked before anything is written or any tensor is made.
-  absl::StatusOr<Preset> preset = FindPreset(absl::GetFlag(FLAGS_preset));
-  if (!preset.ok()) Die(preset.status());
-  SweepOptions options;
-  options.models =
-      absl::GetFlag(FLAGS_models).empty() ? preset->models : SplitList(absl::GetFlag(FLAGS_models));
-  options.strategies = absl::GetFlag(FLAGS_strategies).empty()
-                           ? preset->strategies
-                           : SplitList(absl::GetFlag(FLAGS_strategies));
-  absl::StatusOr<std::vector<int64_t>> budgets = ParseBudgets(absl::GetFlag(FLAGS_budgets));
-  if (!budgets.ok()) Die(budgets.status());
-  absl::StatusOr<std::vector<std::string>> with_budgets = WithBudgets(options.strategies, *budgets);
-  if (!with_budgets.ok()) Die(with_budgets.status());
-  options.strategies = *with_budgets;
-  options.steps = absl::GetFlag(FLAGS_steps);
-  options.warmup = absl::GetFlag(FLAGS_warmup);
-  options.seed = absl::GetFlag(FLAGS_seed);
-  options.time_limit_s = absl::GetFlag(FLAGS_time_limit_s);
-  if (absl::Status s = ValidateSweep(options); !s.ok()) Die(s);
-  absl::StatusOr<std::optional<int64_t>> cap = ParseCap(absl::GetFlag(FLAGS_memory_cap));
-  if (!cap.ok()) Die(cap.status());
-  absl::StatusOr<std::vector<int>> depths = ParseDepths(absl::GetFlag(FLAGS_depths));
-  if (!depths.ok()) Die(depths.status());
-  if (!depths->empty()) {
-    for (const std::string& model : options.models) {
-      if (absl::Status s = DepthScanModels(model, *depths).status(); !s.ok()) Die(s);
-    }
+  Request request = ParseRequest(parsed);
+  const Machine machine = SetUpMachine(request);
+  SweepOptions& options = request.options;
+  if (request.explain) {
+    if (absl::Status s = Explain(options, *machine.meter); !s.ok()) Die(s);
+    return FinishStdout();
   }
-  TrainingOptions training;
-  training.steps = absl::GetFlag(FLAGS_train_steps);
-  training.accumulate = absl::GetFlag(FLAGS_accumulate);
-  training.amp = absl::GetFlag(FLAGS_amp);
-  if (training.steps == 0 && (training.accumulate != 1 || training.amp)) {
-    Die(absl::InvalidArgumentError(
-        absl::StrCat(training.amp ? "--amp" : absl::StrCat("--accumulate=", training.accumulate),
-                     " applies to training, which runs only with --train_steps=N (N >= 1)")));
+  const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
+  OutputFolder folder = OrDie(OutputFolder::Open(
+      absl::GetFlag(FLAGS_out), absl::StrCat(workspace != nullptr ? workspace : ".", "/results"),
+      request.use, OutputsOf(request)));
+  const std::string csv_path = folder.Path("results.csv");
+  const bool report_only = request.use == FolderUse::kReportOnly;
+  if (folder.has_results()) {
+    options.completed = PairsOf(csv_path, OrDie(ReadResults(csv_path)));
   }
-  if (training.steps != 0) {
-    if (absl::Status s = ValidateTraining(training); !s.ok()) Die(s);
-  }
-  const bool report_only = absl::GetFlag(FLAGS_report_only);
-  if (report_only && (training.steps != 0 || !depths->empty() || absl::GetFlag(FLAGS_explain))) {
-    Die(absl::InvalidArgumentError(absl::StrCat("--report_only runs nothing, so ",
-                                                training.steps != 0 ? "--train_steps"
-                                                : !depths->empty()  ? "--depths"
-                                                                    : "--explain",
-                                                " cannot go with it")));
-  }
-  absl::StatusOr<int> intra_op = ParseThreadCount("--threads", absl::GetFlag(FLAGS_threads));
-  if (!intra_op.ok()) Die(intra_op.status());
-  absl::StatusOr<int> blas = ParseThreadCount("--blas_threads", absl::GetFlag(FLAGS_blas_threads));
-  if (!blas.ok()) Die(blas.status());
-  const ComputeThreads threads{*intra_op, *blas};
-  if (absl::Status s = SetComputeThreads(threads); !s.ok()) Die(s);
-  if (threads.intra_op > 1 && threads.blas > 1 && std::getenv("OMP_WAIT_POLICY") == nullptr) {
-    std::fprintf(stderr,
-                 "sweep: note: LibTorch's OpenMP threads spin between parallel regions and "
-                 "contend with OpenBLAS's; with --threads=%d export OMP_WAIT_POLICY=PASSIVE "
-                 "(README, Performance)\n",
-                 threads.intra_op);
-  }
-  absl::StatusOr<c10::Device> device = ResolveDevice(absl::GetFlag(FLAGS_device));
-  if (!device.ok()) Die(device.status());
-  options.device = *device;
-  absl::StatusOr<MemoryMeter*> meter = MemoryMeterFor(options.device);
-  if (!meter.ok()) Die(meter.status());
-  // --memory_cap applies to each configuration's own steps (RunSweep). Under it, and under
-  // everything else the sweep does, the CPU's tensors stay within the memory this machine had
-  // available at start-up (less a tenth for everything that is not a tensor), so that a model
-  // too large for the machine is an oom row, not a process the kernel kills.
-  if (absl::Status s = (*meter)->SetCap(*cap); !s.ok()) Die(s);  // checks it on this device
-  options.memory_cap = *cap;
-  std::optional<int64_t> standing_cap;
-  if (options.device.is_cpu() && AvailableMemoryBytes().has_value()) {
-    standing_cap = *AvailableMemoryBytes() / 10 * 9;
-  }
-  if (absl::Status s = (*meter)->SetCap(standing_cap); !s.ok()) Die(s);
-
-  if (absl::GetFlag(FLAGS_explain)) {
-    if (absl::Status s = Explain(options, **meter); !s.ok()) Die(s);
-    return 0;
-  }
-
-  const std::string out_dir =
-      absl::GetFlag(FLAGS_out).empty() ? DefaultOutDir() : absl::GetFlag(FLAGS_out);
-  const std::string csv_path = out_dir + "/results.csv";
-  // The folder is created if need be and locked for this run, and only then is results.csv
-  // looked at: two sweeps on one folder would otherwise both find it absent and truncate each
-  // other's rows, or both resume it and add the same rows twice.
-  std::error_code ec;
-  const bool dir_existed = std::filesystem::exists(out_dir, ec);
-  if (dir_existed && !std::filesystem::is_directory(out_dir, ec)) {
-    Die(absl::InvalidArgumentError(
-        absl::StrCat("--out='", out_dir, "' is a file; accepted: a folder, new or a sweep's")));
-  }
-  if (report_only && !dir_existed) {
-    Die(absl::NotFoundError(absl::StrCat("--report_only: no results.csv in --out='", out_dir,
-                                         "'; give the folder of the sweep to report on")));
-  }
-  if (!dir_existed) {
-    std::filesystem::create_directories(out_dir, ec);
-    if (ec) {
-      Die(absl::PermissionDeniedError(
-          absl::StrCat("--out='", out_dir, "' cannot be created: ", ec.message())));
-    }
-  }
-  if (absl::Status s = LockFolder(out_dir); !s.ok()) Die(s);
-  const bool exists = std::filesystem::exists(csv_path, ec);
-  if (report_only && !exists) {
-    Die(absl::NotFoundError(absl::StrCat("--report_only: no results.csv in --out='", out_dir,
-                                         "'; give the folder of the sweep to report on")));
-  }
-  if (exists && !absl::GetFlag(FLAGS_resume) && !report_only) {
-    Die(absl::AlreadyExistsError(
-        absl::StrCat(csv_path, " exists; pass --resume to continue it, or another --out")));
-  }
-  if (exists) {
-    absl::StatusOr<std::vector<ResultRow>> done = ReadResults(csv_path);
-    if (!done.ok()) Die(done.status());
-    options.completed = PairsOf(*done);
-  }
-  std::optional<CsvAppender> csv;  // none with --report_only: results.csv is only read
   if (!report_only) {
-    absl::StatusOr<CsvAppender> opened =
-        exists ? CsvAppender::Append(csv_path) : CsvAppender::Create(csv_path);
-    if (!opened.ok()) Die(opened.status());
-    csv.emplace(*std::move(opened));
+    const absl::Status adopted = folder.Adopt(RecordOf(request, machine));
+    if (adopted.code() == absl::StatusCode::kInvalidArgument) Die(adopted);
+    if (!adopted.ok()) Fail(adopted);
   }
 
   RunInfo info;
   info.runtime = DescribeRuntime();
-  if (!report_only) {
-    absl::StatusOr<double> gemm = MeasureGemmGflops(options.device);
-    if (gemm.ok()) info.gemm_gflops = *gemm;
-  }
-  info.meter = (*meter)->Describe();
-  info.cap = DescribeCaps(*cap, standing_cap);
+  info.meter = machine.meter->Describe();
+  info.cap = report_only ? DescribeRecordedCaps(folder.recorded())
+                         : DescribeCaps(options.memory_cap, machine.standing_cap);
   std::vector<std::string> command(argv, argv + argc);
   command[0] = "sweep";
   info.command = absl::StrJoin(command, " ");
   std::cerr << "sweep: " << info.runtime << "; memory: " << info.meter << "\n";
+  Outputs outputs;
   if (!report_only) {
+    absl::StatusOr<double> gemm = MeasureGemmGflops(options.device);
+    if (gemm.ok()) info.gemm_gflops = *gemm;
+    absl::StatusOr<CsvAppender> csv =
+        folder.has_results() ? CsvAppender::Append(csv_path) : CsvAppender::Create(csv_path);
+    if (!csv.ok()) Fail(csv.status());
     absl::StatusOr<std::vector<ConfigResult>> results = RunSweep(
-        options, **meter, [&](const ConfigResult& r) { return csv->Write(CsvRow(r, threads)); },
-        std::cerr);
-    if (!results.ok()) {
-      std::fprintf(stderr, "sweep: %s\n", results.status().ToString().c_str());
-      return 1;
-    }
+        options, *machine.meter,
+        [&](const ConfigResult& r) { return csv->Write(CsvRow(r, machine.threads)); }, std::cerr);
+    if (!results.ok()) Fail(results.status());
     std::printf("%s\n", FormatTable(*results).c_str());
+    outputs.Add("results.csv", absl::OkStatus());
   }
 
-  absl::StatusOr<std::vector<ResultRow>> rows = ReadResults(csv_path);
-  const std::vector<std::string> missing =
-      rows.ok() ? MissingModels(options, *rows) : std::vector<std::string>();
+  const std::vector<ResultRow> rows = OrDie(ReadResults(csv_path));
+  const std::vector<std::string> missing = MissingModels(options, PairsOf(csv_path, rows));
   const bool complete = missing.empty();
   std::string appendix;
   if (report_only) {
@@ -438,58 +497,54 @@ int Main(int argc, char** argv) {
         report_only ? "results.csv has no complete rows for "
                     : absl::StrCat("The time limit (--time_limit_s=", options.time_limit_s,
                                    ") was spent before ");
-    absl::StrAppend(&appendix, "## Incomplete\n\n", why, missing.size(), " of ",
-                    options.models.size(),
-                    report_only ? " models: " : " models started: ", absl::StrJoin(missing, ", "),
-                    ".", report_only ? "" : " Training and the depth scan were skipped.",
-                    " Continue with the sweep's command and `--resume --out=", out_dir, "`.\n\n");
+    absl::StrAppend(
+        &appendix, "## Incomplete\n\n", why, missing.size(), " of ", options.models.size(),
+        report_only ? " models: " : " models started: ", absl::StrJoin(missing, ", "), ".",
+        report_only ? "" : " Training and the depth scan were skipped.",
+        " Continue with the sweep's command and `--resume --out=", folder.dir(), "`.\n\n");
     std::fprintf(stderr,
                  "sweep: incomplete, %zu model(s) not run; continue with --resume --out=%s\n",
-                 missing.size(), out_dir.c_str());
+                 missing.size(), folder.dir().c_str());
   }
 
   // Training, then the report and plots from every row of results.csv (a resumed sweep's
   // earlier ones too).
   bool curves_ok = true;
+  const TrainingOptions& training = request.training;
   if (training.steps > 0 && complete) {
     absl::StatusOr<std::vector<LossCurve>> curves =
-        RunTraining(options, training, **meter, std::cerr);
-    absl::Status s = curves.ok() ? WriteLossCurves(out_dir, *curves) : curves.status();
-    if (!s.ok()) std::fprintf(stderr, "sweep: training: %s\n", std::string(s.message()).c_str());
-    if (curves.ok()) {
-      appendix += TrainingReport(training, *curves);
-      for (const LossCurve& c : *curves) {
-        curves_ok = curves_ok && !c.departs;
-        if (c.strategy == "store_all" && c.status != "ok") {
-          std::fprintf(stderr,
-                       "sweep: training: store_all's curve of %s is %s (%s); the other curves "
-                       "of the model were not compared\n",
-                       c.model.c_str(), c.status.c_str(), c.message.c_str());
-        }
+        RunTraining(options, training, *machine.meter, std::cerr);
+    if (!curves.ok()) Fail(curves.status());
+    outputs.Add("losses.csv, loss.png", WriteLossCurves(folder.dir(), *curves));
+    appendix += TrainingReport(training, *curves);
+    for (const LossCurve& c : *curves) {
+      curves_ok = curves_ok && !c.departs;
+      if (c.strategy == "store_all" && c.status != "ok") {
+        std::fprintf(stderr,
+                     "sweep: training: store_all's curve of %s is %s (%s); the other curves "
+                     "of the model were not compared\n",
+                     c.model.c_str(), c.status.c_str(), c.message.c_str());
       }
     }
   }
   // The plot first, so that the report can say why a picture is missing.
-  absl::Status plot = rows.ok() ? WriteParetoPlot(out_dir, *rows) : rows.status();
+  const absl::Status plot = WriteParetoPlot(folder.dir(), rows);
   if (!plot.ok()) {
     appendix = absl::StrCat("pareto.png was not drawn: ", plot.message(),
                             ". `gnuplot pareto.gp` in this folder draws it.\n\n", appendix);
   }
-  absl::Status report = rows.ok() ? WriteReport(out_dir, *rows, info, appendix) : rows.status();
-  for (const absl::Status& s : {report, plot}) {
-    if (!s.ok()) std::fprintf(stderr, "sweep: %s\n", std::string(s.message()).c_str());
-  }
-  if (!depths->empty() && complete) {
+  outputs.Add("report.md", WriteReport(folder.dir(), rows, info, appendix));
+  outputs.Add("pareto.png", plot);
+  if (!request.depths.empty() && complete) {
     absl::StatusOr<std::vector<DepthPoint>> points =
-        RunDepthScan(options, *depths, **meter, std::cerr);
-    absl::Status s = points.ok() ? WriteDepthPlot(out_dir, *points) : points.status();
-    if (!s.ok()) std::fprintf(stderr, "sweep: depth scan: %s\n", std::string(s.message()).c_str());
+        RunDepthScan(options, request.depths, *machine.meter, std::cerr);
+    if (!points.ok()) Fail(points.status());
+    outputs.Add("depth.csv, depth.png", WriteDepthPlot(folder.dir(), *points));
   }
-  std::printf("results: %s (results.csv, report.md, pareto.png%s%s)\n", out_dir.c_str(),
-              depths->empty() || !complete ? "" : ", depth.csv, depth.png",
-              training.steps > 0 && complete ? ", losses.csv, loss.png" : "");
+  std::printf("%s\n", outputs.Line(folder.dir()).c_str());
   if (!curves_ok) std::fprintf(stderr, "sweep: a loss curve departs from store_all's\n");
-  return report.ok() && curves_ok ? 0 : 1;
+  const int printed = FinishStdout();
+  return outputs.failed() || !curves_ok ? 1 : printed;
 }
 
 }  // namespace

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 
 #include "ATen/Context.h"
@@ -12,11 +11,13 @@
 #include "absl/strings/str_replace.h"
 #include "core/chain_model.h"
 #include "core/executor.h"
+#include "core/files.h"
 #include "core/profiler.h"
 #include "core/status_macros.h"
 #include "core/strategy.h"
 #include "core/torch_status.h"
 #include "core/workload.h"
+#include "experiments/gnuplot.h"
 #include "experiments/loss_scaler.h"
 #include "experiments/report.h"
 #include "experiments/results_csv.h"
@@ -267,8 +268,8 @@ absl::Status WriteLossCurves(const std::string& dir, const std::vector<LossCurve
   const size_t columns = models.size() > 1 ? 2 : 1;
   const size_t rows = (models.size() + columns - 1) / columns;
   std::string gp = absl::StrCat(
-      "set terminal pngcairo size ", 640 * columns, ",", 420 * rows, " font ',9'\n",
-      "set output 'loss.png'\nset multiplot layout ", rows, ",", columns,
+      PlotPreamble("loss.png", 640 * static_cast<int>(columns), 420 * static_cast<int>(rows)),
+      "set multiplot layout ", rows, ",", columns,
       " title 'Training loss per optimizer step: every strategy on top of store\\_all'\n",
       "set grid\nset key outside bottom center horizontal\nset xlabel 'optimizer step'\n",
       "set ylabel 'loss'\n");
@@ -278,32 +279,29 @@ absl::Status WriteLossCurves(const std::string& dir, const std::vector<LossCurve
     int k = 0;
     for (const LossCurve& c : curves) {
       if (c.model != model || c.losses.empty()) continue;
-      absl::StrAppend(&data, "# ", c.model, " ", c.strategy, "\n");
+      absl::StrAppend(&data, "# ", GpDataLabel(c.model), " ", GpDataLabel(c.strategy), "\n");
       for (size_t i = 0; i < c.losses.size(); ++i) {
         absl::StrAppend(&data, i + 1, " ", absl::StrFormat("%.9g", c.losses[i]), "\n");
       }
       absl::StrAppend(&data, "\n\n");
       // Later strategies drawn thinner and dashed so the curves they cover stay visible.
       plots.push_back(absl::StrCat("'loss.dat' index ", block++, " using 1:2 with lines lw ",
-                                   k == 0 ? 4 : 2, " dt ", k == 0 ? 1 : k + 1, " title '",
-                                   absl::StrReplaceAll(c.strategy, {{"'", "''"}}), "' noenhanced"));
+                                   k == 0 ? 4 : 2, " dt ", k == 0 ? 1 : k + 1, " title ",
+                                   GpLiteral(c.strategy), " noenhanced"));
       ++k;
     }
-    absl::StrAppend(&gp, "set title '", absl::StrReplaceAll(model, {{"'", "''"}}),
-                    "' noenhanced\nplot ", absl::StrJoin(plots, ", "), "\n");
+    absl::StrAppend(&gp, "set title ", GpTitle(model), " noenhanced\nplot ",
+                    absl::StrJoin(plots, ", "), "\n");
   }
   absl::StrAppend(&gp, "unset multiplot\n");
-  for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
-           {"losses.csv", csv}, {"loss.dat", data}, {"loss.gp", gp}}) {
-    std::ofstream out(dir + "/" + name, std::ios::trunc);
-    out << text;
-    if (!out) return absl::DataLossError(absl::StrCat("cannot write ", dir, "/", name));
-  }
+  RETURN_IF_ERROR(WriteFileAtomically(dir + "/losses.csv", csv));
+  RETURN_IF_ERROR(WriteFileAtomically(dir + "/loss.dat", data));
+  RETURN_IF_ERROR(WriteFileAtomically(dir + "/loss.gp", gp));
   if (models.empty()) {
     return absl::FailedPreconditionError(
         "no curve has a loss to draw (every one failed; see report.md): loss.png not drawn");
   }
-  return RunGnuplot(dir, "loss.gp");
+  return RenderPlot(dir, "loss.gp", "loss.png");
 }
 
 }  // namespace ckpt

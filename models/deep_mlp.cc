@@ -67,8 +67,11 @@ std::vector<StageInfo> DeepMlpModel::Stages() const {
     stages.push_back({absl::StrCat(last ? "head" : "layer", i),
                       last ? StageKind::kHead : StageKind::kMlp,
                       /*stochastic=*/false,
-                      {SequencePart("rows")},
-                      2 * static_cast<double>(batch_) * in * out});
+                      {SequencePart(batch_, "rows")},
+                      2 * static_cast<double>(batch_) * in * out,
+                      // The first layer's weights differ in shape when in_features does; the
+                      // profiler compares shapes, so the key may be shared.
+                      /*repeat_key=*/last ? "" : "layer"});
   }
   return stages;
 }

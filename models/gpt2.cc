@@ -192,14 +192,15 @@ std::vector<StageInfo> Gpt2Model::Stages() const {
   std::vector<StageInfo> stages;
   // The embedding offers no chunking: a lookup has no intermediates to spare, and each chunk's
   // backward would make a dense gradient of the whole (tied) table.
-  stages.push_back({"embedding", StageKind::kEmbedding, stochastic, {}, 0});
+  stages.push_back({"embedding", StageKind::kEmbedding, stochastic, {}, 0, ""});
   AppendBlockStages(o.depth(), batch_ * seq_, seq_, o.hidden(), stochastic, &stages);
   stages.push_back({"head",
                     StageKind::kHead,
                     /*stochastic=*/false,
-                    {SequencePart()},
+                    {SequencePart(seq_)},
                     2 * static_cast<double>(batch_ * seq_) * static_cast<double>(o.hidden()) *
-                        static_cast<double>(o.vocab())});
+                        static_cast<double>(o.vocab()),
+                    ""});
   return stages;
 }
 

@@ -62,8 +62,9 @@ std::vector<StageInfo> HeavyMlpModel::Stages() const {
     stages.push_back({absl::StrCat("block", i),
                       StageKind::kMlp,
                       /*stochastic=*/false,
-                      {SequencePart("rows")},
-                      2 * static_cast<double>(batch_) * hidden * hidden});
+                      {SequencePart(batch_, "rows")},
+                      2 * static_cast<double>(batch_) * hidden * hidden,
+                      /*repeat_key=*/"block"});
   }
   return stages;
 }

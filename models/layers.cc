@@ -125,13 +125,15 @@ void AppendBlockStages(int64_t depth, int64_t tokens, int64_t seq, int64_t hidde
     stages->push_back({absl::StrCat("block", b, ".attention"),
                        StageKind::kAttention,
                        stochastic,
-                       {AttentionCorePart(), SequencePart()},
-                       attention_flops});
+                       {AttentionCorePart(), SequencePart(seq)},
+                       attention_flops,
+                       "block.attention"});
     stages->push_back({absl::StrCat("block", b, ".mlp"),
                        StageKind::kMlp,
                        stochastic,
-                       {MlpHiddenPart(), SequencePart()},
-                       mlp_flops});
+                       {MlpHiddenPart(), SequencePart(seq)},
+                       mlp_flops,
+                       "block.mlp"});
   }
 }
 

@@ -78,7 +78,8 @@ TORCH_MODULE(FeedForward);
 
 // Appends the stages of `depth` transformer blocks, "block<b>.attention" (its core recomputable,
 // its sequence chunkable) and "block<b>.mlp" (its hidden activation recomputable, its sequence
-// chunkable), with their forward FLOPs for `tokens` tokens in sequences of `seq`: the Q, K, V
+// chunkable), each block's alike (StageInfo::repeat_key), with their forward FLOPs for `tokens`
+// tokens in sequences of `seq`: the Q, K, V
 // and output projections (2 x tokens x hidden^2 each), scores and probabilities x values
 // (2 x tokens x seq x hidden each; a causal mask is applied to full scores), and the MLP's two
 // 4x-wide products.

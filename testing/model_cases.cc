@@ -133,11 +133,16 @@ rc::Gen<Plan> RandomPlan(const std::vector<StageInfo>& stages, int max_depth) {
     for (const StageInfo& stage : stages) {
       StagePolicy policy;
       for (const PartInfo& part : stage.parts) {
+        // Chunks from 2 to 4, at most the part's extent.
+        const int most_chunks =
+            part.extent > 0 ? static_cast<int>(std::min<int64_t>(4, part.extent)) : 4;
         std::vector<PartAction> actions = {PartAction::kStore};
-        actions.insert(actions.end(), part.actions.begin(), part.actions.end());
+        for (PartAction action : part.actions) {
+          if (action != PartAction::kChunk || most_chunks >= 2) actions.push_back(action);
+        }
         const PartAction action = *rc::gen::elementOf(actions);
         policy.parts.push_back(
-            {action, action == PartAction::kChunk ? *rc::gen::inRange(2, 5) : 1});
+            {action, action == PartAction::kChunk ? *rc::gen::inRange(2, most_chunks + 1) : 1});
       }
       plan.stage_policies.push_back(policy);
     }

@@ -37,9 +37,9 @@ rc::Gen<ModelProfile> GeneratedProfile(int max_stages) {
     std::vector<int64_t> x(n + 1);
     for (int64_t& b : x) b = *rc::gen::inRange<int64_t>(1, 1 << 20);
     const std::vector<PartInfo> kinds[] = {{},
-                                           {SequencePart()},
-                                           {AttentionCorePart(), SequencePart()},
-                                           {MlpHiddenPart(), SequencePart()}};
+                                           {SequencePart(64)},
+                                           {AttentionCorePart(), SequencePart(64)},
+                                           {MlpHiddenPart(), SequencePart(64)}};
     for (int i = 0; i < n; ++i) {
       StageInfo info;
       info.name = absl::StrCat("stage", i);

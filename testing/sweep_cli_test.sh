@@ -47,7 +47,7 @@ grep -qx 'set xrange \[0:\*\]' "$tmp/ok/pareto.gp" || fail "pareto.gp's time axi
 "${sweep[@]}" --models=gpt2:depth=1:hidden=4:heads=1:seq=4:batch=1:vocab=16:context=4 \
   --strategies=store_all --steps=1 --warmup=0 --out="$tmp/title" >/dev/null 2>"$tmp/title.stderr" ||
   fail "gpt2 sweep exited $?: $(cat "$tmp/title.stderr")"
-grep -qF 'set title "gpt2:size=small:depth=1:hidden=4:heads=1:seq=4:batch=1:\nvocab=16:context=4:dropout=0.1" noenhanced' \
+grep -qF "set title (('gpt2:size=small:depth=1:hidden=4:heads=1:seq=4:batch=1:') . \"\\n\" . ('vocab=16:context=4:dropout=0.1')) noenhanced" \
   "$tmp/title/pareto.gp" || fail "no wrapped title: $(grep title "$tmp/title/pareto.gp")"
 if command -v gnuplot >/dev/null; then
   [[ -s "$tmp/title/pareto.png" ]] || fail "gnuplot drew no pareto.png from the wrapped title"
@@ -65,11 +65,11 @@ grep -q "pass --resume" "$tmp/exists.stderr" || fail "existing results.csv: $(ca
 # and adds the rest, each row once.
 models="heavy_mlp:depth=3:hidden=8:batch=2,heavy_mlp:depth=4:hidden=8:batch=2"
 models+=",heavy_mlp:depth=5:hidden=8:batch=2,heavy_mlp:depth=6:hidden=512:batch=512"
-"${sweep[@]}" --models="$models" --strategies=uniform --steps=400 --warmup=0 --out="$tmp/kill" \
+"${sweep[@]}" --models="$models" --strategies=uniform --steps=40 --warmup=0 --out="$tmp/kill" \
   >/dev/null 2>"$tmp/kill.stderr" &
 pid=$!
 for _ in $(seq 1 600); do  # until the first model's rows are in (at most a minute)
-  [[ $(wc -l <"$tmp/kill/results.csv" 2>/dev/null || echo 0) -ge 3 ]] && break
+  [[ -f "$tmp/kill/results.csv" && $(wc -l <"$tmp/kill/results.csv") -ge 3 ]] && break
   sleep 0.1
 done
 kill -9 "$pid" 2>/dev/null || true
@@ -97,7 +97,17 @@ if [[ -f "$tmp/kill/report.md" ]]; then
 else
   fail "--report_only wrote no report.md"
 fi
+# A resume under other settings than the rows' is refused, naming them; under the same ones it
+# completes the file.
+set +e
 "${sweep[@]}" --models="$models" --strategies=uniform --steps=2 --warmup=0 --out="$tmp/kill" --resume \
+  >/dev/null 2>"$tmp/resume.stderr"
+rc=$?
+set -e
+[[ $rc -eq 2 ]] || fail "resume with other --steps: exit $rc, expected 2"
+grep -q "holds rows measured with other settings: --steps (2 now, 40 there)" "$tmp/resume.stderr" ||
+  fail "resume with other --steps: $(cat "$tmp/resume.stderr")"
+"${sweep[@]}" --models="$models" --strategies=uniform --steps=40 --warmup=0 --out="$tmp/kill" --resume \
   >/dev/null 2>"$tmp/resume.stderr" || fail "resume exited $?: $(cat "$tmp/resume.stderr")"
 grep -q "already in results.csv, skipped" "$tmp/resume.stderr" || fail "resume skipped nothing"
 [[ $(($(wc -l <"$tmp/kill/results.csv") - 1)) -eq 8 ]] ||
@@ -184,7 +194,8 @@ check_bad "--strategies lists uniform:segments=auto:budget=none twice" \
 # A results.csv that is damaged or not a file: --resume and --report_only refuse it, naming the
 # file and the line, and change nothing.
 make_damaged() {  # $1: folder, $2: what to append after the good rows
-  rm -rf "$1" && mkdir -p "$1" && cp "$csv" "$1/results.csv" && printf '%b' "$2" >>"$1/results.csv"
+  rm -rf "$1" && mkdir -p "$1" && cp "$csv" "$tmp/ok/run.csv" "$1/" &&
+    printf '%b' "$2" >>"$1/results.csv"
 }
 check_damaged() {  # $1: expected message, $2: folder, then the flags
   local expect="$1" dir="$2"
@@ -193,7 +204,7 @@ check_damaged() {  # $1: expected message, $2: folder, then the flags
   before=$(md5sum <"$dir/results.csv" 2>/dev/null || echo dir)
   set +e
   "${sweep[@]}" --models=heavy_mlp:depth=4:hidden=8:batch=2 --strategies=store_all,uniform \
-    --steps=1 --warmup=0 --out="$dir" "$@" >/dev/null 2>"$tmp/damaged.stderr"
+    --steps=2 --warmup=0 --out="$dir" "$@" >/dev/null 2>"$tmp/damaged.stderr"
   local rc=$?
   set -e
   [[ $rc -eq 2 ]] || fail "damaged results.csv ($*): exit $rc, expected 2"
@@ -210,7 +221,7 @@ for flag in --resume --report_only; do
   check_damaged "results.csv line 4 is blank" "$tmp/blank" "$flag"
   make_damaged "$tmp/nul" 'a\0b\n'
   check_damaged "results.csv line 4 holds a NUL byte" "$tmp/nul" "$flag"
-  rm -rf "$tmp/dir" && mkdir -p "$tmp/dir/results.csv"
+  rm -rf "$tmp/dir" && mkdir -p "$tmp/dir/results.csv" && cp "$tmp/ok/run.csv" "$tmp/dir/"
   check_damaged "results.csv is a directory" "$tmp/dir" "$flag"
 done
 
@@ -275,7 +286,8 @@ grep -q "File too large; the partial row was removed" "$tmp/full.stderr" ||
 "${sweep[@]}" --models=heavy_mlp:depth=2:hidden=1048576:batch=4,heavy_mlp:depth=2:hidden=4:batch=2 \
   --strategies=uniform --steps=1 --warmup=0 --out="$tmp/huge" >/dev/null 2>"$tmp/huge.stderr" ||
   fail "a model too large for the machine: exit $?: $(cat "$tmp/huge.stderr")"
-grep -q '^heavy_mlp:depth=2:hidden=1048576:batch=4,uniform,cpu,oom,' "$tmp/huge/results.csv" ||
+grep -q '^heavy_mlp:depth=2:hidden=1048576:batch=4,uniform:segments=auto:budget=none,cpu,oom,' \
+  "$tmp/huge/results.csv" ||
   fail "a model too large for the machine: $(cat "$tmp/huge/results.csv")"
 awk -F, '$4 == "oom" && ($16 != "" || $17 != "" || $18 != "") {exit 1}' \
   "$tmp/huge/results.csv" || fail "a failed model has ratio cells: $(cat "$tmp/huge/results.csv")"
@@ -308,6 +320,238 @@ rc=$?
 set -e
 [[ $rc -eq 2 ]] || fail "unwritable --out: exit $rc, expected 2"
 grep -q "cannot be created" "$tmp/out.stderr" || fail "unwritable --out: $(cat "$tmp/out.stderr")"
+
+# --- Hostile input, round 2 (docs/testing.md): every case below once broke the sweep. ---
+
+tiny=(--models=heavy_mlp:depth=2:hidden=4:batch=2 --strategies=store_all --steps=1 --warmup=0)
+# A finished sweep folder to work on: two models, one row each.
+finished() {  # $1: folder
+  rm -rf "$1"
+  "${sweep[@]}" --models=heavy_mlp:depth=2:hidden=4:batch=2,heavy_mlp:depth=3:hidden=4:batch=2 \
+    --strategies=store_all --steps=1 --warmup=0 --out="$1" >/dev/null 2>&1 ||
+    fail "the finished folder $1 could not be made"
+}
+# Rewrites the model cell of results.csv's row $2 in folder $1 as $3 (quoted as CSV quotes).
+set_model_cell() {
+  python3 - "$1/results.csv" "$2" "$3" <<'PY'
+import csv, sys
+path, row, text = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+rows = list(csv.reader(open(path, newline="")))
+rows[row][rows[0].index("model")] = text
+csv.writer(open(path, "w", newline=""), lineterminator="\n").writerows(rows)
+PY
+}
+# Runs the sweep with $1 the expected exit status, $2 a text its stderr must hold, then flags.
+expect_exit() {
+  local want="$1" text="$2"
+  shift 2
+  set +e
+  "${sweep[@]}" "$@" >"$tmp/expect.stdout" 2>"$tmp/expect.stderr"
+  local rc=$?
+  set -e
+  [[ $rc -eq $want ]] || fail "$*: exit $rc, expected $want: $(cat "$tmp/expect.stderr")"
+  grep -qF -- "$text" "$tmp/expect.stderr" ||
+    fail "$*: stderr lacks '$text': $(cat "$tmp/expect.stderr")"
+}
+# No temporary of an output is left in folder $1.
+no_temporaries() {
+  local left
+  left=$(find "$1" -maxdepth 1 -name '.*.tmp.*' | head -3)
+  [[ -z "$left" ]] || fail "temporaries left in $1: $left"
+}
+
+# 1. Text from a file never reaches gnuplot as code: a backquoted command in a model cell is
+# drawn as text; a cell with a line break (which would end gnuplot's command) is refused.
+finished "$tmp/gp"
+set_model_cell "$tmp/gp" 1 'x`touch '"$tmp"'/PWNED_BACKQUOTE`'
+"${sweep[@]}" --out="$tmp/gp" --report_only --models=heavy_mlp:depth=2:hidden=4:batch=2 \
+  >/dev/null 2>"$tmp/gp.stderr" || fail "--report_only with a backquote in a cell: $(cat "$tmp/gp.stderr")"
+[[ ! -e "$tmp/PWNED_BACKQUOTE" ]] || fail "a backquote in results.csv ran a command in gnuplot"
+grep -qF "set title (('x\`touch" "$tmp/gp/pareto.gp" || fail "the cell is not a literal title"
+finished "$tmp/gp2"
+set_model_cell "$tmp/gp2" 2 $'y\nsystem("touch '"$tmp"'/PWNED_NEWLINE")'
+before=$(md5sum <"$tmp/gp2/results.csv")
+expect_exit 2 "results.csv line 3 holds a line break in field 1" \
+  --out="$tmp/gp2" --report_only --models=heavy_mlp:depth=2:hidden=4:batch=2
+[[ ! -e "$tmp/PWNED_NEWLINE" ]] || fail "a line break in results.csv ran a command in gnuplot"
+[[ "$(md5sum <"$tmp/gp2/results.csv")" == "$before" ]] || fail "the refused file was changed"
+check_bad "holds a control character (byte 0x1b)" --models=$'heavy_mlp:depth=2\x1b[2J'
+check_bad "holds a control character (byte 0x0a)" --strategies=$'uniform:segments=2\nx'
+
+# 2. Outputs whole or not at all. A file size limit stands in for a full disk (the same failed
+# write(2)); the sweep's own messages go through a pipe, which the limit does not cover.
+under_limit() {  # $1: KiB, then the sweep's flags; its stdout and stderr to $tmp/limit.out
+  set +e
+  (
+    trap '' XFSZ
+    ulimit -f "$1"
+    shift
+    "${sweep[@]}" "$@" 2>&1
+  ) | cat >"$tmp/limit.out"
+  limit_rc=${PIPESTATUS[0]}
+  set -e
+}
+# At the first output: nothing left behind, the reason named, and a --resume starts afresh.
+rm -rf "$tmp/full0"
+mkdir "$tmp/full0"
+under_limit 0 "${tiny[@]}" --out="$tmp/full0"
+[[ $limit_rc -eq 1 ]] || fail "a full disk at the first output: exit $limit_rc, expected 1"
+grep -q "cannot write $tmp/full0/run.csv: File too large" "$tmp/limit.out" ||
+  fail "a full disk at the first output: $(cat "$tmp/limit.out")"
+[[ -z "$(ls -A "$tmp/full0")" ]] || fail "a full disk at the first output left: $(ls -A "$tmp/full0")"
+"${sweep[@]}" "${tiny[@]}" --out="$tmp/full0" --resume >/dev/null 2>&1 ||
+  fail "--resume after a full disk at the first output"
+# After the rows: results.csv (within the limit) is whole, report.md and pareto.png (past it)
+# are not written at all, and the last line lists only what was written. The limit is taken
+# from the same run's file sizes.
+rm -rf "$tmp/full1" "$tmp/sizes"
+"${sweep[@]}" "${tiny[@]}" --out="$tmp/sizes" >/dev/null 2>&1 || fail "the run that sizes the files"
+kib=$((($(stat -c %s "$tmp/sizes/results.csv") + 1023) / 1024))
+(($(stat -c %s "$tmp/sizes/report.md") > kib * 1024)) ||
+  fail "the full-disk case needs report.md larger than results.csv's $kib KiB"
+under_limit "$kib" "${tiny[@]}" --out="$tmp/full1"
+[[ $limit_rc -eq 1 ]] || fail "a full disk after the rows: exit $limit_rc, expected 1"
+grep -q "cannot write $tmp/full1/report.md: File too large" "$tmp/limit.out" ||
+  fail "a full disk after the rows: $(cat "$tmp/limit.out")"
+grep -q "^results: $tmp/full1 (results.csv" "$tmp/limit.out" ||
+  fail "a full disk after the rows: no closing line: $(cat "$tmp/limit.out")"
+grep "^results: " "$tmp/limit.out" | grep -q "report.md\|pareto.png" &&
+  fail "the closing line lists a file that was not written: $(grep '^results: ' "$tmp/limit.out")"
+[[ ! -e "$tmp/full1/report.md" && ! -e "$tmp/full1/pareto.png" ]] ||
+  fail "a full disk after the rows left a partial report.md or pareto.png"
+[[ -z "$(find "$tmp/full1" -maxdepth 1 -empty -type f)" ]] ||
+  fail "a full disk left empty files: $(find "$tmp/full1" -maxdepth 1 -empty -type f)"
+no_temporaries "$tmp/full1"
+# A finished folder resumed on a full disk: every earlier output as it was.
+finished "$tmp/full2"
+sums=$(cd "$tmp/full2" && md5sum pareto.dat pareto.gp pareto.png report.md)
+under_limit 0 --models=heavy_mlp:depth=2:hidden=4:batch=2,heavy_mlp:depth=3:hidden=4:batch=2 \
+  --strategies=store_all --steps=1 --warmup=0 --out="$tmp/full2" --resume
+[[ $limit_rc -eq 1 ]] || fail "resume of a finished folder on a full disk: exit $limit_rc"
+[[ "$(cd "$tmp/full2" && md5sum pareto.dat pareto.gp pareto.png report.md)" == "$sums" ]] ||
+  fail "resume on a full disk changed earlier outputs"
+grep "^results: " "$tmp/limit.out" | grep -q "pareto.png" &&
+  fail "resume on a full disk lists pareto.png: $(grep '^results: ' "$tmp/limit.out")"
+no_temporaries "$tmp/full2"
+# Standard output is an output too.
+set +e
+"${sweep[@]}" --list >/dev/full 2>"$tmp/full.stderr"
+rc=$?
+set -e
+[[ $rc -eq 1 ]] || fail "--list > /dev/full: exit $rc, expected 1"
+grep -q "cannot write to standard output: No space left on device" "$tmp/full.stderr" ||
+  fail "--list > /dev/full: $(cat "$tmp/full.stderr")"
+# An output replaced by a folder: refused before anything is measured, nothing left behind.
+finished "$tmp/dirout"
+rm "$tmp/dirout/report.md" && mkdir "$tmp/dirout/report.md"
+before=$(md5sum <"$tmp/dirout/results.csv")
+expect_exit 2 "report.md is a directory, where the sweep writes a file" \
+  --models=heavy_mlp:depth=2:hidden=4:batch=2,heavy_mlp:depth=5:hidden=4:batch=2 \
+  --strategies=store_all --steps=1 --warmup=0 --out="$tmp/dirout" --resume
+[[ "$(md5sum <"$tmp/dirout/results.csv")" == "$before" ]] || fail "rows were measured before refusing"
+no_temporaries "$tmp/dirout"
+# A folder in which files cannot be made (results.csv itself writable): refused before measuring.
+# Root may write anywhere, so as root the case runs as nobody, from a copy outside root's home;
+# where root cannot become nobody (Bazel's sandbox maps no other user), it is skipped, and runs
+# under ctest (tools/gpu/rehearse.sh and the trixie check in CI).
+as_user=()
+((EUID == 0)) && as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+if ((EUID == 0)) && ! "${as_user[@]}" true 2>/dev/null; then
+  echo "sweep_cli_test: skipped the unwritable-folder case: root cannot run as nobody here" >&2
+else
+  locked=$(mktemp -d /tmp/ckptlab-locked.XXXXXX)
+  chmod 755 "$locked"
+  cp "$(readlink -f "${sweep[0]}")" "$locked/sweep"
+  finished "$locked/out"
+  chmod 666 "$locked/out/results.csv"
+  chmod 555 "$locked/out"
+  before=$(md5sum <"$locked/out/results.csv")
+  set +e
+  "${as_user[@]}" "$locked/sweep" --device=cpu \
+    --models=heavy_mlp:depth=2:hidden=4:batch=2,heavy_mlp:depth=5:hidden=4:batch=2 \
+    --strategies=store_all --steps=1 --warmup=0 --out="$locked/out" --resume \
+    >/dev/null 2>"$tmp/locked.stderr"
+  rc=$?
+  set -e
+  [[ $rc -eq 2 ]] || fail "a folder that takes no new files: exit $rc, expected 2: $(cat "$tmp/locked.stderr")"
+  grep -q "files cannot be created in $locked/out" "$tmp/locked.stderr" ||
+    fail "a folder that takes no new files: $(cat "$tmp/locked.stderr")"
+  [[ "$(md5sum <"$locked/out/results.csv")" == "$before" ]] || fail "rows were added before refusing"
+  chmod -R u+w "$locked" && rm -rf "$locked"
+fi
+# A folder of the user's own files is not the sweep's to overwrite.
+rm -rf "$tmp/mine" && mkdir "$tmp/mine" && echo "my notes" >"$tmp/mine/report.md"
+expect_exit 2 "holds files the sweep did not write (report.md)" "${tiny[@]}" --out="$tmp/mine"
+[[ "$(cat "$tmp/mine/report.md")" == "my notes" && $(ls -A "$tmp/mine" | wc -l) -eq 1 ]] ||
+  fail "the user's folder was changed"
+
+# 3. Files that are not what they seem: refused at once, never read.
+for what in fifo zero; do
+  finished "$tmp/$what"
+  rm "$tmp/$what/results.csv"
+  if [[ $what == fifo ]]; then mkfifo "$tmp/$what/results.csv"; else ln -s /dev/zero "$tmp/$what/results.csv"; fi
+  set +e
+  timeout 60 "${sweep[@]}" "${tiny[@]}" --out="$tmp/$what" --resume >/dev/null 2>"$tmp/$what.stderr"
+  rc=$?
+  set -e
+  [[ $rc -eq 2 ]] || fail "results.csv as a $what: exit $rc, expected 2 (124: hung)"
+  grep -q "results.csv is a \(FIFO\|character device\)" "$tmp/$what.stderr" ||
+    fail "results.csv as a $what: $(cat "$tmp/$what.stderr")"
+done
+
+# 4. A resume never measures a configuration twice, nor mixes runs.
+rm -rf "$tmp/spell"
+"${sweep[@]}" --models=heavy_mlp:depth=2:hidden=4:batch=2 --strategies=uniform --steps=1 \
+  --warmup=0 --out="$tmp/spell" >/dev/null 2>&1 || fail "the first spelling's run"
+"${sweep[@]}" --models=heavy_mlp:batch=2:hidden=4:depth=2 --strategies=uniform:segments=auto \
+  --steps=1 --warmup=0 --out="$tmp/spell" --resume >/dev/null 2>"$tmp/spell.stderr" ||
+  fail "resume under another spelling: $(cat "$tmp/spell.stderr")"
+grep -q "already in results.csv, skipped" "$tmp/spell.stderr" || fail "another spelling ran again"
+[[ $(($(wc -l <"$tmp/spell/results.csv") - 1)) -eq 2 ]] || fail "rows twice: $(cat "$tmp/spell/results.csv")"
+check_bad "--models lists transformer:depth=1:hidden=4:heads=1:seq=2:batch=1:dropout=0.1 twice" \
+  --models=transformer:depth=1:hidden=4:heads=1:seq=2:batch=1:dropout=0.1,transformer:depth=1:hidden=4:heads=1:seq=2:batch=1:dropout=0.10
+check_bad "dropout=0.125 twice" \
+  --models=transformer:depth=1:hidden=4:heads=1:seq=2:batch=1:dropout=0x1p-3,transformer:depth=1:hidden=4:heads=1:seq=2:batch=1:dropout=0.125
+rm -rf "$tmp/cap"
+"${sweep[@]}" "${tiny[@]}" --memory_cap=0 --out="$tmp/cap" >/dev/null 2>&1 || fail "the capped run"
+expect_exit 2 "--memory_cap (none now, 0 there)" \
+  --models=heavy_mlp:depth=2:hidden=4:batch=2,heavy_mlp:depth=3:hidden=4:batch=2 \
+  --strategies=store_all --steps=1 --warmup=0 --out="$tmp/cap" --resume
+check_bad "--depths lists 2 twice" --models=heavy_mlp:depth=2:hidden=4:batch=1 --depths=2,2,3
+# Sweeps started together without --out get folders of their own.
+mkdir -p "$tmp/ws"
+pids=()
+for k in 1 2 3; do
+  BUILD_WORKSPACE_DIRECTORY="$tmp/ws" "${sweep[@]}" "${tiny[@]}" >/dev/null 2>"$tmp/default$k.stderr" &
+  pids+=($!)
+done
+for k in 1 2 3; do
+  wait "${pids[k - 1]}" || fail "sweep $k of 3 started together: $(cat "$tmp/default$k.stderr")"
+done
+[[ $(ls "$tmp/ws/results" | wc -l) -eq 3 ]] || fail "3 sweeps, folders: $(ls "$tmp/ws/results")"
+
+# 5. What the run records is what ran.
+rm -rf "$tmp/chunks"
+"${sweep[@]}" --models=transformer:depth=1:hidden=4:heads=1:seq=16:batch=1 \
+  --strategies=chunked_sequence:chunks=1048576 --steps=1 --warmup=0 --out="$tmp/chunks" \
+  >/dev/null 2>"$tmp/chunks.stderr" || fail "more chunks than positions: $(cat "$tmp/chunks.stderr")"
+grep -q ',chunked_sequence:chunks=16,cpu,ok,.*sequence in 16 chunks' "$tmp/chunks/results.csv" ||
+  fail "more chunks than positions: the row does not say 16: $(cat "$tmp/chunks/results.csv")"
+cores=$(nproc)
+check_bad "--blas_threads='1000' is not accepted; accepted: 1..$cores" --blas_threads=1000
+check_bad "--threads='1000' is not accepted; accepted: 1..$cores" --threads=1000
+check_bad "--flagfile is not supported" --flagfile="$tmp/no-such-file"
+grep -q "^blas_threads,[0-9]" "$tmp/ok/run.csv" || fail "run.csv records no BLAS threads"
+
+# 6. Profiling is linear in depth, and says how far it is: 20,000 stages in seconds (a profile
+# quadratic in depth took minutes at this depth).
+rm -rf "$tmp/deep"
+set +e
+timeout 120 "${sweep[@]}" --models=heavy_mlp:depth=20000:hidden=1:batch=1 --strategies=store_all \
+  --steps=1 --warmup=0 --out="$tmp/deep" >/dev/null 2>"$tmp/deep.stderr"
+rc=$?
+set -e
+[[ $rc -eq 0 ]] || fail "20,000 stages: exit $rc (124: over 120 s): $(tail -3 "$tmp/deep.stderr")"
 
 if ((failures)); then
   echo "$failures check(s) failed" >&2

@@ -17,7 +17,7 @@
 
 int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
-  if (absl::Status s = ckpt::SetComputeThreads({/*intra_op=*/1, /*blas=*/1}); !s.ok()) {
+  if (absl::Status s = ckpt::SetComputeThreads({/*intra_op=*/1, /*blas=*/1}).status(); !s.ok()) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());
     return 2;
   }

@@ -1,4 +1,5 @@
 // Properties of uniform's plans, for generated chain lengths and segment counts (no tensors).
+#include <algorithm>
 #include <cmath>
 
 #include "core/plan.h"
@@ -6,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "rapidcheck.h"
 #include "rapidcheck/gtest.h"
+#include "strategies/uniform/uniform.h"
 
 namespace ckpt {
 namespace {
@@ -94,6 +96,34 @@ TEST(ValidatePlan, RejectsGapsOverlapsAndShortCover) {
   EXPECT_FALSE(ValidatePlan(plan, InfosOf(5)).ok());  // empty segment
   plan.segments = {{0, 2, SegmentMode::kCheckpointed}, {2, 5, SegmentMode::kStored}};
   EXPECT_TRUE(ValidatePlan(plan, InfosOf(5)).ok());
+}
+
+}  // namespace
+}  // namespace ckpt
+
+namespace ckpt {
+namespace {
+
+// The counts a budget search tries: every one up to 128, then a geometric sequence 3% apart,
+// always with ceil(sqrt(L)) and L, so that a search over a 100,000-stage chain replays it a few
+// hundred times, not 100,000.
+RC_GTEST_PROP(UniformPlan, BudgetSearchTriesEverySmallCountAndFewLargeOnes, ()) {
+  const int stages = *rc::gen::inRange(1, 200000).as("stages");
+  const std::vector<int> counts = Uniform::SegmentCounts(stages);
+  RC_ASSERT(std::is_sorted(counts.begin(), counts.end()));
+  RC_ASSERT(std::adjacent_find(counts.begin(), counts.end()) == counts.end());
+  RC_ASSERT(counts.front() == 1 && counts.back() == stages);
+  const int root = static_cast<int>(std::ceil(std::sqrt(static_cast<double>(stages)) - 1e-9));
+  RC_ASSERT(std::find(counts.begin(), counts.end(), root) != counts.end());
+  for (int k = 1; k <= std::min(stages, 128); ++k) RC_ASSERT(counts[k - 1] == k);
+  for (size_t i = 1; i < counts.size(); ++i) {
+    if (counts[i - 1] >= 128 && counts[i] != root && counts[i] != stages) {
+      RC_ASSERT(counts[i] <= counts[i - 1] + counts[i - 1] / 32 + 1);  // no gap over ~3%
+    }
+  }
+  RC_ASSERT(counts.size() <=
+            128 + 2 +
+                static_cast<size_t>(std::log(std::max(stages, 128) / 128.0) / std::log(1.03) + 1));
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "strategies/chunked_sequence/chunked_sequence.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace ckpt {
@@ -18,16 +20,24 @@ absl::StatusOr<std::unique_ptr<Strategy>> ChunkedSequence::Create(const ParamVal
 absl::StatusOr<Plan> ChunkedSequence::MakePlan(const ModelProfile& profile) const {
   const int n = profile.num_stages();
   Plan plan;
-  plan.strategy = absl::StrCat(kId, ":chunks=", chunks_);
   if (n > 0) plan.segments.push_back({0, n, SegmentMode::kStored});
-  int chunked = 0;
+  int chunked = 0, most = 0;  // stages chunked, and the most chunks any runs
   for (const StageInfo& stage : profile.stages) {
+    const int part = stage.FindPart(PartKind::kSequence);
+    const int64_t extent = part >= 0 ? stage.parts[part].extent : 0;
+    const int chunks = extent > 0 ? static_cast<int>(std::min<int64_t>(chunks_, extent)) : chunks_;
     plan.stage_policies.push_back(
-        PolicyFor(stage, PartKind::kSequence, {PartAction::kChunk, chunks_}));
-    if (!plan.stage_policies.back().IsDefault()) ++chunked;
+        PolicyFor(stage, PartKind::kSequence, {PartAction::kChunk, chunks}));
+    if (!plan.stage_policies.back().IsDefault()) {
+      ++chunked;
+      most = std::max(most, chunks);
+    }
   }
-  plan.summary = absl::StrCat(chunked, " of ", n, " stages run in ", chunks_,
-                              " sequence chunks, each recomputed in backward");
+  const int ran = chunked > 0 ? most : chunks_;
+  plan.strategy = absl::StrCat(kId, ":chunks=", ran);
+  plan.summary = absl::StrCat(
+      chunked, " of ", n, " stages run in ", ran, " sequence chunks, each recomputed in backward",
+      ran < chunks_ ? absl::StrCat(" (", chunks_, " asked; no more chunks than positions)") : "");
   return plan;
 }
 

@@ -13,7 +13,9 @@
 // (GPT-2's embedding declares none: a lookup has no intermediates to save, and each chunk's
 // backward would materialise a dense gradient of the whole table.)
 // Parameter chunks (default 4); a count that does not divide the sequence works (the first
-// chunks are one longer); more chunks than positions gives one position per chunk.
+// chunks are one longer). A stage with fewer positions than `chunks` runs one chunk per
+// position, and the plan says so: its spec records the count that runs
+// ("chunked_sequence:chunks=16" for chunks=1048576 on a 16-token sequence).
 // Gradients equal store_all's up to float32 reassociation: a matrix product over a chunk of
 // rows may block its sums differently from one over all rows.
 #pragma once

@@ -64,7 +64,8 @@ absl::StatusOr<Plan> Optimal::MakePlan(const ModelProfile& profile) const {
   const chain::Solver solver(quantized, static_cast<int>(std::max<int64_t>(top.peak, steps)));
 
   // The candidates: the solver's plan at every budget of the grid (distinct ones), and
-  // uniform's with every segment count, so that the answer is never slower than the heuristic
+  // uniform's with every segment count its budget search tries (Uniform::SegmentCounts), so
+  // that the answer is never slower than uniform at the same budget, nor than the heuristic
   // where the chain model misjudges a plan the memory model would fit.
   std::vector<Plan> candidates;
   for (int m = solver.max_units(); m >= 0 && solver.Feasible(m); --m) {
@@ -75,7 +76,7 @@ absl::StatusOr<Plan> Optimal::MakePlan(const ModelProfile& profile) const {
     }
     candidates.push_back(std::move(plan));
   }
-  for (int k = 1; k <= profile.num_stages(); ++k) {
+  for (const int k : Uniform::SegmentCounts(profile.num_stages())) {
     candidates.push_back(Uniform::PlanWith(k, profile.num_stages()));
   }
   // The fastest candidate the memory model fits in the budget (the first of equals).

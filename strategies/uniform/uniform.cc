@@ -64,11 +64,24 @@ Plan Uniform::PlanWith(int k, int n) {
   return plan;
 }
 
+std::vector<int> Uniform::SegmentCounts(int n) {
+  constexpr int kEveryCountUpTo = 128;
+  std::vector<int> counts;
+  for (int k = 1; k <= n; k = k < kEveryCountUpTo ? k + 1 : std::max(k + 1, k + k / 32)) {
+    counts.push_back(k);
+  }
+  for (const int k : {CeilSqrt(n), n}) {
+    if (k >= 1 && std::find(counts.begin(), counts.end(), k) == counts.end()) counts.push_back(k);
+  }
+  std::sort(counts.begin(), counts.end());
+  return counts;
+}
+
 absl::StatusOr<Plan> Uniform::MakePlan(const ModelProfile& profile) const {
   const int n = profile.num_stages();
   if (budget_.has_value()) {
     int64_t least = std::numeric_limits<int64_t>::max();
-    for (int k = 1; k <= n; ++k) {
+    for (const int k : SegmentCounts(n)) {
       Plan plan = PlanWith(k, n);
       ASSIGN_OR_RETURN(MemoryPrediction predicted, PredictMemory(profile, plan));
       if (predicted.peak_bytes + kBudgetSlackBytes <= *budget_) {

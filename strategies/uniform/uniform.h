@@ -15,8 +15,11 @@
 // With budget=SIZE instead of a segment count: the fewest segments whose peak the memory model
 // predicts within SIZE bytes above the baseline (the heuristic at a memory budget, to compare
 // with budget planners). Fewer segments recompute fewer stages, so the fewest that fit are the
-// fastest uniform plan that fits; every count from 1 to L is tried (the peak is not monotone in
-// it). A budget no count fits is an error naming the least peak any count reaches.
+// fastest uniform plan that fits. The counts tried are SegmentCounts(L): every count up to 128
+// and, on longer chains, counts about 3% apart up to L, ceil(sqrt(L)) among them (the peak is
+// not monotone in the count, so none is skipped by a search; each try replays the whole chain,
+// and trying every count of a 10,000-stage chain took minutes). A budget no count tried fits is
+// an error naming the least peak any reaches.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +50,10 @@ class Uniform : public Strategy {
 
   // The plan with k segments (1 <= k <= L).
   static Plan PlanWith(int k, int num_stages);
+
+  // The segment counts a budget search tries on a chain of `num_stages`, ascending: 1..128,
+  // then each at least 3% above the one before, with ceil(sqrt(L)) and L: O(log L) beyond 128.
+  static std::vector<int> SegmentCounts(int num_stages);
 
  private:
   std::optional<int> segments_;

@@ -198,7 +198,11 @@ if [[ "$steps" == *" sweep "* ]]; then
   limit=$((left - reserve))
   ((limit > 0)) || die "no time left for the sweep ($left s of $budget s, $reserve s reserve)"
   log "sweep on $device, time limit $limit s"
-  sweep_args=(--device="$device" --preset=paper --out="$out")
+  # A folder of its own: the sweep refuses one that holds files it did not write (this
+  # script's logs). Its outputs are copied up below, where deliver, publish.sh and rehearse.sh
+  # look for them; a rerun with the same CKPT_RESULTS_DIR resumes it.
+  sweep_out="$out/sweep"
+  sweep_args=(--device="$device" --preset=paper --out="$sweep_out")
   set +e
   # shellcheck disable=SC2086
   timeout --signal=KILL "$((left - 10))" "$build/sweep" "${sweep_args[@]}" \
@@ -214,7 +218,7 @@ if [[ "$steps" == *" sweep "* ]]; then
     status=1
   }
   # A killed sweep leaves its finished models' rows and no report: write it from them.
-  if [[ ! -f "$out/report.md" && -f "$out/results.csv" ]]; then
+  if [[ ! -f "$sweep_out/report.md" && -f "$sweep_out/results.csv" ]]; then
     log "writing report.md from the rows in results.csv (sweep --report_only)"
     set +e
     # shellcheck disable=SC2086
@@ -224,6 +228,9 @@ if [[ "$steps" == *" sweep "* ]]; then
     set -e
     ((report_status == 0)) || log "sweep --report_only exited $report_status (sweep.stderr)"
   fi
+  for f in report.md results.csv run.csv pareto.png pareto.gp pareto.dat; do
+    if [[ -f "$sweep_out/$f" ]]; then cp "$sweep_out/$f" "$out/"; fi
+  done
   [[ -f "$out/report.md" ]] && log "report: $out/report.md"
   command -v gnuplot >/dev/null ||
     log "no gnuplot here: the plots' data and scripts (*.dat, *.gp) are in the tarball;" \

@@ -1,0 +1,66 @@
+// The sweep's pictures, drawn by gnuplot, and the one place where text becomes gnuplot code.
+//
+// gnuplot runs what its script says, and a script made from names that came from the command
+// line or from a results.csv must not say anything the sweep did not write itself: in a
+// double-quoted string gnuplot substitutes `backquoted` commands, and a line break ends a
+// command. So every piece of text goes into a script as GpLiteral (single quotes, inside which
+// gnuplot expands nothing) or into a data file as GpDataLabel, and the only double-quoted
+// strings the sweep writes are its own "\n" and "'". Names never hold control characters anyway
+// (specs and cells read back refuse them); these functions do not rely on it. A property test
+// (testing/gnuplot_test.cc) has gnuplot read generated hostile text back.
+//
+//   std::string gp = absl::StrCat("set title ", GpTitle(model), " noenhanced\n", ...);
+//   RETURN_IF_ERROR(WriteFileAtomically(dir + "/pareto.gp", gp));
+//   RETURN_IF_ERROR(RenderPlot(dir, "pareto.gp", "pareto.png"));
+//
+// A script names its picture through the variable `output_file` (PlotPreamble), which
+// RenderPlot sets to a temporary: the picture replaces the old one only once gnuplot has
+// exited 0 and left a whole PNG, and `gnuplot pareto.gp` by hand still writes pareto.png.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace ckpt {
+
+// `text` as a gnuplot string expression of single-quoted pieces, ('it' . "'" . 's'), any
+// control character (which would end the command line) written as '?'.
+std::string GpLiteral(absl::string_view text);
+
+// `text` broken after its ':' separators into lines of at most `width` characters where it
+// can be (a model spec is wider than a panel), as GpLiterals joined by "\n".
+std::string GpTitle(absl::string_view text, size_t width = 60);
+
+// `text` as a double-quoted label field of a gnuplot data file, whose reader runs no commands:
+// control characters, double quotes and backslashes (which that reader takes as escapes, not
+// always as documented) written as '?'.
+std::string GpDataLabel(absl::string_view text);
+
+// The lines a script starts with: a pngcairo terminal of `width` x `height` pixels writing to
+// `output_file`, `default_output` unless the caller set it.
+std::string PlotPreamble(const std::string& default_output, int width, int height);
+
+// Runs gnuplot on `script` in `dir`, writing `dir/output` as above. Unavailable when gnuplot is
+// not installed; Internal when it failed (its messages then in `dir/script.log`, and the first
+// of them in the status); DataLoss when the picture could not be written whole. The old picture
+// stays as it was on any failure.
+absl::Status RenderPlot(const std::string& dir, const std::string& script,
+                        const std::string& output);
+
+// What a program run by RunProgram did.
+struct ProgramResult {
+  int exit_code = 0;
+  std::string stderr_text;  // its first 64 KiB
+};
+
+// Runs the program argv[0] (looked up in PATH) with `argv` in the working directory `dir`,
+// without a shell: no argument or path is ever interpreted. NotFound if it is not installed,
+// Internal if it could not be started or was killed by a signal.
+absl::StatusOr<ProgramResult> RunProgram(const std::vector<std::string>& argv,
+                                         const std::string& dir);
+
+}  // namespace ckpt

@@ -1,0 +1,113 @@
+// experiments/gnuplot: whatever text a name holds, gnuplot reads it as data. Each generated
+// string (backquoted commands, quotes of both kinds, line breaks, system(), $(...)) goes
+// through GpLiteral, GpTitle and GpDataLabel into a script that gnuplot runs; gnuplot must print
+// the text back (control characters as '?') and no command may have run.
+#include "experiments/gnuplot.h"
+
+#include <filesystem>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "core/files.h"
+#include "gtest/gtest.h"
+#include "rapidcheck.h"
+#include "rapidcheck/gtest.h"
+
+namespace ckpt {
+namespace {
+
+bool HaveGnuplot() {
+  absl::StatusOr<ProgramResult> run = RunProgram({"gnuplot", "--version"}, ".");
+  return run.ok() && run->exit_code == 0;
+}
+
+// Text built from the pieces an attacker would use.
+rc::Gen<std::string> HostileText() {
+  return rc::gen::map(
+      rc::gen::container<std::vector<std::string>>(rc::gen::element<std::string>(
+          "`touch PWNED`", "'", "''", "\"", "\\", "\n", "system('touch PWNED')", "$(touch PWNED)",
+          ";", "#", ":", "a", "heavy_mlp:depth=4", std::string(1, '\0'), "\x1b[2J", "\xc3\xa9")),
+      [](const std::vector<std::string>& pieces) { return absl::StrJoin(pieces, ""); });
+}
+
+// `text` as the functions promise gnuplot reads it back: control characters as '?'.
+std::string Cleaned(std::string text) {
+  for (char& c : text) {
+    if (IsControlCharacter(c)) c = '?';
+  }
+  return text;
+}
+
+// Runs `script` with gnuplot in a fresh folder and returns what it printed to printed.txt.
+std::string RunScript(const std::string& script, const std::string& data = "") {
+  const std::string dir = ::testing::TempDir() + "/gnuplot_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  RC_ASSERT(WriteFileAtomically(dir + "/script.gp", script).ok());
+  if (!data.empty()) RC_ASSERT(WriteFileAtomically(dir + "/data.dat", data).ok());
+  absl::StatusOr<ProgramResult> run = RunProgram({"gnuplot", "script.gp"}, dir);
+  RC_ASSERT(run.ok());
+  RC_LOG() << script << "\n" << run->stderr_text << "\n";
+  RC_ASSERT(run->exit_code == 0);
+  RC_ASSERT(!std::filesystem::exists(dir + "/PWNED"));
+  absl::StatusOr<std::string> printed = ReadRegularFile(dir + "/printed.txt", 1 << 20);
+  RC_ASSERT(printed.ok());
+  return *printed;
+}
+
+TEST(Gnuplot, LiteralsTitlesAndLabelsAreReadAsData) {
+  if (!HaveGnuplot()) GTEST_SKIP() << "gnuplot is not installed";
+  EXPECT_TRUE(rc::check("a literal prints back as its text", [] {
+    const std::string text = *HostileText();
+    const std::string printed =
+        RunScript(absl::StrCat("set print 'printed.txt'\nprint ", GpLiteral(text), "\n"));
+    RC_ASSERT(printed == Cleaned(text) + "\n");
+  }));
+  EXPECT_TRUE(rc::check("a title prints back as its text, broken into lines after ':'", [] {
+    const std::string text = *HostileText();
+    const std::string printed = RunScript(
+        absl::StrCat("set print 'printed.txt'\nprint ", GpTitle(text, /*width=*/8), "\n"));
+    // print's own line break last; the title's fall after ':' only, so taking them out gives
+    // the text back.
+    RC_ASSERT(!printed.empty() && printed.back() == '\n');
+    const std::string title = printed.substr(0, printed.size() - 1);
+    RC_ASSERT(absl::StrReplaceAll(title, {{":\n", ":"}}) ==
+              absl::StrReplaceAll(Cleaned(text), {{":\n", ":"}}));
+  }));
+  EXPECT_TRUE(rc::check("a data label is read as one field", [] {
+    const std::string text = *HostileText();
+    const std::string table =
+        RunScript("set table 'printed.txt'\nplot 'data.dat' using 1:2:3 with labels\nunset table\n",
+                  absl::StrCat("1 2 ", GpDataLabel(text), "\n"));
+    std::string expected = Cleaned(text);
+    for (char& c : expected) {
+      if (c == '"' || c == '\\') c = '?';
+    }
+    RC_ASSERT(table.find(absl::StrCat(" 1  2 \"", expected, "\"\n")) != std::string::npos);
+  }));
+}
+
+TEST(Gnuplot, RenderPlotKeepsTheOldPictureWhenGnuplotFails) {
+  if (!HaveGnuplot()) GTEST_SKIP() << "gnuplot is not installed";
+  const std::string dir = ::testing::TempDir() + "/gnuplot_render";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string good = absl::StrCat(PlotPreamble("plot.png", 200, 100), "plot x title 'x'\n");
+  ASSERT_TRUE(WriteFileAtomically(dir + "/plot.gp", good).ok());
+  ASSERT_TRUE(RenderPlot(dir, "plot.gp", "plot.png").ok());
+  const std::string before = *ReadRegularFile(dir + "/plot.png", 1 << 24);
+  ASSERT_TRUE(WriteFileAtomically(dir + "/plot.gp", good + "this is not gnuplot\n").ok());
+  const absl::Status failed = RenderPlot(dir, "plot.gp", "plot.png");
+  EXPECT_EQ(failed.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(std::string(failed.message()).find("gnuplot failed on"), std::string::npos);
+  EXPECT_EQ(*ReadRegularFile(dir + "/plot.png", 1 << 24), before);
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    EXPECT_EQ(entry.path().filename().string().find(".plot.png.tmp."), std::string::npos)
+        << "a temporary was left: " << entry.path();
+  }
+}
+
+}  // namespace
+}  // namespace ckpt
