@@ -126,71 +126,9 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
       at::AutoGradMode enable_grad(true);
       outputs = call->fn(inputs);
     }
-    if (call->options.recompute_count != nullptr) ++*call->options.recompute_count;
-
     variable_list grads = BackwardThrough(std::move(outputs), grad_outputs, inputs);
     grads.emplace_back();  // the anchor
     grads.emplace_back();  // the call capsule (not a tensor)
-    return grads;
-  }
-};
-
-struct RecomputeAllCall : torch::CustomClassHolder {
-  std::vector<TensorFn> stages;
-  CheckpointOptions options;
-  std::optional<RngState> rng;
-  compat::AutocastState autocast = compat::GetAutocast();
-  std::vector<bool> input_requires_grad;
-};
-
-struct RecomputeAllFunction : torch::autograd::Function<RecomputeAllFunction> {
-  static variable_list forward(AutogradContext* ctx, at::TensorList inputs,
-                               c10::intrusive_ptr<RecomputeAllCall> call) {
-    std::vector<at::Tensor> x(inputs.begin(), inputs.end() - 1);  // without the anchor
-    for (const at::Tensor& t : x) call->input_requires_grad.push_back(t.requires_grad());
-    if (call->options.preserve_rng_state) call->rng = CaptureRng(CudaDevicesOf(x));
-    ctx->save_for_backward(x);
-    for (const TensorFn& stage : call->stages) x = stage(x);
-    ctx->saved_data["call"] = at::IValue::make_capsule(std::move(call));
-    ctx->set_materialize_grads(false);
-    MarkNonDifferentiable(ctx, x);
-    return x;
-  }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    auto call =
-        c10::static_intrusive_pointer_cast<RecomputeAllCall>(ctx->saved_data["call"].toCapsule());
-    const variable_list saved = ctx->get_saved_variables();
-    std::optional<RngState> current;
-    if (call->rng) current = CaptureRng(CudaDevicesOf(saved));
-    RngRestorer restore_after(std::move(current));
-
-    variable_list grads = std::move(grad_outputs);
-    for (int k = static_cast<int>(call->stages.size()) - 1; k >= 0; --k) {
-      if (call->rng) RestoreRng(*call->rng);  // stages 0..k draw what they drew in forward
-      std::vector<at::Tensor> x = saved;
-      {
-        compat::ScopedAutocast autocast(call->autocast);
-        at::NoGradGuard no_grad;
-        for (int j = 0; j < k; ++j) x = call->stages[j](x);
-      }
-      std::vector<bool> requires_grad;
-      for (size_t i = 0; i < x.size(); ++i) {
-        requires_grad.push_back(k == 0 ? call->input_requires_grad[i] : IsDifferentiable(x[i]));
-      }
-      std::vector<at::Tensor> leaves = DetachedLeaves(x, requires_grad);
-      x.clear();
-      variable_list outputs;
-      {
-        compat::ScopedAutocast autocast(call->autocast);
-        at::AutoGradMode enable_grad(true);
-        outputs = call->stages[k](leaves);
-      }
-      if (call->options.recompute_count != nullptr) ++*call->options.recompute_count;
-      grads = BackwardThrough(std::move(outputs), grads, leaves);
-    }
-    grads.emplace_back();  // the anchor
-    grads.emplace_back();  // the call capsule
     return grads;
   }
 };
@@ -204,21 +142,37 @@ std::vector<at::Tensor> WithAnchor(const std::vector<at::Tensor>& inputs) {
   return all;
 }
 
+// GraphInputs' node: its outputs are its inputs (autograd makes them views); backward stores
+// the gradients that reach them.
+struct GraphInputsFunction : torch::autograd::Function<GraphInputsFunction> {
+  static variable_list forward(AutogradContext* ctx, at::TensorList inputs,
+                               c10::intrusive_ptr<InputGradients> into) {
+    variable_list outputs(inputs.begin(), inputs.end() - 1);  // without the anchor
+    ctx->saved_data["into"] = at::IValue::make_capsule(std::move(into));
+    ctx->set_materialize_grads(false);
+    MarkNonDifferentiable(ctx, outputs);
+    return outputs;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto into =
+        c10::static_intrusive_pointer_cast<InputGradients>(ctx->saved_data["into"].toCapsule());
+    const size_t n = grad_outputs.size();
+    into->grads = std::move(grad_outputs);
+    return variable_list(n + 2);  // nothing for the inputs, the anchor or the capsule
+  }
+};
+
 }  // namespace
 
-std::vector<at::Tensor> CheckpointRecomputeAll(std::vector<TensorFn> stages,
-                                               const std::vector<at::Tensor>& inputs,
-                                               const CheckpointOptions& options) {
-  if (!at::GradMode::is_enabled()) {
-    std::vector<at::Tensor> x = inputs;
-    for (const TensorFn& stage : stages) x = stage(x);
-    return x;
-  }
-  auto call = c10::make_intrusive<RecomputeAllCall>();
-  call->stages = std::move(stages);
-  call->options = options;
-  std::vector<at::Tensor> all_inputs = WithAnchor(inputs);
-  return RecomputeAllFunction::apply(at::TensorList(all_inputs), std::move(call));
+std::vector<at::Tensor> GraphInputs(const std::vector<at::Tensor>& inputs,
+                                    c10::intrusive_ptr<InputGradients> into) {
+  into->grads.assign(inputs.size(), at::Tensor());
+  // Detached: an input made by another run (its output) must not tie this graph to that one.
+  std::vector<at::Tensor> detached;
+  for (const at::Tensor& t : inputs) detached.push_back(t.defined() ? t.detach() : t);
+  std::vector<at::Tensor> all_inputs = WithAnchor(detached);
+  return GraphInputsFunction::apply(at::TensorList(all_inputs), std::move(into));
 }
 
 std::vector<at::Tensor> ChunkedCheckpoint(const ChunkFn& fn, const std::vector<at::Tensor>& inputs,

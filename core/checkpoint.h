@@ -16,12 +16,12 @@
 // non-differentiable. Throws LibTorch's exceptions like any LibTorch op (see torch_status.h).
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <vector>
 
 #include "ATen/core/Tensor.h"
+#include "ATen/core/ivalue.h"
 
 namespace ckpt {
 
@@ -31,31 +31,32 @@ struct CheckpointOptions {
   // Capture the CPU and CUDA generators at entry and replay them in the recomputation, so
   // dropout draws the same mask. Costs the generator state's bytes for as long as it is kept.
   bool preserve_rng_state = true;
-  // If set, incremented once each time backward recomputes `fn`.
-  std::atomic<int64_t>* recompute_count = nullptr;
 };
 
 // For functions that draw no random numbers themselves (e.g. dropout whose seed was drawn
 // outside and captured): no RNG snapshot, no bytes spent on one.
-inline const CheckpointOptions kNoRngReplay{/*preserve_rng_state=*/false, nullptr};
+inline const CheckpointOptions kNoRngReplay{/*preserve_rng_state=*/false};
 
 // Whether autograd can differentiate `t`: defined, and floating point or complex. Checkpoint
-// marks its other outputs non-differentiable; CheckpointRecomputeAll and the profiler treat such
-// tensors between stages as needing a gradient.
+// and GraphInputs mark their other outputs non-differentiable; the profiler treats such tensors
+// between stages as needing a gradient.
 bool IsDifferentiable(const at::Tensor& t);
 
 // When grad mode is off (evaluation), simply returns fn(inputs).
 std::vector<at::Tensor> Checkpoint(TensorFn fn, const std::vector<at::Tensor>& inputs,
                                    const CheckpointOptions& options = {});
 
-// Runs stages[0], stages[1], ... in sequence keeping only `inputs` (and the RNG state at
-// entry). Backward, for k = n-1 down to 0: replay the RNG, rerun stages 0..k-1 from the
-// inputs without a graph, rerun stage k with one and backpropagate through it. Stored
-// activations O(1) in n, stage forwards n(n+1)/2 in backward. `recompute_count` counts one per
-// stage k. Floating-point tensors between stages are treated as requiring grad.
-std::vector<at::Tensor> CheckpointRecomputeAll(std::vector<TensorFn> stages,
-                                               const std::vector<at::Tensor>& inputs,
-                                               const CheckpointOptions& options = {});
+// Where backward leaves the gradients of a recorded run's inputs (core/executor.cc).
+struct InputGradients : torch::CustomClassHolder {
+  std::vector<at::Tensor> grads;  // one per input; undefined where none arrived
+};
+
+// The start of a recorded run: `inputs` as views (no bytes) that begin a graph, the
+// floating-point ones differentiable, whose gradients backward stores in `into` instead of
+// passing them on. The graph holds an input's storage only where a stage saves it, as it would
+// hold a tensor in the middle of one graph.
+std::vector<at::Tensor> GraphInputs(const std::vector<at::Tensor>& inputs,
+                                    c10::intrusive_ptr<InputGradients> into);
 
 // A function of one chunk: `offset` is the chunk's first position along the chunked dim.
 using ChunkFn =

@@ -33,8 +33,7 @@ class CudaMemoryMeterImpl final : public MemoryMeter {
     const auto& requested = compat::RequestedBytes(stats);
     const auto& allocated = stats.allocated_bytes[compat::kAggregateStat];
     const auto& reserved = stats.reserved_bytes[compat::kAggregateStat];
-    return {requested.current, requested.peak,   allocated.current,
-            allocated.peak,    reserved.current, reserved.peak};
+    return {requested.current, requested.peak, allocated.current, reserved.current, reserved.peak};
   }
   void ResetPeak() override { c10::cuda::CUDACachingAllocator::resetPeakStats(index_); }
   void ReleaseCached() override { c10::cuda::CUDACachingAllocator::emptyCache(); }

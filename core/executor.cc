@@ -1,91 +1,43 @@
 #include "core/executor.h"
 
-#include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "ATen/core/grad_mode.h"
-#include "absl/strings/str_cat.h"
 #include "core/checkpoint.h"
 #include "core/device.h"
+#include "core/rng.h"
 #include "core/status_macros.h"
 #include "core/torch_compat.h"
 #include "core/torch_status.h"
+#include "torch/csrc/autograd/autograd.h"
 
 namespace ckpt {
 
-// The model and the plan's stage parts, shared by every closure the forward pass hands to a
-// checkpoint: those run again during backward, on whichever thread autograd uses, after
-// RunForward has returned.
-struct ChainExecutor::Runner {
-  std::shared_ptr<ChainModel> model;
-  std::vector<StageInfo> stages;
-  std::vector<StageParts> parts;        // one per stage, with the plan's policy
-  std::atomic<int64_t> stage_calls{0};  // stage forwards since the step began
-
-  std::vector<at::Tensor> RunStage(int i, const std::vector<at::Tensor>& x, const Batch& batch) {
-    ++stage_calls;
-    return model->RunStage(i, x, parts[i], batch);
-  }
-
-  bool Stochastic(const Segment& s) const {
-    return std::any_of(stages.begin() + s.begin, stages.begin() + s.end,
-                       [](const StageInfo& info) { return info.stochastic; });
-  }
-
-  // Runs `segments` in order from `acts`. With grad enabled this is the plan: stored segments
-  // record their graph, checkpointed ones run under Checkpoint, whose function is their inner
-  // plan run by this same method (so that backward reruns it under that plan, with its own
-  // checkpoints, to any depth). With grad disabled (a checkpoint's first pass) every segment
-  // simply runs.
-  static std::vector<at::Tensor> RunSegments(const std::shared_ptr<Runner>& self,
-                                             const std::vector<Segment>& segments,
-                                             std::vector<at::Tensor> acts, const Batch& batch) {
-    for (const Segment& segment : segments) {
-      CheckpointOptions options;
-      // RNG snapshots cost bytes; take them only where a stage draws random numbers.
-      options.preserve_rng_state = self->Stochastic(segment);
-      switch (segment.mode) {
-        case SegmentMode::kStored:
-          for (int i = segment.begin; i < segment.end; ++i) acts = self->RunStage(i, acts, batch);
-          break;
-        case SegmentMode::kCheckpointed: {
-          std::vector<Segment> inner = segment.inner;
-          if (inner.empty()) inner.push_back({segment.begin, segment.end, SegmentMode::kStored});
-          acts = Checkpoint(
-              [self, inner = std::move(inner), batch](const std::vector<at::Tensor>& x) {
-                return RunSegments(self, inner, x, batch);
-              },
-              acts, options);
-          break;
-        }
-        case SegmentMode::kRecomputeAll: {
-          std::vector<TensorFn> stages;
-          for (int i = segment.begin; i < segment.end; ++i) {
-            stages.push_back([self, i, batch](const std::vector<at::Tensor>& x) {
-              return self->RunStage(i, x, batch);
-            });
-          }
-          acts = CheckpointRecomputeAll(std::move(stages), acts, options);
-          break;
-        }
-      }
-    }
-    return acts;
-  }
+// What one step's ops pass to each other.
+struct ChainExecutor::State {
+  explicit State(const Program& program)
+      : values(program.num_values),
+        losses(program.num_runs),
+        inputs(program.num_runs),
+        snapshots(program.num_rng) {}
+  std::vector<std::vector<at::Tensor>> values;  // by value id, while the executor holds them
+  std::vector<at::Tensor> losses;               // per run that ends in the loss
+  // Per run that starts past the batch, where its backward leaves its input's gradient.
+  std::vector<c10::intrusive_ptr<InputGradients>> inputs;
+  std::vector<at::Tensor> grad;  // the gradient at the boundary backward has reached
+  std::vector<std::optional<RngState>> snapshots;
+  std::vector<RngState> aside;  // the states kReplayRng set aside, innermost last
+  at::Tensor loss;              // the step's loss, unscaled
 };
 
 ChainExecutor::ChainExecutor(std::shared_ptr<ChainModel> model, Plan plan, MemoryMeter* meter,
                              c10::Device device)
-    : model_(std::move(model)),
-      plan_(std::move(plan)),
-      stages_(model_->Stages()),
-      meter_(meter),
-      device_(device),
-      runner_(std::make_shared<Runner>()) {
-  runner_->model = model_;
-  runner_->stages = stages_;
-  for (size_t i = 0; i < stages_.size(); ++i) {
-    runner_->parts.emplace_back(stages_[i], plan_.PolicyOf(static_cast<int>(i)));
+    : model_(std::move(model)), plan_(std::move(plan)), meter_(meter), device_(device) {
+  const std::vector<StageInfo> stages = model_->Stages();
+  program_ = Compile(plan_, stages);
+  for (size_t i = 0; i < stages.size(); ++i) {
+    parts_.emplace_back(stages[i], plan_.PolicyOf(static_cast<int>(i)));
   }
 }
 
@@ -98,10 +50,70 @@ absl::StatusOr<ChainExecutor> ChainExecutor::Create(std::shared_ptr<ChainModel> 
   return ChainExecutor(std::move(model), std::move(plan), meter, device);
 }
 
-at::Tensor ChainExecutor::RunForward(const Batch& batch) {
-  const std::vector<at::Tensor> outputs =
-      Runner::RunSegments(runner_, plan_.segments, batch.inputs, batch);
-  return model_->Loss(outputs, batch);
+std::vector<at::Tensor> ChainExecutor::RunStage(int i, const std::vector<at::Tensor>& x,
+                                                const Batch& batch) {
+  ++stage_calls_;
+  return model_->RunStage(i, x, parts_[i], batch);
+}
+
+void ChainExecutor::Forward(const Op& op, const Batch& batch, const StepOptions& options,
+                            State& state) {
+  compat::AutocastState autocast;  // off unless asked
+  if (options.autocast) {
+    (device_.is_cuda() ? autocast.cuda : autocast.cpu) = true;
+    (device_.is_cuda() ? autocast.cuda_dtype : autocast.cpu_dtype) = *options.autocast;
+  }
+  compat::ScopedAutocast scope(autocast);
+  std::vector<at::Tensor> x = state.values[op.input];
+  if (op.run < 0) {
+    at::NoGradGuard no_grad;
+    for (int j = op.begin; j < op.end; ++j) x = RunStage(j, x, batch);
+    state.values[op.output] = std::move(x);
+    return;
+  }
+  at::AutoGradMode enable_grad(true);
+  // A run from the batch starts at its tensors (their gradients land in .grad, as in a plain
+  // step); any other at views whose gradients backward leaves for the executor.
+  if (op.input != 0) {
+    state.inputs[op.run] = c10::make_intrusive<InputGradients>();
+    x = GraphInputs(x, state.inputs[op.run]);
+  }
+  for (int j = op.begin; j < op.end; ++j) x = RunStage(j, x, batch);
+  if (op.loss) {
+    state.losses[op.run] = model_->Loss(x, batch);
+    state.loss = state.losses[op.run];
+  } else {
+    state.values[op.output] = std::move(x);
+  }
+}
+
+void ChainExecutor::Backward(const Op& op, const StepOptions& options, State& state) {
+  if (op.loss) {
+    at::Tensor loss = std::move(state.losses[op.run]);
+    if (options.loss_scale != 1.0) {
+      loss.mul(options.loss_scale).backward();
+    } else {
+      loss.backward();
+    }
+  } else {
+    // From the run's outputs, with the gradients that reached them (none: not used further).
+    std::vector<at::Tensor> roots, grads;
+    const std::vector<at::Tensor>& outputs = state.values[op.output];
+    for (size_t i = 0; i < outputs.size() && i < state.grad.size(); ++i) {
+      if (state.grad[i].defined() && outputs[i].requires_grad()) {
+        roots.push_back(outputs[i]);
+        grads.push_back(state.grad[i]);
+      }
+    }
+    if (!roots.empty()) torch::autograd::backward(roots, grads);
+  }
+  // The gradient at the run's start replaces the one it was given, which goes now.
+  if (op.input == 0) {
+    state.grad.clear();  // the batch's: in its tensors' .grad
+  } else {
+    state.grad = std::move(state.inputs[op.run]->grads);
+    state.inputs[op.run].reset();
+  }
 }
 
 StepResult ChainExecutor::RunStep(const Batch& batch, const StepOptions& options) {
@@ -113,41 +125,55 @@ StepResult ChainExecutor::RunStep(const Batch& batch, const StepOptions& options
   StepResult r;
   meter_->ResetPeak();
   r.baseline_bytes = meter_->Stats().live_bytes;
-  runner_->stage_calls.store(0);
+  stage_calls_ = 0;
+  const std::vector<c10::Device> rng_devices =
+      device_.is_cuda() ? std::vector<c10::Device>{device_} : std::vector<c10::Device>{};
 
   timer->Start();
-  at::Tensor loss;
-  {
-    compat::AutocastState autocast;  // off unless asked
-    if (options.autocast) {
-      (device_.is_cuda() ? autocast.cuda : autocast.cpu) = true;
-      (device_.is_cuda() ? autocast.cuda_dtype : autocast.cpu_dtype) = *options.autocast;
+  State state(program_);
+  state.values[0] = batch.inputs;
+  const size_t forward_end = program_.ForwardEnd();
+  for (size_t i = 0; i < program_.ops.size(); ++i) {
+    if (i == forward_end) r.activation_bytes = meter_->Stats().live_bytes - r.baseline_bytes;
+    const Op& op = program_.ops[i];
+    switch (op.code) {
+      case OpCode::kForward:
+        Forward(op, batch, options, state);
+        break;
+      case OpCode::kBackward:
+        Backward(op, options, state);
+        break;
+      case OpCode::kRelease:
+        state.values[op.input].clear();
+        break;
+      case OpCode::kSaveRng:
+        state.snapshots[op.rng] = CaptureRng(rng_devices);
+        break;
+      case OpCode::kReplayRng:
+        state.aside.push_back(CaptureRng(rng_devices));
+        RestoreRng(*state.snapshots[op.rng]);
+        break;
+      case OpCode::kEndReplay:
+        RestoreRng(state.aside.back());
+        state.aside.pop_back();
+        break;
+      case OpCode::kDropRng:
+        state.snapshots[op.rng].reset();
+        break;
     }
-    compat::ScopedAutocast scope(autocast);
-    loss = RunForward(batch);
-  }
-  r.activation_bytes = meter_->Stats().live_bytes - r.baseline_bytes;
-  if (options.loss_scale != 1.0) {
-    loss.mul(options.loss_scale).backward();
-  } else {
-    loss.backward();
   }
   r.step_ms = timer->StopMs();
 
-  r.loss = loss.item<double>();
+  r.loss = state.loss.item<double>();
   const MemoryStats after = meter_->Stats();
   r.peak_bytes = after.peak_bytes;
   r.peak_reserved_bytes = after.peak_reserved_bytes;
-  r.recompute_forwards = runner_->stage_calls.load() - static_cast<int64_t>(stages_.size());
+  r.recompute_forwards = stage_calls_ - program_.num_stages;
   return r;
 }
 
 absl::StatusOr<StepResult> ChainExecutor::Step(const Batch& batch, const StepOptions& options) {
   return RunTorch([&] { return RunStep(batch, options); });
-}
-
-absl::StatusOr<double> ChainExecutor::ForwardLoss(const Batch& batch) {
-  return RunTorch([&] { return RunForward(batch).item<double>(); });
 }
 
 }  // namespace ckpt

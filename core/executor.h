@@ -4,12 +4,13 @@
 //   ASSIGN_OR_RETURN(ChainExecutor exec, ChainExecutor::Create(model, plan, meter, device));
 //   ASSIGN_OR_RETURN(StepResult r, exec.Step(batch));   // gradients are now in .grad
 //
-// Memory is counted by the meter of the model's device (memory_meter.h), so on CPU every
-// figure is exact. All LibTorch exceptions become Status here (torch_status.h): out of
-// memory is ResourceExhausted.
+// The plan is compiled once into its program (core/schedule.h), which each step runs op by op:
+// recorded runs are autograd graphs, and backward is one call per run, from the gradient the
+// executor holds to the gradient at the run's start. Memory is counted by the meter of the
+// model's device (memory_meter.h), so on CPU every figure is exact. All LibTorch exceptions
+// become Status here (torch_status.h): out of memory is ResourceExhausted.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -20,6 +21,7 @@
 #include "core/chain_model.h"
 #include "core/memory_meter.h"
 #include "core/plan.h"
+#include "core/schedule.h"
 
 namespace ckpt {
 
@@ -54,34 +56,36 @@ struct StepOptions {
 
 class ChainExecutor {
  public:
-  // Validates `plan` against the model's stages. `meter` must outlive the executor.
+  // Validates `plan` against the model's stages and compiles it. `meter` must outlive the
+  // executor.
   static absl::StatusOr<ChainExecutor> Create(std::shared_ptr<ChainModel> model, Plan plan,
                                               MemoryMeter* meter, c10::Device device);
 
-  // Sets every parameter's and input's gradient to none, then runs forward under the plan,
-  // the loss and backward, leaving the gradients in .grad. The model's training mode is the
-  // caller's choice.
+  // Sets every parameter's and input's gradient to none, then runs forward under the plan, the
+  // loss and backward, leaving the gradients in .grad (the batch's floating inputs' too). The
+  // model's training mode is the caller's choice.
   absl::StatusOr<StepResult> Step(const Batch& batch, const StepOptions& options = {});
 
-  // The loss of a forward pass under the plan, without backward.
-  absl::StatusOr<double> ForwardLoss(const Batch& batch);
-
   const Plan& plan() const { return plan_; }
+  const Program& program() const { return program_; }
 
  private:
-  struct Runner;  // what the segments' closures share (they run again in backward)
+  struct State;  // one step's values, gradients and RNG snapshots
 
   ChainExecutor(std::shared_ptr<ChainModel> model, Plan plan, MemoryMeter* meter,
                 c10::Device device);
-  at::Tensor RunForward(const Batch& batch);                           // throws
   StepResult RunStep(const Batch& batch, const StepOptions& options);  // throws
+  void Forward(const Op& op, const Batch& batch, const StepOptions& options, State& state);
+  void Backward(const Op& op, const StepOptions& options, State& state);
+  std::vector<at::Tensor> RunStage(int i, const std::vector<at::Tensor>& x, const Batch& batch);
 
   std::shared_ptr<ChainModel> model_;
   Plan plan_;
-  std::vector<StageInfo> stages_;
+  Program program_;
+  std::vector<StageParts> parts_;  // per stage, with the plan's policy
   MemoryMeter* meter_;
   c10::Device device_;
-  std::shared_ptr<Runner> runner_;
+  int64_t stage_calls_ = 0;  // stage forwards since the step began
 };
 
 }  // namespace ckpt

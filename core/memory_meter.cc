@@ -90,7 +90,6 @@ class CachingCpuAllocator final : public c10::Allocator {
       live_ += requested;
       allocated_ += block;
       peak_ = std::max(peak_, live_);
-      peak_allocated_ = std::max(peak_allocated_, allocated_);
     }
     return {data, data, &Delete, c10::Device(c10::DeviceType::CPU)};
   }
@@ -104,12 +103,11 @@ class CachingCpuAllocator final : public c10::Allocator {
 
   MemoryStats Stats() const {
     std::lock_guard<std::mutex> lock(mutex_);
-    return {live_, peak_, allocated_, peak_allocated_, reserved_, peak_reserved_};
+    return {live_, peak_, allocated_, reserved_, peak_reserved_};
   }
   void ResetPeak() {
     std::lock_guard<std::mutex> lock(mutex_);
     peak_ = live_;
-    peak_allocated_ = allocated_;
     peak_reserved_ = reserved_;
   }
   void SetCap(int64_t cap) {
@@ -178,7 +176,7 @@ class CachingCpuAllocator final : public c10::Allocator {
   mutable std::unordered_map<int64_t, std::vector<void*>> cache_;  // free blocks by size
   mutable int64_t cached_bytes_ = 0;
   mutable int64_t live_ = 0, peak_ = 0;
-  mutable int64_t allocated_ = 0, peak_allocated_ = 0;
+  mutable int64_t allocated_ = 0;
   mutable int64_t reserved_ = 0, peak_reserved_ = 0;
   int64_t cap_ = -1;  // on live bytes; -1: none
 };

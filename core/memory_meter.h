@@ -33,8 +33,7 @@ struct MemoryStats {
   int64_t live_bytes = 0;  // bytes tensors requested and hold now (CUDA: see core/torch_compat.h)
   int64_t peak_bytes = 0;  // most live bytes since the last ResetPeak
   int64_t allocated_bytes = 0;  // the allocator's blocks serving them
-  int64_t peak_allocated_bytes = 0;
-  int64_t reserved_bytes = 0;  // bytes the allocator holds from the system, cache included
+  int64_t reserved_bytes = 0;   // bytes the allocator holds from the system, cache included
   int64_t peak_reserved_bytes = 0;
 };
 

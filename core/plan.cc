@@ -10,16 +10,6 @@
 namespace ckpt {
 namespace {
 
-int64_t RecomputedIn(const std::vector<Segment>& segments) {
-  int64_t n = 0;
-  for (const Segment& s : segments) {
-    const int64_t k = s.size();
-    if (s.mode == SegmentMode::kCheckpointed) n += k + RecomputedIn(s.inner);
-    if (s.mode == SegmentMode::kRecomputeAll) n += k * (k + 1) / 2;
-  }
-  return n;
-}
-
 int DepthOf(const std::vector<Segment>& segments) {
   int depth = 0;
   for (const Segment& s : segments) {
@@ -135,8 +125,6 @@ bool Plan::ChunksSequence() const {
   return std::any_of(stage_policies.begin(), stage_policies.end(),
                      [](const StagePolicy& p) { return p.Chunks() > 1; });
 }
-
-int64_t Plan::RecomputedStages() const { return RecomputedIn(segments); }
 
 int Plan::Depth() const { return DepthOf(segments); }
 

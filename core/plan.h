@@ -64,10 +64,6 @@ struct Plan {
   const StagePolicy& PolicyOf(int stage) const;
   // Whether any stage runs in chunks (then recomputation may reassociate sums).
   bool ChunksSequence() const;
-  // Stage forwards that backward reruns: a checkpointed segment of n stages reruns its n
-  // stages, plus what its inner plan reruns in turn; a recompute-all one n(n+1)/2 (stage k
-  // reruns the k stages before it, then itself).
-  int64_t RecomputedStages() const;
   // Levels of checkpoints inside checkpoints: 0 without checkpoints, 1 for one level.
   int Depth() const;
   // One line: "3 segments: [0,4) checkpointed, [4,8) checkpointed {[4,6) checkpointed, [6,8)

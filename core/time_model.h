@@ -4,15 +4,13 @@
 //
 //   ASSIGN_OR_RETURN(double ms, PredictStepMs(profile, plan));
 //
-// A step runs every stage's forward with a graph once and its backward once, each under the
-// stage's policy (StageCosts::forward_ms, backward_ms), and the loss's forward and backward;
-// on top of that, every time a stage runs without a graph: once in the first pass of each
-// checkpointed segment that holds it, at any depth, and in a recompute-all segment once in its
-// first pass and once more for every later stage of the segment. A forward without a graph is
-// taken at the stage's every-part-stored time (StageCosts::nograd_forward_ms of Stored()):
+// The time of each operation of the plan's program (core/schedule.h), summed: a stage run with
+// its graph costs its forward under its policy (StageCosts::forward_ms), one run without a
+// graph its every-part-stored time without a graph (StageCosts::nograd_forward_ms of Stored():
 // planners decide a stage's policy where it runs with its graph, after its no-graph runs, and
-// the difference (a chunked stage's extra launches) is small. Nothing is added for the
-// executor's own work, the checkpoint primitive's, or the allocator's. Needs no LibTorch.
+// the difference, a chunked stage's extra launches, is small), its backward its backward_ms;
+// the loss its forward and backward. Nothing is added for the executor's own work, the
+// checkpoint primitive's, or the allocator's. Needs no LibTorch.
 #pragma once
 
 #include <cstdint>
@@ -23,10 +21,6 @@
 #include "core/profile.h"
 
 namespace ckpt {
-
-// How often each stage runs without a graph under `plan` (its "recomputations" are these
-// for checkpointed segments, plus the graph runs inside reruns).
-std::vector<int64_t> NoGradRuns(const Plan& plan, int num_stages);
 
 // FailedPrecondition when the profile lacks a stage's policy (as PredictMemory), or when it was
 // measured without times (ProfileOptions::timed).

@@ -353,7 +353,7 @@ absl::Status Explain(const SweepOptions& options, MemoryMeter& meter) {
           "MiB above the baseline; %lld stage forwards rerun in backward\n",
           run->plan.strategy.c_str(), run->plan.summary.c_str(),
           run->predicted.activation_bytes / 1048576.0, run->predicted.peak_bytes / 1048576.0,
-          static_cast<long long>(run->plan.RecomputedStages()));
+          static_cast<long long>(run->executor.program().RecomputedStages()));
       for (absl::string_view line :
            absl::StrSplit(run->plan.DescribeTree(profile.stages), '\n', absl::SkipEmpty())) {
         std::printf("    %s\n", std::string(line).c_str());

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/schedule.h"
 #include "gtest/gtest.h"
 #include "rapidcheck.h"
 #include "rapidcheck/gtest.h"
@@ -189,7 +190,7 @@ RC_GTEST_PROP(Revolve, RecomputesTheBinomialMinimum, ()) {
   const int c = *rc::gen::inRange(1, l + 1).as("checkpoints");
   const Plan plan = Revolve::PlanWith(l, c);
   RC_ASSERT(ValidatePlan(plan, std::vector<StageInfo>(l)).ok());
-  RC_ASSERT(plan.RecomputedStages() == Revolve::BinomialRecomputations(l, c));
+  RC_ASSERT(RecomputedStages(plan, l) == Revolve::BinomialRecomputations(l, c));
 }
 
 // On equal stages, at the memory the binomial schedule takes in the chain model, the programme

@@ -45,6 +45,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/chain_model.h"
 #include "core/parts.h"
+#include "core/schedule.h"
 #include "core/spec.h"
 #include "core/strategy.h"
 #include "experiments/sweep.h"
@@ -146,7 +147,8 @@ void CheckAgainstStoreAll(const CaseSpec& c, testing::Case& built, const Run& re
     RC_ASSERT(run.step.loss == reference.step.loss);
   }
   // Recompute counts of whole stages follow the plan's formula.
-  RC_ASSERT(run.step.recompute_forwards == run.plan.RecomputedStages());
+  RC_ASSERT(run.step.recompute_forwards ==
+            RecomputedStages(run.plan, static_cast<int>(built.profile.stages.size())));
 
   const int64_t peak_tolerance =
       LargestStageOutput(*built.workload->model(), built.workload->batch()) + 1024;
@@ -176,6 +178,7 @@ void CheckEveryStrategy(const std::string& model_id) {
     RC_LOG() << "strategy " << spec << "\n";
     absl::StatusOr<Run> run = StepUnder(built, spec, c.seed + 2);
     if (!run.ok()) {
+      RC_LOG() << run.status() << "\n";
       // Parameters that do not fit this model (more segments than stages, a budget below
       // every plan's peak): a clear error.
       RC_ASSERT(run.status().code() == absl::StatusCode::kInvalidArgument);
@@ -203,6 +206,8 @@ void CheckGeneratedPlan(const std::string& model_id) {
   RC_TAG(absl::StrCat("depth ", plan.Depth()));
   absl::StatusOr<Run> reference = StepUnder(built, "store_all", c.seed + 2);
   absl::StatusOr<Run> run = StepUnder(built, plan, c.seed + 2);
+  RC_LOG() << plan.Describe(built.profile.stages) << ": "
+           << (run.ok() ? absl::OkStatus() : run.status()) << "\n";
   RC_ASSERT(reference.ok());
   RC_ASSERT(run.ok());
   CheckAgainstStoreAll(c, built, *reference, *run);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/plan.h"
+#include "core/schedule.h"
 #include "core/strategy.h"
 #include "gtest/gtest.h"
 #include "rapidcheck.h"
@@ -45,7 +46,7 @@ RC_GTEST_PROP(UniformPlan, CutsIntoNearEqualSegmentsAndStoresOnlyTheLast, ()) {
     RC_ASSERT(s.mode == (last ? SegmentMode::kStored : SegmentMode::kCheckpointed));
   }
   RC_ASSERT(largest - smallest <= 1);
-  RC_ASSERT(plan.RecomputedStages() == stages - plan.segments.back().size());
+  RC_ASSERT(RecomputedStages(plan, stages) == stages - plan.segments.back().size());
 }
 
 RC_GTEST_PROP(UniformPlan, DefaultIsCeilSqrtOfDepth, ()) {
@@ -65,7 +66,7 @@ TEST(UniformPlan, HandExamples) {
   EXPECT_EQ(plan->DescribeSegments(),
             "4 segments: [0,3) checkpointed, [3,6) checkpointed, [6,8) checkpointed, [8,10) "
             "stored");
-  EXPECT_EQ(plan->RecomputedStages(), 8);
+  EXPECT_EQ(RecomputedStages(*plan, 10), 8);
 }
 
 TEST(UniformPlan, MoreSegmentsThanStagesNamesBoth) {
@@ -80,7 +81,7 @@ TEST(StoreAllPlan, OneStoredSegment) {
   absl::StatusOr<Plan> plan = ckpt::PlanFor("store_all", ChainOf(7));
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->DescribeSegments(), "1 segment: [0,7) stored");
-  EXPECT_EQ(plan->RecomputedStages(), 0);
+  EXPECT_EQ(RecomputedStages(*plan, 7), 0);
 }
 
 TEST(ValidatePlan, RejectsGapsOverlapsAndShortCover) {

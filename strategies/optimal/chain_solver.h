@@ -13,7 +13,10 @@
 // is a plan tree of stored stages and checkpointed segments whose inner plans are schedules of
 // their rerun; the executor runs it as the memory model replays it (core/memory_model.h), which the
 // chain model follows in outline: it does not see RNG snapshots, whether a graph really keeps its
-// input, or the order of frees inside one stage's backward. Its events, for a list of elements over
+// input, or the order of frees inside one stage's backward, and it holds a rerun's output and
+// incoming gradient until the whole rerun ends, where the executor drops them once the rerun's
+// last backward call returns (core/schedule.h): on nested plans it is conservative, and `optimal`
+// checks every candidate with the exact memory model. Its events, for a list of elements over
 // [a, b) in a context that is either the step's own pass ("top": the loss comes after stage b-1) or
 // a checkpoint's rerun ("rerun": the incoming gradient d_b and the rerun's output x_b are held
 // until the rerun ends), all relative to what the list's caller holds:

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/memory_model.h"
+#include "core/schedule.h"
 #include "core/spec.h"
 #include "core/status_macros.h"
 #include "core/time_model.h"
@@ -88,8 +89,9 @@ absl::StatusOr<Plan> Optimal::MakePlan(const ModelProfile& profile) const {
     ASSIGN_OR_RETURN(MemoryPrediction predicted, PredictMemory(profile, plan));
     least = std::min(least, predicted.peak_bytes + kBudgetSlackBytes);
     if (predicted.peak_bytes + kBudgetSlackBytes > budget) continue;
-    const double ms = profile.timed ? PredictStepMs(profile, plan).value_or(0)
-                                    : static_cast<double>(plan.RecomputedStages());
+    const double ms = profile.timed
+                          ? PredictStepMs(profile, plan).value_or(0)
+                          : static_cast<double>(RecomputedStages(plan, profile.num_stages()));
     if (ms < best_ms) {
       best_ms = ms;
       best_predicted = predicted;
@@ -101,8 +103,9 @@ absl::StatusOr<Plan> Optimal::MakePlan(const ModelProfile& profile) const {
     plan.strategy = absl::StrCat(kId, ":budget=", budget_.has_value() ? budget_text : "auto");
     plan.summary = absl::StrCat(
         "the fastest plan the planner finds within ", budget_text, ": predicted peak ",
-        DescribeBytes(best_predicted.peak_bytes), ", ", plan.RecomputedStages(),
-        " stage forwards rerun, checkpoints nested ", plan.Depth(), " deep",
+        DescribeBytes(best_predicted.peak_bytes), ", ",
+        RecomputedStages(plan, profile.num_stages()), " stage forwards rerun, checkpoints nested ",
+        plan.Depth(), " deep",
         profile.timed ? absl::StrFormat(", predicted step %.2f ms", best_ms) : std::string(),
         chain.stages.size() < static_cast<size_t>(profile.num_stages())
             ? absl::StrCat(" (planned over ", chain.stages.size(), " groups of stages)")

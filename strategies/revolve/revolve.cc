@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/memory_model.h"
+#include "core/schedule.h"
 #include "core/spec.h"
 #include "core/status_macros.h"
 #include "core/time_model.h"
@@ -145,8 +146,9 @@ absl::StatusOr<Plan> Revolve::MakePlan(const ModelProfile& profile) const {
       ASSIGN_OR_RETURN(MemoryPrediction predicted, PredictMemory(profile, plan));
       least = std::min(least, predicted.peak_bytes + kBudgetSlackBytes);
       if (predicted.peak_bytes + kBudgetSlackBytes > *budget_) continue;
-      const double ms = profile.timed ? PredictStepMs(profile, plan).value_or(0)
-                                      : static_cast<double>(plan.RecomputedStages());
+      const double ms = profile.timed
+                            ? PredictStepMs(profile, plan).value_or(0)
+                            : static_cast<double>(RecomputedStages(plan, profile.num_stages()));
       if (ms < best_ms) {
         best_ms = ms;
         best = std::move(plan);
