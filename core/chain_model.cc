@@ -24,6 +24,14 @@ absl::StatusOr<std::string> CanonicalModelSpec(const std::string& spec_text) {
   return values.Canonical();
 }
 
+absl::StatusOr<std::vector<StageInfo>> ModelStages(const std::string& spec_text) {
+  ASSIGN_OR_RETURN(Spec spec, ParseSpec(spec_text));
+  ASSIGN_OR_RETURN(const ModelRegistry::Entry* entry, Models().Find(spec.name));
+  ASSIGN_OR_RETURN(ParamValues values, Models().Bind(spec));
+  if (entry->traits.check) RETURN_IF_ERROR(entry->traits.check(values));
+  return entry->traits.stages(values);
+}
+
 absl::Status CheckModelSpec(const std::string& spec_text) {
   return CanonicalModelSpec(spec_text).status();
 }

@@ -10,8 +10,8 @@
 //
 //   const ModelRegistration<HeavyMlpModel> registration;
 //
-// besides kId, kSummary, Params() and Create(), a model class declares the sizes the presets
-// and tests use (see ModelTraits).
+// besides kId, kSummary, Params() and Create(), a model class declares its stages from its
+// parameters (StagesFor) and the sizes the presets and tests use (see ModelTraits).
 #pragma once
 
 #include <cstdint>
@@ -81,6 +81,9 @@ struct ModelTraits {
   // A small instance for the conformance and training tests, its sizes picked through the
   // chooser, fast enough for hundreds of steps on a CPU; every spec it returns must be valid.
   std::function<std::string(const SpecChooser&)> small_spec;
+  // The stages of the model these parameters make, declared without making it: what a plan
+  // file is checked against before anything runs. Instances return the same (Stages()).
+  std::function<std::vector<StageInfo>(const ParamValues&)> stages;
 };
 
 using ModelRegistry = Registry<std::shared_ptr<ChainModel>, ModelTraits, const ModelContext&>;
@@ -95,6 +98,9 @@ absl::StatusOr<std::shared_ptr<ChainModel>> CreateModel(const std::string& spec_
 // Parses and binds `spec_text` and runs the model's Check, creating nothing: the errors
 // CreateModel would give for the spec itself, before any tensor exists.
 absl::Status CheckModelSpec(const std::string& spec_text);
+
+// The stages of the model of `spec_text` (CheckModelSpec's errors otherwise), without making it.
+absl::StatusOr<std::vector<StageInfo>> ModelStages(const std::string& spec_text);
 
 // The spec's one writing (CheckModelSpec's errors otherwise): every parameter in declaration
 // order, defaults filled in, numbers canonical. Two texts name the same model exactly when
@@ -115,9 +121,9 @@ struct CheckOf<T, std::void_t<decltype(&T::Check)>> {
 template <typename T>
 struct ModelRegistration {
   ModelRegistration() {
-    Models().Register(
-        {T::kId, T::kSummary, T::Params(), &T::Create,
-         ModelTraits{internal::CheckOf<T>::Get(), T::kQuickSpec, T::PaperSpecs(), &T::SmallSpec}});
+    Models().Register({T::kId, T::kSummary, T::Params(), &T::Create,
+                       ModelTraits{internal::CheckOf<T>::Get(), T::kQuickSpec, T::PaperSpecs(),
+                                   &T::SmallSpec, &T::StagesFor}});
   }
 };
 

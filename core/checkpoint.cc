@@ -1,5 +1,6 @@
 #include "core/checkpoint.h"
 
+#include <memory>
 #include <optional>
 #include <utility>
 
@@ -213,6 +214,71 @@ std::vector<at::Tensor> ChunkedCheckpoint(const ChunkFn& fn, const std::vector<a
     }
   }
   return outputs;
+}
+
+namespace {
+
+// What CheckpointDroppingOutput needs to refill the outputs it freed.
+struct DroppedOutputs {
+  TensorFn fn;
+  std::vector<at::Tensor> inputs;   // detached; the checkpoint keeps them too
+  std::vector<at::Tensor> outputs;  // their storage emptied until Refill
+  std::vector<size_t> nbytes;
+  compat::AutocastState autocast = compat::GetAutocast();
+  bool refilled = false;
+
+  void Refill() {
+    if (refilled) return;
+    refilled = true;
+    at::NoGradGuard no_grad;
+    compat::ScopedAutocast scope(autocast);
+    const std::vector<at::Tensor> again = fn(inputs);
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const at::Tensor& out = outputs[i];
+      if (!out.defined() || nbytes[i] == 0) continue;
+      c10::StorageImpl* storage = out.storage().unsafeGetStorageImpl();
+      storage->set_data_ptr_noswap(storage->allocator()->allocate(nbytes[i]));
+      storage->set_nbytes(nbytes[i]);
+      // Written through a tensor of its own: the saved tensors' version counters, which
+      // autograd checks, do not move.
+      at::empty({0}, out.options())
+          .set_(out.storage(), out.storage_offset(), out.sizes(), out.strides())
+          .copy_(again[i]);
+    }
+  }
+};
+
+}  // namespace
+
+std::vector<at::Tensor> CheckpointDroppingOutput(const TensorFn& fn,
+                                                 const std::vector<at::Tensor>& inputs,
+                                                 const TensorFn& consumer) {
+  if (!at::GradMode::is_enabled()) return consumer(fn(inputs));
+  std::vector<at::Tensor> outputs = Checkpoint(fn, inputs, kNoRngReplay);
+  std::vector<at::Tensor> results = consumer(outputs);
+  auto dropped = std::make_shared<DroppedOutputs>();
+  dropped->fn = fn;
+  for (const at::Tensor& t : inputs) dropped->inputs.push_back(t.defined() ? t.detach() : t);
+  for (const at::Tensor& out : outputs) {
+    for (const at::Tensor& r : results) {
+      TORCH_CHECK(!out.defined() || !r.defined() || !r.storage().is_alias_of(out.storage()),
+                  "CheckpointDroppingOutput: the consumer returned a part's output or a view of "
+                  "it, which must stay");
+    }
+    dropped->nbytes.push_back(out.defined() && out.has_storage() ? out.storage().nbytes() : 0);
+    if (dropped->nbytes.back() > 0) {
+      c10::StorageImpl* storage = out.storage().unsafeGetStorageImpl();
+      storage->set_data_ptr_noswap(at::DataPtr(nullptr, out.device()));
+      storage->set_nbytes(0);
+    }
+    dropped->outputs.push_back(out);
+  }
+  for (at::Tensor& r : results) {
+    if (r.defined() && r.requires_grad()) {
+      r.register_hook([dropped](const at::Tensor&) { dropped->Refill(); });
+    }
+  }
+  return results;
 }
 
 bool IsDifferentiable(const at::Tensor& t) {

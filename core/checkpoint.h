@@ -58,6 +58,17 @@ struct InputGradients : torch::CustomClassHolder {
 std::vector<at::Tensor> GraphInputs(const std::vector<at::Tensor>& inputs,
                                     c10::intrusive_ptr<InputGradients> into);
 
+// Runs fn(inputs) under Checkpoint and `consumer` on its outputs, returning the consumer's.
+// With grad enabled it then frees the storage of fn's outputs (what the consumer's graph saved
+// of them) and, when backward first reaches the consumer's outputs, reruns fn without a graph
+// from the kept inputs and refills that storage before the consumer's backward reads it:
+// between forward and backward neither fn's outputs nor what fn saves are held, only fn's
+// inputs (Megatron-Core's recompute of layernorm). The consumer must not return fn's outputs or
+// views of them; fn must draw no random numbers.
+std::vector<at::Tensor> CheckpointDroppingOutput(const TensorFn& fn,
+                                                 const std::vector<at::Tensor>& inputs,
+                                                 const TensorFn& consumer);
+
 // A function of one chunk: `offset` is the chunk's first position along the chunked dim.
 using ChunkFn =
     std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>& inputs, int64_t offset)>;

@@ -46,7 +46,6 @@ absl::StatusOr<ChainExecutor> ChainExecutor::Create(std::shared_ptr<ChainModel> 
   if (model == nullptr || meter == nullptr) {
     return absl::InvalidArgumentError("ChainExecutor needs a model and a memory meter");
   }
-  RETURN_IF_ERROR(ValidatePlan(plan, model->Stages()));
   return ChainExecutor(std::move(model), std::move(plan), meter, device);
 }
 

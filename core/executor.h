@@ -56,8 +56,8 @@ struct StepOptions {
 
 class ChainExecutor {
  public:
-  // Validates `plan` against the model's stages and compiles it. `meter` must outlive the
-  // executor.
+  // Compiles `plan`, which must be valid for the model's stages (ValidatePlan). `meter` must
+  // outlive the executor.
   static absl::StatusOr<ChainExecutor> Create(std::shared_ptr<ChainModel> model, Plan plan,
                                               MemoryMeter* meter, c10::Device device);
 

@@ -34,9 +34,9 @@ struct MemoryPrediction {
   int64_t peak_bytes = 0;        // highest live during the step, above the baseline
 };
 
-// `profile` must hold every stage under the plan's policy for it (ExtendProfile measures what
-// it lacks); FailedPrecondition names the first that is missing, and ValidatePlan's error
-// comes back for a plan that does not fit the stages. `timeline`, if given, receives a line
+// `plan` must be valid for the profile's stages (ValidatePlan), and `profile` must hold every
+// stage under the plan's policy for it (ExtendProfile measures what it lacks);
+// FailedPrecondition names the first that is missing. `timeline`, if given, receives a line
 // per stage forward and backward of the replay with the live and peak bytes before it
 // ("backward block3.mlp: live 1234, peak 5678").
 absl::StatusOr<MemoryPrediction> PredictMemory(const ModelProfile& profile, const Plan& plan,

@@ -27,17 +27,35 @@ PartPolicy StageParts::PolicyOf(absl::string_view name) const {
 std::vector<at::Tensor> StageParts::Run(absl::string_view name, const TensorFn& fn,
                                         const std::vector<at::Tensor>& inputs) const {
   const PartPolicy policy = PolicyOf(name);
-  TORCH_CHECK(policy.action != PartAction::kChunk, "stage ", data_->stage, ": part '",
-              std::string(name), "' is chunked; a chunked part is run with RunChunked");
-  if (policy.action == PartAction::kRecompute) return Checkpoint(fn, inputs, kNoRngReplay);
-  return fn(inputs);
+  switch (policy.action.def().mechanism) {
+    case PartMechanism::kPlain:
+      return fn(inputs);
+    case PartMechanism::kCheckpoint:
+      return Checkpoint(fn, inputs, kNoRngReplay);
+    case PartMechanism::kDropOutput:
+      TORCH_CHECK(false, "stage ", data_->stage, ": part '", std::string(name),
+                  "' drops its output until backward; it is run with RunConsumed");
+    case PartMechanism::kChunks:
+      TORCH_CHECK(false, "stage ", data_->stage, ": part '", std::string(name),
+                  "' is chunked; a chunked part is run with RunChunked");
+  }
+  return fn(inputs);  // not reached
+}
+
+std::vector<at::Tensor> StageParts::RunConsumed(absl::string_view name, const TensorFn& fn,
+                                                const std::vector<at::Tensor>& inputs,
+                                                const TensorFn& consumer) const {
+  if (PolicyOf(name).action.def().mechanism == PartMechanism::kDropOutput) {
+    return CheckpointDroppingOutput(fn, inputs, consumer);
+  }
+  return consumer(Run(name, fn, inputs));
 }
 
 std::vector<at::Tensor> StageParts::RunChunked(absl::string_view name, const ChunkFn& fn,
                                                const std::vector<at::Tensor>& inputs,
                                                const std::vector<bool>& split, int64_t dim) const {
   const PartPolicy policy = PolicyOf(name);
-  const int chunks = policy.action == PartAction::kChunk ? policy.chunks : 1;
+  const int chunks = policy.action.Counted() ? policy.chunks : 1;
   return ChunkedCheckpoint(fn, inputs, split, dim, chunks, kNoRngReplay);
 }
 

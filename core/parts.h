@@ -1,7 +1,8 @@
 // The one helper through which a model runs the named parts of a stage, applying the policy
-// the plan chose for each (core/stage.h): stored, a part is a plain call; recomputed, it runs
-// under the checkpoint primitive; chunked, the stage's work runs in chunks along the part's
-// axis, each under the checkpoint primitive. Models never see a plan:
+// the plan chose for each (core/stage.h) by its action's mechanism: stored, a part is a plain
+// call; recomputed, it runs under the checkpoint primitive (a norm's output dropped until
+// backward too, CheckpointDroppingOutput); chunked, the stage's work runs in chunks along the
+// part's axis, each under the checkpoint primitive. Models never see a plan:
 //
 //   std::vector<at::Tensor> TransformerModel::RunStage(int i, const std::vector<at::Tensor>& x,
 //                                                      const StageParts& parts, ...) {
@@ -17,7 +18,8 @@
 // backward should hold a copy, not a reference. A part draws no random numbers of its own: a stage
 // draws its dropout seeds before running its parts (counter-based dropout, models/layers.h), so a
 // recomputed or chunked part reproduces its forward without an RNG snapshot. Naming a part the
-// stage did not declare is a model bug: it throws, naming the part and the declared ones.
+// stage did not declare, or running a part by a call its policy cannot go through, is a model
+// bug: it throws, naming the part.
 #pragma once
 
 #include <cstdint>
@@ -38,9 +40,18 @@ class StageParts {
   explicit StageParts(const StageInfo& stage, StagePolicy policy = {});
 
   // Runs fn(inputs) as the part `name`: a plain call when stored, under Checkpoint when
-  // recomputed. A part whose policy is kChunk is a chunking axis: use RunChunked.
+  // recomputed. A chunked part is an axis (RunChunked); a part whose output may be dropped until
+  // backward (a norm) goes through RunConsumed.
   std::vector<at::Tensor> Run(absl::string_view name, const TensorFn& fn,
                               const std::vector<at::Tensor>& inputs) const;
+
+  // Runs `consumer` on the outputs of the part `name`, fn(inputs), and returns the consumer's:
+  // the layers of the stage that read the part's output (a pre-norm block's projections after
+  // its norm). Under kDropOutput the part's output is dropped once they have run and rerun when
+  // backward reaches them; otherwise as Run, then the consumer.
+  std::vector<at::Tensor> RunConsumed(absl::string_view name, const TensorFn& fn,
+                                      const std::vector<at::Tensor>& inputs,
+                                      const TensorFn& consumer) const;
 
   // Runs fn on the inputs marked in `split`, sliced into the part's chunks along `dim` (the
   // others whole), each under Checkpoint, when the part `name` is chunked (ChunkedCheckpoint);

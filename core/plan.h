@@ -37,6 +37,10 @@ enum class SegmentMode {
   kRecomputeAll,
 };
 
+// Every mode, for the plan text's grammar (core/plan_text.h): a new mode is added here, with its
+// name in SegmentModeName and its rule in Compile (core/schedule.h).
+inline constexpr SegmentMode kSegmentModes[] = {SegmentMode::kStored, SegmentMode::kCheckpointed,
+                                                SegmentMode::kRecomputeAll};
 absl::string_view SegmentModeName(SegmentMode mode);
 
 // Stages [begin, end) of the chain.
@@ -47,6 +51,7 @@ struct Segment {
   // kCheckpointed only: the plan of its rerun in backward, segments covering [begin, end) in
   // order. Empty: the rerun stores every stage.
   std::vector<Segment> inner = {};
+  TextPosition position = {};
 
   int size() const { return end - begin; }
   friend bool operator==(const Segment& a, const Segment& b) {
@@ -66,20 +71,16 @@ struct Plan {
   bool ChunksSequence() const;
   // Levels of checkpoints inside checkpoints: 0 without checkpoints, 1 for one level.
   int Depth() const;
-  // One line: "3 segments: [0,4) checkpointed, [4,8) checkpointed {[4,6) checkpointed, [6,8)
-  // stored}, [8,10) stored".
-  std::string DescribeSegments() const;
-  // The same, then the stages' policies by what they do: "...; core recomputed in stages 1,3".
-  std::string Describe(const std::vector<StageInfo>& stages) const;
-  // The segments as an indented tree, a line per segment, then the stages' policies.
-  std::string DescribeTree(const std::vector<StageInfo>& stages) const;
+  // (Plans as text, both ways: core/plan_text.h.)
 };
 
 // A plan is valid for a chain with these stages when its segments, and every checkpointed
 // segment's inner segments within it, are non-empty, contiguous, in order and cover their
 // range exactly; only checkpointed segments have inner plans; and its policies are for parts
-// the stages declare, with actions those parts allow. Internal errors: a strategy bug, named
-// with the plan.
+// the stages declare, with actions that apply to them and chunk counts their axes allow.
+// InvalidArgument naming the element (with its line and column when plan text wrote it) and
+// what was expected. Plans are validated once, where they enter: a strategy's (PlanFor), a
+// file's (ParsePlan).
 absl::Status ValidatePlan(const Plan& plan, const std::vector<StageInfo>& stages);
 
 }  // namespace ckpt

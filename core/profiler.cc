@@ -451,7 +451,6 @@ absl::Status ExtendProfile(ChainModel& model, const Batch& batch, MemoryMeter& m
     return absl::InvalidArgumentError(absl::StrCat("ExtendProfile: the profile of ", profile.model,
                                                    " is not one of ", model.spec()));
   }
-  if (absl::Status s = ValidatePlan(plan, profile.stages); !s.ok()) return s;
   return RunTorch([&] { Profiler(model, batch, meter, device, options).Extend(plan, profile); });
 }
 

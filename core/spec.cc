@@ -71,6 +71,12 @@ absl::StatusOr<Parsed> CheckValue(const std::string& owner, const ParamDef& def,
       // are all "0.1", so that one configuration cannot be run twice under two spellings.
       return Parsed{std::nullopt, v, ShortestDecimal(v)};
     }
+    case ParamDef::Type::kText:
+      if (value.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(owner, ": ", def.key, "= must be given; ", def.Describe()));
+      }
+      return Parsed{std::nullopt, std::nullopt, value};
     case ParamDef::Type::kChoice:
       for (const std::string& c : def.choices) {
         if (c == value) return Parsed{std::nullopt, std::nullopt, value};
@@ -157,6 +163,9 @@ std::string ParamDef::Describe() const {
     case Type::kChoice:
       what = absl::StrCat("one of ", absl::StrJoin(choices, ", "));
       break;
+    case Type::kText:
+      what = "text without ':' or ','";
+      break;
     case Type::kBytes:
       what = "a size in bytes (e.g. 512MiB, 1.5GiB, 1000)";
       if (auto_allowed) absl::StrAppend(&what, " or auto");
@@ -173,7 +182,9 @@ std::string ParamDef::Describe() const {
       if (auto_allowed) absl::StrAppend(&what, " or auto");
       break;
   }
-  return absl::StrCat(key, " is ", what, " (default ", default_value, "): ", help);
+  return absl::StrCat(key, " is ", what, " (",
+                      default_value.empty() ? "required" : absl::StrCat("default ", default_value),
+                      "): ", help);
 }
 
 ParamDef IntParam(std::string key, std::string default_value, std::string help) {
@@ -199,6 +210,12 @@ ParamDef ChoiceParam(std::string key, std::vector<std::string> choices, std::str
   d.choices = std::move(choices);
   d.default_value = std::move(default_value);
   d.help = std::move(help);
+  return d;
+}
+
+ParamDef TextParam(std::string key, std::string default_value, std::string help) {
+  ParamDef d = IntParam(std::move(key), std::move(default_value), std::move(help));
+  d.type = ParamDef::Type::kText;
   return d;
 }
 

@@ -39,7 +39,7 @@ absl::StatusOr<std::vector<Spec>> ParseSpecList(absl::string_view text);
 
 // One declared parameter. Build them with IntParam / FloatParam / ChoiceParam.
 struct ParamDef {
-  enum class Type { kInt, kFloat, kChoice, kBytes };
+  enum class Type { kInt, kFloat, kChoice, kBytes, kText };
   std::string key;
   Type type = Type::kInt;
   std::string default_value;  // as written in a spec
@@ -87,6 +87,9 @@ ParamDef IntParam(std::string key, std::string default_value, std::string help);
 ParamDef FloatParam(std::string key, std::string default_value, std::string help);
 ParamDef ChoiceParam(std::string key, std::vector<std::string> choices, std::string default_value,
                      std::string help);
+// Any text the grammar allows in a value (no ':' or ','), kept as written: a file's path. An
+// empty default means the parameter must be given.
+ParamDef TextParam(std::string key, std::string default_value, std::string help);
 // A size in bytes, written as ParseByteSize accepts it.
 ParamDef BytesParam(std::string key, std::string default_value, std::string help);
 

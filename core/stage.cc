@@ -34,28 +34,57 @@ absl::string_view PartKindName(PartKind kind) {
       return "MLP hidden";
     case PartKind::kSequence:
       return "sequence";
+    case PartKind::kNorm:
+      return "norm";
   }
   return "unknown";
 }
 
-absl::string_view PartActionName(PartAction action) {
-  switch (action) {
-    case PartAction::kStore:
-      return "stored";
-    case PartAction::kRecompute:
-      return "recomputed";
-    case PartAction::kChunk:
-      return "chunked";
-  }
-  return "unknown";
+const std::vector<PartActionDef>& PartActionTable() {
+  using K = PartKind;
+  using M = PartMechanism;
+  static const auto* table = new std::vector<PartActionDef>{
+      {"store", "stored", M::kPlain, {K::kAttentionCore, K::kMlpHidden, K::kSequence, K::kNorm}},
+      {"recompute", "recomputed", M::kCheckpoint, {K::kAttentionCore, K::kMlpHidden}},
+      {"recompute", "recomputed", M::kDropOutput, {K::kNorm}},
+      {"chunk", "chunked", M::kChunks, {K::kSequence}},
+  };
+  return *table;
 }
 
-PartInfo AttentionCorePart() {
-  return {"core", PartKind::kAttentionCore, {PartAction::kRecompute}};
+std::optional<PartAction> PartAction::Find(absl::string_view id, PartKind kind) {
+  const std::vector<PartActionDef>& table = PartActionTable();
+  for (size_t i = 0; i < table.size(); ++i) {
+    const PartAction action(static_cast<int>(i));
+    if (table[i].id == id && action.AppliesTo(kind)) return action;
+  }
+  return std::nullopt;
 }
-PartInfo MlpHiddenPart() { return {"hidden", PartKind::kMlpHidden, {PartAction::kRecompute}}; }
+
+bool PartAction::AppliesTo(PartKind kind) const {
+  const std::vector<PartKind>& kinds = def().kinds;
+  return std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
+}
+
+PartAction PartAction::Recompute(PartKind kind) { return *Find("recompute", kind); }
+PartAction PartAction::Chunk() { return *Find("chunk", PartKind::kSequence); }
+
+std::vector<PartAction> ActionsFor(const PartInfo& part) {
+  std::vector<PartAction> actions;
+  for (size_t i = 1; i < PartActionTable().size(); ++i) {
+    const std::optional<PartAction> action = PartAction::Find(PartActionTable()[i].id, part.kind);
+    if (action.has_value() && std::find(actions.begin(), actions.end(), *action) == actions.end()) {
+      actions.push_back(*action);
+    }
+  }
+  return actions;
+}
+
+PartInfo AttentionCorePart() { return {"core", PartKind::kAttentionCore}; }
+PartInfo MlpHiddenPart() { return {"hidden", PartKind::kMlpHidden}; }
+PartInfo NormPart(std::string name) { return {std::move(name), PartKind::kNorm}; }
 PartInfo SequencePart(int64_t extent, std::string name) {
-  return {std::move(name), PartKind::kSequence, {PartAction::kChunk}, extent};
+  return {std::move(name), PartKind::kSequence, extent};
 }
 
 int StageInfo::FindPart(PartKind part_kind) const {
@@ -73,12 +102,12 @@ double ForwardFlops(const std::vector<StageInfo>& stages) {
 
 bool StagePolicy::IsDefault() const {
   return std::all_of(parts.begin(), parts.end(),
-                     [](const PartPolicy& p) { return p.action == PartAction::kStore; });
+                     [](const PartPolicy& p) { return p.action.IsStore(); });
 }
 
 int StagePolicy::Chunks() const {
   for (const PartPolicy& p : parts) {
-    if (p.action == PartAction::kChunk) return p.chunks;
+    if (p.action.Counted()) return p.chunks;
   }
   return 1;
 }
@@ -113,13 +142,8 @@ bool operator<(const StagePolicy& a, const StagePolicy& b) {
 
 StagePolicy WithPart(const StageInfo& stage, StagePolicy policy, PartKind kind, PartPolicy part) {
   const int index = stage.FindPart(kind);
-  if (index < 0) return policy;
-  const std::vector<PartAction>& allowed = stage.parts[index].actions;
-  if (part.action != PartAction::kStore &&
-      std::find(allowed.begin(), allowed.end(), part.action) == allowed.end()) {
-    return policy;
-  }
-  if (part.action == PartAction::kChunk && part.chunks < 2) part = PartPolicy();
+  if (index < 0 || !part.action.AppliesTo(kind)) return policy;
+  if (part.action.Counted() && part.chunks < 2) part = PartPolicy();
   policy.parts.resize(stage.parts.size());
   policy.parts[index] = part;
   return policy;
@@ -129,10 +153,10 @@ std::string DescribePolicy(const StageInfo& stage, const StagePolicy& policy) {
   std::vector<std::string> parts;
   for (size_t i = 0; i < stage.parts.size(); ++i) {
     const PartPolicy p = policy.Of(static_cast<int>(i));
-    if (p.action == PartAction::kRecompute) parts.push_back(stage.parts[i].name + " recomputed");
-    if (p.action == PartAction::kChunk) {
-      parts.push_back(absl::StrCat(stage.parts[i].name, " in ", p.chunks, " chunks"));
-    }
+    if (p.action.IsStore()) continue;
+    parts.push_back(p.action.Counted()
+                        ? absl::StrCat(stage.parts[i].name, " in ", p.chunks, " chunks")
+                        : absl::StrCat(stage.parts[i].name, " ", p.action.def().done));
   }
   return parts.empty() ? "stored" : absl::StrJoin(parts, ", ");
 }
@@ -143,13 +167,11 @@ std::vector<StagePolicy> PolicyMenu(const StageInfo& stage, int chunks) {
     const PartInfo& part = stage.parts[i];
     const int part_chunks =
         part.extent > 0 ? static_cast<int>(std::min<int64_t>(chunks, part.extent)) : chunks;
-    for (PartAction action : part.actions) {
-      if (action == PartAction::kStore || (action == PartAction::kChunk && part_chunks < 2)) {
-        continue;
-      }
+    for (const PartAction action : ActionsFor(part)) {
+      if (action.Counted() && part_chunks < 2) continue;
       StagePolicy policy;
       policy.parts.resize(stage.parts.size());
-      policy.parts[i] = {action, action == PartAction::kChunk ? part_chunks : 1};
+      policy.parts[i] = {action, action.Counted() ? part_chunks : 1};
       menu.push_back(policy);
     }
   }

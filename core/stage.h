@@ -4,17 +4,21 @@
 // A stage may name parts of its work that a plan can treat apart from the rest of the stage, as
 // JAX's checkpoint_name and PyTorch's selective-checkpoint policies name values inside a
 // function: the attention core (its seq^2 scores and probabilities), the MLP's widened hidden
-// activation, the axis along which the stage is position-wise (which can be chunked). A model
-// declares each part's kind and what may be done to it; a strategy chooses by kind:
+// activation, a pre-norm block's normalisation, the axis along which the stage is position-wise
+// (which can be chunked). A model declares each part's kind; what may be done to a part of a
+// kind is PartActionTable's; a strategy chooses by kind:
 //
 //   StageInfo attention{"block0.attention", StageKind::kAttention, /*stochastic=*/true,
 //                       {AttentionCorePart(), SequencePart(seq)}};
-//   StagePolicy p = PolicyFor(attention, PartKind::kAttentionCore, {PartAction::kRecompute});
+//   StagePolicy p = PolicyFor(attention, PartKind::kAttentionCore,
+//                             {PartAction::Recompute(PartKind::kAttentionCore)});
 //
 // and the model runs the part through core/parts.h, which applies the chosen policy. Needs no
 // LibTorch.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -30,29 +34,78 @@ enum class PartKind {
   kAttentionCore,  // softmax(q k^T) with dropout, times v: the seq^2 scores and probabilities
   kMlpHidden,      // the MLP's widened hidden activation (W1 x, its nonlinearity, W2 of it)
   kSequence,       // the axis along which the stage is position-wise (an MLP's batch rows)
+  kNorm,           // a normalisation whose output only the stage's own layers read (pre-norm)
 };
 absl::string_view PartKindName(PartKind kind);
 
-enum class PartAction {
-  kStore,      // run with the stage, keeping what autograd saves (always allowed; the default)
-  kRecompute,  // keep only the part's inputs and rerun it in backward
-  kChunk,      // run the stage in chunks along the part's axis, each under a checkpoint, so one
-               // chunk's intermediates are alive at a time; each chunk is rerun in backward
+// How the core runs a part under an action (core/parts.h). A new action that one of these runs
+// is a line in PartActionTable; a new mechanism is a change to StageParts.
+enum class PartMechanism {
+  kPlain,       // a plain call: autograd keeps what it saves
+  kCheckpoint,  // under the checkpoint primitive: the part's inputs kept, the part rerun in
+                // backward
+  kDropOutput,  // as kCheckpoint, and the part's output, which the layers reading it saved, is
+                // dropped once they have run and refilled by a rerun when backward reaches them
+                // (Megatron-Core's recompute of layernorm)
+  kChunks,      // the stage's work in chunks along the part's axis, each under the checkpoint
+                // primitive, so one chunk's intermediates are alive at a time
 };
-absl::string_view PartActionName(PartAction action);
+
+// One thing a plan may do with a part.
+struct PartActionDef {
+  std::string id;    // its word in plan text: "recompute"
+  std::string done;  // in descriptions: "recomputed" (a counted action: "in N chunks")
+  PartMechanism mechanism = PartMechanism::kPlain;
+  std::vector<PartKind> kinds;  // the parts it applies to
+};
+
+// Every part action, in a fixed order: storing first (it applies to every part), then a line
+// each. An id may stand twice, for different kinds of parts run differently (a norm's
+// "recompute" drops its output too). The profile's menus, the planners, plan text and the
+// descriptions all take actions from here.
+const std::vector<PartActionDef>& PartActionTable();
+
+// A row of PartActionTable: what a plan chose to do with a part.
+class PartAction {
+ public:
+  PartAction() = default;  // storing
+  // The row of `id` for parts of `kind`; nullopt when there is none.
+  static std::optional<PartAction> Find(absl::string_view id, PartKind kind);
+  // The built-in actions by their ids (storing, "recompute", "chunk"), for parts of `kind`.
+  static PartAction Store() { return PartAction(); }
+  static PartAction Recompute(PartKind kind);
+  static PartAction Chunk();
+
+  const PartActionDef& def() const { return PartActionTable()[index_]; }
+  const std::string& id() const { return def().id; }
+  bool IsStore() const { return index_ == 0; }
+  bool Counted() const { return def().mechanism == PartMechanism::kChunks; }
+  bool AppliesTo(PartKind kind) const;
+
+  friend bool operator==(PartAction a, PartAction b) { return a.index_ == b.index_; }
+  friend bool operator!=(PartAction a, PartAction b) { return a.index_ != b.index_; }
+  friend bool operator<(PartAction a, PartAction b) { return a.index_ < b.index_; }
+
+ private:
+  explicit PartAction(int index) : index_(index) {}
+  int index_ = 0;
+};
 
 struct PartInfo {
   std::string name;  // unique within its stage, e.g. "core", "hidden", "sequence"
   PartKind kind = PartKind::kSequence;
-  std::vector<PartAction> actions;  // what may be done to it besides kStore
-  // kChunk: the length of the axis it is chunked along (positions, rows), the most chunks it
-  // can run in. 0 when unknown.
+  // For a part chunked along an axis: its length (positions, rows), the most chunks it can
+  // run in. 0 when unknown.
   int64_t extent = 0;
 };
 
+// The actions other than storing that apply to `part`, in table order.
+std::vector<PartAction> ActionsFor(const PartInfo& part);
+
 // The parts the zoo's models declare.
-PartInfo AttentionCorePart();  // "core": recompute
-PartInfo MlpHiddenPart();      // "hidden": recompute
+PartInfo AttentionCorePart();  // "core"
+PartInfo MlpHiddenPart();      // "hidden"
+PartInfo NormPart(std::string name = "norm");
 // Chunkable along an axis of `extent` positions (a sequence's tokens, a batch's rows).
 PartInfo SequencePart(int64_t extent, std::string name = "sequence");
 
@@ -78,10 +131,18 @@ struct StageInfo {
 // The stages' matrix-product FLOPs of one forward, summed (0: none declared them).
 double ForwardFlops(const std::vector<StageInfo>& stages);
 
+// Where plan text wrote something (a plan file), for its errors; line 0 when it came from no
+// text. Plans compare without it.
+struct TextPosition {
+  int line = 0;
+  int column = 0;
+};
+
 // What a plan chose for one part.
 struct PartPolicy {
-  PartAction action = PartAction::kStore;
-  int chunks = 1;  // kChunk: into how many chunks (>= 2)
+  PartAction action;
+  int chunks = 1;  // a counted action (chunking): into how many chunks (>= 2)
+  TextPosition position = {};
 
   friend bool operator==(const PartPolicy& a, const PartPolicy& b) {
     return a.action == b.action && a.chunks == b.chunks;

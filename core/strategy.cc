@@ -1,5 +1,6 @@
 #include "core/strategy.h"
 
+#include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 
 namespace ckpt {
@@ -7,6 +8,16 @@ namespace ckpt {
 StrategyRegistry& Strategies() {
   static auto* registry = new StrategyRegistry("strategy");  // leaked: outlives statics
   return *registry;
+}
+
+std::vector<std::string> DefaultStrategies() {
+  std::vector<std::string> ids;
+  for (const StrategyRegistry::Entry* entry : Strategies().Entries()) {
+    bool required = false;
+    for (const ParamDef& p : entry->params) required |= p.default_value.empty();
+    if (!required) ids.push_back(entry->id);
+  }
+  return ids;
 }
 
 absl::StatusOr<std::unique_ptr<Strategy>> CreateStrategy(const std::string& spec_text) {
@@ -24,7 +35,10 @@ absl::StatusOr<std::string> CanonicalStrategySpec(const std::string& spec_text) 
 absl::StatusOr<Plan> PlanFor(const std::string& spec_text, const ModelProfile& profile) {
   ASSIGN_OR_RETURN(std::unique_ptr<Strategy> strategy, CreateStrategy(spec_text));
   ASSIGN_OR_RETURN(Plan plan, strategy->MakePlan(profile));
-  RETURN_IF_ERROR(ValidatePlan(plan, profile.stages));
+  if (absl::Status s = ValidatePlan(plan, profile.stages); !s.ok()) {
+    // A strategy's own plan that is not valid is a bug in the strategy, not bad input.
+    return absl::InternalError(absl::StrCat("strategy bug: ", s.message()));
+  }
   return plan;
 }
 

@@ -44,6 +44,13 @@ class Strategy {
   // The plan for this model. Errors: InvalidArgument when the strategy's parameters do not
   // fit the model (e.g. more segments than stages), naming the value and the accepted range.
   virtual absl::StatusOr<Plan> MakePlan(const ModelProfile& profile) const = 0;
+
+  // What can be checked of the strategy against a model's stages before anything runs (a
+  // written plan's fit): InvalidArgument naming what does not fit. Most strategies fit any chain
+  // (OK) and find out the rest from the profile.
+  virtual absl::Status CheckStages(const std::vector<StageInfo>& stages) const {
+    return absl::OkStatus();
+  }
 };
 
 // What a strategy declares about itself besides its parameters.
@@ -56,6 +63,11 @@ using StrategyRegistry = Registry<std::unique_ptr<Strategy>, StrategyTraits>;
 // The process-wide strategy registry.
 StrategyRegistry& Strategies();
 
+// The registered strategies that can be made from their defaults, in id order: every one but
+// those with a parameter that must be given (plan's file). What the presets, the benchmarks and
+// the generated test suites run.
+std::vector<std::string> DefaultStrategies();
+
 // Parses and binds a spec such as "uniform:segments=4" and creates the strategy.
 absl::StatusOr<std::unique_ptr<Strategy>> CreateStrategy(const std::string& spec_text);
 
@@ -65,8 +77,8 @@ absl::StatusOr<std::unique_ptr<Strategy>> CreateStrategy(const std::string& spec
 // canonical specs are equal.
 absl::StatusOr<std::string> CanonicalStrategySpec(const std::string& spec_text);
 
-// CreateStrategy, then its plan for `profile`, validated against the profile's stages: the
-// first error.
+// CreateStrategy, then its plan for `profile`, validated against the profile's stages (an
+// invalid one is Internal: a strategy bug): the first error.
 absl::StatusOr<Plan> PlanFor(const std::string& spec_text, const ModelProfile& profile);
 
 namespace internal {

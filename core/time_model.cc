@@ -10,7 +10,6 @@ absl::StatusOr<double> PredictStepMs(const ModelProfile& profile, const Plan& pl
     return absl::FailedPreconditionError(
         absl::StrCat("the profile of ", profile.model, " was measured without times"));
   }
-  if (absl::Status s = ValidatePlan(plan, profile.stages); !s.ok()) return s;
   std::vector<const StageProfile*> stages;
   for (int j = 0; j < profile.num_stages(); ++j) {
     stages.push_back(profile.Find(j, plan.PolicyOf(j)));

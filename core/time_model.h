@@ -22,8 +22,9 @@
 
 namespace ckpt {
 
-// FailedPrecondition when the profile lacks a stage's policy (as PredictMemory), or when it was
-// measured without times (ProfileOptions::timed).
+// `plan` must be valid for the profile's stages (ValidatePlan). FailedPrecondition when the
+// profile lacks a stage's policy (as PredictMemory), or when it was measured without times
+// (ProfileOptions::timed).
 absl::StatusOr<double> PredictStepMs(const ModelProfile& profile, const Plan& plan);
 
 }  // namespace ckpt

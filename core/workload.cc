@@ -32,12 +32,18 @@ absl::StatusOr<const ModelProfile*> Workload::Profile(MemoryMeter& meter) {
 
 absl::StatusOr<PlannedRun> Workload::Plan(const std::string& strategy_spec, ModelProfile& profile,
                                           MemoryMeter& meter) {
-  ASSIGN_OR_RETURN(ckpt::Plan plan, PlanFor(strategy_spec, profile));
-  return Prepare(std::move(plan), profile, meter);
+  ASSIGN_OR_RETURN(ckpt::Plan plan, PlanFor(strategy_spec, profile));  // validated
+  return PrepareValid(std::move(plan), profile, meter);
 }
 
 absl::StatusOr<PlannedRun> Workload::Prepare(ckpt::Plan plan, ModelProfile& profile,
                                              MemoryMeter& meter) {
+  RETURN_IF_ERROR(ValidatePlan(plan, profile.stages));
+  return PrepareValid(std::move(plan), profile, meter);
+}
+
+absl::StatusOr<PlannedRun> Workload::PrepareValid(ckpt::Plan plan, ModelProfile& profile,
+                                                  MemoryMeter& meter) {
   RETURN_IF_ERROR(
       ExtendProfile(*model_, batch_, meter, options_.device, plan, profile, options_.profile));
   ASSIGN_OR_RETURN(MemoryPrediction predicted, PredictMemory(profile, plan));

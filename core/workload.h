@@ -60,8 +60,8 @@ class Workload {
                                   MemoryMeter& meter);
   // The same from this workload's own profile (measured first if need be).
   absl::StatusOr<PlannedRun> Plan(const std::string& strategy_spec, MemoryMeter& meter);
-  // A plan made elsewhere (a test's generated one): validated, the profile extended, the memory
-  // predicted, the executor created.
+  // A plan made elsewhere (a test's generated one): validated (ValidatePlan's error), the
+  // profile extended, the memory predicted, the executor created.
   absl::StatusOr<PlannedRun> Prepare(ckpt::Plan plan, ModelProfile& profile, MemoryMeter& meter);
 
   const std::shared_ptr<ChainModel>& model() const { return model_; }
@@ -71,6 +71,9 @@ class Workload {
  private:
   Workload(std::shared_ptr<ChainModel> model, Batch batch, WorkloadOptions options)
       : model_(std::move(model)), batch_(std::move(batch)), options_(std::move(options)) {}
+  // Prepare for a plan validated already.
+  absl::StatusOr<PlannedRun> PrepareValid(ckpt::Plan plan, ModelProfile& profile,
+                                          MemoryMeter& meter);
 
   std::shared_ptr<ChainModel> model_;
   Batch batch_;

@@ -25,6 +25,7 @@
 #include "core/device.h"
 #include "core/executor.h"
 #include "core/memory_meter.h"
+#include "core/plan_text.h"
 #include "core/profiler.h"
 #include "core/strategy.h"
 #include "core/torch_status.h"
@@ -75,7 +76,7 @@ void TrainingStep(benchmark::State& state, const std::string& model_spec,
   state.counters["peak_bytes"] =
       Counter(static_cast<double>(last.peak_bytes), Counter::kDefaults, Counter::OneK::kIs1024);
   state.counters["recompute_forwards"] = static_cast<double>(last.recompute_forwards);
-  state.SetLabel(run->plan.Describe(workload->model()->Stages()));
+  state.SetLabel(PlanToText(run->plan, workload->model()->Stages()));
 }
 
 int Main(int argc, char** argv) {

@@ -8,8 +8,8 @@
 namespace ckpt {
 namespace {
 
-// Every registered strategy, with its default parameters.
-std::vector<std::string> AllStrategies() { return Strategies().Ids(); }
+// Every registered strategy that runs with its default parameters.
+std::vector<std::string> AllStrategies() { return DefaultStrategies(); }
 
 // The presets, from the registries: every strategy, and each model's sizes for the preset.
 std::vector<Preset> Presets() {

@@ -13,6 +13,7 @@
 #include "core/chain_model.h"
 #include "core/executor.h"
 #include "core/memory_model.h"
+#include "core/plan_text.h"
 #include "core/profiler.h"
 #include "core/spec.h"
 #include "core/status_macros.h"
@@ -127,7 +128,7 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
       continue;
     }
     c.result.strategy = run->plan.strategy;
-    c.result.plan = run->plan.Describe(profile.stages);
+    c.result.plan = PlanToText(run->plan, profile.stages);
     c.result.predicted = run->predicted;
     c.result.predicted_step_ms = PredictStepMs(profile, run->plan).value_or(kNaN);
     c.executor.emplace(std::move(run->executor));
@@ -283,6 +284,17 @@ absl::StatusOr<SweepOptions> CanonicalSweep(const SweepOptions& options) {
     if (spec == "store_all") continue;  // the reference, run first whether given or not
     RETURN_IF_ERROR(once("--strategies", text, spec));
     canonical.strategies.push_back(spec);
+  }
+  // What can be checked of a strategy against each model's stages (a written plan's fit), before
+  // anything runs.
+  for (const std::string& spec : canonical.strategies) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Strategy> strategy, CreateStrategy(spec));
+    for (const std::string& model : canonical.models) {
+      ASSIGN_OR_RETURN(const std::vector<StageInfo> stages, ModelStages(model));
+      if (absl::Status s = strategy->CheckStages(stages); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(s.message(), " (on ", model, ")"));
+      }
+    }
   }
   for (const auto& [model, strategy] : options.completed) {
     ASSIGN_OR_RETURN(std::string model_spec, CanonicalModelSpec(model));

@@ -14,6 +14,8 @@
 // value and the accepted ones, before anything is measured or written); 1 when an output
 // could not be written (the file and the system's reason named; every file is written whole or
 // not at all, core/files.h) or a loss curve departs from store_all's.
+#include <unistd.h>
+
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -38,6 +40,7 @@
 #include "core/device.h"
 #include "core/memory_meter.h"
 #include "core/memory_model.h"
+#include "core/plan_text.h"
 #include "core/spec.h"
 #include "core/status_macros.h"
 #include "core/strategy.h"
@@ -354,8 +357,10 @@ absl::Status Explain(const SweepOptions& options, MemoryMeter& meter) {
           run->plan.strategy.c_str(), run->plan.summary.c_str(),
           run->predicted.activation_bytes / 1048576.0, run->predicted.peak_bytes / 1048576.0,
           static_cast<long long>(run->executor.program().RecomputedStages()));
+      // The plan as text (a plan file can hold it: docs/plans.md), then as a tree.
+      std::printf("    plan: %s\n", PlanToText(run->plan, profile.stages).c_str());
       for (absl::string_view line :
-           absl::StrSplit(run->plan.DescribeTree(profile.stages), '\n', absl::SkipEmpty())) {
+           absl::StrSplit(PlanToTree(run->plan, profile.stages), '\n', absl::SkipEmpty())) {
         std::printf("    %s\n", std::string(line).c_str());
       }
     }
@@ -424,6 +429,14 @@ int Main(int argc, char** argv) {
       "--strategies=store_all,uniform");
   // Past a file size limit a write fails (EFBIG) and is reported, instead of killing the run.
   std::signal(SIGXFSZ, SIG_IGN);
+  // Under `bazel run` the program starts in its runfiles: paths a user gives (--out, a plan
+  // file) mean what they mean in the user's own directory.
+  if (const char* user_dir = std::getenv("BUILD_WORKING_DIRECTORY"); user_dir != nullptr) {
+    if (::chdir(user_dir) != 0) {
+      Die(absl::FailedPreconditionError(
+          absl::StrCat("cannot enter ", user_dir, ": ", std::strerror(errno))));
+    }
+  }
   const ParsedCommandLine parsed = ParseCommandLineOrExit(argc, argv, "sweep");
   if (!parsed.positional.empty()) {
     Die(absl::InvalidArgumentError(absl::StrCat("unexpected argument '", parsed.positional[0],

@@ -44,8 +44,8 @@ absl::StatusOr<std::shared_ptr<ChainModel>> DeepMlpModel::Create(const ParamValu
     return DeepMlp(DeepMlpOptions(params.Int("depth"), params.Int("hidden")));
   });
   mlp->to(context.device);
-  return std::make_shared<DeepMlpModel>(params.Canonical(), std::move(mlp), params.Int("batch"),
-                                        context.device);
+  return std::make_shared<DeepMlpModel>(params, params.Canonical(), std::move(mlp),
+                                        params.Int("batch"), context.device);
 }
 
 std::vector<std::string> DeepMlpModel::PaperSpecs() {
@@ -57,9 +57,10 @@ std::string DeepMlpModel::SmallSpec(const SpecChooser& choose) {
                       ":batch=", choose("batch", 1, 4));
 }
 
-std::vector<StageInfo> DeepMlpModel::Stages() const {
+std::vector<StageInfo> DeepMlpModel::StagesFor(const ParamValues& params) {
   std::vector<StageInfo> stages;
-  const DeepMlpOptions& o = module_->options;
+  const DeepMlpOptions o(params.Int("depth"), params.Int("hidden"));
+  const int64_t batch = params.Int("batch");
   for (int64_t i = 0; i < o.depth(); ++i) {
     const bool last = i == o.depth() - 1;
     const double in = static_cast<double>(i == 0 ? o.in_features() : o.hidden());
@@ -67,8 +68,8 @@ std::vector<StageInfo> DeepMlpModel::Stages() const {
     stages.push_back({absl::StrCat(last ? "head" : "layer", i),
                       last ? StageKind::kHead : StageKind::kMlp,
                       /*stochastic=*/false,
-                      {SequencePart(batch_, "rows")},
-                      2 * static_cast<double>(batch_) * in * out,
+                      {SequencePart(batch, "rows")},
+                      2 * static_cast<double>(batch) * in * out,
                       // The first layer's weights differ in shape when in_features does; the
                       // profiler compares shapes, so the key may be shared.
                       /*repeat_key=*/last ? "" : "layer"});

@@ -52,7 +52,8 @@ class DeepMlpModel : public ModuleModel<DeepMlp> {
   static std::string SmallSpec(const SpecChooser& choose);
 
   using ModuleModel::ModuleModel;
-  std::vector<StageInfo> Stages() const override;
+  static std::vector<StageInfo> StagesFor(const ParamValues& params);
+  std::vector<StageInfo> Stages() const override { return StagesFor(params_); }
   std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
                                    const StageParts& parts, const Batch& batch) override;
   at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) override;

@@ -55,10 +55,6 @@ at::Tensor Gpt2Impl::AttentionStage(int64_t b, const at::Tensor& x, const StageP
   const int64_t seq = x.size(1);
   const int64_t attention_seed = DrawDropoutSeed();
   const int64_t residual_seed = DrawDropoutSeed();
-  // LN1 of the whole sequence once, then its keys and values; queries per chunk.
-  const at::Tensor normed = ln1_[b](x);
-  const at::Tensor k = attention_[b]->KeysTransposed(normed);
-  const at::Tensor v = attention_[b]->Values(normed);
   auto chunk = [this, b, p, seq, attention_seed, residual_seed, parts](
                    const std::vector<at::Tensor>& in, int64_t offset) {
     const at::Tensor q = attention_[b]->Queries(in[1]);
@@ -70,7 +66,17 @@ at::Tensor Gpt2Impl::AttentionStage(int64_t b, const at::Tensor& x, const StageP
     return std::vector<at::Tensor>{
         in[0] + CounterDropout(attention_[b]->Output(context), p, residual_seed, 1, offset, seq)};
   };
-  return parts.RunChunked("sequence", chunk, {x, normed, k, v}, {true, true, false, false}, 1)[0];
+  // LN1 of the whole sequence once (the part "norm"), then, reading it, its keys and values and
+  // the queries per chunk.
+  auto norm = [this, b](const std::vector<at::Tensor>& in) {
+    return std::vector<at::Tensor>{ln1_[b](in[0])};
+  };
+  auto attend = [this, b, x, parts, chunk](const std::vector<at::Tensor>& normed) {
+    const at::Tensor k = attention_[b]->KeysTransposed(normed[0]);
+    const at::Tensor v = attention_[b]->Values(normed[0]);
+    return parts.RunChunked("sequence", chunk, {x, normed[0], k, v}, {true, true, false, false}, 1);
+  };
+  return parts.RunConsumed("norm", norm, {x}, attend)[0];
 }
 
 at::Tensor Gpt2Impl::MlpStage(int64_t b, const at::Tensor& x, const StageParts& parts) {
@@ -78,8 +84,17 @@ at::Tensor Gpt2Impl::MlpStage(int64_t b, const at::Tensor& x, const StageParts& 
   const int64_t seq = x.size(1);
   const int64_t seed = DrawDropoutSeed();
   auto chunk = [this, b, p, seq, seed, parts](const std::vector<at::Tensor>& in, int64_t offset) {
-    auto mlp = [this, b](const std::vector<at::Tensor>& h) {
-      return std::vector<at::Tensor>{mlp_[b](ln2_[b](h[0]))};
+    // LN2 (the part "norm") read by the MLP (the part "hidden", which holds it).
+    auto mlp = [this, b, parts](const std::vector<at::Tensor>& h) {
+      return parts.RunConsumed(
+          "norm",
+          [this, b](const std::vector<at::Tensor>& x) {
+            return std::vector<at::Tensor>{ln2_[b](x[0])};
+          },
+          h,
+          [this, b](const std::vector<at::Tensor>& n) {
+            return std::vector<at::Tensor>{mlp_[b](n[0])};
+          });
     };
     const at::Tensor y = parts.Run("hidden", mlp, {in[0]})[0];
     return std::vector<at::Tensor>{in[0] + CounterDropout(y, p, seed, 1, offset, seq)};
@@ -164,8 +179,7 @@ absl::StatusOr<std::shared_ptr<ChainModel>> Gpt2Model::Create(const ParamValues&
       absl::StrCat("gpt2:size=", size.name, ":depth=", depth, ":hidden=", hidden, ":heads=", heads,
                    ":seq=", seq, ":batch=", params.Int("batch"), ":vocab=", params.Int("vocab"),
                    ":context=", ctx, ":dropout=", params.Text("dropout"));
-  return std::make_shared<Gpt2Model>(spec, std::move(net), seq, params.Int("batch"),
-                                     context.device);
+  return std::make_shared<Gpt2Model>(params, spec, std::move(net), context.device);
 }
 
 std::vector<std::string> Gpt2Model::PaperSpecs() {
@@ -186,20 +200,22 @@ std::string Gpt2Model::SmallSpec(const SpecChooser& choose) {
                       ":dropout=", kDropout[choose("dropout", 0, 2)]);
 }
 
-std::vector<StageInfo> Gpt2Model::Stages() const {
-  const Gpt2Options& o = module_->options;
-  const bool stochastic = o.dropout() > 0;
+std::vector<StageInfo> Gpt2Model::StagesFor(const ParamValues& params) {
+  const Size size = Resolved(params);
+  const int64_t seq = params.Int("seq"), batch = params.Int("batch");
+  const bool stochastic = params.Float("dropout") > 0;
   std::vector<StageInfo> stages;
   // The embedding offers no chunking: a lookup has no intermediates to spare, and each chunk's
   // backward would make a dense gradient of the whole (tied) table.
   stages.push_back({"embedding", StageKind::kEmbedding, stochastic, {}, 0, ""});
-  AppendBlockStages(o.depth(), batch_ * seq_, seq_, o.hidden(), stochastic, &stages);
+  AppendBlockStages(size.depth, batch * seq, seq, size.hidden, stochastic, /*pre_norm=*/true,
+                    &stages);
   stages.push_back({"head",
                     StageKind::kHead,
                     /*stochastic=*/false,
-                    {SequencePart(seq_)},
-                    2 * static_cast<double>(batch_ * seq_) * static_cast<double>(o.hidden()) *
-                        static_cast<double>(o.vocab()),
+                    {SequencePart(seq)},
+                    2 * static_cast<double>(batch * seq) * static_cast<double>(size.hidden) *
+                        static_cast<double>(params.Int("vocab")),
                     ""});
   return stages;
 }

@@ -72,9 +72,12 @@ class Gpt2Model : public ModuleModel<Gpt2> {
   // hidden a multiple of heads (after the size's defaults), seq at most context.
   static absl::Status Check(const ParamValues& params);
 
-  Gpt2Model(std::string spec, Gpt2 net, int64_t seq, int64_t batch, c10::Device device)
-      : ModuleModel(std::move(spec), std::move(net), batch, device), seq_(seq) {}
-  std::vector<StageInfo> Stages() const override;
+  static std::vector<StageInfo> StagesFor(const ParamValues& params);
+
+  Gpt2Model(ParamValues params, std::string spec, Gpt2 net, c10::Device device)
+      : ModuleModel(params, std::move(spec), std::move(net), params.Int("batch"), device),
+        seq_(params.Int("seq")) {}
+  std::vector<StageInfo> Stages() const override { return StagesFor(params_); }
   std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
                                    const StageParts& parts, const Batch& batch) override;
   // The head stage already returns the loss.

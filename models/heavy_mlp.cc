@@ -41,8 +41,8 @@ absl::StatusOr<std::shared_ptr<ChainModel>> HeavyMlpModel::Create(const ParamVal
     return HeavyMlp(HeavyMlpOptions(params.Int("depth"), params.Int("hidden")));
   });
   mlp->to(context.device);
-  return std::make_shared<HeavyMlpModel>(params.Canonical(), std::move(mlp), params.Int("batch"),
-                                         context.device);
+  return std::make_shared<HeavyMlpModel>(params, params.Canonical(), std::move(mlp),
+                                         params.Int("batch"), context.device);
 }
 
 std::vector<std::string> HeavyMlpModel::PaperSpecs() {
@@ -54,16 +54,17 @@ std::string HeavyMlpModel::SmallSpec(const SpecChooser& choose) {
                       ":hidden=", choose("hidden", 1, 24), ":batch=", choose("batch", 1, 6));
 }
 
-std::vector<StageInfo> HeavyMlpModel::Stages() const {
-  const double hidden = static_cast<double>(module_->options.hidden());
+std::vector<StageInfo> HeavyMlpModel::StagesFor(const ParamValues& params) {
+  const int64_t batch = params.Int("batch");
+  const double hidden = static_cast<double>(params.Int("hidden"));
   std::vector<StageInfo> stages;
-  for (int64_t i = 0; i < module_->options.depth(); ++i) {
+  for (int64_t i = 0; i < params.Int("depth"); ++i) {
     // Rows are independent: the chunkable axis is the batch's.
     stages.push_back({absl::StrCat("block", i),
                       StageKind::kMlp,
                       /*stochastic=*/false,
-                      {SequencePart(batch_, "rows")},
-                      2 * static_cast<double>(batch_) * hidden * hidden,
+                      {SequencePart(batch, "rows")},
+                      2 * static_cast<double>(batch) * hidden * hidden,
                       /*repeat_key=*/"block"});
   }
   return stages;

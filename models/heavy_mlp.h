@@ -56,8 +56,10 @@ class HeavyMlpModel : public ModuleModel<HeavyMlp> {
   static std::vector<std::string> PaperSpecs();
   static std::string SmallSpec(const SpecChooser& choose);
 
+  static std::vector<StageInfo> StagesFor(const ParamValues& params);
+
   using ModuleModel::ModuleModel;
-  std::vector<StageInfo> Stages() const override;
+  std::vector<StageInfo> Stages() const override { return StagesFor(params_); }
   std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
                                    const StageParts& parts, const Batch& batch) override;
   at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) override;

@@ -116,24 +116,22 @@ at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
 }
 
 void AppendBlockStages(int64_t depth, int64_t tokens, int64_t seq, int64_t hidden, bool stochastic,
-                       std::vector<StageInfo>* stages) {
+                       bool pre_norm, std::vector<StageInfo>* stages) {
   const double t = static_cast<double>(tokens);
   const double h = static_cast<double>(hidden);
   const double attention_flops = 8 * t * h * h + 4 * t * static_cast<double>(seq) * h;
   const double mlp_flops = 16 * t * h * h;
+  std::vector<PartInfo> attention = {AttentionCorePart(), SequencePart(seq)};
+  std::vector<PartInfo> mlp = {MlpHiddenPart(), SequencePart(seq)};
+  if (pre_norm) {
+    attention.push_back(NormPart());
+    mlp.push_back(NormPart());
+  }
   for (int64_t b = 0; b < depth; ++b) {
-    stages->push_back({absl::StrCat("block", b, ".attention"),
-                       StageKind::kAttention,
-                       stochastic,
-                       {AttentionCorePart(), SequencePart(seq)},
-                       attention_flops,
-                       "block.attention"});
-    stages->push_back({absl::StrCat("block", b, ".mlp"),
-                       StageKind::kMlp,
-                       stochastic,
-                       {MlpHiddenPart(), SequencePart(seq)},
-                       mlp_flops,
-                       "block.mlp"});
+    stages->push_back({absl::StrCat("block", b, ".attention"), StageKind::kAttention, stochastic,
+                       attention, attention_flops, "block.attention"});
+    stages->push_back({absl::StrCat("block", b, ".mlp"), StageKind::kMlp, stochastic, mlp,
+                       mlp_flops, "block.mlp"});
   }
 }
 

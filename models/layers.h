@@ -83,7 +83,10 @@ TORCH_MODULE(FeedForward);
 // and output projections (2 x tokens x hidden^2 each), scores and probabilities x values
 // (2 x tokens x seq x hidden each; a causal mask is applied to full scores), and the MLP's two
 // 4x-wide products.
+// `pre_norm`: each stage opens with a norm whose output only its own layers read (GPT-2,
+// Llama), declared as the part "norm". A post-norm block's norm (the encoder's) writes the
+// stage's output, which the next stage keeps: nothing of it could be dropped, so it is no part.
 void AppendBlockStages(int64_t depth, int64_t tokens, int64_t seq, int64_t hidden, bool stochastic,
-                       std::vector<StageInfo>* stages);
+                       bool pre_norm, std::vector<StageInfo>* stages);
 
 }  // namespace ckpt

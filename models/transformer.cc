@@ -95,8 +95,7 @@ absl::StatusOr<std::shared_ptr<ChainModel>> TransformerModel::Create(const Param
         TransformerOptions(params.Int("depth"), hidden, heads).dropout(params.Float("dropout")));
   });
   net->to(context.device);
-  return std::make_shared<TransformerModel>(params.Canonical(), std::move(net), params.Int("seq"),
-                                            params.Int("batch"), context.device);
+  return std::make_shared<TransformerModel>(params, std::move(net), context.device);
 }
 
 std::vector<std::string> TransformerModel::PaperSpecs() {
@@ -112,10 +111,11 @@ std::string TransformerModel::SmallSpec(const SpecChooser& choose) {
                       ":dropout=", kDropout[choose("dropout", 0, 2)]);
 }
 
-std::vector<StageInfo> TransformerModel::Stages() const {
-  const TransformerOptions& o = module_->options;
+std::vector<StageInfo> TransformerModel::StagesFor(const ParamValues& params) {
+  const int64_t seq = params.Int("seq");
   std::vector<StageInfo> stages;
-  AppendBlockStages(o.depth(), batch_ * seq_, seq_, o.hidden(), o.dropout() > 0, &stages);
+  AppendBlockStages(params.Int("depth"), params.Int("batch") * seq, seq, params.Int("hidden"),
+                    params.Float("dropout") > 0, /*pre_norm=*/false, &stages);
   return stages;
 }
 

@@ -63,10 +63,12 @@ class TransformerModel : public ModuleModel<Transformer> {
   static std::string SmallSpec(const SpecChooser& choose);
   static absl::Status Check(const ParamValues& params);  // hidden a multiple of heads
 
-  TransformerModel(std::string spec, Transformer net, int64_t seq, int64_t batch,
-                   c10::Device device)
-      : ModuleModel(std::move(spec), std::move(net), batch, device), seq_(seq) {}
-  std::vector<StageInfo> Stages() const override;
+  static std::vector<StageInfo> StagesFor(const ParamValues& params);
+
+  TransformerModel(ParamValues params, Transformer net, c10::Device device)
+      : ModuleModel(params, params.Canonical(), std::move(net), params.Int("batch"), device),
+        seq_(params.Int("seq")) {}
+  std::vector<StageInfo> Stages() const override { return StagesFor(params_); }
   std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
                                    const StageParts& parts, const Batch& batch) override;
   at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) override;

@@ -8,6 +8,7 @@ tests run every registered strategy.
 STRATEGIES = [
     "chunked_sequence",
     "optimal",
+    "plan",
     "recompute_all",
     "revolve",
     "selective_attention",

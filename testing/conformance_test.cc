@@ -44,7 +44,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/chain_model.h"
+#include "core/files.h"
 #include "core/parts.h"
+#include "core/plan_text.h"
 #include "core/schedule.h"
 #include "core/spec.h"
 #include "core/strategy.h"
@@ -154,7 +156,7 @@ void CheckAgainstStoreAll(const CaseSpec& c, testing::Case& built, const Run& re
       LargestStageOutput(*built.workload->model(), built.workload->batch()) + 1024;
   const int64_t measured_peak = run.step.peak_bytes - run.step.baseline_bytes;
   // Printed for a failing case only: what a tolerance question needs.
-  RC_LOG() << run.plan.Describe(built.profile.stages) << ": activations predicted "
+  RC_LOG() << PlanToText(run.plan, built.profile.stages) << ": activations predicted "
            << run.predicted.activation_bytes << ", measured " << run.step.activation_bytes
            << "; peak above the baseline predicted " << run.predicted.peak_bytes << ", measured "
            << measured_peak << " (tolerance " << peak_tolerance << "); baseline "
@@ -170,7 +172,7 @@ void CheckEveryStrategy(const std::string& model_id) {
   absl::StatusOr<Run> reference = StepUnder(built, "store_all", c.seed + 2);
   RC_ASSERT(reference.ok());
   const int64_t reference_peak = reference->step.peak_bytes - reference->step.baseline_bytes;
-  for (const std::string& id : Strategies().Ids()) {
+  for (const std::string& id : DefaultStrategies()) {
     // A strategy that plans to a budget gets one generated from this case's peak.
     const std::optional<std::string> budgeted = testing::BudgetSpec(id, reference_peak);
     const std::string spec =
@@ -206,11 +208,47 @@ void CheckGeneratedPlan(const std::string& model_id) {
   RC_TAG(absl::StrCat("depth ", plan.Depth()));
   absl::StatusOr<Run> reference = StepUnder(built, "store_all", c.seed + 2);
   absl::StatusOr<Run> run = StepUnder(built, plan, c.seed + 2);
-  RC_LOG() << plan.Describe(built.profile.stages) << ": "
+  RC_LOG() << PlanToText(plan, built.profile.stages) << ": "
            << (run.ok() ? absl::OkStatus() : run.status()) << "\n";
   RC_ASSERT(reference.ok());
   RC_ASSERT(run.ok());
   CheckAgainstStoreAll(c, built, *reference, *run);
+}
+
+// Every default strategy's plan on one generated case of `model_id`, and a random nested plan,
+// written out as text and run back as `plan:file=`: the same plan, the same bytes to the byte
+// (on the CPU) and the same gradients to the bit as the plan run directly.
+void CheckWrittenPlans(const std::string& model_id) {
+  const CaseSpec c = GenerateCase(model_id);
+  testing::Case built = Build(c);
+  absl::StatusOr<Run> reference = StepUnder(built, "store_all", c.seed + 2);
+  RC_ASSERT(reference.ok());
+  const int64_t reference_peak = reference->step.peak_bytes - reference->step.baseline_bytes;
+  std::vector<Plan> plans;
+  for (const std::string& id : DefaultStrategies()) {
+    const std::string spec = testing::BudgetSpec(id, reference_peak).value_or(id);
+    absl::StatusOr<Plan> plan = PlanFor(spec, built.profile);
+    if (plan.ok()) plans.push_back(*std::move(plan));
+  }
+  plans.push_back(*testing::RandomPlan(built.profile.stages).as("random plan"));
+  const std::string path = ::testing::TempDir() + "/written_plan.txt";
+  for (const Plan& plan : plans) {
+    const std::string text = PlanToText(plan, built.profile.stages);
+    RC_LOG() << plan.strategy << ": " << text << "\n";
+    RC_ASSERT(WriteFileAtomically(path, text).ok());
+    absl::StatusOr<Run> direct = StepUnder(built, plan, c.seed + 2);
+    absl::StatusOr<Run> written = StepUnder(built, "plan:file=" + path, c.seed + 2);
+    RC_ASSERT(direct.ok());
+    RC_ASSERT(written.ok());
+    RC_ASSERT(PlanToText(written->plan, built.profile.stages) == text);
+    RC_ASSERT(written->step.activation_bytes == direct->step.activation_bytes);
+    RC_ASSERT(written->predicted.peak_bytes == direct->predicted.peak_bytes);
+    if (testing::TestDevice().is_cpu()) {
+      RC_ASSERT(written->step.peak_bytes - written->step.baseline_bytes ==
+                direct->step.peak_bytes - direct->step.baseline_bytes);
+      RC_ASSERT(MaxGradientDifference(written->grads, direct->grads) == 0.0);
+    }
+  }
 }
 
 // Every registered model: a new model joins with no edit here.
@@ -218,6 +256,14 @@ TEST(Conformance, EveryStrategyOnEveryModel) {
   for (const std::string& id : Models().Ids()) {
     EXPECT_TRUE(rc::check("every strategy against store_all on " + id, [id] {
       CheckEveryStrategy(id);
+    })) << id;
+  }
+}
+
+TEST(Conformance, WrittenPlansRunAsTheirPlansOnEveryModel) {
+  for (const std::string& id : Models().Ids()) {
+    EXPECT_TRUE(rc::check("written plans run as plan:file= on " + id, [id] {
+      CheckWrittenPlans(id);
     })) << id;
   }
 }

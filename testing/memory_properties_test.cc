@@ -3,7 +3,9 @@
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
+#include "core/chain_model.h"
 #include "core/strategy.h"
+#include "experiments/sweep.h"
 #include "gtest/gtest.h"
 #include "rapidcheck.h"
 #include "rapidcheck/gtest.h"
@@ -41,8 +43,7 @@ std::string Encoder(int depth) {
 // bytes for mt19937), which at these toy sizes can outweigh what a segment saves (the sweep
 // reports it; the conformance test checks it is predicted).
 RC_GTEST_PROP(MemoryProperties, RecomputeAllAtMostUniformAtMostStoreAll, ()) {
-  const std::string model_id =
-      *rc::gen::element<std::string>("heavy_mlp", "deep_mlp", "transformer", "gpt2");
+  const std::string model_id = *rc::gen::elementOf(Models().Ids());
   const std::string spec = *testing::SmallModelSpec(model_id, /*dropout=*/false).as("model");
   const int64_t store_all = Activation(spec, "store_all");
   const int64_t uniform = Activation(spec, "uniform");
@@ -142,6 +143,42 @@ TEST(MemoryProperties, SelectiveMlpSavesTheHiddenActivations) {
   }
   // The MLP zoo's blocks declare no hidden part: the same bytes as store_all.
   EXPECT_EQ(Activation(Mlp(4), "selective_mlp"), Activation(Mlp(4), "store_all"));
+}
+
+TEST(MemoryProperties, NormRecomputeDropsEachNormsOutputAndWhatItSaves) {
+  // Stored, a pre-norm stage's LayerNorm output is kept by the layers that read it (the
+  // attention's projections, the MLP's first product): tokens x hidden floats; and LayerNorm
+  // itself keeps its mean and inverse deviation per position: 2 x tokens floats. Its input is
+  // the stage's, held anyway. With the norm recomputed (Megatron-Core's layernorm recompute)
+  // none of that is held between forward and backward: exactly that much less per stage, and
+  // the same gradients to the bit.
+  const std::string spec = "gpt2:depth=3:hidden=16:heads=4:seq=20:batch=1:vocab=50:context=32";
+  const int64_t tokens = 1 * 20, hidden = 16, block_stages = 2 * 3;
+  absl::StatusOr<testing::Case> c = testing::BuildCase(spec, /*seed=*/1);
+  ASSERT_TRUE(c.ok()) << c.status();
+  Plan plan;
+  plan.strategy = "norms recomputed";
+  plan.segments = {{0, c->profile.num_stages(), SegmentMode::kStored}};
+  int norms = 0;
+  for (const StageInfo& stage : c->profile.stages) {
+    plan.stage_policies.push_back(
+        PolicyFor(stage, PartKind::kNorm, {PartAction::Recompute(PartKind::kNorm)}));
+    norms += !plan.stage_policies.back().IsDefault();
+  }
+  EXPECT_EQ(norms, block_stages);
+  absl::StatusOr<testing::Run> reference = testing::StepUnder(*c, "store_all", 2);
+  absl::StatusOr<testing::Run> recomputed = testing::StepUnder(*c, plan, 2);
+  ASSERT_TRUE(reference.ok() && recomputed.ok()) << recomputed.status();
+  EXPECT_EQ(reference->step.activation_bytes - recomputed->step.activation_bytes,
+            block_stages * (tokens * hidden * 4 + 2 * tokens * 4));
+  EXPECT_EQ(MaxGradientDifference(recomputed->grads, reference->grads), 0.0);
+  EXPECT_EQ(recomputed->predicted.activation_bytes, recomputed->step.activation_bytes);
+  // The post-norm encoder's norms write the stage's output: no part to drop.
+  absl::StatusOr<testing::Case> encoder = testing::BuildCase(Encoder(2), 1);
+  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  for (const StageInfo& stage : encoder->profile.stages) {
+    EXPECT_EQ(stage.FindPart(PartKind::kNorm), -1) << stage.name;
+  }
 }
 
 TEST(MemoryProperties, ChunkedSequencePeakFallsAsChunksRise) {

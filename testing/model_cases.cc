@@ -136,13 +136,13 @@ rc::Gen<Plan> RandomPlan(const std::vector<StageInfo>& stages, int max_depth) {
         // Chunks from 2 to 4, at most the part's extent.
         const int most_chunks =
             part.extent > 0 ? static_cast<int>(std::min<int64_t>(4, part.extent)) : 4;
-        std::vector<PartAction> actions = {PartAction::kStore};
-        for (PartAction action : part.actions) {
-          if (action != PartAction::kChunk || most_chunks >= 2) actions.push_back(action);
+        std::vector<PartAction> actions = {PartAction::Store()};
+        for (const PartAction action : ActionsFor(part)) {
+          if (!action.Counted() || most_chunks >= 2) actions.push_back(action);
         }
         const PartAction action = *rc::gen::elementOf(actions);
         policy.parts.push_back(
-            {action, action == PartAction::kChunk ? *rc::gen::inRange(2, most_chunks + 1) : 1});
+            {action, action.Counted() ? *rc::gen::inRange(2, most_chunks + 1) : 1});
       }
       plan.stage_policies.push_back(policy);
     }

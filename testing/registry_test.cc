@@ -25,11 +25,19 @@ TEST(StrategyRegistry, EveryAggregatedStrategyIsRegistered) {
          "StrategyRegistration), or one registered without being listed";
 }
 
-TEST(StrategyRegistry, EveryStrategyCreatesWithDefaults) {
+TEST(StrategyRegistry, EveryStrategyCreatesWithDefaultsOrNamesWhatMustBeGiven) {
+  const std::vector<std::string> defaults = DefaultStrategies();
   for (const std::string& id : Strategies().Ids()) {
     absl::StatusOr<std::unique_ptr<Strategy>> s = CreateStrategy(id);
-    EXPECT_TRUE(s.ok()) << id << ": " << s.status();
+    if (std::find(defaults.begin(), defaults.end(), id) != defaults.end()) {
+      EXPECT_TRUE(s.ok()) << id << ": " << s.status();
+      continue;
+    }
+    ASSERT_FALSE(s.ok()) << id;
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(s.status().message()), HasSubstr("must be given")) << id;
   }
+  EXPECT_THAT(defaults, ::testing::Not(::testing::Contains("plan")));  // plan:file= is required
 }
 
 TEST(StrategyRegistry, UnknownIdListsTheKnownOnes) {

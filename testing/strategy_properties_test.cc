@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/memory_model.h"
+#include "core/plan_text.h"
 #include "core/profile.h"
 #include "core/strategy.h"
 #include "core/time_model.h"
@@ -93,7 +94,7 @@ rc::Gen<ModelProfile> GeneratedProfile(int max_stages) {
 }
 
 std::string SegmentsAndPolicies(const Plan& plan, const ModelProfile& profile) {
-  return plan.Describe(profile.stages);
+  return PlanToText(plan, profile.stages);
 }
 
 RC_GTEST_PROP(StrategyProperties, EveryStrategyPlansValidlyAndDeterministically, ()) {

@@ -321,6 +321,41 @@ set -e
 [[ $rc -eq 2 ]] || fail "unwritable --out: exit $rc, expected 2"
 grep -q "cannot be created" "$tmp/out.stderr" || fail "unwritable --out: $(cat "$tmp/out.stderr")"
 
+# Plans written as text (docs/plans.md) run as the strategy plan:file=; a plan file that is
+# missing, not a file, or does not fit a model is exit 2 before anything runs, naming the file,
+# the line and the column.
+printf '# two checkpointed halves\n[0,2) checkpointed,\n[2,4) stored; rows=chunk:2 @ 3\n' \
+  >"$tmp/plan.txt"
+rm -rf "$tmp/plan"
+"${sweep[@]}" --models=heavy_mlp:depth=4:hidden=8:batch=2 --strategies="plan:file=$tmp/plan.txt" \
+  --steps=1 --warmup=0 --out="$tmp/plan" >/dev/null 2>"$tmp/plan.stderr" ||
+  fail "a written plan: exit $?: $(cat "$tmp/plan.stderr")"
+grep -qF ",plan:file=$tmp/plan.txt,cpu,ok," "$tmp/plan/results.csv" ||
+  fail "a written plan: no ok row: $(cat "$tmp/plan/results.csv")"
+grep -qF "[0,2) checkpointed, [2,4) stored; rows=chunk:2 @ 3" "$tmp/plan/results.csv" ||
+  fail "a written plan: its row does not hold its text"
+bad_plan() {  # $1: expected message, $2: the file's text
+  printf '%b' "$2" >"$tmp/bad_plan.txt"
+  check_bad "$1" --models=heavy_mlp:depth=4:hidden=8:batch=2 \
+    --strategies="plan:file=$tmp/bad_plan.txt"
+}
+bad_plan "plan file $tmp/bad_plan.txt: line 2, column 6: expected ')' after the segment's end" \
+  '[0,2) stored,\n[2,4 stored'
+bad_plan "line 1, column 1: plan of plan:file=$tmp/bad_plan.txt is invalid: segment \\[0,5)" \
+  '[0,5) stored'
+bad_plan "line 1, column 15: stage 0 (block0) has no part 'core'; its parts: rows" \
+  '[0,4) stored; core=recompute @ 0'
+bad_plan "line 1, column 20: 'recompute' does not apply to part 'rows' (sequence) of stage 1" \
+  '[0,4) stored; rows=recompute @ 1'
+bad_plan "is to be chunked into 3 chunks; accepted: 2..2 (its axis has 2 positions)" \
+  '[0,4) stored; rows=chunk:3 @ 0'
+check_bad "plan:file=$tmp/no-such-plan.txt: $tmp/no-such-plan.txt does not exist" \
+  --strategies="plan:file=$tmp/no-such-plan.txt"
+mkdir -p "$tmp/plan_dir"
+check_bad "plan:file=$tmp/plan_dir: $tmp/plan_dir is a directory, not a regular file" \
+  --strategies="plan:file=$tmp/plan_dir"
+check_bad "plan: file= must be given" --strategies=plan
+
 # --- Hostile input, round 2 (docs/testing.md): every case below once broke the sweep. ---
 
 tiny=(--models=heavy_mlp:depth=2:hidden=4:batch=2 --strategies=store_all --steps=1 --warmup=0)
@@ -537,7 +572,7 @@ rm -rf "$tmp/chunks"
 "${sweep[@]}" --models=transformer:depth=1:hidden=4:heads=1:seq=16:batch=1 \
   --strategies=chunked_sequence:chunks=1048576 --steps=1 --warmup=0 --out="$tmp/chunks" \
   >/dev/null 2>"$tmp/chunks.stderr" || fail "more chunks than positions: $(cat "$tmp/chunks.stderr")"
-grep -q ',chunked_sequence:chunks=16,cpu,ok,.*sequence in 16 chunks' "$tmp/chunks/results.csv" ||
+grep -q ',chunked_sequence:chunks=16,cpu,ok,.*sequence=chunk:16 @ 0-1' "$tmp/chunks/results.csv" ||
   fail "more chunks than positions: the row does not say 16: $(cat "$tmp/chunks/results.csv")"
 cores=$(nproc)
 check_bad "--blas_threads='1000' is not accepted; accepted: 1..$cores" --blas_threads=1000

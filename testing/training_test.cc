@@ -24,7 +24,7 @@ SweepOptions EveryModelAndStrategy() {
   SweepOptions o;
   for (const std::string& id : ckpt::Models().Ids())
     o.models.push_back(testing::FixedSmallSpec(id));
-  o.strategies = Strategies().Ids();
+  o.strategies = DefaultStrategies();
   return o;
 }
 

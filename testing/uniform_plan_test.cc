@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/plan.h"
+#include "core/plan_text.h"
 #include "core/schedule.h"
 #include "core/strategy.h"
 #include "gtest/gtest.h"
@@ -63,9 +64,8 @@ TEST(UniformPlan, HandExamples) {
   // L = 10, default k = ceil(sqrt(10)) = 4: sizes 3,3,2,2, the last stored.
   absl::StatusOr<Plan> plan = ckpt::PlanFor("uniform", ChainOf(10));
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(plan->DescribeSegments(),
-            "4 segments: [0,3) checkpointed, [3,6) checkpointed, [6,8) checkpointed, [8,10) "
-            "stored");
+  EXPECT_EQ(SegmentsToText(plan->segments),
+            "[0,3) checkpointed, [3,6) checkpointed, [6,8) checkpointed, [8,10) stored");
   EXPECT_EQ(RecomputedStages(*plan, 10), 8);
 }
 
@@ -80,7 +80,7 @@ TEST(UniformPlan, MoreSegmentsThanStagesNamesBoth) {
 TEST(StoreAllPlan, OneStoredSegment) {
   absl::StatusOr<Plan> plan = ckpt::PlanFor("store_all", ChainOf(7));
   ASSERT_TRUE(plan.ok());
-  EXPECT_EQ(plan->DescribeSegments(), "1 segment: [0,7) stored");
+  EXPECT_EQ(SegmentsToText(plan->segments), "[0,7) stored");
   EXPECT_EQ(RecomputedStages(*plan, 7), 0);
 }
 

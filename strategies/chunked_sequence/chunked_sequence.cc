@@ -27,7 +27,7 @@ absl::StatusOr<Plan> ChunkedSequence::MakePlan(const ModelProfile& profile) cons
     const int64_t extent = part >= 0 ? stage.parts[part].extent : 0;
     const int chunks = extent > 0 ? static_cast<int>(std::min<int64_t>(chunks_, extent)) : chunks_;
     plan.stage_policies.push_back(
-        PolicyFor(stage, PartKind::kSequence, {PartAction::kChunk, chunks}));
+        PolicyFor(stage, PartKind::kSequence, {PartAction::Chunk(), chunks}));
     if (!plan.stage_policies.back().IsDefault()) {
       ++chunked;
       most = std::max(most, chunks);

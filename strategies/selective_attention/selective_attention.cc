@@ -19,7 +19,8 @@ absl::StatusOr<Plan> SelectiveAttention::MakePlan(const ModelProfile& profile) c
   int attention = 0;
   for (const StageInfo& stage : profile.stages) {
     plan.stage_policies.push_back(
-        PolicyFor(stage, PartKind::kAttentionCore, {PartAction::kRecompute}));
+        PolicyFor(stage, PartKind::kAttentionCore,
+                  {PartAction::Recompute(PartKind::kAttentionCore)}));
     if (!plan.stage_policies.back().IsDefault()) ++attention;
   }
   plan.summary =

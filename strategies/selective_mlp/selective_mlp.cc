@@ -18,7 +18,8 @@ absl::StatusOr<Plan> SelectiveMlp::MakePlan(const ModelProfile& profile) const {
   if (n > 0) plan.segments.push_back({0, n, SegmentMode::kStored});
   int mlps = 0;
   for (const StageInfo& stage : profile.stages) {
-    plan.stage_policies.push_back(PolicyFor(stage, PartKind::kMlpHidden, {PartAction::kRecompute}));
+    plan.stage_policies.push_back(
+        PolicyFor(stage, PartKind::kMlpHidden, {PartAction::Recompute(PartKind::kMlpHidden)}));
     if (!plan.stage_policies.back().IsDefault()) ++mlps;
   }
   plan.summary = mlps == 0 ? "no MLP hidden parts: planned like store_all (every stage stored, "

@@ -1,0 +1,195 @@
+// Plans as text (core/plan_text.h): printing then parsing gives the plan back, on generated
+// chains, trees and part policies; every way a plan file can be wrong is an error that names
+// the line, the column and what was expected. No tensors.
+#include "core/plan_text.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rapidcheck.h"
+#include "rapidcheck/gtest.h"
+
+namespace ckpt {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A chain of generated stages, each with some of the parts the zoo declares.
+rc::Gen<std::vector<StageInfo>> GeneratedStages() {
+  return rc::gen::exec([] {
+    const int n = *rc::gen::inRange(1, 40).as("stages");
+    std::vector<StageInfo> stages(n);
+    for (int i = 0; i < n; ++i) {
+      stages[i].name = absl::StrCat("stage", i);
+      if (*rc::gen::arbitrary<bool>()) stages[i].parts.push_back(AttentionCorePart());
+      if (*rc::gen::arbitrary<bool>()) stages[i].parts.push_back(MlpHiddenPart());
+      if (*rc::gen::arbitrary<bool>()) stages[i].parts.push_back(NormPart());
+      if (*rc::gen::arbitrary<bool>()) {
+        stages[i].parts.push_back(SequencePart(*rc::gen::inRange<int64_t>(1, 9)));
+      }
+    }
+    return stages;
+  });
+}
+
+std::vector<Segment> Segments(int begin, int end, int depth) {
+  std::vector<Segment> out;
+  for (int at = begin; at < end;) {
+    const int next = *rc::gen::inRange(at + 1, end + 1);
+    Segment s{at, next,
+              *rc::gen::element(SegmentMode::kStored, SegmentMode::kCheckpointed,
+                                SegmentMode::kRecomputeAll)};
+    if (s.mode == SegmentMode::kCheckpointed && depth > 0 && *rc::gen::arbitrary<bool>()) {
+      s.inner = Segments(at, next, depth - 1);
+    }
+    out.push_back(std::move(s));
+    at = next;
+  }
+  return out;
+}
+
+// A valid plan over `stages`: a tree to depth 3, each part given an action that applies to it
+// (chunk counts within its extent, one chunked part a stage).
+Plan GeneratedPlan(const std::vector<StageInfo>& stages) {
+  Plan plan;
+  plan.strategy = "generated";
+  plan.segments = Segments(0, static_cast<int>(stages.size()), 3);
+  if (*rc::gen::arbitrary<bool>()) return plan;  // every part stored
+  for (const StageInfo& stage : stages) {
+    StagePolicy policy;
+    bool chunked = false;
+    for (const PartInfo& part : stage.parts) {
+      std::vector<PartAction> actions = {PartAction::Store()};
+      for (const PartAction a : ActionsFor(part)) {
+        if (!a.Counted() || (part.extent >= 2 && !chunked)) actions.push_back(a);
+      }
+      const PartAction action = *rc::gen::elementOf(actions);
+      const int chunks =
+          action.Counted() ? *rc::gen::inRange(2, static_cast<int>(part.extent) + 1) : 1;
+      chunked |= action.Counted();
+      policy.parts.push_back({action, chunks});
+    }
+    plan.stage_policies.push_back(policy);
+  }
+  return plan;
+}
+
+RC_GTEST_PROP(PlanText, PrintThenParseIsTheIdentity, ()) {
+  const std::vector<StageInfo> stages = *GeneratedStages();
+  const Plan plan = GeneratedPlan(stages);
+  RC_ASSERT(ValidatePlan(plan, stages).ok());
+  const std::string text = PlanToText(plan, stages);
+  RC_LOG() << text << "\n";
+  absl::StatusOr<Plan> back = ParsePlan(text, stages, "plan:file=x");
+  RC_ASSERT(back.ok());
+  RC_ASSERT(back->segments == plan.segments);
+  for (int i = 0; i < static_cast<int>(stages.size()); ++i) {
+    RC_ASSERT(back->PolicyOf(i) == plan.PolicyOf(i));
+  }
+  RC_ASSERT(PlanToText(*back, stages) == text);
+  RC_ASSERT(back->strategy == "plan:file=x");
+}
+
+// Four stages: two attention stages (core, sequence of 4 positions, norm) and two MLP ones.
+std::vector<StageInfo> Chain() {
+  std::vector<StageInfo> stages;
+  for (int b = 0; b < 2; ++b) {
+    stages.push_back({absl::StrCat("block", b, ".attention"),
+                      StageKind::kAttention,
+                      false,
+                      {AttentionCorePart(), SequencePart(4), NormPart()},
+                      0,
+                      ""});
+    stages.push_back({absl::StrCat("block", b, ".mlp"),
+                      StageKind::kMlp,
+                      false,
+                      {MlpHiddenPart(), SequencePart(4)},
+                      0,
+                      ""});
+  }
+  return stages;
+}
+
+TEST(PlanText, ReadsWhatItWritesWithCommentsAndLineBreaks) {
+  const std::string text =
+      "# the schedule of Figure 3\n"
+      "[0,2) checkpointed {[0,1) checkpointed, [1,2) stored},\n"
+      "[2,4) stored;   # then the policies\n"
+      "core=recompute @ 0,2; sequence=chunk:2 @ 1-3;\n";
+  absl::StatusOr<Plan> plan = ParsePlan(text, Chain(), "plan:file=fig3.txt");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(PlanToText(*plan, Chain()),
+            "[0,2) checkpointed {[0,1) checkpointed, [1,2) stored}, [2,4) stored; "
+            "core=recompute @ 0,2; sequence=chunk:2 @ 1-3");
+  EXPECT_EQ(plan->PolicyOf(3).Chunks(), 2);
+  EXPECT_EQ(PlanToTree(*plan, Chain()),
+            "[0,2) checkpointed: block0.attention .. block0.mlp\n"
+            "  [0,1) checkpointed: block0.attention\n"
+            "    rerun stored\n"
+            "  [1,2) stored: block0.mlp\n"
+            "[2,4) stored: block1.attention .. block1.mlp\n"
+            "policy core=recompute @ 0,2\n"
+            "policy sequence=chunk:2 @ 1-3\n");
+}
+
+TEST(PlanText, EveryErrorNamesWhereAndWhatWasExpected) {
+  const std::vector<StageInfo> stages = Chain();
+  auto error = [&](const std::string& text) {
+    absl::StatusOr<Plan> plan = ParsePlan(text, stages, "plan:file=p.txt");
+    EXPECT_FALSE(plan.ok()) << text;
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    return std::string(plan.status().message());
+  };
+  // Syntax.
+  EXPECT_EQ(error("[0,4 stored"),
+            "line 1, column 6: expected ')' after the segment's end, found 'stored'");
+  EXPECT_EQ(error("[0,4) kept"),
+            "line 1, column 7: expected a mode (stored, checkpointed, recompute-all), found "
+            "'kept'");
+  EXPECT_EQ(error("[0,4) stored x"),
+            "line 1, column 14: expected ';' before a policy, or the end of the plan, found 'x'");
+  EXPECT_EQ(error(""),
+            "line 1, column 1: expected a segment, '[' BEGIN ',' END ')' MODE, found "
+            "the end of the plan");
+  EXPECT_EQ(error("[0,4) checkpointed {[0,2) stored,\n  [2,4) stored"),
+            "line 2, column 15: expected '}' after the inner plan, or ',' before another "
+            "segment, found the end of the plan");
+  // Ranges that do not fit the chain (ValidatePlan's, at the segment's position).
+  EXPECT_THAT(error("[0,2) stored, [3,4) stored"),
+              HasSubstr("line 1, column 15: plan of plan:file=p.txt is invalid: segment [3,4); "
+                        "expected a non-empty segment starting at 2 and ending by 4"));
+  EXPECT_THAT(error("[0,2) stored"), HasSubstr("segments cover [0,2) of [0,4)"));
+  EXPECT_THAT(error("[0,4) stored {[0,4) stored}"),
+              HasSubstr("is stored but holds an inner plan; only checkpointed segments do"));
+  EXPECT_THAT(error("[0,4) checkpointed {[0,2) stored,\n [2,5) stored}"),
+              HasSubstr("line 2, column 2: plan of plan:file=p.txt is invalid: inside [0,4) "
+                        "segment [2,5)"));
+  // Parts and actions.
+  EXPECT_EQ(error("[0,4) stored; norm=recompute @ 1"),
+            "line 1, column 15: stage 1 (block0.mlp) has no part 'norm'; its parts: hidden, "
+            "sequence");
+  EXPECT_EQ(error("[0,4) stored; core=chunk:2 @ 0"),
+            "line 1, column 20: 'chunk' does not apply to part 'core' (attention core) of stage "
+            "0; accepted: store, recompute");
+  EXPECT_EQ(error("[0,4) stored; sequence=chunk @ 0"),
+            "line 1, column 24: 'chunk' takes a count: chunk:N");
+  EXPECT_EQ(error("[0,4) stored; core=recompute:3 @ 0"),
+            "line 1, column 20: 'recompute' takes no count");
+  EXPECT_THAT(error("[0,4) stored; sequence=chunk:9 @ 0"),
+              HasSubstr("line 1, column 15: plan of plan:file=p.txt is invalid: stage 0 "
+                        "(block0.attention)'s part 'sequence' (sequence) is to be chunked into 9 "
+                        "chunks; accepted: 2..4 (its axis has 4 positions)"));
+  EXPECT_EQ(error("[0,4) stored; core=recompute @ 0; core=store @ 0"),
+            "line 1, column 35: stage 0's part 'core' has a policy already, at line 1, column "
+            "15");
+  EXPECT_EQ(error("[0,4) stored; core=recompute @ 0-9"),
+            "line 1, column 15: stage 9 is past the chain's last (4 stages, 0..3)");
+  EXPECT_EQ(error("[0,4) stored; core=recompute @ 2-0"), "line 1, column 15: range 2-0 is empty");
+}
+
+}  // namespace
+}  // namespace ckpt
