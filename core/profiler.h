@@ -31,8 +31,7 @@ namespace ckpt {
 // Whether profiling first runs the chain forward and backward once, unmeasured, so that
 // state libraries make on first use and keep in tensor memory is not measured as the first
 // stage's. CUDA has such state (cuBLAS's workspace for each thread and stream); the CPU's
-// counted memory has none found (the quick preset's predictions are identical without the
-// step, which costs 12% of that sweep's time), so by default only CUDA profiles take it.
+// counted memory has none (docs/memory-model.md), so by default only CUDA profiles take it.
 enum class ProfileWarmUp { kOnCuda, kAlways };
 
 struct ProfileOptions {

@@ -1,7 +1,7 @@
 // A registry of named plugins (strategies, models), filled by static registration objects.
 //
 // Each plugin lives in its own package with `alwayslink = 1` and registers itself from its
-// .cc file (see strategies/strategy.h for the strategy form). Registration only stores a
+// .cc file (see core/strategy.h for the strategy form). Registration only stores a
 // factory: no LibTorch and no I/O run in static initialisers. A duplicate id aborts at
 // start-up naming it; an unknown id is a NotFound error listing the known ids. Needs no
 // LibTorch.

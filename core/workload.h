@@ -1,8 +1,7 @@
 // One path from specs to a running plan: a model and its batch built from a model spec, its
 // profile, a strategy's plan for it with the plan's predicted memory, and the executor. Every
 // caller (the sweep, --explain, training, the benchmarks, the tests) builds through it, so
-// that they cannot drift apart (two of six hand-written copies once built their models without
-// the initialisation seed).
+// that they cannot drift apart.
 //
 //   ASSIGN_OR_RETURN(Workload w, Workload::Build("gpt2:depth=4", {device, /*seed=*/0}));
 //   ASSIGN_OR_RETURN(const ModelProfile* profile, w.Profile(meter));

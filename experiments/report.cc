@@ -19,25 +19,11 @@
 #include "core/files.h"
 #include "core/status_macros.h"
 #include "experiments/gnuplot.h"
+#include "experiments/results.h"
 #include "experiments/results_csv.h"
 
 namespace ckpt {
 namespace {
-
-// The column's number; NaN where it is missing, empty or not a number (absl leaves `v`
-// unspecified when the parse fails, so a failed parse is not left to chance).
-double Num(const ResultRow& row, const std::string& column) {
-  double v = 0;
-  auto it = row.find(column);
-  if (it == row.end() || !absl::SimpleAtod(it->second, &v)) return std::nan("");
-  return v;
-}
-
-const std::string& Text(const ResultRow& row, const std::string& column) {
-  static const std::string kEmpty;
-  auto it = row.find(column);
-  return it == row.end() ? kEmpty : it->second;
-}
 
 std::string Pct(double ratio) {
   return std::isnan(ratio) ? "" : absl::StrFormat("%+.1f%%", (ratio - 1) * 100);
@@ -53,11 +39,11 @@ std::string Ratio(double a, double b) {
 }
 
 // Models in order of first appearance.
-std::vector<std::string> ModelsOf(const std::vector<ResultRow>& rows) {
+std::vector<std::string> ModelsOf(const std::vector<ConfigResult>& rows) {
   std::vector<std::string> models;
-  for (const ResultRow& r : rows) {
-    if (std::find(models.begin(), models.end(), Text(r, "model")) == models.end()) {
-      models.push_back(Text(r, "model"));
+  for (const ConfigResult& r : rows) {
+    if (std::find(models.begin(), models.end(), r.model) == models.end()) {
+      models.push_back(r.model);
     }
   }
   return models;
@@ -89,32 +75,6 @@ std::string ReadFirstMatch(const std::string& path, const std::string& key) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<ResultRow>> ReadResults(const std::string& path) {
-  std::vector<int> lines;
-  absl::StatusOr<std::vector<std::vector<std::string>>> csv = ReadCsv(path, &lines);
-  if (!csv.ok()) return csv.status();
-  if (absl::Status s = CheckResultsHeader(path, *csv); !s.ok()) return s;
-  std::vector<ResultRow> rows;
-  for (size_t i = 1; i < csv->size(); ++i) {
-    const std::vector<std::string>& fields = (*csv)[i];
-    if (fields.size() != ResultColumns().size()) {
-      return absl::DataLossError(
-          absl::StrCat(path, " line ", lines[i],
-                       fields.size() == 1 && fields[0].empty()
-                           ? " is blank"
-                           : absl::StrCat(" has ", fields.size(), " fields, not the header's ",
-                                          ResultColumns().size()),
-                       "; the file is damaged: mend or remove that line, or pass another --out"));
-    }
-    ResultRow row;
-    for (size_t c = 0; c < (*csv)[i].size() && c < ResultColumns().size(); ++c) {
-      row[ResultColumns()[c]] = (*csv)[i][c];
-    }
-    rows.push_back(std::move(row));
-  }
-  return rows;
-}
-
 std::string DescribeMachine() {
   utsname u{};
   uname(&u);
@@ -126,7 +86,7 @@ std::string DescribeMachine() {
                          u.release, u.machine);
 }
 
-absl::Status WriteReport(const std::string& dir, const std::vector<ResultRow>& rows,
+absl::Status WriteReport(const std::string& dir, const std::vector<ConfigResult>& rows,
                          const RunInfo& info, const std::string& appendix) {
   std::string md = "# ckptlab sweep report\n\n";
   absl::StrAppend(&md, "- machine: ", DescribeMachine(), "\n- runtime: ", info.runtime,
@@ -145,15 +105,13 @@ absl::Status WriteReport(const std::string& dir, const std::vector<ResultRow>& r
                   "model (core/time_model.h). Raw data: results.csv.\n\n");
   for (const std::string& model : ModelsOf(rows)) {
     absl::StrAppend(&md, "## ", model, "\n\n");
-    for (const ResultRow& r : rows) {
+    for (const ConfigResult& r : rows) {
       // The hardware's share: store_all's useful work per second against the GEMM rate.
-      const double achieved = Num(r, "achieved_gflops");
-      if (Text(r, "model") != model || Text(r, "strategy") != "store_all" || std::isnan(achieved)) {
-        continue;
-      }
-      absl::StrAppend(&md, absl::StrFormat("store_all runs %s GFLOP of matrix products a step at "
-                                           "%.1f GFLOP/s",
-                                           Text(r, "step_gflop"), achieved));
+      const double achieved = r.achieved_gflops;
+      if (r.model != model || r.strategy != "store_all" || std::isnan(achieved)) continue;
+      absl::StrAppend(&md, absl::StrFormat("store_all runs %.4f GFLOP of matrix products a step "
+                                           "at %.1f GFLOP/s",
+                                           r.step_gflop, achieved));
       if (info.gemm_gflops > 0) {
         absl::StrAppend(&md, absl::StrFormat(", %.0f%% of the measured matrix-product rate",
                                              100 * achieved / info.gemm_gflops));
@@ -167,29 +125,28 @@ absl::Status WriteReport(const std::string& dir, const std::vector<ResultRow>& r
         "predicted / measured activations | predicted / measured peak | max abs grad diff |\n"
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
         "---: |\n");
-    for (const ResultRow& r : rows) {
-      if (Text(r, "model") != model) continue;
-      if (Text(r, "status") != "ok") {
-        absl::StrAppend(&md, "| ", Text(r, "strategy"), " | ", Text(r, "status"), " | ",
-                        absl::StrReplaceAll(Text(r, "message"), {{"|", "/"}, {"\n", " "}}),
-                        " ||||||||||||\n");
+    for (const ConfigResult& r : rows) {
+      if (r.model != model) continue;
+      if (!r.ok()) {
+        absl::StrAppend(&md, "| ", r.strategy, " | ", r.status, " | ",
+                        absl::StrReplaceAll(r.message, {{"|", "/"}}), " ||||||||||||\n");
         continue;
       }
-      const double baseline = Num(r, "baseline_bytes");
-      absl::StrAppend(
-          &md, "| ", Text(r, "strategy"), " | ok | ", Mib(Num(r, "activation_bytes")), " | ",
-          Saving(Num(r, "activation_vs_store_all")), " | ",
-          Mib(Num(r, "peak_above_baseline_bytes")), " | ", Saving(Num(r, "peak_vs_store_all")),
-          " | ", Pct(Num(r, "overhead_vs_store_all")), " | ", Text(r, "step_ms_median"), " | ",
-          Ratio(Num(r, "predicted_step_ms"), Num(r, "step_ms_median")), " | ",
-          Text(r, "recompute_forwards"), " | ",
-          Ratio(Num(r, "predicted_activation_bytes"), Num(r, "activation_bytes")), " | ",
-          Ratio(Num(r, "predicted_peak_bytes") - baseline, Num(r, "peak_bytes") - baseline), " | ",
-          Text(r, "max_grad_diff_vs_store_all"), " |\n");
+      absl::StrAppend(&md, "| ", r.strategy, " | ok | ", Mib(r.activation_bytes), " | ",
+                      Saving(r.activation_vs_store_all), " | ", Mib(r.peak_above_baseline_bytes()),
+                      " | ", Saving(r.peak_vs_store_all), " | ", Pct(r.overhead_vs_store_all),
+                      " | ", absl::StrFormat("%.3f", r.step_ms_median), " | ",
+                      Ratio(r.predicted_step_ms, r.step_ms_median), " | ", r.recompute_forwards,
+                      " | ", Ratio(r.predicted.activation_bytes, r.activation_bytes), " | ",
+                      Ratio(r.predicted.peak_bytes, r.peak_above_baseline_bytes()), " | ",
+                      std::isnan(r.max_grad_diff_vs_store_all)
+                          ? std::string()
+                          : absl::StrFormat("%g", r.max_grad_diff_vs_store_all),
+                      " |\n");
     }
-    for (const ResultRow& r : rows) {
-      if (Text(r, "model") == model && !Text(r, "plan").empty()) {
-        absl::StrAppend(&md, "\n- `", Text(r, "strategy"), "`: ", Text(r, "plan"));
+    for (const ConfigResult& r : rows) {
+      if (r.model == model && !r.plan.empty()) {
+        absl::StrAppend(&md, "\n- `", r.strategy, "`: `", r.plan, "`");
       }
     }
     absl::StrAppend(&md, "\n\n");
@@ -216,7 +173,7 @@ std::vector<size_t> ParetoFront(const std::vector<std::pair<double, double>>& po
   return front;
 }
 
-absl::Status WriteParetoPlot(const std::string& dir, const std::vector<ResultRow>& rows) {
+absl::Status WriteParetoPlot(const std::string& dir, const std::vector<ConfigResult>& rows) {
   const std::vector<std::string> models = ModelsOf(rows);
   std::string data, gp;
   const int columns = models.size() > 1 ? 2 : 1;
@@ -236,17 +193,17 @@ absl::Status WriteParetoPlot(const std::string& dir, const std::vector<ResultRow
     // A strategy run at several budgets ("optimal:budget=8MiB", ...) is a frontier: its points
     // by peak, joined.
     std::map<std::string, std::vector<std::pair<double, double>>> frontiers;
-    for (const ResultRow& r : rows) {
-      if (Text(r, "model") != model || Text(r, "status") != "ok") continue;
-      const std::pair<double, double> point(Num(r, "step_ms_median"),
-                                            Num(r, "peak_above_baseline_bytes") / 1048576.0);
+    for (const ConfigResult& r : rows) {
+      if (r.model != model || !r.ok()) continue;
+      const std::pair<double, double> point(r.step_ms_median,
+                                            r.peak_above_baseline_bytes() / 1048576.0);
       points.push_back(point);
-      const std::string family = FrontierFamily(Text(r, "strategy_spec"));
+      const std::string family = FrontierFamily(r.strategy_spec);
       if (!family.empty()) {
         frontiers[family].push_back(point);
         names.push_back("");  // the frontier's line names them
       } else {
-        names.push_back(Text(r, "strategy"));
+        names.push_back(r.strategy);
       }
     }
     if (points.empty()) continue;

@@ -11,14 +11,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "experiments/results.h"
 
 namespace ckpt {
-
-// One results.csv row, by column name.
-using ResultRow = std::map<std::string, std::string>;
-
-// Reads results.csv into rows (header checked).
-absl::StatusOr<std::vector<ResultRow>> ReadResults(const std::string& path);
 
 struct RunInfo {
   std::string command;     // the command line
@@ -33,7 +28,7 @@ std::string DescribeMachine();
 
 // Writes `dir`/report.md (whole or not at all: core/files.h), with `appendix`
 // (more markdown, e.g. the training section) at the end.
-absl::Status WriteReport(const std::string& dir, const std::vector<ResultRow>& rows,
+absl::Status WriteReport(const std::string& dir, const std::vector<ConfigResult>& rows,
                          const RunInfo& info, const std::string& appendix = "");
 
 // The Pareto front of (time, memory) points: indices of the points that no other point beats
@@ -42,7 +37,7 @@ std::vector<size_t> ParetoFront(const std::vector<std::pair<double, double>>& po
 
 // Writes pareto.dat and pareto.gp to `dir` and draws pareto.png from them (RenderPlot's errors:
 // Unavailable if gnuplot is not installed, the data files written anyway).
-absl::Status WriteParetoPlot(const std::string& dir, const std::vector<ResultRow>& rows);
+absl::Status WriteParetoPlot(const std::string& dir, const std::vector<ConfigResult>& rows);
 
 // One point of the depth scan: a strategy's activation bytes at a depth.
 struct DepthPoint {

@@ -16,42 +16,6 @@
 
 namespace ckpt {
 
-const std::vector<std::string>& ResultColumns() {
-  static const auto* columns = new std::vector<std::string>{
-      "model",
-      "strategy",
-      "device",
-      "status",
-      "baseline_bytes",
-      "activation_bytes",
-      "peak_bytes",
-      "peak_above_baseline_bytes",
-      "predicted_activation_bytes",
-      "predicted_peak_bytes",
-      "peak_reserved_bytes",
-      "predicted_step_ms",
-      "step_ms_median",
-      "step_ms_min",
-      "step_ms_max",
-      "overhead_vs_store_all",
-      "activation_vs_store_all",
-      "peak_vs_store_all",
-      "recompute_forwards",
-      "max_grad_diff_vs_store_all",
-      "loss",
-      "steps",
-      "step_gflop",
-      "achieved_gflops",
-      "threads",
-      "blas_threads",
-      "model_spec",
-      "strategy_spec",
-      "plan",
-      "message",
-  };
-  return *columns;
-}
-
 std::string CsvField(const std::string& value) {
   std::string clean = value;
   for (char& c : clean) {
@@ -68,46 +32,21 @@ std::string CsvLine(const std::vector<std::string>& fields) {
   return line;
 }
 
-absl::StatusOr<CsvAppender> CsvAppender::Create(const std::string& path) {
+absl::StatusOr<CsvAppender> CsvAppender::Create(const std::string& path,
+                                                const std::vector<std::string>& header) {
   // The header whole or no file at all: a file cut short at its header would be refused by
   // a later --resume.
-  RETURN_IF_ERROR(WriteFileAtomically(path, CsvLine(ResultColumns())));
-  return Open(path);
+  RETURN_IF_ERROR(WriteFileAtomically(path, CsvLine(header)));
+  return Append(path);
 }
 
-absl::StatusOr<CsvAppender> CsvAppender::Open(const std::string& path) {
+absl::StatusOr<CsvAppender> CsvAppender::Append(const std::string& path) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
   if (fd < 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot append to ", path, ": ", std::strerror(errno)));
   }
   return CsvAppender(fd, path);
-}
-
-absl::Status CheckResultsHeader(const std::string& path,
-                                const std::vector<std::vector<std::string>>& csv) {
-  if (!csv.empty() && csv[0] == ResultColumns()) return absl::OkStatus();
-  const std::vector<std::string> header = csv.empty() ? std::vector<std::string>() : csv[0];
-  const auto lacking = [](const std::vector<std::string>& a, const std::vector<std::string>& b) {
-    std::vector<std::string> out;
-    for (const std::string& x : a) {
-      if (std::find(b.begin(), b.end(), x) == b.end()) out.push_back(x);
-    }
-    return out.empty() ? std::string("none") : absl::StrJoin(out, ", ");
-  };
-  return absl::FailedPreconditionError(absl::StrCat(
-      path, " was not written by this version of the sweep, so it cannot be resumed (columns ",
-      "missing: ", lacking(ResultColumns(), header),
-      "; not ours: ", lacking(header, ResultColumns()),
-      header.size() == ResultColumns().size() ? "; or in another order" : "",
-      "); pass another --out"));
-}
-
-absl::StatusOr<CsvAppender> CsvAppender::Append(const std::string& path) {
-  absl::StatusOr<std::vector<std::vector<std::string>>> rows = ReadCsv(path);
-  if (!rows.ok()) return rows.status();
-  RETURN_IF_ERROR(CheckResultsHeader(path, *rows));
-  return Open(path);
 }
 
 absl::StatusOr<std::vector<std::vector<std::string>>> ReadCsv(const std::string& path,

@@ -1,5 +1,6 @@
-// results.csv: one row per (model, strategy) configuration, appended and flushed as each
-// configuration finishes, so an interrupted sweep leaves a valid file of complete rows.
+// CSV files as the sweep writes and reads them: rows appended whole, one write(2) each, so an
+// interrupted sweep leaves a file of complete rows (results.csv: experiments/results.h); files
+// read back only when they are regular, bounded and free of control characters.
 #pragma once
 
 #include <cstdint>
@@ -9,9 +10,6 @@
 #include "absl/status/statusor.h"
 
 namespace ckpt {
-
-// The columns, in order. Documented in README.md ("results.csv").
-const std::vector<std::string>& ResultColumns();
 
 // The largest CSV file read back (a results.csv of the paper preset is a few KiB).
 inline constexpr int64_t kMaxCsvBytes = int64_t{64} << 20;
@@ -29,19 +27,13 @@ std::string CsvLine(const std::vector<std::string>& fields);
 absl::StatusOr<std::vector<std::vector<std::string>>> ReadCsv(const std::string& path,
                                                               std::vector<int>* lines = nullptr);
 
-// OK if the first row of `csv` (read from `path`) is ResultColumns(). Otherwise
-// FailedPrecondition naming the file, the columns it lacks and those this version does not
-// write (a results.csv from another version of the sweep cannot be resumed), and what to do.
-absl::Status CheckResultsHeader(const std::string& path,
-                                const std::vector<std::vector<std::string>>& csv);
-
 class CsvAppender {
  public:
-  // Creates (or replaces) `path` holding the header alone, atomically (core/files.h): the
-  // header whole, or no file. Errors name the path and the reason.
-  static absl::StatusOr<CsvAppender> Create(const std::string& path);
-  // Opens an existing results file to append to it; CheckResultsHeader's error if its header
-  // is not ResultColumns().
+  // Creates (or replaces) `path` holding `header` alone, atomically (core/files.h): the header
+  // whole, or no file. Errors name the path and the reason.
+  static absl::StatusOr<CsvAppender> Create(const std::string& path,
+                                            const std::vector<std::string>& header);
+  // Opens an existing file to append rows to it (its header is the caller's to check).
   static absl::StatusOr<CsvAppender> Append(const std::string& path);
   CsvAppender(CsvAppender&& other) noexcept;
   CsvAppender& operator=(CsvAppender&&) = delete;
@@ -55,7 +47,6 @@ class CsvAppender {
 
  private:
   CsvAppender(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
-  static absl::StatusOr<CsvAppender> Open(const std::string& path);
   int fd_;
   std::string path_;
 };

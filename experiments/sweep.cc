@@ -95,6 +95,8 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
     configs[i].result.strategy = configs[i].result.strategy_spec = order[i];
     configs[i].result.device = options.device.str();
     configs[i].result.model = configs[i].result.model_spec = model_spec;
+    configs[i].result.threads = options.threads.intra_op;
+    configs[i].result.blas_threads = options.threads.blas;
   }
   auto fail_all = [&](const absl::Status& s) {
     std::vector<ConfigResult> out;
@@ -224,6 +226,14 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
           static_cast<double>(r.activation_bytes) / static_cast<double>(ref.activation_bytes);
       r.peak_vs_store_all = static_cast<double>(r.peak_bytes - r.baseline_bytes) /
                             static_cast<double>(ref.peak_bytes - ref.baseline_bytes);
+    }
+    // The summaries of the rounds, as results.csv holds them.
+    r.steps = static_cast<int64_t>(r.step_ms.size());
+    if (!r.step_ms.empty()) {
+      r.step_ms_median = Median(r.step_ms);
+      r.step_ms_min = *std::min_element(r.step_ms.begin(), r.step_ms.end());
+      r.step_ms_max = *std::max_element(r.step_ms.begin(), r.step_ms.end());
+      if (r.step_gflop > 0) r.achieved_gflops = r.step_gflop / (r.step_ms_median / 1000);
     }
     out.push_back(r);
   }
@@ -447,7 +457,7 @@ std::vector<std::string> StrategyOrder(const std::vector<std::string>& given) {
 }
 
 absl::StatusOr<std::vector<std::string>> WithBudgets(const std::vector<std::string>& strategies,
-                                                     const std::vector<int64_t>& budgets) {
+                                                     const std::vector<std::string>& budgets) {
   std::vector<std::string> out = strategies;
   if (budgets.empty()) return out;
   for (const std::string& text : strategies) {
@@ -457,9 +467,13 @@ absl::StatusOr<std::vector<std::string>> WithBudgets(const std::vector<std::stri
     if (param.empty()) continue;
     // Only the strategy itself at each budget: its other parameters choose what the budget
     // chooses (uniform's segments, revolve's snapshots), or are not budgets at all.
-    for (const int64_t budget : budgets) {
-      std::string budgeted = absl::StrCat(spec.name, ":", param, "=", FormatByteSize(budget));
-      if (std::find(out.begin(), out.end(), budgeted) == out.end()) out.push_back(budgeted);
+    for (const std::string& budget : budgets) {
+      absl::StatusOr<std::string> budgeted =
+          CanonicalStrategySpec(absl::StrCat(spec.name, ":", param, "=", budget));
+      if (!budgeted.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("--budgets: ", budgeted.status().message()));
+      }
+      if (std::find(out.begin(), out.end(), *budgeted) == out.end()) out.push_back(*budgeted);
     }
   }
   return out;
@@ -497,48 +511,6 @@ double OverheadRatio(const std::vector<double>& step_ms, const std::vector<doubl
   return Median(ratios);
 }
 
-std::vector<std::string> CsvRow(const ConfigResult& r, const ComputeThreads& threads) {
-  const bool ok = r.status == "ok";
-  auto bytes = [ok](int64_t v) { return ok ? absl::StrCat(v) : std::string(); };
-  const double median = Median(r.step_ms);
-  const double min =
-      r.step_ms.empty() ? kNaN : *std::min_element(r.step_ms.begin(), r.step_ms.end());
-  const double max =
-      r.step_ms.empty() ? kNaN : *std::max_element(r.step_ms.begin(), r.step_ms.end());
-  return {r.model,
-          r.strategy,
-          r.device,
-          r.status,
-          bytes(r.baseline_bytes),
-          bytes(r.activation_bytes),
-          bytes(r.peak_bytes),
-          bytes(r.peak_bytes - r.baseline_bytes),
-          bytes(r.predicted.activation_bytes),
-          bytes(r.baseline_bytes + r.predicted.peak_bytes),
-          bytes(r.peak_reserved_bytes),
-          ok ? Num(r.predicted_step_ms, 3) : "",
-          ok ? Num(median, 3) : "",
-          ok ? Num(min, 3) : "",
-          ok ? Num(max, 3) : "",
-          Num(r.overhead_vs_store_all, 4),
-          Num(r.activation_vs_store_all, 4),
-          Num(r.peak_vs_store_all, 4),
-          ok ? absl::StrCat(r.recompute_forwards) : "",
-          ok && !std::isnan(r.max_grad_diff_vs_store_all)
-              ? absl::StrFormat("%g", r.max_grad_diff_vs_store_all)
-              : "",
-          ok ? absl::StrFormat("%.9g", r.loss) : "",
-          absl::StrCat(r.step_ms.size()),
-          r.step_gflop > 0 ? absl::StrFormat("%.4f", r.step_gflop) : "",
-          ok && r.step_gflop > 0 ? Num(r.step_gflop / (median / 1000), 2) : "",
-          absl::StrCat(threads.intra_op),
-          threads.blas > 0 ? absl::StrCat(threads.blas) : "",  // 0: not OpenBLAS, unknown
-          r.model_spec,
-          r.strategy_spec,
-          r.plan,
-          r.message};
-}
-
 std::string FormatTable(const std::vector<ConfigResult>& results) {
   std::string out;
   std::string last_model;
@@ -559,7 +531,7 @@ std::string FormatTable(const std::vector<ConfigResult>& results) {
         &out, absl::StrFormat("  %-28s %-6s %12s %8s %10s %8s %10s %9s %10d %11s\n", r.strategy,
                               r.status, Mib(r.activation_bytes), Num(r.activation_vs_store_all, 3),
                               Mib(r.peak_bytes - r.baseline_bytes), Num(r.peak_vs_store_all, 3),
-                              Num(Median(r.step_ms), 1), Num(r.overhead_vs_store_all, 3),
+                              Num(r.step_ms_median, 1), Num(r.overhead_vs_store_all, 3),
                               r.recompute_forwards,
                               std::isnan(r.max_grad_diff_vs_store_all)
                                   ? std::string("-")

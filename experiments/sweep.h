@@ -25,6 +25,7 @@
 #include "core/memory_meter.h"
 #include "core/memory_model.h"
 #include "experiments/report.h"
+#include "experiments/results.h"
 
 namespace ckpt {
 
@@ -39,8 +40,9 @@ struct SweepOptions {
   // sweep's own work (building, profiling and planning each model, the gradient check's
   // reference copy) runs under the meter's cap in force, not this one.
   std::optional<int64_t> memory_cap;
-  int steps = 5;   // timed rounds
-  int warmup = 1;  // untimed rounds before them
+  int steps = 5;           // timed rounds
+  int warmup = 1;          // untimed rounds before them
+  ComputeThreads threads;  // as the pools run them: recorded in every row
   uint64_t seed = 0;
   // Wall-clock budget in seconds, 0 for none: once it is spent no further model starts (the
   // first one to run always does), so a bounded run still ends with rows, a report and a
@@ -50,42 +52,6 @@ struct SweepOptions {
   // model whose pairs are all there is skipped; otherwise it runs again and only the missing
   // rows are reported.
   std::set<std::pair<std::string, std::string>> completed;
-};
-
-// One configuration's measurements (a row of results.csv).
-struct ConfigResult {
-  static constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
-  // The specs as bound, canonical (CanonicalModelSpec, CanonicalStrategySpec): what --resume
-  // matches, whatever writing a later command line uses.
-  std::string model_spec;
-  std::string strategy_spec;
-  std::string model;     // canonical spec
-  std::string strategy;  // canonical spec, parameters resolved for this model
-  std::string device;
-  std::string status = "ok";  // ok, oom or error
-  std::string message;
-  std::string plan;
-  int64_t baseline_bytes = 0;
-  int64_t activation_bytes = 0;
-  int64_t peak_bytes = 0;
-  // What the allocator held at most in the configuration's first round (a warm-up round
-  // unless --warmup=0), started with its cache emptied: what this configuration alone makes
-  // the process occupy (CUDA); = peak_bytes on CPU.
-  int64_t peak_reserved_bytes = 0;
-  int64_t recompute_forwards = 0;
-  MemoryPrediction predicted;           // the analytical model's, above the baseline
-  double predicted_step_ms = kUnknown;  // the time model's (core/time_model.h)
-  std::vector<double> step_ms;          // one per timed round
-  // Against store_all; NaN (an empty cell) where either failed or there is nothing to compare.
-  double overhead_vs_store_all = kUnknown;  // median over rounds of (this / store_all)
-  double activation_vs_store_all = kUnknown;
-  double peak_vs_store_all = kUnknown;           // of peak_bytes - baseline_bytes
-  double max_grad_diff_vs_store_all = kUnknown;  // max |g - g_store_all| over every gradient
-  // The model's matrix-product GFLOP per training step (three times the forward's, as the
-  // stages declare them; 0 when they declare none): the same for every strategy, so its rate
-  // is useful work per second, recomputation not counted.
-  double step_gflop = 0;
-  double loss = 0;
 };
 
 // Checks every spec against the registries, each model's own checks and the numbers for sense,
@@ -125,10 +91,11 @@ double OverheadRatio(const std::vector<double>& step_ms, const std::vector<doubl
 std::vector<std::string> StrategyOrder(const std::vector<std::string>& given);
 
 // `strategies`, then for every one of them that plans to a budget (StrategyTraits::
-// budget_param), that strategy at each of `budgets` ("optimal:budget=12MiB"; its other
-// parameters dropped), in order, without repeats. The errors of parsing and finding the specs.
+// budget_param), that strategy at each of `budgets`, sizes as a user writes them
+// ("optimal:budget=12MiB"; its other parameters dropped), canonical, in order, without repeats.
+// The budgets are parsed there, once, by the spec's binder: its errors, after "--budgets: ".
 absl::StatusOr<std::vector<std::string>> WithBudgets(const std::vector<std::string>& strategies,
-                                                     const std::vector<int64_t>& budgets);
+                                                     const std::vector<std::string>& budgets);
 
 // Whether `rows` ((model, strategy) canonical specs, as in results.csv) holds a row of `model`
 // for every strategy a sweep over `strategies` (canonical) runs: what --resume skips, and what a
@@ -142,9 +109,6 @@ std::string FailureStatus(const absl::Status& status);
 // max |a - b| over paired gradients; infinity when one is undefined where the other is not,
 // when their shapes differ, or where one holds a NaN or inf that the other does not.
 double MaxGradientDifference(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b);
-
-// The row's fields in ResultColumns() order.
-std::vector<std::string> CsvRow(const ConfigResult& r, const ComputeThreads& threads);
 
 // A fixed-width table of the results, grouped by model.
 std::string FormatTable(const std::vector<ConfigResult>& results);

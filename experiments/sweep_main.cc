@@ -147,19 +147,6 @@ absl::StatusOr<std::optional<int64_t>> ParseCap(const std::string& text) {
   return std::optional<int64_t>(*bytes);
 }
 
-absl::StatusOr<std::vector<int64_t>> ParseBudgets(const std::string& text) {
-  std::vector<int64_t> budgets;
-  if (text.empty()) return budgets;
-  for (const std::string& item : SplitList(text)) {
-    absl::StatusOr<int64_t> bytes = ParseByteSize(item);
-    if (!bytes.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--budgets: ", bytes.status().message()));
-    }
-    budgets.push_back(*bytes);
-  }
-  return budgets;
-}
-
 absl::StatusOr<std::vector<int>> ParseDepths(const std::string& text) {
   std::vector<int> depths;
   if (text.empty()) return depths;
@@ -206,7 +193,9 @@ Request ParseRequest(const ParsedCommandLine& parsed) {
   options.strategies = absl::GetFlag(FLAGS_strategies).empty()
                            ? preset.strategies
                            : SplitList(absl::GetFlag(FLAGS_strategies));
-  const std::vector<int64_t> budgets = OrDie(ParseBudgets(absl::GetFlag(FLAGS_budgets)));
+  const std::vector<std::string> budgets = absl::GetFlag(FLAGS_budgets).empty()
+                                               ? std::vector<std::string>()
+                                               : SplitList(absl::GetFlag(FLAGS_budgets));
   options.strategies = OrDie(WithBudgets(options.strategies, budgets));
   options.steps = absl::GetFlag(FLAGS_steps);
   options.warmup = absl::GetFlag(FLAGS_warmup);
@@ -371,11 +360,11 @@ absl::Status Explain(const SweepOptions& options, MemoryMeter& meter) {
 // The (model, strategy) pairs of results.csv's rows, canonical: a cell that is not a spec is
 // a damaged file (exit 2).
 std::set<std::pair<std::string, std::string>> PairsOf(const std::string& path,
-                                                      const std::vector<ResultRow>& rows) {
+                                                      const std::vector<ConfigResult>& rows) {
   std::set<std::pair<std::string, std::string>> pairs;
-  for (const ResultRow& r : rows) {
-    const absl::StatusOr<std::string> model = CanonicalModelSpec(r.at("model_spec"));
-    const absl::StatusOr<std::string> strategy = CanonicalStrategySpec(r.at("strategy_spec"));
+  for (const ConfigResult& r : rows) {
+    const absl::StatusOr<std::string> model = CanonicalModelSpec(r.model_spec);
+    const absl::StatusOr<std::string> strategy = CanonicalStrategySpec(r.strategy_spec);
     for (const absl::Status& s : {model.status(), strategy.status()}) {
       if (!s.ok()) {
         Die(absl::InvalidArgumentError(
@@ -453,6 +442,7 @@ int Main(int argc, char** argv) {
   Request request = ParseRequest(parsed);
   const Machine machine = SetUpMachine(request);
   SweepOptions& options = request.options;
+  options.threads = machine.threads;
   if (request.explain) {
     if (absl::Status s = Explain(options, *machine.meter); !s.ok()) Die(s);
     return FinishStdout();
@@ -485,18 +475,17 @@ int Main(int argc, char** argv) {
   if (!report_only) {
     absl::StatusOr<double> gemm = MeasureGemmGflops(options.device);
     if (gemm.ok()) info.gemm_gflops = *gemm;
-    absl::StatusOr<CsvAppender> csv =
-        folder.has_results() ? CsvAppender::Append(csv_path) : CsvAppender::Create(csv_path);
+    absl::StatusOr<CsvAppender> csv = OpenResults(csv_path);
     if (!csv.ok()) Fail(csv.status());
     absl::StatusOr<std::vector<ConfigResult>> results = RunSweep(
-        options, *machine.meter,
-        [&](const ConfigResult& r) { return csv->Write(CsvRow(r, machine.threads)); }, std::cerr);
+        options, *machine.meter, [&](const ConfigResult& r) { return csv->Write(ResultCells(r)); },
+        std::cerr);
     if (!results.ok()) Fail(results.status());
     std::printf("%s\n", FormatTable(*results).c_str());
     outputs.Add("results.csv", absl::OkStatus());
   }
 
-  const std::vector<ResultRow> rows = OrDie(ReadResults(csv_path));
+  const std::vector<ConfigResult> rows = OrDie(ReadResults(csv_path));
   const std::vector<std::string> missing = MissingModels(options, PairsOf(csv_path, rows));
   const bool complete = missing.empty();
   std::string appendix;

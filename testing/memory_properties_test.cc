@@ -4,7 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/chain_model.h"
+#include "core/profiler.h"
 #include "core/strategy.h"
+#include "core/workload.h"
 #include "experiments/sweep.h"
 #include "gtest/gtest.h"
 #include "rapidcheck.h"
@@ -15,6 +17,8 @@ namespace ckpt {
 namespace {
 
 using testing::Run;
+
+MemoryMeter& Cpu() { return **MemoryMeterFor(c10::Device(c10::DeviceType::CPU)); }
 
 Run MustStep(const std::string& model_spec, const std::string& strategy, bool training = true) {
   absl::StatusOr<testing::Case> c = testing::BuildCase(model_spec, /*seed=*/1, training);
@@ -50,6 +54,45 @@ RC_GTEST_PROP(MemoryProperties, RecomputeAllAtMostUniformAtMostStoreAll, ()) {
   const int64_t recompute_all = Activation(spec, "recompute_all");
   RC_ASSERT(recompute_all <= uniform);
   RC_ASSERT(uniform <= store_all);
+}
+
+// Stages a model declares alike (StageInfo::repeat_key) are measured once and the others given
+// copies: on generated instances of every model, the copies are what measuring each stage gives,
+// byte for byte, parameter by parameter.
+RC_GTEST_PROP(Profile, RepeatedStagesMeasuredOnceEqualEachMeasured, ()) {
+  const std::string spec =
+      *testing::SmallModelSpec(*rc::gen::elementOf(Models().Ids())).as("model");
+  WorkloadOptions options;
+  options.profile.timed = false;
+  absl::StatusOr<Workload> w = Workload::Build(spec, options);
+  RC_ASSERT(w.ok());
+  ProfileOptions each = options.profile;
+  each.reuse_repeated = false;
+  const c10::Device cpu(c10::DeviceType::CPU);
+  absl::StatusOr<ModelProfile> once =
+      ProfileModel(*w->model(), w->batch(), Cpu(), cpu, options.profile);
+  absl::StatusOr<ModelProfile> all = ProfileModel(*w->model(), w->batch(), Cpu(), cpu, each);
+  RC_ASSERT(once.ok() && all.ok());
+  RC_ASSERT(once->measured.size() == all->measured.size());
+  for (size_t i = 0; i < once->measured.size(); ++i) {
+    RC_ASSERT(once->measured[i].size() == all->measured[i].size());
+    for (size_t k = 0; k < once->measured[i].size(); ++k) {
+      const StageProfile& a = once->measured[i][k];
+      const StageProfile& b = all->measured[i][k];
+      RC_LOG() << once->stages[i].name << " " << DescribePolicy(once->stages[i], a.policy) << "\n";
+      RC_ASSERT(a.policy == b.policy);
+      RC_ASSERT(a.input_bytes == b.input_bytes && a.output_bytes == b.output_bytes);
+      RC_ASSERT(a.retained_bytes == b.retained_bytes);
+      RC_ASSERT(a.keeps_input == b.keeps_input && a.keeps_output == b.keeps_output);
+      RC_ASSERT(a.forward_transient_bytes == b.forward_transient_bytes);
+      RC_ASSERT(a.nograd_transient_bytes == b.nograd_transient_bytes);
+      RC_ASSERT(a.param_grads == b.param_grads);
+      RC_ASSERT(a.input_grad_bytes == b.input_grad_bytes);
+      RC_ASSERT(a.backward_transient_bytes == b.backward_transient_bytes);
+      RC_ASSERT(a.backward_held_transient_bytes == b.backward_held_transient_bytes);
+      RC_ASSERT(a.rng_state_bytes == b.rng_state_bytes);
+    }
+  }
 }
 
 TEST(MemoryProperties, StoreAllGrowsLinearlyWithDepth) {

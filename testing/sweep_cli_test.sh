@@ -153,7 +153,7 @@ check_bad "steps=0 is not accepted" --steps=0
 check_bad "unknown device 'tpu'" --device=tpu
 check_bad "--memory_cap='lots' is not a size; accepted: a byte count" --memory_cap=lots
 check_bad "--memory_cap='nanGiB' is not a size" --memory_cap=nanGiB
-check_bad "--budgets: '12XB' is not a size" --budgets=8MiB,12XB
+check_bad "--budgets: .*budget='12XB' is not accepted; budget is a size in bytes" --budgets=8MiB,12XB
 check_bad "--threads='0' is not accepted" --threads=0
 check_bad "--blas_threads='x' is not accepted" --blas_threads=x
 check_bad "unknown preset 'huge'; accepted: quick, paper" --preset=huge

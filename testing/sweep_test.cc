@@ -19,6 +19,7 @@
 #include "core/profiler.h"
 #include "experiments/presets.h"
 #include "experiments/report.h"
+#include "experiments/results.h"
 #include "experiments/results_csv.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -223,27 +224,91 @@ TEST(Sweep, RejectsBadInputBeforeRunning) {
   EXPECT_THAT(std::string(ValidateSweep(o).message()), HasSubstr("steps=0"));
 }
 
-// A number the report cannot read is left blank, not printed as whatever the failed parse left
-// behind. results.csv leaves the *_vs_store_all cells empty when store_all itself failed (out
-// of memory, say); report.md then read 0 there and showed every other strategy of the model
-// with a "100.0%" saving and a "-100.0%" time overhead.
-TEST(WriteReport, LeavesCellsItCannotReadBlank) {
+// A ratio that is unknown is left blank, not printed as a number. results.csv leaves the
+// *_vs_store_all cells empty when store_all itself failed (out of memory, say); report.md once
+// read 0 there and showed every other strategy of the model with a "100.0%" saving and a
+// "-100.0%" time overhead.
+TEST(WriteReport, LeavesUnknownRatiosBlank) {
   const std::string dir = ::testing::TempDir() + "/report_blank";
   std::filesystem::create_directories(dir);
-  const ResultRow row = {{"model", "m"},
-                         {"strategy", "uniform"},
-                         {"status", "ok"},
-                         {"activation_bytes", "2097152"},
-                         {"activation_vs_store_all", ""},
-                         {"overhead_vs_store_all", "n/a"},
-                         {"peak_vs_store_all", "0.5"}};
+  ConfigResult row;
+  row.model = "m";
+  row.strategy = "uniform";
+  row.activation_bytes = 2097152;
+  row.peak_vs_store_all = 0.5;
   ASSERT_TRUE(WriteReport(dir, {row}, RunInfo{}).ok());
   std::ifstream in(dir + "/report.md");
   std::string line;
   while (std::getline(in, line) && line.rfind("| uniform |", 0) != 0) {
   }
   // strategy, status, activations MiB, activation saving, peak MiB, peak saving, overhead
-  EXPECT_THAT(line, HasSubstr("| uniform | ok | 2.00 |  |  | 50.0% |  |"));
+  EXPECT_THAT(line, HasSubstr("| uniform | ok | 2.00 |  | 0.00 | 50.0% |  |"));
+}
+
+// The schema is symmetric: what a row writes, reading it back gives, field by field, and a
+// failed row's empty cells come back as unknown.
+TEST(ResultsSchema, ReadsBackWhatItWrites) {
+  const std::string path = ::testing::TempDir() + "/schema_roundtrip.csv";
+  std::filesystem::remove(path);
+  ConfigResult ok;
+  ok.model = "gpt2:size=small:depth=2";
+  ok.strategy = "uniform:segments=2";
+  ok.device = "cpu";
+  ok.baseline_bytes = 1000;
+  ok.activation_bytes = 2000;
+  ok.peak_bytes = 5000;
+  ok.predicted = {2000, 3990};
+  ok.peak_reserved_bytes = 6000;
+  ok.predicted_step_ms = 1.5;
+  ok.step_ms_median = 2.25;
+  ok.step_ms_min = 2;
+  ok.step_ms_max = 3;
+  ok.overhead_vs_store_all = 1.25;
+  ok.activation_vs_store_all = 0.5;
+  ok.peak_vs_store_all = 0.75;
+  ok.recompute_forwards = 7;
+  ok.max_grad_diff_vs_store_all = 0;
+  ok.loss = 3.125;
+  ok.steps = 4;
+  ok.step_gflop = 0.5;
+  ok.achieved_gflops = 222.25;
+  ok.threads = 1;
+  ok.blas_threads = 2;
+  ok.model_spec = "gpt2:size=small:depth=2:hidden=auto";
+  ok.strategy_spec = "uniform:segments=auto:budget=none";
+  ok.plan = "[0,1) checkpointed, [1,2) stored";
+  ok.message = "a, \"quoted\" message";
+  ConfigResult failed;
+  failed.model = "m";
+  failed.strategy = "s";
+  failed.status = "oom";
+  failed.baseline_bytes = 99;  // not written: a failed row has no bytes
+  failed.message = "out of memory";
+  {
+    absl::StatusOr<CsvAppender> csv = OpenResults(path);
+    ASSERT_TRUE(csv.ok()) << csv.status();
+    ASSERT_TRUE(csv->Write(ResultCells(ok)).ok());
+    ASSERT_TRUE(csv->Write(ResultCells(failed)).ok());
+  }
+  absl::StatusOr<std::vector<ConfigResult>> rows = ReadResults(path);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ(ResultCells((*rows)[0]), ResultCells(ok));
+  const ConfigResult& back = (*rows)[0];
+  EXPECT_EQ(back.predicted.peak_bytes, 3990);  // written absolute, read back above the baseline
+  EXPECT_EQ(back.message, ok.message);
+  EXPECT_EQ(back.blas_threads, 2);
+  EXPECT_EQ(ResultCells((*rows)[1]), ResultCells(failed));
+  EXPECT_EQ((*rows)[1].baseline_bytes, 0);
+  EXPECT_TRUE(std::isnan((*rows)[1].overhead_vs_store_all));
+  // A cell that is not what its column writes is a damaged file, named by line and column.
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  std::vector<std::string> cells = ResultCells(ok);
+  cells[4] = "lots";  // baseline_bytes
+  std::fputs(CsvLine(cells).c_str(), f);
+  std::fclose(f);
+  EXPECT_THAT(std::string(ReadResults(path).status().message()),
+              HasSubstr("line 4: 'lots' is not a baseline_bytes"));
 }
 
 // The one median the profiler and the sweep summarize timings with.
@@ -290,7 +355,7 @@ TEST(MaxGradientDifference, CountsNonFiniteValuesAndShapeMismatchesAsInfinite) {
 // A results.csv from another version of the sweep (here: one without a column this version
 // added) is refused by name, with what differs and what to do, by the reader and the appender.
 TEST(CheckResultsHeader, NamesTheColumnsThatDiffer) {
-  std::vector<std::string> older = ResultColumns();
+  std::vector<std::string> older = ResultColumnNames();
   older.erase(std::find(older.begin(), older.end(), "peak_reserved_bytes"));
   older.push_back("gpu_name");
   const absl::Status s = CheckResultsHeader("old/results.csv", {older, {"1"}});
@@ -299,20 +364,19 @@ TEST(CheckResultsHeader, NamesTheColumnsThatDiffer) {
               HasSubstr("old/results.csv was not written by this version of the sweep, so it "
                         "cannot be resumed (columns missing: peak_reserved_bytes; not ours: "
                         "gpu_name; or in another order); pass another --out"));
-  std::vector<std::string> swapped = ResultColumns();
+  std::vector<std::string> swapped = ResultColumnNames();
   std::swap(swapped[0], swapped[1]);
   EXPECT_THAT(std::string(CheckResultsHeader("p", {swapped}).message()),
               HasSubstr("missing: none; not ours: none; or in another order"));
   EXPECT_THAT(std::string(CheckResultsHeader("p", {}).message()), HasSubstr("missing: model, "));
-  EXPECT_TRUE(CheckResultsHeader("p", {ResultColumns()}).ok());
+  EXPECT_TRUE(CheckResultsHeader("p", {ResultColumnNames()}).ok());
 
   const std::string path = ::testing::TempDir() + "/older.csv";
   std::FILE* f = std::fopen(path.c_str(), "w");
   std::fputs((absl::StrJoin(older, ",") + "\n").c_str(), f);
   std::fclose(f);
   EXPECT_THAT(std::string(ReadResults(path).status().message()), HasSubstr("peak_reserved_bytes"));
-  EXPECT_THAT(std::string(CsvAppender::Append(path).status().message()),
-              HasSubstr("peak_reserved_bytes"));
+  EXPECT_THAT(std::string(OpenResults(path).status().message()), HasSubstr("peak_reserved_bytes"));
 }
 
 TEST(ParetoFront, KeepsThePointsNothingBeatsOnBothAxes) {
@@ -327,7 +391,7 @@ TEST(ParetoFront, KeepsThePointsNothingBeatsOnBothAxes) {
 TEST(ReadCsv, ReadsBackWhatTheAppenderWrote) {
   const std::string path = ::testing::TempDir() + "/roundtrip.csv";
   {
-    absl::StatusOr<CsvAppender> csv = CsvAppender::Create(path);
+    absl::StatusOr<CsvAppender> csv = CsvAppender::Create(path, ResultColumnNames());
     ASSERT_TRUE(csv.ok()) << csv.status();
     std::vector<std::string> row(ResultColumns().size(), "x");
     row[0] = "a, \"quoted\"\nline";
@@ -336,7 +400,7 @@ TEST(ReadCsv, ReadsBackWhatTheAppenderWrote) {
   absl::StatusOr<std::vector<std::vector<std::string>>> rows = ReadCsv(path);
   ASSERT_TRUE(rows.ok()) << rows.status();
   ASSERT_EQ(rows->size(), 2u);
-  EXPECT_EQ((*rows)[0], ResultColumns());
+  EXPECT_EQ((*rows)[0], ResultColumnNames());
   // Commas and quotes come back; a control character (a LibTorch message's line break) is
   // written as a space, since no cell may hold one when read back (below).
   EXPECT_EQ((*rows)[1][0], "a, \"quoted\" line");
@@ -346,7 +410,7 @@ TEST(ReadCsv, ReadsBackWhatTheAppenderWrote) {
   std::FILE* f = std::fopen(other.c_str(), "w");
   std::fputs("a,b\n1,2\n", f);
   std::fclose(f);
-  EXPECT_EQ(CsvAppender::Append(other).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(OpenResults(other).status().code(), absl::StatusCode::kFailedPrecondition);
   f = std::fopen(other.c_str(), "w");
   std::fputs("a,b\n1,", f);  // cut short
   std::fclose(f);
@@ -429,12 +493,12 @@ TEST(Sweep, TimeLimitStopsStartingModelsButAlwaysRunsTheFirst) {
   EXPECT_THAT(std::string(ValidateSweep(o).message()), HasSubstr("time limit -1 s"));
 }
 
-TEST(CsvRow, HasEveryColumnAndQuotesWhatNeedsIt) {
+TEST(ResultCells, HasEveryColumnAndQuotesWhatNeedsIt) {
   ConfigResult r;
   r.model = "m";
   r.strategy = "s";
   r.message = "a, \"b\"";
-  EXPECT_EQ(CsvRow(r, ComputeThreads{}).size(), ResultColumns().size());
+  EXPECT_EQ(ResultCells(r).size(), ResultColumns().size());
   EXPECT_EQ(CsvField(r.message), "\"a, \"\"b\"\"\"");
   EXPECT_EQ(CsvField("plain"), "plain");
 }

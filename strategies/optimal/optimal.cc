@@ -20,8 +20,7 @@ namespace ckpt {
 namespace {
 const StrategyRegistration<Optimal> registration;
 
-// The solver's grid: at most this many steps, and about 5e7 inner-loop steps of work (a tenth of a
-// second here).
+// The solver's grid: at most this many steps, and about 5e7 inner-loop steps of work.
 int GridSteps(int stages, int options) {
   const double work = static_cast<double>(stages) * stages * (stages + options);
   return static_cast<int>(std::clamp(5e7 / std::max(work, 1.0), 100.0, 2000.0));

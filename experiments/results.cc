@@ -1,0 +1,200 @@
+#include "experiments/results.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+
+namespace ckpt {
+namespace {
+
+using Row = ConfigResult;
+
+// A text column.
+ResultColumn Text(std::string name, std::string Row::*field) {
+  return {std::move(name), [field](const Row& r) { return r.*field; },
+          [field](const std::string& cell, Row& r) {
+            r.*field = cell;
+            return true;
+          }};
+}
+
+// An integer column, empty where the row failed (`only_ok`) or where it is 0 (`zero_empty`).
+template <typename Int>
+ResultColumn Integer(std::string name, Int Row::*field, bool only_ok, bool zero_empty = false) {
+  return {std::move(name),
+          [=](const Row& r) {
+            return (only_ok && !r.ok()) || (zero_empty && r.*field == 0) ? std::string()
+                                                                         : absl::StrCat(r.*field);
+          },
+          [field](const std::string& cell, Row& r) {
+            if (cell.empty()) {
+              r.*field = 0;
+              return true;
+            }
+            int64_t v = 0;
+            if (!absl::SimpleAtoi(cell, &v)) return false;
+            r.*field = static_cast<Int>(v);
+            return true;
+          }};
+}
+
+// How a real number is written: with `decimals` places, or (-1) the shortest %g, or (-2) %.9g.
+std::string Written(double v, int decimals) {
+  if (decimals == -1) return absl::StrFormat("%g", v);
+  if (decimals == -2) return absl::StrFormat("%.9g", v);
+  return absl::StrFormat("%.*f", decimals, v);
+}
+
+// A real column, written as Written says, empty where unknown (NaN), where the row failed
+// (`only_ok`), or where it is 0 (`zero_empty`; read back as 0).
+ResultColumn Real(std::string name, double Row::*field, int decimals, bool only_ok,
+                  bool zero_empty = false) {
+  return {std::move(name),
+          [=](const Row& r) {
+            const double v = r.*field;
+            if (std::isnan(v) || (only_ok && !r.ok()) || (zero_empty && v == 0)) {
+              return std::string();
+            }
+            return Written(v, decimals);
+          },
+          [=](const std::string& cell, Row& r) {
+            r.*field = zero_empty ? 0 : Row::kUnknown;
+            return cell.empty() || absl::SimpleAtod(cell, &(r.*field));
+          }};
+}
+
+const std::vector<ResultColumn>& Columns() {
+  static const auto* columns = new std::vector<ResultColumn>{
+      Text("model", &Row::model),
+      Text("strategy", &Row::strategy),
+      Text("device", &Row::device),
+      Text("status", &Row::status),
+      Integer("baseline_bytes", &Row::baseline_bytes, /*only_ok=*/true),
+      Integer("activation_bytes", &Row::activation_bytes, true),
+      Integer("peak_bytes", &Row::peak_bytes, true),
+      // Derived from the two before it: written for readers of the file, not read back.
+      {"peak_above_baseline_bytes",
+       [](const Row& r) { return r.ok() ? absl::StrCat(r.peak_bytes - r.baseline_bytes) : ""; },
+       [](const std::string&, Row&) { return true; }},
+      {"predicted_activation_bytes",
+       [](const Row& r) { return r.ok() ? absl::StrCat(r.predicted.activation_bytes) : ""; },
+       [](const std::string& cell, Row& r) {
+         return cell.empty() || absl::SimpleAtoi(cell, &r.predicted.activation_bytes);
+       }},
+      // Absolute, as peak_bytes; the row holds it above the baseline (read before it).
+      {"predicted_peak_bytes",
+       [](const Row& r) {
+         return r.ok() ? absl::StrCat(r.baseline_bytes + r.predicted.peak_bytes) : "";
+       },
+       [](const std::string& cell, Row& r) {
+         int64_t absolute = 0;
+         if (cell.empty()) return true;
+         if (!absl::SimpleAtoi(cell, &absolute)) return false;
+         r.predicted.peak_bytes = absolute - r.baseline_bytes;
+         return true;
+       }},
+      Integer("peak_reserved_bytes", &Row::peak_reserved_bytes, true),
+      Real("predicted_step_ms", &Row::predicted_step_ms, 3, true),
+      Real("step_ms_median", &Row::step_ms_median, 3, true),
+      Real("step_ms_min", &Row::step_ms_min, 3, true),
+      Real("step_ms_max", &Row::step_ms_max, 3, true),
+      Real("overhead_vs_store_all", &Row::overhead_vs_store_all, 4, false),
+      Real("activation_vs_store_all", &Row::activation_vs_store_all, 4, false),
+      Real("peak_vs_store_all", &Row::peak_vs_store_all, 4, false),
+      Integer("recompute_forwards", &Row::recompute_forwards, true),
+      Real("max_grad_diff_vs_store_all", &Row::max_grad_diff_vs_store_all, -1, true),
+      Real("loss", &Row::loss, -2, true),
+      Integer("steps", &Row::steps, false),
+      Real("step_gflop", &Row::step_gflop, 4, false, /*zero_empty=*/true),
+      Real("achieved_gflops", &Row::achieved_gflops, 2, true),
+      Integer("threads", &Row::threads, false),
+      Integer("blas_threads", &Row::blas_threads, false, /*zero_empty=*/true),
+      Text("model_spec", &Row::model_spec),
+      Text("strategy_spec", &Row::strategy_spec),
+      Text("plan", &Row::plan),
+      Text("message", &Row::message),
+  };
+  return *columns;
+}
+
+}  // namespace
+
+const std::vector<ResultColumn>& ResultColumns() { return Columns(); }
+
+std::vector<std::string> ResultColumnNames() {
+  std::vector<std::string> names;
+  for (const ResultColumn& c : Columns()) names.push_back(c.name);
+  return names;
+}
+
+std::vector<std::string> ResultCells(const ConfigResult& row) {
+  std::vector<std::string> cells;
+  for (const ResultColumn& c : Columns()) cells.push_back(c.write(row));
+  return cells;
+}
+
+absl::Status CheckResultsHeader(const std::string& path,
+                                const std::vector<std::vector<std::string>>& csv) {
+  const std::vector<std::string> names = ResultColumnNames();
+  if (!csv.empty() && csv[0] == names) return absl::OkStatus();
+  const std::vector<std::string> header = csv.empty() ? std::vector<std::string>() : csv[0];
+  const auto lacking = [](const std::vector<std::string>& a, const std::vector<std::string>& b) {
+    std::vector<std::string> out;
+    for (const std::string& x : a) {
+      if (std::find(b.begin(), b.end(), x) == b.end()) out.push_back(x);
+    }
+    return out.empty() ? std::string("none") : absl::StrJoin(out, ", ");
+  };
+  return absl::FailedPreconditionError(absl::StrCat(
+      path, " was not written by this version of the sweep, so it cannot be resumed (columns ",
+      "missing: ", lacking(names, header), "; not ours: ", lacking(header, names),
+      header.size() == names.size() ? "; or in another order" : "", "); pass another --out"));
+}
+
+absl::StatusOr<CsvAppender> OpenResults(const std::string& path) {
+  absl::StatusOr<std::vector<std::vector<std::string>>> existing = ReadCsv(path);
+  if (existing.status().code() == absl::StatusCode::kNotFound) {
+    return CsvAppender::Create(path, ResultColumnNames());
+  }
+  if (!existing.ok()) return existing.status();
+  RETURN_IF_ERROR(CheckResultsHeader(path, *existing));
+  return CsvAppender::Append(path);
+}
+
+absl::StatusOr<std::vector<ConfigResult>> ReadResults(const std::string& path) {
+  std::vector<int> lines;
+  ASSIGN_OR_RETURN(const auto csv, ReadCsv(path, &lines));
+  RETURN_IF_ERROR(CheckResultsHeader(path, csv));
+  const std::vector<ResultColumn>& columns = Columns();
+  std::vector<ConfigResult> rows;
+  for (size_t i = 1; i < csv.size(); ++i) {
+    const std::vector<std::string>& cells = csv[i];
+    if (cells.size() != columns.size()) {
+      return absl::DataLossError(absl::StrCat(
+          path, " line ", lines[i],
+          cells.size() == 1 && cells[0].empty()
+              ? " is blank"
+              : absl::StrCat(" has ", cells.size(), " fields, not the header's ", columns.size()),
+          "; the file is damaged: mend or remove that line, or pass another --out"));
+    }
+    ConfigResult row;
+    for (size_t c = 0; c < columns.size(); ++c) {
+      if (!columns[c].read(cells[c], row)) {
+        return absl::DataLossError(
+            absl::StrCat(path, " line ", lines[i], ": '", cells[c], "' is not a ", columns[c].name,
+                         "; the file is damaged: mend or remove that line, or "
+                         "pass another --out"));
+      }
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+}  // namespace ckpt

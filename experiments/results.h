@@ -1,0 +1,105 @@
+// The results schema, declared once: what a configuration's row holds (ConfigResult) and its
+// columns in results.csv, each a name and how its field is written and read back. The sweep
+// writes rows through it, --resume and --report_only read them back through it into the same
+// struct, and the report and the plots read the struct's fields: no column is named twice.
+//
+//   ASSIGN_OR_RETURN(CsvAppender csv, OpenResults(path));
+//   RETURN_IF_ERROR(csv.Write(ResultCells(row)));
+//   ASSIGN_OR_RETURN(std::vector<ConfigResult> rows, ReadResults(path));
+//
+// The columns are documented in docs/sweep.md ("results.csv").
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/memory_model.h"
+#include "experiments/results_csv.h"
+
+namespace ckpt {
+
+// One configuration's measurements: a row of results.csv.
+struct ConfigResult {
+  static constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
+  std::string model;     // canonical spec, resolved for the model (gpt2's size's shape)
+  std::string strategy;  // canonical spec, parameters resolved for this model
+  std::string device;
+  std::string status = "ok";  // ok, oom or error
+  int64_t baseline_bytes = 0;
+  int64_t activation_bytes = 0;
+  int64_t peak_bytes = 0;
+  MemoryPrediction predicted;  // the analytical model's, above the baseline
+  // What the allocator held at most in the configuration's first round (a warm-up round
+  // unless --warmup=0), started with its cache emptied: what this configuration alone makes
+  // the process occupy (CUDA); = peak_bytes on CPU.
+  int64_t peak_reserved_bytes = 0;
+  double predicted_step_ms = kUnknown;  // the time model's (core/time_model.h)
+  double step_ms_median = kUnknown;     // over the timed rounds
+  double step_ms_min = kUnknown;
+  double step_ms_max = kUnknown;
+  // Against store_all; NaN (an empty cell) where either failed or there is nothing to compare.
+  double overhead_vs_store_all = kUnknown;  // median over rounds of (this / store_all)
+  double activation_vs_store_all = kUnknown;
+  double peak_vs_store_all = kUnknown;  // of peak_bytes - baseline_bytes
+  int64_t recompute_forwards = 0;
+  double max_grad_diff_vs_store_all = kUnknown;  // max |g - g_store_all| over every gradient
+  double loss = 0;
+  int64_t steps = 0;  // timed rounds measured
+  // The model's matrix-product GFLOP per training step (three times the forward's, as the
+  // stages declare them; 0 when they declare none): the same for every strategy, so its rate
+  // is useful work per second, recomputation not counted.
+  double step_gflop = 0;
+  double achieved_gflops = kUnknown;  // step_gflop over the median step
+  int threads = 0;                    // LibTorch's intra-op threads, as run
+  int blas_threads = 0;               // OpenBLAS's, as run (0: not OpenBLAS, unknown)
+  // The specs as bound, canonical (CanonicalModelSpec, CanonicalStrategySpec): what --resume
+  // matches, whatever writing a later command line uses.
+  std::string model_spec;
+  std::string strategy_spec;
+  std::string plan;  // the plan as text (core/plan_text.h)
+  std::string message;
+
+  // Not in results.csv: the timed rounds' step times, from which the sweep computes the
+  // medians and the overheads.
+  std::vector<double> step_ms;
+
+  bool ok() const { return status == "ok"; }
+  double peak_above_baseline_bytes() const {
+    return static_cast<double>(peak_bytes - baseline_bytes);
+  }
+};
+
+// A column: its name, its cell for a row, and how a cell read back sets the row (false: the
+// cell is not what the column writes).
+struct ResultColumn {
+  std::string name;
+  std::function<std::string(const ConfigResult&)> write;
+  std::function<bool(const std::string&, ConfigResult&)> read;
+};
+
+// results.csv's columns, in order.
+const std::vector<ResultColumn>& ResultColumns();
+std::vector<std::string> ResultColumnNames();
+
+// The row's cells, in column order.
+std::vector<std::string> ResultCells(const ConfigResult& row);
+
+// OK if the first row of `csv` (read from `path`) is the columns' names. Otherwise
+// FailedPrecondition naming the file, the columns it lacks and those this version does not
+// write (a results.csv from another version of the sweep cannot be resumed), and what to do.
+absl::Status CheckResultsHeader(const std::string& path,
+                                const std::vector<std::vector<std::string>>& csv);
+
+// Opens `path` to append rows to: an existing results.csv whose header is checked, or a new
+// one made with its header alone (CsvAppender's errors otherwise).
+absl::StatusOr<CsvAppender> OpenResults(const std::string& path);
+
+// The rows of a results.csv, read back (ReadCsv's errors; CheckResultsHeader's; DataLoss naming
+// the line, and the column of a cell that is not what its column writes).
+absl::StatusOr<std::vector<ConfigResult>> ReadResults(const std::string& path);
+
+}  // namespace ckpt
