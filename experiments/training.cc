@@ -12,129 +12,74 @@
 #include "core/chain_model.h"
 #include "core/executor.h"
 #include "core/files.h"
+#include "core/loss_scaler.h"
 #include "core/profiler.h"
 #include "core/status_macros.h"
 #include "core/strategy.h"
 #include "core/torch_status.h"
+#include "core/trainer.h"
 #include "core/workload.h"
 #include "experiments/gnuplot.h"
-#include "experiments/loss_scaler.h"
 #include "experiments/report.h"
 #include "experiments/results_csv.h"
-#include "torch/optim/adamw.h"
 
 namespace ckpt {
 namespace {
 
-// Scales all gradients down so that their global L2 norm is at most `max_norm` (as
-// torch.nn.utils.clip_grad_norm_).
-void ClipGradientNorm(const std::vector<at::Tensor>& params, double max_norm) {
-  at::NoGradGuard no_grad;
-  double squares = 0;
-  for (const at::Tensor& p : params) {
-    if (p.grad().defined()) squares += p.grad().to(at::kDouble).pow(2).sum().item<double>();
-  }
-  const double norm = std::sqrt(squares);
-  if (norm > max_norm) {
-    for (const at::Tensor& p : params) {
-      if (p.grad().defined()) p.mutable_grad().mul_(max_norm / (norm + 1e-6));
-    }
-  }
-}
-
-// One strategy's curve on a fresh model, planned from `profile` (of the same model spec).
-// Throws LibTorch's exceptions (caught by the caller).
+// One strategy's curve on a fresh model, planned from `profile` (of the same model spec), trained
+// by core/trainer.h.
 LossCurve Train(const std::string& model_spec, const std::string& strategy_spec,
                 ModelProfile& profile, const SweepOptions& sweep, const TrainingOptions& options,
                 MemoryMeter& meter, bool* chunked) {
   LossCurve curve;
   curve.model = model_spec;
   curve.strategy = strategy_spec;
+  auto fail = [&](const absl::Status& s) {
+    curve.status = FailureStatus(s);
+    curve.message = std::string(s.message());
+    return curve;
+  };
   WorkloadOptions workload_options;
   workload_options.device = sweep.device;
   workload_options.seed = sweep.seed;
   absl::StatusOr<Workload> workload = Workload::Build(model_spec, workload_options);
   absl::StatusOr<PlannedRun> run = workload.ok() ? workload->Plan(strategy_spec, profile, meter)
                                                  : absl::StatusOr<PlannedRun>(workload.status());
-  if (!run.ok()) {
-    curve.status = FailureStatus(run.status());
-    curve.message = std::string(run.status().message());
-    return curve;
-  }
+  if (!run.ok()) return fail(run.status());
   const std::shared_ptr<ChainModel>& model = workload->model();
-  ChainExecutor* exec = &run->executor;
   curve.model = model->spec();
   curve.strategy = run->plan.strategy;
   *chunked = curve.chunked = run->plan.ChunksSequence();
 
-  std::vector<at::Tensor> params = model->Parameters();
-  torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(options.learning_rate));
   const bool fp16 = options.amp && sweep.device.is_cuda();
-  const bool scaling = options.loss_scaling.value_or(fp16);
-  absl::StatusOr<DynamicLossScaler> scaler = DynamicLossScaler::Create(options.scaler);
-  if (!scaler.ok()) {  // RunTraining validated the options; kept for callers that did not
-    curve.status = "error";
-    curve.message = std::string(scaler.status().message());
-    return curve;
-  }
-  StepOptions step_options;
-  if (options.amp) step_options.autocast = fp16 ? at::kHalf : at::kBFloat16;
+  TrainerOptions trainer_options;
+  trainer_options.accumulate = options.accumulate;
+  trainer_options.learning_rate = options.learning_rate;
+  trainer_options.clip_norm = options.clip_norm;
+  if (options.amp) trainer_options.autocast = fp16 ? at::kHalf : at::kBFloat16;
+  trainer_options.loss_scaling = options.loss_scaling.value_or(fp16);
+  trainer_options.scaler = options.scaler;
+  absl::StatusOr<Trainer> trainer =
+      Trainer::Create(&run->executor, model->Parameters(), trainer_options);
+  if (!trainer.ok()) return fail(trainer.status());
 
   // The sweep's cap applies to each configuration's own steps (SweepOptions::memory_cap).
   const ScopedMemoryCap cap(meter, sweep.memory_cap);
   for (int step = 0; step < options.steps; ++step) {
-    double loss_sum = 0;
-    step_options.loss_scale = scaling ? scaler->scale() : 1.0;
-    // The micro-batches' gradients are summed here, in the same order for every strategy,
-    // rather than by autograd into .grad: a parameter used by several stages (the tied
-    // embedding) would otherwise be accumulated in a strategy-dependent order, and float
-    // addition is not associative.
-    std::vector<at::Tensor> sums(params.size());
+    // Micro-batch `index` of the whole run: its batch and its dropout seed, the same for every
+    // strategy.
+    std::vector<Batch> batches;
+    std::vector<uint64_t> seeds;
     for (int micro = 0; micro < options.accumulate; ++micro) {
       const uint64_t index = static_cast<uint64_t>(step) * options.accumulate + micro;
-      const Batch batch = model->MakeBatch(sweep.seed + 1 + index);
-      at::manual_seed(sweep.seed + 7919 * (index + 1));
-      absl::StatusOr<StepResult> r = exec->Step(batch, step_options);
-      if (!r.ok()) {
-        curve.status = FailureStatus(r.status());
-        curve.message = std::string(r.status().message());
-        return curve;
-      }
-      loss_sum += r->loss;
-      at::NoGradGuard no_grad;
-      for (size_t i = 0; i < params.size(); ++i) {
-        const at::Tensor& g = params[i].grad();
-        if (g.defined()) sums[i] = sums[i].defined() ? sums[i].add_(g) : g.clone();
-      }
+      batches.push_back(model->MakeBatch(sweep.seed + 1 + index));
+      seeds.push_back(sweep.seed + 7919 * (index + 1));
     }
-    curve.losses.push_back(loss_sum / options.accumulate);
-    // The mean over micro-batches, with the loss scale undone, becomes the gradient.
-    const double unscale = 1.0 / (options.accumulate * step_options.loss_scale);
-    at::Tensor all_finite;  // stays on the device: one synchronisation per step, not per tensor
-    {
-      at::NoGradGuard no_grad;
-      for (size_t i = 0; i < params.size(); ++i) {
-        if (!sums[i].defined()) continue;
-        params[i].mutable_grad() = sums[i].mul_(unscale);
-        if (!scaling) continue;
-        at::Tensor finite = sums[i].isfinite().all();
-        all_finite = all_finite.defined() ? all_finite.logical_and(finite) : finite;
-      }
-    }
-    if (scaling) {
-      absl::StatusOr<bool> take = scaler->Update(!all_finite.defined() || all_finite.item<bool>());
-      if (!take.ok()) {
-        curve.status = "error";
-        curve.message = std::string(take.status().message());
-        return curve;
-      }
-      if (!*take) {  // overflow: the scaler lowered the scale; this step's update is dropped
-        ++curve.skipped_steps;
-        continue;
-      }
-    }
-    ClipGradientNorm(params, options.clip_norm);
-    optimizer.step();
+    absl::StatusOr<TrainStep> done = trainer->Step(batches, seeds);
+    if (!done.ok()) return fail(done.status());
+    curve.losses.push_back(done->loss);
+    if (!done->diverged.empty()) return fail(absl::FailedPreconditionError(done->diverged));
+    curve.skipped_steps += done->skipped;
   }
   return curve;
 }

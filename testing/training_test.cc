@@ -5,9 +5,12 @@
 #include <fstream>
 #include <sstream>
 
+#include "ATen/TensorOperators.h"
 #include "c10/core/Device.h"
 #include "core/memory_meter.h"
 #include "core/strategy.h"
+#include "core/trainer.h"
+#include "core/workload.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/model_cases.h"
@@ -192,6 +195,61 @@ TEST(Training, ReportAndCurvesFiles) {
   text << csv.rdbuf();
   EXPECT_EQ(text.str(),
             "model,strategy,status,step,loss\nm,store_all,ok,1,2.5\nm,store_all,ok,2,2\n");
+}
+
+// The trainer's point between backward and the optimizer step (where a data-parallel
+// all-reduce goes): it is handed, once a step, exactly the mean of the micro-batches' gradients,
+// may change them before the update, and its error ends the step with no update made.
+TEST(Trainer, HandsTheMeanGradientToAfterBackwardBeforeTheUpdate) {
+  absl::StatusOr<testing::Case> c = testing::BuildCase("heavy_mlp:depth=3:hidden=4:batch=2", 1);
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<PlannedRun> run = c->workload->Plan("uniform", c->profile, Cpu());
+  ASSERT_TRUE(run.ok()) << run.status();
+  const std::shared_ptr<ChainModel>& model = c->workload->model();
+  const std::vector<Batch> batches = {model->MakeBatch(11), model->MakeBatch(12)};
+  const std::vector<uint64_t> seeds = {5, 6};
+  // The mean the trainer should hand over, from the executor alone.
+  std::vector<at::Tensor> expected;
+  for (size_t k = 0; k < batches.size(); ++k) {
+    ASSERT_TRUE(run->executor.Step(batches[k]).ok());
+    const std::vector<at::Tensor> params = model->Parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      const at::Tensor g = params[i].grad().detach().clone();
+      if (k == 0)
+        expected.push_back(g);
+      else
+        expected[i] = (expected[i] + g) / 2;
+    }
+  }
+  std::vector<at::Tensor> before;
+  for (const at::Tensor& p : model->Parameters()) before.push_back(p.detach().clone());
+
+  TrainerOptions options;
+  options.accumulate = 2;
+  options.clip_norm = 1e9;
+  std::vector<at::Tensor> seen;
+  bool fail = true;
+  options.after_backward = [&](std::vector<at::Tensor>& grads) {
+    seen.clear();
+    for (const at::Tensor& g : grads) seen.push_back(g.clone());
+    return fail ? absl::UnavailableError("a peer is gone") : absl::OkStatus();
+  };
+  absl::StatusOr<Trainer> trainer = Trainer::Create(&run->executor, model->Parameters(), options);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  absl::StatusOr<TrainStep> failed = trainer->Step(batches, seeds);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kUnavailable);
+  ASSERT_EQ(seen.size(), expected.size());
+  for (size_t i = 0; i < seen.size(); ++i) EXPECT_TRUE(seen[i].allclose(expected[i])) << i;
+  std::vector<at::Tensor> params = model->Parameters();
+  for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(params[i].equal(before[i])) << i;
+
+  fail = false;
+  ASSERT_TRUE(trainer->Step(batches, seeds).ok());
+  bool moved = false;
+  for (size_t i = 0; i < params.size(); ++i) moved |= !params[i].equal(before[i]);
+  EXPECT_TRUE(moved);
+  // Step takes exactly `accumulate` micro-batches.
+  EXPECT_EQ(trainer->Step({batches[0]}, {1}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

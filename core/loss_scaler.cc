@@ -1,4 +1,4 @@
-#include "experiments/loss_scaler.h"
+#include "core/loss_scaler.h"
 
 #include <cmath>
 
