@@ -245,6 +245,12 @@ struct DroppedOutputs {
           .set_(out.storage(), out.storage_offset(), out.sizes(), out.strides())
           .copy_(again[i]);
     }
+    // Let go once refilled: this struct lives as long as the hooked tensors' nodes, which a
+    // backward call keeps until it returns, long after the consumer's backward has freed the
+    // outputs it read and the checkpoint the inputs it kept.
+    fn = nullptr;
+    inputs.clear();
+    outputs.clear();
   }
 };
 

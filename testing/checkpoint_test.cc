@@ -153,6 +153,45 @@ TEST(Checkpoint, RecomputesOncePerCheckpointPerBackward) {
   EXPECT_TRUE(x.grad().defined());
 }
 
+// A norm's output dropped until backward: the same gradients as plain autograd, the output's
+// storage empty between forward and backward, and once backward has used what it reran, nothing
+// of it held. A backward call keeps its graph's nodes (and the hooks on them) until it returns,
+// and the caller may keep them longer, here by holding `results`: what was rerun must live only
+// as long as the consumer's backward needs it.
+TEST(Checkpoint, DroppingOutputHoldsNothingOnceTheConsumersBackwardIsDone) {
+  torch::manual_seed(4);
+  const at::Tensor x0 = torch::randn({4, 6});
+  const at::Tensor w = torch::randn({6, 5}).requires_grad_(true);
+  auto norm = [](const std::vector<at::Tensor>& in) {
+    return std::vector<at::Tensor>{at::layer_norm(in[0], {6})};
+  };
+  const at::Tensor leaf = x0.clone().requires_grad_(true);
+  at::matmul(norm({leaf * 2})[0], w).sum().backward();
+  const at::Tensor plain_leaf_grad = leaf.grad().clone();
+  const at::Tensor plain_w_grad = w.grad().clone();
+  w.mutable_grad().reset();
+
+  const at::Tensor dropped_leaf = x0.clone().requires_grad_(true);
+  c10::weak_intrusive_ptr<c10::StorageImpl> output(c10::intrusive_ptr<c10::StorageImpl>{});
+  c10::weak_intrusive_ptr<c10::StorageImpl> input(c10::intrusive_ptr<c10::StorageImpl>{});
+  std::vector<at::Tensor> results;
+  {
+    const at::Tensor x = dropped_leaf * 2;  // an input only the primitive holds from here on
+    input = x.storage().getWeakStorageImpl();
+    results = CheckpointDroppingOutput(norm, {x}, [&](const std::vector<at::Tensor>& out) {
+      output = out[0].storage().getWeakStorageImpl();
+      return std::vector<at::Tensor>{at::matmul(out[0], w)};
+    });
+  }
+  ASSERT_FALSE(output.expired());
+  EXPECT_EQ(output.lock()->nbytes(), 0u);  // dropped until backward
+  results[0].sum().backward();
+  EXPECT_TRUE(torch::equal(dropped_leaf.grad(), plain_leaf_grad));
+  EXPECT_TRUE(torch::equal(w.grad(), plain_w_grad));
+  EXPECT_TRUE(output.expired());
+  EXPECT_TRUE(input.expired());
+}
+
 TEST(Checkpoint, WithoutGradModeRunsOnceAndRecordsNothing) {
   at::Tensor x = torch::randn({8}).requires_grad_(true);
   torch::NoGradGuard no_grad;

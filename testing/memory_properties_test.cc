@@ -216,6 +216,10 @@ TEST(MemoryProperties, NormRecomputeDropsEachNormsOutputAndWhatItSaves) {
             block_stages * (tokens * hidden * 4 + 2 * tokens * 4));
   EXPECT_EQ(MaxGradientDifference(recomputed->grads, reference->grads), 0.0);
   EXPECT_EQ(recomputed->predicted.activation_bytes, recomputed->step.activation_bytes);
+  // The peak: the memory model's (within the slack budget planners leave), and below store_all's.
+  const int64_t peak = recomputed->step.peak_bytes - recomputed->step.baseline_bytes;
+  EXPECT_NEAR(recomputed->predicted.peak_bytes, peak, kBudgetSlackBytes);
+  EXPECT_LT(peak, reference->step.peak_bytes - reference->step.baseline_bytes);
   // The post-norm encoder's norms write the stage's output: no part to drop.
   absl::StatusOr<testing::Case> encoder = testing::BuildCase(Encoder(2), 1);
   ASSERT_TRUE(encoder.ok()) << encoder.status();
