@@ -86,45 +86,31 @@ class Progress {
   std::chrono::steady_clock::time_point last_line_ = start_;
 };
 
-// Runs every strategy on one model. Results in strategy order, store_all first.
-std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::string& model_spec,
-                                     MemoryMeter& meter, Progress& progress) {
+// A configuration per strategy, in strategy order (store_all first), not yet planned.
+std::vector<Config> NewConfigs(const SweepOptions& options, const std::string& model_spec) {
   const std::vector<std::string> order = StrategyOrder(options.strategies);
   std::vector<Config> configs(order.size());
   for (size_t i = 0; i < order.size(); ++i) {
-    configs[i].result.strategy = configs[i].result.strategy_spec = order[i];
-    configs[i].result.device = options.device.str();
-    configs[i].result.model = configs[i].result.model_spec = model_spec;
-    configs[i].result.threads = options.threads.intra_op;
-    configs[i].result.blas_threads = options.threads.blas;
+    ConfigResult& r = configs[i].result;
+    r.strategy = r.strategy_spec = order[i];
+    r.device = options.device.str();
+    r.model = r.model_spec = model_spec;
+    r.threads = options.threads.intra_op;
+    r.blas_threads = options.threads.blas;
   }
-  auto fail_all = [&](const absl::Status& s) {
-    std::vector<ConfigResult> out;
-    for (Config& c : configs) {
-      Fail(c.result, s);
-      out.push_back(c.result);
-    }
-    return out;
-  };
+  return configs;
+}
 
-  WorkloadOptions workload_options;
-  workload_options.device = options.device;
-  workload_options.seed = options.seed;
-  workload_options.profile.progress = progress.Profiling(model_spec);
-  absl::StatusOr<Workload> workload = Workload::Build(model_spec, workload_options);
-  if (!workload.ok()) return fail_all(workload.status());
-  const std::shared_ptr<ChainModel>& model = workload->model();
-  const Batch& batch = workload->batch();
-  absl::StatusOr<const ModelProfile*> profiled = workload->Profile(meter);
-  if (!profiled.ok()) return fail_all(profiled.status());
-  // Plans may extend it with the policies they use.
-  ModelProfile profile = **profiled;
+// Plans every configuration on the profiled workload and builds its executor; a strategy that
+// cannot plan (its budget is too small, say) fails alone.
+void PlanConfigs(Workload& workload, const ModelProfile& measured, MemoryMeter& meter,
+                 std::vector<Config>& configs) {
+  ModelProfile profile = measured;  // plans may extend it with the policies they use
   const double step_flops = 3 * ForwardFlops(profile.stages);
-
   for (Config& c : configs) {
-    c.result.model = model->spec();
+    c.result.model = workload.model()->spec();
     c.result.step_gflop = step_flops / 1e9;
-    absl::StatusOr<PlannedRun> run = workload->Plan(c.result.strategy, profile, meter);
+    absl::StatusOr<PlannedRun> run = workload.Plan(c.result.strategy, profile, meter);
     if (!run.ok()) {
       Fail(c.result, run.status());
       continue;
@@ -135,11 +121,14 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
     c.result.predicted_step_ms = PredictStepMs(profile, run->plan).value_or(kNaN);
     c.executor.emplace(std::move(run->executor));
   }
+}
 
-  // Timing and memory: interleaved rounds, warm-up first, under the measured cap.
+// Timing and memory: interleaved rounds, warm-up first, under the measured cap. A
+// configuration that fails a step (out of memory) is out of the later rounds.
+void MeasureRounds(const SweepOptions& options, const std::string& model_spec, const Batch& batch,
+                   MemoryMeter& meter, Progress& progress, std::vector<Config>& configs) {
   const int rounds = options.warmup + options.steps;
-  std::optional<ScopedMemoryCap> cap;
-  cap.emplace(meter, options.memory_cap);
+  ScopedMemoryCap cap(meter, options.memory_cap);
   for (int round = 0; round < rounds; ++round) {
     // Forward in even rounds, backward in odd ones: what a configuration's place in a round
     // costs or gains (running right after another's allocations, say) falls on every one alike.
@@ -171,12 +160,13 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
     progress.Line(absl::StrFormat("%s: round %d/%d%s", model_spec, round + 1, rounds,
                                   round < options.warmup ? " (warm-up)" : ""));
   }
+}
 
-  cap.reset();
-
-  // Gradients against store_all's, after the measurements so that the reference copy
-  // never inflates anyone's memory figures, and outside the measured cap, which it would
-  // count against.
+// Every configuration's gradients against store_all's (configs[0]), one more seeded step each.
+// Run after the measurements, so that the reference copy never inflates anyone's memory
+// figures, and outside the measured cap, which it would count against.
+void CheckGradients(const SweepOptions& options, ChainModel& model, const Batch& batch,
+                    std::vector<Config>& configs) {
   Config& reference = configs[0];
   std::vector<at::Tensor> reference_grads;
   double reference_scale = 0;
@@ -184,7 +174,7 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
     SeedRound(options.seed);
     absl::StatusOr<StepResult> r = reference.executor->Step(batch);
     const absl::Status copied = !r.ok() ? r.status() : RunTorch([&] {
-      for (const at::Tensor& g : CollectGradients(*model, batch)) {
+      for (const at::Tensor& g : CollectGradients(model, batch)) {
         reference_grads.push_back(g.defined() ? g.clone() : g);
         if (g.defined()) reference_scale = std::max(reference_scale, g.abs().max().item<double>());
       }
@@ -201,7 +191,7 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
       continue;
     }
     absl::StatusOr<double> diff = RunTorch(
-        [&] { return MaxGradientDifference(CollectGradients(*model, batch), reference_grads); });
+        [&] { return MaxGradientDifference(CollectGradients(model, batch), reference_grads); });
     c.result.max_grad_diff_vs_store_all = diff.ok() ? *diff : kNaN;
     // Agreement is required up to float32 rounding relative to the gradients' scale
     // (strategies that recompute the same arithmetic are at exactly 0 on CPU).
@@ -212,9 +202,12 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
           c.result.max_grad_diff_vs_store_all, reference_scale, kGradTolerance);
     }
   }
+}
 
-  // Ratios against store_all, round by round.
-  const ConfigResult& ref = reference.result;
+// The results: ratios against store_all's (configs[0]) round by round, and the summaries of
+// the rounds as results.csv holds them.
+std::vector<ConfigResult> Summarize(std::vector<Config>& configs) {
+  const ConfigResult& ref = configs[0].result;
   const bool have_ref = ref.status == "ok" && !ref.step_ms.empty();
   std::vector<ConfigResult> out;
   for (Config& c : configs) {
@@ -227,7 +220,6 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
       r.peak_vs_store_all = static_cast<double>(r.peak_bytes - r.baseline_bytes) /
                             static_cast<double>(ref.peak_bytes - ref.baseline_bytes);
     }
-    // The summaries of the rounds, as results.csv holds them.
     r.steps = static_cast<int64_t>(r.step_ms.size());
     if (!r.step_ms.empty()) {
       r.step_ms_median = Median(r.step_ms);
@@ -238,6 +230,27 @@ std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::str
     out.push_back(r);
   }
   return out;
+}
+
+// Runs every strategy on one model. Results in strategy order, store_all first.
+std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::string& model_spec,
+                                     MemoryMeter& meter, Progress& progress) {
+  std::vector<Config> configs = NewConfigs(options, model_spec);
+  WorkloadOptions workload_options;
+  workload_options.device = options.device;
+  workload_options.seed = options.seed;
+  workload_options.profile.progress = progress.Profiling(model_spec);
+  absl::StatusOr<Workload> workload = Workload::Build(model_spec, workload_options);
+  absl::StatusOr<const ModelProfile*> profiled =
+      workload.ok() ? workload->Profile(meter) : workload.status();
+  if (!profiled.ok()) {
+    for (Config& c : configs) Fail(c.result, profiled.status());
+    return Summarize(configs);
+  }
+  PlanConfigs(*workload, **profiled, meter, configs);
+  MeasureRounds(options, model_spec, workload->batch(), meter, progress, configs);
+  CheckGradients(options, *workload->model(), workload->batch(), configs);
+  return Summarize(configs);
 }
 
 std::string Num(double v, int decimals) {

@@ -411,6 +411,104 @@ class Outputs {
   bool failed_ = false;
 };
 
+// Under `bazel run` the program starts in its runfiles: paths a user gives (--out, a plan file)
+// mean what they mean in the user's own directory.
+void EnterUserDirectory() {
+  const char* user_dir = std::getenv("BUILD_WORKING_DIRECTORY");
+  if (user_dir != nullptr && ::chdir(user_dir) != 0) {
+    Die(absl::FailedPreconditionError(
+        absl::StrCat("cannot enter ", user_dir, ": ", std::strerror(errno))));
+  }
+}
+
+// The output folder the request names (or a new one), locked, with the run's record adopted
+// unless the report is all that is written.
+OutputFolder OpenOutputFolder(const Request& request, const Machine& machine) {
+  const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
+  OutputFolder folder = OrDie(OutputFolder::Open(
+      absl::GetFlag(FLAGS_out), absl::StrCat(workspace != nullptr ? workspace : ".", "/results"),
+      request.use, OutputsOf(request)));
+  if (request.use != FolderUse::kReportOnly) {
+    const absl::Status adopted = folder.Adopt(RecordOf(request, machine));
+    if (adopted.code() == absl::StatusCode::kInvalidArgument) Die(adopted);
+    if (!adopted.ok()) Fail(adopted);
+  }
+  return folder;
+}
+
+// The sweep itself: every row appended to results.csv as it is measured, the table on stdout,
+// the machine's GEMM rate into `info`.
+void Measure(const SweepOptions& options, MemoryMeter& meter, const std::string& csv_path,
+             RunInfo& info) {
+  absl::StatusOr<double> gemm = MeasureGemmGflops(options.device);
+  if (gemm.ok()) info.gemm_gflops = *gemm;
+  absl::StatusOr<CsvAppender> csv = OpenResults(csv_path);
+  if (!csv.ok()) Fail(csv.status());
+  absl::StatusOr<std::vector<ConfigResult>> results = RunSweep(
+      options, meter, [&](const ConfigResult& r) { return csv->Write(ResultCells(r)); }, std::cerr);
+  if (!results.ok()) Fail(results.status());
+  std::printf("%s\n", FormatTable(*results).c_str());
+}
+
+// The report's account of where and how it ran.
+RunInfo DescribeRun(const SweepOptions& options, const Machine& machine, const OutputFolder& folder,
+                    bool report_only, int argc, char** argv) {
+  RunInfo info;
+  info.runtime = DescribeRuntime();
+  info.meter = machine.meter->Describe();
+  info.cap = report_only ? DescribeRecordedCaps(folder.recorded())
+                         : DescribeCaps(options.memory_cap, machine.standing_cap);
+  std::vector<std::string> command(argv, argv + argc);
+  command[0] = "sweep";
+  info.command = absl::StrJoin(command, " ");
+  return info;
+}
+
+std::string ReportOnlyNote(bool report_only, const std::string& csv_path) {
+  if (!report_only) return "";
+  return absl::StrCat("This report was written with --report_only from ", csv_path,
+                      " as an earlier sweep left it; the machine and runtime above are those of "
+                      "the report's run.\n\n");
+}
+
+// The report's section on models with no rows (the time limit was spent, or --report_only
+// found a partial results.csv), also said on stderr; empty when every model has its rows.
+std::string IncompleteNote(const SweepOptions& options, const std::vector<std::string>& missing,
+                           bool report_only, const std::string& dir) {
+  if (missing.empty()) return "";
+  std::fprintf(stderr, "sweep: incomplete, %zu model(s) not run; continue with --resume --out=%s\n",
+               missing.size(), dir.c_str());
+  const std::string why =
+      report_only ? "results.csv has no complete rows for "
+                  : absl::StrCat("The time limit (--time_limit_s=", options.time_limit_s,
+                                 ") was spent before ");
+  return absl::StrCat("## Incomplete\n\n", why, missing.size(), " of ", options.models.size(),
+                      report_only ? " models: " : " models started: ", absl::StrJoin(missing, ", "),
+                      ".", report_only ? "" : " Training and the depth scan were skipped.",
+                      " Continue with the sweep's command and `--resume --out=", dir, "`.\n\n");
+}
+
+// Trains every model under every strategy, writes the curves and their plot into `dir` and the
+// training section onto `appendix`. False when a curve departs from store_all's.
+bool Train(const SweepOptions& options, const TrainingOptions& training, MemoryMeter& meter,
+           const std::string& dir, Outputs& outputs, std::string& appendix) {
+  absl::StatusOr<std::vector<LossCurve>> curves = RunTraining(options, training, meter, std::cerr);
+  if (!curves.ok()) Fail(curves.status());
+  outputs.Add("losses.csv, loss.png", WriteLossCurves(dir, *curves));
+  appendix += TrainingReport(training, *curves);
+  bool ok = true;
+  for (const LossCurve& c : *curves) {
+    ok = ok && !c.departs;
+    if (c.strategy == "store_all" && c.status != "ok") {
+      std::fprintf(stderr,
+                   "sweep: training: store_all's curve of %s is %s (%s); the other curves of the "
+                   "model were not compared\n",
+                   c.model.c_str(), c.status.c_str(), c.message.c_str());
+    }
+  }
+  return ok;
+}
+
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "runs every model x strategy and writes results.csv, report.md and plots; see "
@@ -418,14 +516,7 @@ int Main(int argc, char** argv) {
       "--strategies=store_all,uniform");
   // Past a file size limit a write fails (EFBIG) and is reported, instead of killing the run.
   std::signal(SIGXFSZ, SIG_IGN);
-  // Under `bazel run` the program starts in its runfiles: paths a user gives (--out, a plan
-  // file) mean what they mean in the user's own directory.
-  if (const char* user_dir = std::getenv("BUILD_WORKING_DIRECTORY"); user_dir != nullptr) {
-    if (::chdir(user_dir) != 0) {
-      Die(absl::FailedPreconditionError(
-          absl::StrCat("cannot enter ", user_dir, ": ", std::strerror(errno))));
-    }
-  }
+  EnterUserDirectory();
   const ParsedCommandLine parsed = ParseCommandLineOrExit(argc, argv, "sweep");
   if (!parsed.positional.empty()) {
     Die(absl::InvalidArgumentError(absl::StrCat("unexpected argument '", parsed.positional[0],
@@ -447,87 +538,32 @@ int Main(int argc, char** argv) {
     if (absl::Status s = Explain(options, *machine.meter); !s.ok()) Die(s);
     return FinishStdout();
   }
-  const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
-  OutputFolder folder = OrDie(OutputFolder::Open(
-      absl::GetFlag(FLAGS_out), absl::StrCat(workspace != nullptr ? workspace : ".", "/results"),
-      request.use, OutputsOf(request)));
+  const OutputFolder folder = OpenOutputFolder(request, machine);
   const std::string csv_path = folder.Path("results.csv");
   const bool report_only = request.use == FolderUse::kReportOnly;
   if (folder.has_results()) {
     options.completed = PairsOf(csv_path, OrDie(ReadResults(csv_path)));
   }
-  if (!report_only) {
-    const absl::Status adopted = folder.Adopt(RecordOf(request, machine));
-    if (adopted.code() == absl::StatusCode::kInvalidArgument) Die(adopted);
-    if (!adopted.ok()) Fail(adopted);
-  }
 
-  RunInfo info;
-  info.runtime = DescribeRuntime();
-  info.meter = machine.meter->Describe();
-  info.cap = report_only ? DescribeRecordedCaps(folder.recorded())
-                         : DescribeCaps(options.memory_cap, machine.standing_cap);
-  std::vector<std::string> command(argv, argv + argc);
-  command[0] = "sweep";
-  info.command = absl::StrJoin(command, " ");
+  RunInfo info = DescribeRun(options, machine, folder, report_only, argc, argv);
   std::cerr << "sweep: " << info.runtime << "; memory: " << info.meter << "\n";
   Outputs outputs;
   if (!report_only) {
-    absl::StatusOr<double> gemm = MeasureGemmGflops(options.device);
-    if (gemm.ok()) info.gemm_gflops = *gemm;
-    absl::StatusOr<CsvAppender> csv = OpenResults(csv_path);
-    if (!csv.ok()) Fail(csv.status());
-    absl::StatusOr<std::vector<ConfigResult>> results = RunSweep(
-        options, *machine.meter, [&](const ConfigResult& r) { return csv->Write(ResultCells(r)); },
-        std::cerr);
-    if (!results.ok()) Fail(results.status());
-    std::printf("%s\n", FormatTable(*results).c_str());
+    Measure(options, *machine.meter, csv_path, info);
     outputs.Add("results.csv", absl::OkStatus());
   }
 
   const std::vector<ConfigResult> rows = OrDie(ReadResults(csv_path));
   const std::vector<std::string> missing = MissingModels(options, PairsOf(csv_path, rows));
   const bool complete = missing.empty();
-  std::string appendix;
-  if (report_only) {
-    appendix = absl::StrCat("This report was written with --report_only from ", csv_path,
-                            " as an earlier sweep left it; the machine and runtime above are "
-                            "those of the report's run.\n\n");
-  }
-  if (!complete) {
-    const std::string why =
-        report_only ? "results.csv has no complete rows for "
-                    : absl::StrCat("The time limit (--time_limit_s=", options.time_limit_s,
-                                   ") was spent before ");
-    absl::StrAppend(
-        &appendix, "## Incomplete\n\n", why, missing.size(), " of ", options.models.size(),
-        report_only ? " models: " : " models started: ", absl::StrJoin(missing, ", "), ".",
-        report_only ? "" : " Training and the depth scan were skipped.",
-        " Continue with the sweep's command and `--resume --out=", folder.dir(), "`.\n\n");
-    std::fprintf(stderr,
-                 "sweep: incomplete, %zu model(s) not run; continue with --resume --out=%s\n",
-                 missing.size(), folder.dir().c_str());
-  }
+  std::string appendix = ReportOnlyNote(report_only, csv_path) +
+                         IncompleteNote(options, missing, report_only, folder.dir());
 
   // Training, then the report and plots from every row of results.csv (a resumed sweep's
   // earlier ones too).
   bool curves_ok = true;
-  const TrainingOptions& training = request.training;
-  if (training.steps > 0 && complete) {
-    absl::StatusOr<std::vector<LossCurve>> curves =
-        RunTraining(options, training, *machine.meter, std::cerr);
-    if (!curves.ok()) Fail(curves.status());
-    outputs.Add("losses.csv, loss.png", WriteLossCurves(folder.dir(), *curves));
-    appendix += TrainingReport(training, *curves);
-    for (const LossCurve& c : *curves) {
-      curves_ok = curves_ok && !c.departs;
-      if (c.strategy == "store_all" && c.status != "ok") {
-        std::fprintf(stderr,
-                     "sweep: training: store_all's curve of %s is %s (%s); the other curves "
-                     "of the model were not compared\n",
-                     c.model.c_str(), c.status.c_str(), c.message.c_str());
-      }
-    }
+  if (request.training.steps > 0 && complete) {
+    curves_ok = Train(options, request.training, *machine.meter, folder.dir(), outputs, appendix);
   }
   // The plot first, so that the report can say why a picture is missing.
   const absl::Status plot = WriteParetoPlot(folder.dir(), rows);
