@@ -488,9 +488,12 @@ expect_exit 2 "report.md is a directory, where the sweep writes a file" \
 [[ "$(md5sum <"$tmp/dirout/results.csv")" == "$before" ]] || fail "rows were measured before refusing"
 no_temporaries "$tmp/dirout"
 # A folder in which files cannot be made (results.csv itself writable): refused before measuring.
-# Root may write anywhere, so as root the case runs as nobody, from a copy outside root's home;
-# where root cannot become nobody (Bazel's sandbox maps no other user), it is skipped, and runs
-# under ctest (tools/gpu/rehearse.sh and the trixie check in CI).
+# Root may write anywhere, so as root the case runs as nobody, from a copy outside root's home,
+# with copies of the shared libraries nobody cannot read there (a CMake build's and the C++
+# bundle's, under root's home in tools/gpu/rehearse.sh: found through LD_LIBRARY_PATH once the
+# RPATH's folder cannot be entered); where root cannot become nobody (Bazel's sandbox maps no
+# other user), it is skipped, and runs under ctest (tools/gpu/rehearse.sh and the trixie check
+# in CI).
 as_user=()
 ((EUID == 0)) && as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups)
 if ((EUID == 0)) && ! "${as_user[@]}" true 2>/dev/null; then
@@ -499,12 +502,18 @@ else
   locked=$(mktemp -d /tmp/ckptlab-locked.XXXXXX)
   chmod 755 "$locked"
   cp "$(readlink -f "${sweep[0]}")" "$locked/sweep"
+  mkdir "$locked/lib"
+  while read -r library; do
+    "${as_user[@]}" test -r "$library" || cp "$library" "$locked/lib/"
+  done < <(ldd "$locked/sweep" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }')
+  chmod -R a+rX "$locked"
   finished "$locked/out"
   chmod 666 "$locked/out/results.csv"
   chmod 555 "$locked/out"
   before=$(md5sum <"$locked/out/results.csv")
   set +e
-  "${as_user[@]}" "$locked/sweep" --device=cpu \
+  "${as_user[@]}" env LD_LIBRARY_PATH="$locked/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    "$locked/sweep" --device=cpu \
     --models=heavy_mlp:depth=2:hidden=4:batch=2,heavy_mlp:depth=5:hidden=4:batch=2 \
     --strategies=store_all --steps=1 --warmup=0 --out="$locked/out" --resume \
     >/dev/null 2>"$tmp/locked.stderr"
