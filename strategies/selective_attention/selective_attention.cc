@@ -18,9 +18,8 @@ absl::StatusOr<Plan> SelectiveAttention::MakePlan(const ModelProfile& profile) c
   if (n > 0) plan.segments.push_back({0, n, SegmentMode::kStored});
   int attention = 0;
   for (const StageInfo& stage : profile.stages) {
-    plan.stage_policies.push_back(
-        PolicyFor(stage, PartKind::kAttentionCore,
-                  {PartAction::Recompute(PartKind::kAttentionCore)}));
+    plan.stage_policies.push_back(PolicyFor(stage, PartKind::kAttentionCore,
+                                            {PartAction::Recompute(PartKind::kAttentionCore)}));
     if (!plan.stage_policies.back().IsDefault()) ++attention;
   }
   plan.summary =
