@@ -165,13 +165,28 @@ void CheckAgainstStoreAll(const CaseSpec& c, testing::Case& built, const Run& re
   RC_ASSERT(std::abs(run.predicted.peak_bytes - measured_peak) <= peak_tolerance);
 }
 
+// A generated case of `model_id`, built, with store_all's step on it (the reference) and that
+// step's peak above its baseline (what budgets are generated from).
+struct ReferencedCase {
+  CaseSpec c;
+  testing::Case built;
+  Run reference;
+  int64_t reference_peak = 0;
+};
+ReferencedCase GenerateReferencedCase(const std::string& model_id) {
+  ReferencedCase r;
+  r.c = GenerateCase(model_id);
+  r.built = Build(r.c);
+  absl::StatusOr<Run> reference = StepUnder(r.built, "store_all", r.c.seed + 2);
+  RC_ASSERT(reference.ok());
+  r.reference = *std::move(reference);
+  r.reference_peak = r.reference.step.peak_bytes - r.reference.step.baseline_bytes;
+  return r;
+}
+
 // One generated case of `model_id`: every registered strategy against store_all.
 void CheckEveryStrategy(const std::string& model_id) {
-  const CaseSpec c = GenerateCase(model_id);
-  testing::Case built = Build(c);
-  absl::StatusOr<Run> reference = StepUnder(built, "store_all", c.seed + 2);
-  RC_ASSERT(reference.ok());
-  const int64_t reference_peak = reference->step.peak_bytes - reference->step.baseline_bytes;
+  auto [c, built, reference, reference_peak] = GenerateReferencedCase(model_id);
   for (const std::string& id : DefaultStrategies()) {
     // A strategy that plans to a budget gets one generated from this case's peak.
     const std::optional<std::string> budgeted = testing::BudgetSpec(id, reference_peak);
@@ -187,7 +202,7 @@ void CheckEveryStrategy(const std::string& model_id) {
       continue;
     }
     RC_TAG(id);
-    CheckAgainstStoreAll(c, built, *reference, *run);
+    CheckAgainstStoreAll(c, built, reference, *run);
     if (budgeted.has_value()) {
       // The budget holds: predicted, and measured exactly on the CPU.
       const int64_t budget = *ParseByteSize(budgeted->substr(budgeted->rfind('=') + 1));
@@ -219,11 +234,7 @@ void CheckGeneratedPlan(const std::string& model_id) {
 // written out as text and run back as `plan:file=`: the same plan, the same bytes to the byte
 // (on the CPU) and the same gradients to the bit as the plan run directly.
 void CheckWrittenPlans(const std::string& model_id) {
-  const CaseSpec c = GenerateCase(model_id);
-  testing::Case built = Build(c);
-  absl::StatusOr<Run> reference = StepUnder(built, "store_all", c.seed + 2);
-  RC_ASSERT(reference.ok());
-  const int64_t reference_peak = reference->step.peak_bytes - reference->step.baseline_bytes;
+  auto [c, built, reference, reference_peak] = GenerateReferencedCase(model_id);
   std::vector<Plan> plans;
   for (const std::string& id : DefaultStrategies()) {
     const std::string spec = testing::BudgetSpec(id, reference_peak).value_or(id);
