@@ -20,7 +20,8 @@ struct ChainExecutor::State {
       : values(program.num_values),
         losses(program.num_runs),
         inputs(program.num_runs),
-        snapshots(program.num_rng) {}
+        snapshots(program.num_rng),
+        host(program.num_host) {}
   std::vector<std::vector<at::Tensor>> values;  // by value id, while the executor holds them
   std::vector<at::Tensor> losses;               // per run that ends in the loss
   // Per run that starts past the batch, where its backward leaves its input's gradient.
@@ -29,11 +30,17 @@ struct ChainExecutor::State {
   std::vector<std::optional<RngState>> snapshots;
   std::vector<RngState> aside;  // the states kReplayRng set aside, innermost last
   at::Tensor loss;              // the step's loss, unscaled
+  std::vector<std::vector<at::Tensor>> host;  // by host buffer, from kOffload to kFetch
+  int64_t offloaded_bytes = 0;
 };
 
 ChainExecutor::ChainExecutor(std::shared_ptr<ChainModel> model, Plan plan, MemoryMeter* meter,
-                             c10::Device device)
-    : model_(std::move(model)), plan_(std::move(plan)), meter_(meter), device_(device) {
+                             HostPool* host_pool, c10::Device device)
+    : model_(std::move(model)),
+      plan_(std::move(plan)),
+      meter_(meter),
+      host_pool_(host_pool),
+      device_(device) {
   const std::vector<StageInfo> stages = model_->Stages();
   program_ = Compile(plan_, stages);
   for (size_t i = 0; i < stages.size(); ++i) {
@@ -46,7 +53,8 @@ absl::StatusOr<ChainExecutor> ChainExecutor::Create(std::shared_ptr<ChainModel> 
   if (model == nullptr || meter == nullptr) {
     return absl::InvalidArgumentError("ChainExecutor needs a model and a memory meter");
   }
-  return ChainExecutor(std::move(model), std::move(plan), meter, device);
+  ASSIGN_OR_RETURN(HostPool * host_pool, HostPoolFor(device));
+  return ChainExecutor(std::move(model), std::move(plan), meter, host_pool, device);
 }
 
 std::vector<at::Tensor> ChainExecutor::RunStage(int i, const std::vector<at::Tensor>& x,
@@ -123,6 +131,8 @@ StepResult ChainExecutor::RunStep(const Batch& batch, const StepOptions& options
   if (options.release_cached) meter_->ReleaseCached();
   StepResult r;
   meter_->ResetPeak();
+  host_pool_->ResetPeak();
+  const int64_t host_baseline = host_pool_->Stats().live_bytes;
   r.baseline_bytes = meter_->Stats().live_bytes;
   stage_calls_ = 0;
   const std::vector<c10::Device> rng_devices =
@@ -159,6 +169,22 @@ StepResult ChainExecutor::RunStep(const Batch& batch, const StepOptions& options
       case OpCode::kDropRng:
         state.snapshots[op.rng].reset();
         break;
+      case OpCode::kOffload: {
+        at::NoGradGuard no_grad;
+        for (const at::Tensor& t : state.values[op.input]) {
+          state.host[op.host].push_back(host_pool_->ToHost(t));
+          if (t.defined()) state.offloaded_bytes += static_cast<int64_t>(t.nbytes());
+        }
+        break;
+      }
+      case OpCode::kFetch: {
+        at::NoGradGuard no_grad;
+        for (const at::Tensor& t : state.host[op.host]) {
+          state.values[op.output].push_back(host_pool_->ToDevice(t, device_));
+        }
+        state.host[op.host].clear();
+        break;
+      }
     }
   }
   r.step_ms = timer->StopMs();
@@ -168,6 +194,8 @@ StepResult ChainExecutor::RunStep(const Batch& batch, const StepOptions& options
   r.peak_bytes = after.peak_bytes;
   r.peak_reserved_bytes = after.peak_reserved_bytes;
   r.recompute_forwards = stage_calls_ - program_.num_stages;
+  r.host_peak_bytes = host_pool_->Stats().peak_bytes - host_baseline;
+  r.offloaded_bytes = state.offloaded_bytes;
   return r;
 }
 

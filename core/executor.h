@@ -7,7 +7,8 @@
 // The plan is compiled once into its program (core/schedule.h), which each step runs op by op:
 // recorded runs are autograd graphs, and backward is one call per run, from the gradient the
 // executor holds to the gradient at the run's start. Memory is counted by the meter of the
-// model's device (memory_meter.h), so on CPU every figure is exact. All LibTorch exceptions
+// model's device (memory_meter.h), an offloading plan's host copies by the host pool
+// (host_pool.h), so on CPU every figure is exact. All LibTorch exceptions
 // become Status here (torch_status.h): out of memory is ResourceExhausted.
 #pragma once
 
@@ -19,6 +20,7 @@
 #include "c10/core/Device.h"
 #include "c10/core/ScalarType.h"
 #include "core/chain_model.h"
+#include "core/host_pool.h"
 #include "core/memory_meter.h"
 #include "core/plan.h"
 #include "core/schedule.h"
@@ -37,6 +39,10 @@ struct StepResult {
   // Stage forwards run during backward: every stage call beyond the forward pass's one per
   // stage. store_all: 0; uniform: the stages of its checkpointed segments.
   int64_t recompute_forwards = 0;
+  // Offloading plans (core/host_pool.h): the most bytes the host pool held during the step,
+  // and the bytes copied to it (as many come back).
+  int64_t host_peak_bytes = 0;
+  int64_t offloaded_bytes = 0;
   double step_ms = 0;  // forward + loss + backward
 };
 
@@ -73,7 +79,7 @@ class ChainExecutor {
   struct State;  // one step's values, gradients and RNG snapshots
 
   ChainExecutor(std::shared_ptr<ChainModel> model, Plan plan, MemoryMeter* meter,
-                c10::Device device);
+                HostPool* host_pool, c10::Device device);
   StepResult RunStep(const Batch& batch, const StepOptions& options);  // throws
   void Forward(const Op& op, const Batch& batch, const StepOptions& options, State& state);
   void Backward(const Op& op, const StepOptions& options, State& state);
@@ -84,6 +90,7 @@ class ChainExecutor {
   Program program_;
   std::vector<StageParts> parts_;  // per stage, with the plan's policy
   MemoryMeter* meter_;
+  HostPool* host_pool_;
   c10::Device device_;
   int64_t stage_calls_ = 0;  // stage forwards since the step began
 };

@@ -40,6 +40,7 @@ class StepReplay {
     values_.assign(program.num_values, Boundary{});
     values_[0] = Boundary{0, 1};  // the batch: in the baseline, the caller's throughout
     runs_.assign(program.num_runs, RunFrame{});
+    host_bytes_.assign(program.num_host, 0);
     MemoryPrediction p;
     const size_t forward_end = program.ForwardEnd();
     for (size_t i = 0; i < program.ops.size(); ++i) {
@@ -68,9 +69,21 @@ class StepReplay {
         case OpCode::kDropRng:
           Add(-rng_bytes_);
           break;
+        case OpCode::kOffload:
+          host_bytes_[op.host] = values_[op.input].bytes;
+          host_live_ += host_bytes_[op.host];
+          host_peak_ = std::max(host_peak_, host_live_);
+          p.offloaded_bytes += host_bytes_[op.host];
+          break;
+        case OpCode::kFetch:  // the device copy is made before the host's is freed
+          Add(host_bytes_[op.host]);
+          values_[op.output] = Boundary{host_bytes_[op.host], 1};
+          host_live_ -= host_bytes_[op.host];
+          break;
       }
     }
     p.peak_bytes = peak_;
+    p.host_peak_bytes = host_peak_;
     return p;
   }
 
@@ -220,6 +233,9 @@ class StepReplay {
   int64_t grad_ = 0;  // the gradient flowing backward, w.r.t. the current boundary
   int64_t live_ = 0;
   int64_t peak_ = 0;
+  std::vector<int64_t> host_bytes_;  // by host buffer
+  int64_t host_live_ = 0;
+  int64_t host_peak_ = 0;
 };
 
 }  // namespace

@@ -11,7 +11,8 @@
 // a forward without a graph keeps one boundary at a time; a backward call holds the run's
 // outputs and its incoming gradient until it returns, and swaps each stage's retained bytes for
 // its input's gradient and the parameters' first gradients; RNG snapshots live from their
-// capture to their release. How exact it is, measured: docs/memory-model.md. Needs no LibTorch.
+// capture to their release; an offloaded value's copy lives in the host pool from its copy out to
+// its fetch, which makes a new device value. How exact it is, measured: docs/memory-model.md. Needs no LibTorch.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +33,10 @@ inline constexpr int64_t kBudgetSlackBytes = 64;
 struct MemoryPrediction {
   int64_t activation_bytes = 0;  // live after forward and loss, above the baseline
   int64_t peak_bytes = 0;        // highest live during the step, above the baseline
+  // Offloading plans: the host pool's highest live bytes during the step (core/host_pool.h),
+  // and the bytes copied to it (as many come back). The device figures above exclude them.
+  int64_t host_peak_bytes = 0;
+  int64_t offloaded_bytes = 0;
 };
 
 // `plan` must be valid for the profile's stages (ValidatePlan), and `profile` must hold every

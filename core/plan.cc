@@ -42,11 +42,12 @@ absl::Status ValidateSegments(const Plan& plan, const std::vector<Segment>& segm
                                   " and ending by ", end));
     }
     if (!s.inner.empty()) {
-      if (s.mode != SegmentMode::kCheckpointed) {
-        return Invalid(
-            plan, s.position,
-            absl::StrCat(where, "segment [", s.begin, ",", s.end, ") is ", SegmentModeName(s.mode),
-                         " but holds an inner plan; only checkpointed segments do"));
+      if (!HasInnerPlan(s.mode)) {
+        return Invalid(plan, s.position,
+                       absl::StrCat(where, "segment [", s.begin, ",", s.end, ") is ",
+                                    SegmentModeName(s.mode),
+                                    " but holds an inner plan; only checkpointed and offloaded "
+                                    "segments do"));
       }
       RETURN_IF_ERROR(ValidateSegments(plan, s.inner, s.begin, s.end,
                                        absl::StrCat(where, "inside [", s.begin, ",", s.end, ") ")));
@@ -71,6 +72,8 @@ absl::string_view SegmentModeName(SegmentMode mode) {
       return "checkpointed";
     case SegmentMode::kRecomputeAll:
       return "recompute-all";
+    case SegmentMode::kOffloaded:
+      return "offloaded";
   }
   return "unknown";
 }

@@ -35,21 +35,30 @@ enum class SegmentMode {
   // segment from its input up to that stage without a graph, then the stage with one, and
   // backpropagate through it: O(1) stored activations, O(n^2) stage forwards.
   kRecomputeAll,
+  // Checkpointed, with its kept input on the host: moved to the host pool after the forward
+  // that reads it, and back to the device before its rerun (DeepSpeed's cpu_checkpointing). The
+  // device holds neither its activations nor, unless something else holds it, its input.
+  kOffloaded,
 };
 
 // Every mode, for the plan text's grammar (core/plan_text.h): a new mode is added here, with its
 // name in SegmentModeName and its rule in Compile (core/schedule.h).
 inline constexpr SegmentMode kSegmentModes[] = {SegmentMode::kStored, SegmentMode::kCheckpointed,
-                                                SegmentMode::kRecomputeAll};
+                                                SegmentMode::kRecomputeAll, SegmentMode::kOffloaded};
 absl::string_view SegmentModeName(SegmentMode mode);
+// Whether a segment of this mode is rerun in backward under a plan of its own (`inner`):
+// checkpointed and offloaded ones.
+inline bool HasInnerPlan(SegmentMode mode) {
+  return mode == SegmentMode::kCheckpointed || mode == SegmentMode::kOffloaded;
+}
 
 // Stages [begin, end) of the chain.
 struct Segment {
   int begin = 0;
   int end = 0;
   SegmentMode mode = SegmentMode::kStored;
-  // kCheckpointed only: the plan of its rerun in backward, segments covering [begin, end) in
-  // order. Empty: the rerun stores every stage.
+  // Modes with HasInnerPlan only: the plan of its rerun in backward, segments covering
+  // [begin, end) in order. Empty: the rerun stores every stage.
   std::vector<Segment> inner = {};
   TextPosition position = {};
 
@@ -76,7 +85,7 @@ struct Plan {
 
 // A plan is valid for a chain with these stages when its segments, and every checkpointed
 // segment's inner segments within it, are non-empty, contiguous, in order and cover their
-// range exactly; only checkpointed segments have inner plans; and its policies are for parts
+// range exactly; only checkpointed and offloaded segments have inner plans; and its policies are for parts
 // the stages declare, with actions that apply to them and chunk counts their axes allow.
 // InvalidArgument naming the element (with its line and column when plan text wrote it) and
 // what was expected. Plans are validated once, where they enter: a strategy's (PlanFor), a

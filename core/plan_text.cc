@@ -60,7 +60,7 @@ void AppendTree(std::string* out, const std::vector<Segment>& segments,
                       : absl::StrCat(stages[s.begin].name, " .. ", stages[s.end - 1].name);
     absl::StrAppend(out, std::string(2 * indent, ' '), "[", s.begin, ",", s.end, ") ",
                     SegmentModeName(s.mode), ": ", range, "\n");
-    if (s.mode != SegmentMode::kCheckpointed) continue;
+    if (!HasInnerPlan(s.mode)) continue;
     if (s.inner.empty()) {
       absl::StrAppend(out, std::string(2 * indent + 2, ' '), "rerun stored\n");
     } else {

@@ -7,6 +7,15 @@
 namespace ckpt {
 namespace {
 
+// A copy between value `value` and host buffer `host` (kOffload reads the value, kFetch makes it).
+Op HostOp(OpCode code, int value, int host) {
+  Op op;
+  op.code = code;
+  (code == OpCode::kOffload ? op.input : op.output) = value;
+  op.host = host;
+  return op;
+}
+
 class Compiler {
  public:
   Compiler(const Plan& plan, const std::vector<StageInfo>& stages) : plan_(plan), stages_(stages) {
@@ -30,6 +39,7 @@ class Compiler {
     int input = -1;                    // its input value (kept, for a segment)
     int output = -1;                   // its output value (a run's root; -1: the loss)
     int rng = -1;                      // the segment's snapshot, or -1
+    int host = -1;                     // the host buffer its input waits in, or -1
   };
 
   void Emit(Op op) {
@@ -78,17 +88,27 @@ class Compiler {
         i = j;
         continue;
       }
-      // Checkpointed or recompute-all: without a graph, keeping the input (and the RNG state
-      // where a stage draws from it) for the rerun.
+      // Checkpointed, offloaded or recompute-all: without a graph, keeping the input (and the
+      // RNG state where a stage draws from it) for the rerun; an offloaded one keeps it on the
+      // host, copied out while the segment's first pass reads it.
       int rng = -1;
       if (Stochastic(s.begin, s.end)) {
         rng = program_.num_rng++;
         Emit({OpCode::kSaveRng, 0, 0, -1, -1, -1, false, rng});
       }
+      int host = -1;
+      if (s.mode == SegmentMode::kOffloaded && value != 0) {
+        host = program_.num_host++;
+        Emit(HostOp(OpCode::kOffload, value, host));
+      }
       const int output = NewValue();
       Emit({OpCode::kForward, s.begin, s.end, value, output, -1, false, -1, rerun});
-      Hold(value);
-      pending.push_back({-1, &s, value, output, rng});
+      if (host >= 0) {
+        ReleaseIfUnheld(value);
+      } else {
+        Hold(value);
+      }
+      pending.push_back({-1, &s, value, output, rng, host});
       value = output;
       ++i;
     }
@@ -112,17 +132,37 @@ class Compiler {
         continue;
       }
       const Segment& s = *p->segment;
-      if (s.mode == SegmentMode::kCheckpointed) {
-        Rerun(s, *p);
+      Pending kept = *p;
+      if (p->host >= 0) kept.input = Fetch(p->host);
+      if (HasInnerPlan(s.mode)) {
+        Rerun(s, kept);
       } else {
-        RecomputeAll(s, *p);
+        RecomputeAll(s, kept);
       }
-      Drop(p->input);  // the kept input
+      Drop(kept.input);  // the kept input
       if (p->rng >= 0) Emit({OpCode::kDropRng, 0, 0, -1, -1, -1, false, p->rng});
     }
   }
 
-  // A checkpointed segment in backward: rerun as its inner plan says (every stage stored when it
+  // Host buffer `host` back on the device as a new value (held until its rerun is done), fetched
+  // before the last backward call that follows the copy out, else now. Returns the value.
+  int Fetch(int host) {
+    const int value = NewValue();
+    Hold(value);
+    auto at = program_.ops.end();
+    for (auto op = program_.ops.end(); op != program_.ops.begin();) {
+      --op;
+      if (op->code == OpCode::kOffload && op->host == host) break;
+      if (op->code == OpCode::kBackward) {
+        at = op;
+        break;
+      }
+    }
+    program_.ops.insert(at, HostOp(OpCode::kFetch, value, host));
+    return value;
+  }
+
+  // A checkpointed or offloaded segment in backward: rerun as its inner plan says (every stage stored when it
   // has none), replaying the RNG of its first pass, then backpropagate through that rerun.
   void Rerun(const Segment& s, const Pending& p) {
     const std::vector<Segment> whole = {Segment{s.begin, s.end, SegmentMode::kStored}};
@@ -220,6 +260,12 @@ std::string Program::ToString() const {
         break;
       case OpCode::kDropRng:
         absl::StrAppend(&out, "drop rng ", op.rng, "\n");
+        break;
+      case OpCode::kOffload:
+        absl::StrAppend(&out, "offload ", value(op.input), " -> host ", op.host, "\n");
+        break;
+      case OpCode::kFetch:
+        absl::StrAppend(&out, "fetch host ", op.host, " -> ", value(op.output), "\n");
         break;
     }
   }

@@ -19,6 +19,27 @@
 //     backward run 1                               to boundary 0
 //     release v2
 //
+// An offloaded segment's input goes to the host pool in a buffer (host slot) of its own: the
+// copy is issued before the segment's first pass, which reads the input meanwhile, and the
+// device value is released after it as usual (device bytes go only when nothing else holds the
+// value). It comes back as a new value, prefetched: the fetch is placed before the last backward
+// call that precedes the rerun (when one follows the copy out), so that on a device with a copy
+// engine it overlaps that call; its device bytes count from there. The batch (value 0) stays the
+// caller's: a segment offloaded from it is checkpointed.
+//
+//   plan [0,2) stored, [2,4) offloaded, [4,6) stored
+//     forward [0,2) v0 -> v1, run 0
+//     offload v1 -> host 0
+//     forward [2,4) v1 -> v2, no graph
+//     forward [4,6) v2 -> loss, run 1
+//     release v2
+//     fetch host 0 -> v3                           prefetched during run 1's backward
+//     backward run 1
+//     forward [2,4) v3 -> v4, run 2 (rerun)
+//     backward run 2
+//     release v4, release v3
+//     backward run 0                               v1 is run 0's root: the device kept it too
+//
 // A recorded run is one autograd graph from its input to its output (or the loss): store_all is
 // a single run, exactly a plain training step. Its backward is one call, from the gradient at its
 // end, which the executor holds until the call returns, to the gradient at its start.
@@ -41,6 +62,8 @@ enum class OpCode {
   kReplayRng,  // set the RNG streams to snapshot `rng`, keeping the current state aside
   kEndReplay,  // restore the state the last kReplayRng kept aside
   kDropRng,    // free snapshot `rng`
+  kOffload,    // copy value `input` into host buffer `host` (the value stays until released)
+  kFetch,      // copy host buffer `host` into new value `output` on the device; free the buffer
 };
 
 struct Op {
@@ -54,6 +77,7 @@ struct Op {
   bool loss = false;   // kForward, kBackward: the run goes on through the loss
   int rng = -1;        // kSaveRng, kReplayRng, kDropRng
   bool rerun = false;  // kForward: in the backward pass (its stages are recomputations)
+  int host = -1;       // kOffload, kFetch: the host buffer
 };
 
 struct Program {
@@ -61,6 +85,7 @@ struct Program {
   int num_values = 1;  // value 0 is the batch
   int num_runs = 0;
   int num_rng = 0;
+  int num_host = 0;  // host buffers (offloaded values)
   std::vector<Op> ops;
 
   // The index of the first kBackward: the ops before it are the forward pass and the loss.

@@ -163,6 +163,9 @@ void CheckAgainstStoreAll(const CaseSpec& c, testing::Case& built, const Run& re
            << run.step.baseline_bytes << "\n";
   RC_ASSERT(run.predicted.activation_bytes == run.step.activation_bytes);
   RC_ASSERT(std::abs(run.predicted.peak_bytes - measured_peak) <= peak_tolerance);
+  // The host pool (offloading plans; zeros otherwise), counted by what it allocates.
+  RC_ASSERT(run.predicted.offloaded_bytes == run.step.offloaded_bytes);
+  RC_ASSERT(run.predicted.host_peak_bytes == run.step.host_peak_bytes);
 }
 
 // A generated case of `model_id`, built, with store_all's step on it (the reference) and that
@@ -215,7 +218,7 @@ void CheckEveryStrategy(const std::string& model_id) {
 }
 
 // One generated case of `model_id` under a random plan: checkpoints nested in checkpoints,
-// recompute-all segments at any level, random part policies.
+// recompute-all and offloaded segments at any level, random part policies.
 void CheckGeneratedPlan(const std::string& model_id) {
   const CaseSpec c = GenerateCase(model_id);
   testing::Case built = Build(c);

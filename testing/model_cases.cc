@@ -50,8 +50,9 @@ std::vector<Segment> GenerateSegments(int begin, int end, int depth) {
     s.end = *rc::gen::inRange(b + 1, end + 1);
     s.mode = *rc::gen::weightedElement<SegmentMode>({{3, SegmentMode::kStored},
                                                      {4, SegmentMode::kCheckpointed},
-                                                     {1, SegmentMode::kRecomputeAll}});
-    if (s.mode == SegmentMode::kCheckpointed && depth > 0 && *rc::gen::inRange(0, 3) > 0) {
+                                                     {1, SegmentMode::kRecomputeAll},
+                                                     {2, SegmentMode::kOffloaded}});
+    if (HasInnerPlan(s.mode) && depth > 0 && *rc::gen::inRange(0, 3) > 0) {
       s.inner = GenerateSegments(s.begin, s.end, depth - 1);
     }
     segments.push_back(s);

@@ -42,8 +42,8 @@ std::vector<Segment> Segments(int begin, int end, int depth) {
     const int next = *rc::gen::inRange(at + 1, end + 1);
     Segment s{at, next,
               *rc::gen::element(SegmentMode::kStored, SegmentMode::kCheckpointed,
-                                SegmentMode::kRecomputeAll)};
-    if (s.mode == SegmentMode::kCheckpointed && depth > 0 && *rc::gen::arbitrary<bool>()) {
+                                SegmentMode::kRecomputeAll, SegmentMode::kOffloaded)};
+    if (HasInnerPlan(s.mode) && depth > 0 && *rc::gen::arbitrary<bool>()) {
       s.inner = Segments(at, next, depth - 1);
     }
     out.push_back(std::move(s));
@@ -148,8 +148,8 @@ TEST(PlanText, EveryErrorNamesWhereAndWhatWasExpected) {
   EXPECT_EQ(error("[0,4 stored"),
             "line 1, column 6: expected ')' after the segment's end, found 'stored'");
   EXPECT_EQ(error("[0,4) kept"),
-            "line 1, column 7: expected a mode (stored, checkpointed, recompute-all), found "
-            "'kept'");
+            "line 1, column 7: expected a mode (stored, checkpointed, recompute-all, offloaded), "
+            "found 'kept'");
   EXPECT_EQ(error("[0,4) stored x"),
             "line 1, column 14: expected ';' before a policy, or the end of the plan, found 'x'");
   EXPECT_EQ(error(""),
@@ -164,7 +164,7 @@ TEST(PlanText, EveryErrorNamesWhereAndWhatWasExpected) {
                         "expected a non-empty segment starting at 2 and ending by 4"));
   EXPECT_THAT(error("[0,2) stored"), HasSubstr("segments cover [0,2) of [0,4)"));
   EXPECT_THAT(error("[0,4) stored {[0,4) stored}"),
-              HasSubstr("is stored but holds an inner plan; only checkpointed segments do"));
+              HasSubstr("is stored but holds an inner plan; only checkpointed and offloaded segments do"));
   EXPECT_THAT(error("[0,4) checkpointed {[0,2) stored,\n [2,5) stored}"),
               HasSubstr("line 2, column 2: plan of plan:file=p.txt is invalid: inside [0,4) "
                         "segment [2,5)"));

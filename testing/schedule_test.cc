@@ -1,0 +1,148 @@
+// The plan compiler (core/schedule.h): the offload rule's program, exactly, and on generated
+// plans the invariants its three readers rely on: values are read only while live and released
+// once, every host buffer is copied out once and fetched once after it, and offloading changes
+// where inputs wait, never what is computed.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/plan.h"
+#include "core/plan_text.h"
+#include "core/schedule.h"
+#include "gtest/gtest.h"
+#include "rapidcheck.h"
+#include "rapidcheck/gtest.h"
+#include "testing/model_cases.h"
+
+namespace ckpt {
+namespace {
+
+std::vector<StageInfo> Chain(int n, bool stochastic = false) {
+  std::vector<StageInfo> stages(n);
+  for (int i = 0; i < n; ++i) {
+    stages[i].name = "s" + std::to_string(i);
+    stages[i].stochastic = stochastic;
+  }
+  return stages;
+}
+
+Program CompileText(const std::string& text, const std::vector<StageInfo>& stages) {
+  absl::StatusOr<Plan> plan = ParsePlan(text, stages, "test");
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return Compile(*plan, stages);
+}
+
+TEST(Schedule, OffloadedSegmentCopiesItsInputOutAndPrefetchesItBeforeTheLastBackward) {
+  const Program program = CompileText("[0,2) stored, [2,4) offloaded, [4,6) stored", Chain(6));
+  EXPECT_EQ(program.num_host, 1);
+  EXPECT_EQ(program.ToString(),
+            "forward [0,2) v0 -> v1, run 0\n"
+            "offload v1 -> host 0\n"
+            "forward [2,4) v1 -> v2, no graph\n"
+            "forward [4,6) v2 -> loss, run 1\n"
+            "release v2\n"
+            "fetch host 0 -> v3\n"
+            "backward run 1 [4,6) from the loss\n"
+            "forward [2,4) v3 -> v4, run 2 (rerun)\n"
+            "backward run 2 [2,4)\n"
+            "release v4\n"
+            "release v3\n"
+            "backward run 0 [0,2)\n"
+            "release v1\n");
+}
+
+TEST(Schedule, TheBatchIsNotOffloaded) {
+  const std::vector<StageInfo> stages = Chain(4);
+  EXPECT_EQ(CompileText("[0,2) offloaded, [2,4) stored", stages).ToString(),
+            CompileText("[0,2) checkpointed, [2,4) stored", stages).ToString());
+}
+
+TEST(Schedule, AFetchNeverPrecedesItsCopyOut) {
+  // The inner segment's input is made, and copied out, during the outer rerun: its fetch must
+  // come after that, not before the backward that precedes the outer rerun.
+  const Program program =
+      CompileText("[0,1) stored, [1,4) offloaded {[1,2) stored, [2,4) offloaded}", Chain(4));
+  std::map<int, size_t> out;
+  for (size_t i = 0; i < program.ops.size(); ++i) {
+    const Op& op = program.ops[i];
+    if (op.code == OpCode::kOffload) out[op.host] = i;
+    if (op.code == OpCode::kFetch) {
+      ASSERT_TRUE(out.count(op.host)) << program.ToString();
+    }
+  }
+  EXPECT_EQ(program.num_host, 2);
+}
+
+// `segments` with every offloaded segment checkpointed instead.
+std::vector<Segment> WithoutOffload(std::vector<Segment> segments) {
+  for (Segment& s : segments) {
+    if (s.mode == SegmentMode::kOffloaded) s.mode = SegmentMode::kCheckpointed;
+    s.inner = WithoutOffload(s.inner);
+  }
+  return segments;
+}
+
+// The computing ops (forwards and backwards), what the arithmetic of a step is.
+std::string Computation(const Program& program) {
+  std::string out;
+  for (const Op& op : program.ops) {
+    if (op.code != OpCode::kForward && op.code != OpCode::kBackward) continue;
+    out += (op.code == OpCode::kForward ? "F" : "B") + std::to_string(op.begin) + "," +
+           std::to_string(op.end) + (op.run >= 0 ? "r" + std::to_string(op.run) : "") +
+           (op.loss ? "L" : "") + (op.rerun ? "R" : "") + " ";
+  }
+  return out;
+}
+
+RC_GTEST_PROP(Schedule, GeneratedPlansUseValuesWhileLiveAndHostBuffersOnce, ()) {
+  const int n = *rc::gen::inRange(1, 13);
+  const std::vector<StageInfo> stages = Chain(n, *rc::gen::arbitrary<bool>());
+  const Plan plan = *testing::RandomPlan(stages);
+  const Program program = Compile(plan, stages);
+  RC_LOG() << PlanToText(plan, stages) << "\n" << program.ToString();
+
+  enum class Life { kUnmade, kLive, kReleased };
+  std::vector<Life> values(program.num_values, Life::kUnmade);
+  values[0] = Life::kLive;
+  std::vector<Life> host(program.num_host, Life::kUnmade);
+  auto read = [&](int v) { RC_ASSERT(v >= 0 && values[v] == Life::kLive); };
+  auto make = [&](int v) {
+    RC_ASSERT(v > 0 && values[v] == Life::kUnmade);
+    values[v] = Life::kLive;
+  };
+  for (const Op& op : program.ops) {
+    switch (op.code) {
+      case OpCode::kForward:
+        read(op.input);
+        if (!op.loss) make(op.output);
+        break;
+      case OpCode::kRelease:
+        read(op.input);
+        RC_ASSERT(op.input != 0);
+        values[op.input] = Life::kReleased;
+        break;
+      case OpCode::kOffload:
+        read(op.input);
+        RC_ASSERT(op.input != 0);
+        RC_ASSERT(host[op.host] == Life::kUnmade);
+        host[op.host] = Life::kLive;
+        break;
+      case OpCode::kFetch:
+        RC_ASSERT(host[op.host] == Life::kLive);
+        host[op.host] = Life::kReleased;
+        make(op.output);
+        break;
+      default:
+        break;
+    }
+  }
+  for (size_t v = 1; v < values.size(); ++v) RC_ASSERT(values[v] == Life::kReleased);
+  for (const Life h : host) RC_ASSERT(h == Life::kReleased);
+
+  Plan kept = plan;
+  kept.segments = WithoutOffload(plan.segments);
+  RC_ASSERT(Computation(Compile(kept, stages)) == Computation(program));
+}
+
+}  // namespace
+}  // namespace ckpt
