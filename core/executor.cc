@@ -28,8 +28,8 @@ struct ChainExecutor::State {
   std::vector<c10::intrusive_ptr<InputGradients>> inputs;
   std::vector<at::Tensor> grad;  // the gradient at the boundary backward has reached
   std::vector<std::optional<RngState>> snapshots;
-  std::vector<RngState> aside;  // the states kReplayRng set aside, innermost last
-  at::Tensor loss;              // the step's loss, unscaled
+  std::vector<RngState> aside;                // the states kReplayRng set aside, innermost last
+  at::Tensor loss;                            // the step's loss, unscaled
   std::vector<std::vector<at::Tensor>> host;  // by host buffer, from kOffload to kFetch
   int64_t offloaded_bytes = 0;
 };

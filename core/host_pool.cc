@@ -81,8 +81,8 @@ class CudaHostPool final : public HostPool {
  public:
   at::Tensor ToHost(const at::Tensor& t) override {
     if (!t.defined()) return {};
-    at::Tensor pinned =
-        at::empty(t.sizes(), t.options().device(c10::kCPU).pinned_memory(true).requires_grad(false));
+    at::Tensor pinned = at::empty(
+        t.sizes(), t.options().device(c10::kCPU).pinned_memory(true).requires_grad(false));
     pinned.copy_(t, /*non_blocking=*/true);
     const int64_t bytes = static_cast<int64_t>(pinned.nbytes());
     void* data = pinned.data_ptr();
@@ -109,7 +109,8 @@ class CudaHostPool final : public HostPool {
       TORCH_CHECK(it != pinned_.end(), "ckptlab host pool: a tensor it did not make");
       pinned = it->second;
     }
-    at::Tensor out = at::empty(pinned.sizes(), pinned.options().device(device).pinned_memory(false));
+    at::Tensor out =
+        at::empty(pinned.sizes(), pinned.options().device(device).pinned_memory(false));
     out.copy_(pinned, /*non_blocking=*/true);
     return out;
   }

@@ -12,7 +12,8 @@
 // outputs and its incoming gradient until it returns, and swaps each stage's retained bytes for
 // its input's gradient and the parameters' first gradients; RNG snapshots live from their
 // capture to their release; an offloaded value's copy lives in the host pool from its copy out to
-// its fetch, which makes a new device value. How exact it is, measured: docs/memory-model.md. Needs no LibTorch.
+// its fetch, which makes a new device value. How exact it is, measured: docs/memory-model.md. Needs
+// no LibTorch.
 #pragma once
 
 #include <cstdint>

@@ -43,11 +43,11 @@ absl::Status ValidateSegments(const Plan& plan, const std::vector<Segment>& segm
     }
     if (!s.inner.empty()) {
       if (!HasInnerPlan(s.mode)) {
-        return Invalid(plan, s.position,
-                       absl::StrCat(where, "segment [", s.begin, ",", s.end, ") is ",
-                                    SegmentModeName(s.mode),
-                                    " but holds an inner plan; only checkpointed and offloaded "
-                                    "segments do"));
+        return Invalid(
+            plan, s.position,
+            absl::StrCat(where, "segment [", s.begin, ",", s.end, ") is ", SegmentModeName(s.mode),
+                         " but holds an inner plan; only checkpointed and offloaded "
+                         "segments do"));
       }
       RETURN_IF_ERROR(ValidateSegments(plan, s.inner, s.begin, s.end,
                                        absl::StrCat(where, "inside [", s.begin, ",", s.end, ") ")));

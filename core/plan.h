@@ -44,7 +44,8 @@ enum class SegmentMode {
 // Every mode, for the plan text's grammar (core/plan_text.h): a new mode is added here, with its
 // name in SegmentModeName and its rule in Compile (core/schedule.h).
 inline constexpr SegmentMode kSegmentModes[] = {SegmentMode::kStored, SegmentMode::kCheckpointed,
-                                                SegmentMode::kRecomputeAll, SegmentMode::kOffloaded};
+                                                SegmentMode::kRecomputeAll,
+                                                SegmentMode::kOffloaded};
 absl::string_view SegmentModeName(SegmentMode mode);
 // Whether a segment of this mode is rerun in backward under a plan of its own (`inner`):
 // checkpointed and offloaded ones.
@@ -85,8 +86,8 @@ struct Plan {
 
 // A plan is valid for a chain with these stages when its segments, and every checkpointed
 // segment's inner segments within it, are non-empty, contiguous, in order and cover their
-// range exactly; only checkpointed and offloaded segments have inner plans; and its policies are for parts
-// the stages declare, with actions that apply to them and chunk counts their axes allow.
+// range exactly; only checkpointed and offloaded segments have inner plans; and its policies are
+// for parts the stages declare, with actions that apply to them and chunk counts their axes allow.
 // InvalidArgument naming the element (with its line and column when plan text wrote it) and
 // what was expected. Plans are validated once, where they enter: a strategy's (PlanFor), a
 // file's (ParsePlan).

@@ -97,7 +97,7 @@ class Compiler {
         Emit({OpCode::kSaveRng, 0, 0, -1, -1, -1, false, rng});
       }
       int host = -1;
-      if (s.mode == SegmentMode::kOffloaded && value != 0) {
+      if (s.mode == SegmentMode::kOffloaded && holds_[value] == 0) {  // (value 0 is held)
         host = program_.num_host++;
         Emit(HostOp(OpCode::kOffload, value, host));
       }
@@ -162,8 +162,9 @@ class Compiler {
     return value;
   }
 
-  // A checkpointed or offloaded segment in backward: rerun as its inner plan says (every stage stored when it
-  // has none), replaying the RNG of its first pass, then backpropagate through that rerun.
+  // A checkpointed or offloaded segment in backward: rerun as its inner plan says (every stage
+  // stored when it has none), replaying the RNG of its first pass, then backpropagate through that
+  // rerun.
   void Rerun(const Segment& s, const Pending& p) {
     const std::vector<Segment> whole = {Segment{s.begin, s.end, SegmentMode::kStored}};
     const std::vector<Segment>& inner = s.inner.empty() ? whole : s.inner;
@@ -209,7 +210,7 @@ class Compiler {
 
 size_t Program::ForwardEnd() const {
   for (size_t i = 0; i < ops.size(); ++i) {
-    if (ops[i].code == OpCode::kBackward) return i;
+    if (ops[i].code == OpCode::kBackward || ops[i].code == OpCode::kFetch) return i;
   }
   return ops.size();
 }

@@ -24,21 +24,21 @@
 // device value is released after it as usual (device bytes go only when nothing else holds the
 // value). It comes back as a new value, prefetched: the fetch is placed before the last backward
 // call that precedes the rerun (when one follows the copy out), so that on a device with a copy
-// engine it overlaps that call; its device bytes count from there. The batch (value 0) stays the
-// caller's: a segment offloaded from it is checkpointed.
+// engine it overlaps that call; its device bytes count from there. An input that something else
+// holds on the device anyway is not copied (the segment is then checkpointed): the batch, which
+// is the caller's, a recorded run's output, which its backward starts from, a rerun's input.
 //
-//   plan [0,2) stored, [2,4) offloaded, [4,6) stored
-//     forward [0,2) v0 -> v1, run 0
+//   plan [0,2) checkpointed, [2,4) offloaded, [4,6) stored
+//     forward [0,2) v0 -> v1, no graph
 //     offload v1 -> host 0
 //     forward [2,4) v1 -> v2, no graph
-//     forward [4,6) v2 -> loss, run 1
+//     release v1                                   the device copy goes after the first pass
+//     forward [4,6) v2 -> loss, run 0
 //     release v2
-//     fetch host 0 -> v3                           prefetched during run 1's backward
-//     backward run 1
-//     forward [2,4) v3 -> v4, run 2 (rerun)
-//     backward run 2
-//     release v4, release v3
-//     backward run 0                               v1 is run 0's root: the device kept it too
+//     fetch host 0 -> v3                           prefetched during run 0's backward
+//     backward run 0 from the loss
+//     forward [2,4) v3 -> v4, run 1 (rerun)        then the rerun of [0,2), as checkpointed
+//     ...
 //
 // A recorded run is one autograd graph from its input to its output (or the loss): store_all is
 // a single run, exactly a plain training step. Its backward is one call, from the gradient at its
@@ -88,7 +88,8 @@ struct Program {
   int num_host = 0;  // host buffers (offloaded values)
   std::vector<Op> ops;
 
-  // The index of the first kBackward: the ops before it are the forward pass and the loss.
+  // The index of the first kBackward or kFetch (a prefetch for the first backward): the ops
+  // before it are the forward pass and the loss.
   size_t ForwardEnd() const;
   // Stage forwards run in the backward pass: what backward recomputes.
   int64_t RecomputedStages() const;

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/chain_model.h"
 #include "core/profiler.h"
+#include "core/schedule.h"
 #include "core/strategy.h"
 #include "core/workload.h"
 #include "experiments/sweep.h"
@@ -54,6 +55,55 @@ RC_GTEST_PROP(MemoryProperties, RecomputeAllAtMostUniformAtMostStoreAll, ()) {
   const int64_t recompute_all = Activation(spec, "recompute_all");
   RC_ASSERT(recompute_all <= uniform);
   RC_ASSERT(uniform <= store_all);
+}
+
+// Offloading moves a checkpoint's kept input to the host pool, and nothing else: on generated
+// instances of every model under a generated plan, the plan with its checkpointed segments
+// offloaded has the same gradients to the bit, no more device bytes after forward or at the
+// peak, and after forward exactly the bytes it moved out of the device fewer (the host pool
+// holds them: its copies made in the forward pass, counted from their inputs' sizes).
+// `segments` with every segment of mode `from`, at any depth, in mode `to`.
+std::vector<Segment> Remoded(std::vector<Segment> segments, SegmentMode from, SegmentMode to) {
+  for (Segment& s : segments) {
+    if (s.mode == from) s.mode = to;
+    s.inner = Remoded(s.inner, from, to);
+  }
+  return segments;
+}
+
+RC_GTEST_PROP(MemoryProperties, OffloadingMovesKeptInputsToTheHostAndNothingElse, ()) {
+  const std::string model_id = *rc::gen::elementOf(Models().Ids());
+  const std::string spec = *testing::SmallModelSpec(model_id, /*dropout=*/true).as("model");
+  absl::StatusOr<testing::Case> c = testing::BuildCase(spec, /*seed=*/1);
+  RC_ASSERT(c.ok());
+  const Plan plan = *testing::RandomPlan(c->profile.stages).as("plan");
+  Plan kept = plan, offloaded = plan;
+  kept.segments = Remoded(plan.segments, SegmentMode::kOffloaded, SegmentMode::kCheckpointed);
+  offloaded.segments = Remoded(plan.segments, SegmentMode::kCheckpointed, SegmentMode::kOffloaded);
+  absl::StatusOr<Run> a = testing::StepUnder(*c, kept, 2);
+  absl::StatusOr<Run> b = testing::StepUnder(*c, offloaded, 2);
+  RC_ASSERT(a.ok() && b.ok());
+  RC_ASSERT(a->step.loss == b->step.loss);
+  for (size_t i = 0; i < a->grads.size(); ++i) {
+    RC_ASSERT(a->grads[i].defined() == b->grads[i].defined());
+    if (a->grads[i].defined()) RC_ASSERT(at::equal(a->grads[i], b->grads[i]));
+  }
+  RC_ASSERT(a->step.host_peak_bytes == 0);
+  RC_ASSERT(b->step.activation_bytes <= a->step.activation_bytes);
+  RC_ASSERT(b->step.peak_bytes - b->step.baseline_bytes <=
+            a->step.peak_bytes - a->step.baseline_bytes);
+  const Program program = Compile(offloaded, c->profile.stages);
+  int64_t moved_in_forward = 0;
+  for (size_t i = 0; i < program.ForwardEnd(); ++i) {
+    const Op& op = program.ops[i];
+    if (op.code != OpCode::kOffload) continue;
+    // The value read is the output of the stage before the segment (op.input's boundary).
+    const Op& next = program.ops[i + 1];
+    RC_ASSERT(next.code == OpCode::kForward && next.input == op.input);
+    moved_in_forward += c->profile.Stored(next.begin - 1).output_bytes;
+  }
+  RC_TAG(moved_in_forward > 0 ? "moved" : "nothing to move");
+  RC_ASSERT(a->step.activation_bytes - b->step.activation_bytes == moved_in_forward);
 }
 
 // Stages a model declares alike (StageInfo::repeat_key) are measured once and the others given

@@ -163,8 +163,9 @@ TEST(PlanText, EveryErrorNamesWhereAndWhatWasExpected) {
               HasSubstr("line 1, column 15: plan of plan:file=p.txt is invalid: segment [3,4); "
                         "expected a non-empty segment starting at 2 and ending by 4"));
   EXPECT_THAT(error("[0,2) stored"), HasSubstr("segments cover [0,2) of [0,4)"));
-  EXPECT_THAT(error("[0,4) stored {[0,4) stored}"),
-              HasSubstr("is stored but holds an inner plan; only checkpointed and offloaded segments do"));
+  EXPECT_THAT(
+      error("[0,4) stored {[0,4) stored}"),
+      HasSubstr("is stored but holds an inner plan; only checkpointed and offloaded segments do"));
   EXPECT_THAT(error("[0,4) checkpointed {[0,2) stored,\n [2,5) stored}"),
               HasSubstr("line 2, column 2: plan of plan:file=p.txt is invalid: inside [0,4) "
                         "segment [2,5)"));

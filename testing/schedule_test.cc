@@ -2,13 +2,14 @@
 // plans the invariants its three readers rely on: values are read only while live and released
 // once, every host buffer is copied out once and fetched once after it, and offloading changes
 // where inputs wait, never what is computed.
+#include "core/schedule.h"
+
 #include <map>
 #include <string>
 #include <vector>
 
 #include "core/plan.h"
 #include "core/plan_text.h"
-#include "core/schedule.h"
 #include "gtest/gtest.h"
 #include "rapidcheck.h"
 #include "rapidcheck/gtest.h"
@@ -33,35 +34,46 @@ Program CompileText(const std::string& text, const std::vector<StageInfo>& stage
 }
 
 TEST(Schedule, OffloadedSegmentCopiesItsInputOutAndPrefetchesItBeforeTheLastBackward) {
-  const Program program = CompileText("[0,2) stored, [2,4) offloaded, [4,6) stored", Chain(6));
+  const Program program =
+      CompileText("[0,2) checkpointed, [2,4) offloaded, [4,6) stored", Chain(6));
   EXPECT_EQ(program.num_host, 1);
   EXPECT_EQ(program.ToString(),
-            "forward [0,2) v0 -> v1, run 0\n"
+            "forward [0,2) v0 -> v1, no graph\n"
             "offload v1 -> host 0\n"
             "forward [2,4) v1 -> v2, no graph\n"
-            "forward [4,6) v2 -> loss, run 1\n"
+            "release v1\n"
+            "forward [4,6) v2 -> loss, run 0\n"
             "release v2\n"
             "fetch host 0 -> v3\n"
-            "backward run 1 [4,6) from the loss\n"
-            "forward [2,4) v3 -> v4, run 2 (rerun)\n"
-            "backward run 2 [2,4)\n"
+            "backward run 0 [4,6) from the loss\n"
+            "forward [2,4) v3 -> v4, run 1 (rerun)\n"
+            "backward run 1 [2,4)\n"
             "release v4\n"
             "release v3\n"
-            "backward run 0 [0,2)\n"
-            "release v1\n");
+            "forward [0,2) v0 -> v5, run 2 (rerun)\n"
+            "backward run 2 [0,2)\n"
+            "release v5\n");
 }
 
-TEST(Schedule, TheBatchIsNotOffloaded) {
-  const std::vector<StageInfo> stages = Chain(4);
-  EXPECT_EQ(CompileText("[0,2) offloaded, [2,4) stored", stages).ToString(),
-            CompileText("[0,2) checkpointed, [2,4) stored", stages).ToString());
+TEST(Schedule, AnInputTheDeviceHoldsAnywayIsNotCopied) {
+  const std::vector<StageInfo> stages = Chain(6);
+  // The batch, and a recorded run's output (its backward's root).
+  EXPECT_EQ(CompileText("[0,2) offloaded, [2,6) stored", stages).ToString(),
+            CompileText("[0,2) checkpointed, [2,6) stored", stages).ToString());
+  EXPECT_EQ(CompileText("[0,2) stored, [2,4) offloaded, [4,6) stored", stages).ToString(),
+            CompileText("[0,2) stored, [2,4) checkpointed, [4,6) stored", stages).ToString());
+  // A rerun's input, which its checkpoint keeps until the rerun's backward is done.
+  EXPECT_EQ(
+      CompileText("[0,1) checkpointed, [1,6) offloaded {[1,2) offloaded, [2,6) stored}", stages)
+          .num_host,
+      1);
 }
 
 TEST(Schedule, AFetchNeverPrecedesItsCopyOut) {
-  // The inner segment's input is made, and copied out, during the outer rerun: its fetch must
-  // come after that, not before the backward that precedes the outer rerun.
-  const Program program =
-      CompileText("[0,1) stored, [1,4) offloaded {[1,2) stored, [2,4) offloaded}", Chain(4));
+  // The inner offloaded segment's input is made, and copied out, during the outer rerun: its
+  // fetch must come after that, not before the backward that precedes the outer rerun.
+  const Program program = CompileText(
+      "[0,1) checkpointed, [1,4) offloaded {[1,2) checkpointed, [2,4) offloaded}", Chain(4));
   std::map<int, size_t> out;
   for (size_t i = 0; i < program.ops.size(); ++i) {
     const Op& op = program.ops[i];
