@@ -83,6 +83,16 @@ struct ModelProfile {
   int64_t param_bytes = 0;  // bytes of the model's parameters
   bool timed = false;       // whether the times were measured (or are zeros)
   int menu_chunks = 4;      // the chunk count of the chunking policies in the stages' menus
+  // Offload copies between the device and the host pool (core/host_pool.h), in bytes per ms each
+  // way: measured by the profiler (timed) on the largest stage boundary, or assumed (a link the
+  // run does not have, as --link_bandwidth sets: then `link_assumed`). 0: unknown.
+  double to_host_bytes_per_ms = 0;
+  double from_host_bytes_per_ms = 0;
+  bool link_assumed = false;
+  // Whether a copy runs beside the compute (a GPU's copy engine, or an assumed link), so that
+  // the time model charges only what the compute running meanwhile does not hide; false: the
+  // copy is the compute's own work (a CPU's memcpy), charged in full.
+  bool copies_overlap = false;
 
   int num_stages() const { return static_cast<int>(stages.size()); }
   // Stage `stage` under `policy`, or nullptr when that policy was not measured.

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/checkpoint.h"
 #include "core/device.h"
+#include "core/host_pool.h"
 #include "core/rng.h"
 #include "core/torch_status.h"
 #include "torch/csrc/autograd/autograd.h"
@@ -133,6 +134,12 @@ class Profiler {
       Report("measuring", i + 1);
     }
     MeasureLoss(inputs_.back(), profile.loss);
+    if (options_.link_bytes_per_ms > 0) {
+      profile.to_host_bytes_per_ms = profile.from_host_bytes_per_ms = options_.link_bytes_per_ms;
+      profile.link_assumed = profile.copies_overlap = true;
+    } else if (options_.timed) {
+      MeasureCopyRates(profile);
+    }
     return profile;
   }
 
@@ -344,6 +351,36 @@ class Profiler {
     const int64_t transient = meter_.Stats().peak_bytes - base;
     ClearGradients(StageParams(i));
     return transient;
+  }
+
+  // The offload copies' rates each way, on the largest stage boundary: copies to the host pool
+  // and back repeated at least min_repeats times and until they add up to min_time_ms; medians.
+  void MeasureCopyRates(ModelProfile& profile) {
+    const std::vector<at::Tensor>* largest = &inputs_.front();
+    for (const std::vector<at::Tensor>& x : inputs_) {
+      if (Bytes(x) > Bytes(*largest)) largest = &x;
+    }
+    const int64_t bytes = Bytes(*largest);
+    if (bytes == 0) return;
+    HostPool& pool = **HostPoolFor(device_);
+    at::NoGradGuard no_grad;
+    std::vector<double> out, in;
+    double total = 0;
+    while (static_cast<int>(out.size()) < options_.min_repeats || total < options_.min_time_ms) {
+      std::vector<at::Tensor> host, back;
+      Synchronize(device_);
+      timer_->Start();
+      for (const at::Tensor& t : *largest) host.push_back(pool.ToHost(t));
+      Synchronize(device_);
+      out.push_back(timer_->StopMs());
+      timer_->Start();
+      for (const at::Tensor& t : host) back.push_back(pool.ToDevice(t, device_));
+      in.push_back(timer_->StopMs());
+      total += out.back() + in.back();
+    }
+    profile.to_host_bytes_per_ms = bytes / std::max(Median(out), 1e-6);
+    profile.from_host_bytes_per_ms = bytes / std::max(Median(in), 1e-6);
+    profile.copies_overlap = device_.is_cuda();
   }
 
   // The stage's forward with and without a graph, and its backward, each timed alone: runs of

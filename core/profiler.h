@@ -49,6 +49,9 @@ struct ProfileOptions {
   // own parameters' indices): profiling then costs a forward of every stage plus the
   // measurement of each distinct one. Off: every stage is measured (tests compare the two).
   bool reuse_repeated = true;
+  // > 0: offload copies are taken at this rate each way, beside the compute (an assumed link,
+  // ModelProfile::link_assumed), instead of being measured on the device in use.
+  double link_bytes_per_ms = 0;
   // If set, called after each stage of each phase ("forward": the pass that finds every
   // stage's input; "measuring") with the stages done and their number.
   std::function<void(const char* phase, int done, int stages)> progress;

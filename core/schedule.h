@@ -19,7 +19,7 @@
 //     backward run 1                               to boundary 0
 //     release v2
 //
-// An offloaded segment's input goes to the host pool in a buffer (host slot) of its own: the
+// An offloaded segment's input goes to the host pool in a buffer of its own: the
 // copy is issued before the segment's first pass, which reads the input meanwhile, and the
 // device value is released after it as usual (device bytes go only when nothing else holds the
 // value). It comes back as a new value, prefetched: the fetch is placed before the last backward

@@ -233,6 +233,9 @@ absl::StatusOr<int64_t> ParseByteSize(absl::string_view text) {
        std::vector<std::pair<absl::string_view, int64_t>>{{"GiB", int64_t{1} << 30},
                                                           {"MiB", int64_t{1} << 20},
                                                           {"KiB", int64_t{1} << 10},
+                                                          {"GB", 1000 * 1000 * 1000},
+                                                          {"MB", 1000 * 1000},
+                                                          {"kB", 1000},
                                                           {"B", 1}}) {
     if (absl::ConsumeSuffix(&number, suffix)) {
       unit = factor;
@@ -252,7 +255,7 @@ absl::StatusOr<int64_t> ParseByteSize(absl::string_view text) {
     return absl::InvalidArgumentError(
         absl::StrCat(Quote(text),
                      " is not a size; accepted: a byte count, or a number with "
-                     "GiB, MiB, KiB or B (e.g. 16GiB, 1.5GiB, 512MiB)"));
+                     "GiB, MiB, KiB, GB, MB, kB or B (e.g. 16GiB, 1.5GiB, 512MiB, 25GB)"));
   }
   return static_cast<int64_t>(value * unit);
 }

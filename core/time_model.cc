@@ -1,5 +1,7 @@
 #include "core/time_model.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "core/schedule.h"
 
@@ -19,18 +21,62 @@ absl::StatusOr<double> PredictStepMs(const ModelProfile& profile, const Plan& pl
           profile.stages[j].name, ") with ", DescribePolicy(profile.stages[j], plan.PolicyOf(j))));
     }
   }
-  double ms = 0;
-  for (const Op& op : Compile(plan, profile.stages).ops) {
+  const Program program = Compile(plan, profile.stages);
+  if (program.num_host > 0 &&
+      (profile.to_host_bytes_per_ms <= 0 || profile.from_host_bytes_per_ms <= 0)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the profile of ", profile.model, " has no copy rates for the plan's offloads"));
+  }
+  // Each op's compute time, and the bytes of the values and host buffers it moves.
+  std::vector<double> compute(program.ops.size(), 0.0);
+  std::vector<int64_t> value_bytes(program.num_values, 0), host_bytes(program.num_host, 0);
+  for (size_t i = 0; i < program.ops.size(); ++i) {
+    const Op& op = program.ops[i];
     for (int j = op.begin; j < op.end; ++j) {
       if (op.code == OpCode::kForward) {
         // Without a graph a stage is taken at its every-part-stored time (see the header).
-        ms += op.run >= 0 ? stages[j]->costs.forward_ms : profile.Stored(j).costs.nograd_forward_ms;
+        compute[i] += op.run >= 0 ? stages[j]->costs.forward_ms
+                                  : profile.Stored(j).costs.nograd_forward_ms;
       } else if (op.code == OpCode::kBackward) {
-        ms += stages[j]->costs.backward_ms;
+        compute[i] += stages[j]->costs.backward_ms;
       }
     }
-    if (op.loss)
-      ms += op.code == OpCode::kForward ? profile.loss.forward_ms : profile.loss.backward_ms;
+    if (op.loss) {
+      compute[i] += op.code == OpCode::kForward ? profile.loss.forward_ms
+                                                : profile.loss.backward_ms;
+    }
+    if (op.code == OpCode::kForward && op.output >= 0) {
+      value_bytes[op.output] = stages[op.end - 1]->output_bytes;
+    } else if (op.code == OpCode::kOffload) {
+      host_bytes[op.host] = value_bytes[op.input];
+    } else if (op.code == OpCode::kFetch) {
+      value_bytes[op.output] = host_bytes[op.host];
+    }
+  }
+  // A copy out overlaps the forward after it (the segment's first pass, which reads the same
+  // input); a fetch the backward call after it (the one it was placed before). Where copies run
+  // beside the compute, that op's time hides them, shared first come first served.
+  std::vector<double> spare = compute;
+  double ms = 0;
+  for (size_t i = 0; i < program.ops.size(); ++i) {
+    const Op& op = program.ops[i];
+    ms += compute[i];
+    if (op.code != OpCode::kOffload && op.code != OpCode::kFetch) continue;
+    const bool out = op.code == OpCode::kOffload;
+    const double copy = static_cast<double>(host_bytes[op.host]) /
+                        (out ? profile.to_host_bytes_per_ms : profile.from_host_bytes_per_ms);
+    double hidden = 0;
+    if (profile.copies_overlap) {
+      for (size_t k = i + 1; k < program.ops.size(); ++k) {
+        const OpCode code = program.ops[k].code;
+        if (code == (out ? OpCode::kForward : OpCode::kBackward)) {
+          hidden = std::min(copy, spare[k]);
+          spare[k] -= hidden;
+          break;
+        }
+      }
+    }
+    ms += copy - hidden;
   }
   return ms;
 }

@@ -9,8 +9,11 @@
 // graph its every-part-stored time without a graph (StageCosts::nograd_forward_ms of Stored():
 // planners decide a stage's policy where it runs with its graph, after its no-graph runs, and
 // the difference, a chunked stage's extra launches, is small), its backward its backward_ms;
-// the loss its forward and backward. Nothing is added for the executor's own work, the
-// checkpoint primitive's, or the allocator's. Needs no LibTorch.
+// the loss its forward and backward. An offload copy costs its bytes at the profile's copy rate
+// that way; where copies run beside the compute (ModelProfile::copies_overlap: a GPU, or an
+// assumed link), only what the compute op it overlaps does not hide (a copy out the forward
+// after it, a fetch the backward call after it). Nothing is added for the executor's own work,
+// the checkpoint primitive's, or the allocator's. Needs no LibTorch.
 #pragma once
 
 #include <cstdint>

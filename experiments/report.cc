@@ -96,6 +96,7 @@ absl::Status WriteReport(const std::string& dir, const std::vector<ConfigResult>
                                         info.gemm_gflops)
                       : std::string(),
                   "\n- memory: ", info.meter, info.cap.empty() ? "" : "; ", info.cap,
+                  info.copies.empty() ? "" : "\n- offload copies: ", info.copies,
                   "\n- command: `", info.command, "`\n\n");
   absl::StrAppend(&md,
                   "Savings and overheads are against store_all on the same model, measured "
@@ -122,14 +123,15 @@ absl::Status WriteReport(const std::string& dir, const std::vector<ConfigResult>
         &md,
         "| strategy | status | activations MiB | activation saving | peak MiB | peak saving | "
         "time overhead | step ms | predicted / measured step | recomputed stages | "
-        "predicted / measured activations | predicted / measured peak | max abs grad diff |\n"
+        "predicted / measured activations | predicted / measured peak | host peak MiB | "
+        "max abs grad diff |\n"
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
-        "---: |\n");
+        "---: | ---: |\n");
     for (const ConfigResult& r : rows) {
       if (r.model != model) continue;
       if (!r.ok()) {
         absl::StrAppend(&md, "| ", r.strategy, " | ", r.status, " | ",
-                        absl::StrReplaceAll(r.message, {{"|", "/"}}), " ||||||||||||\n");
+                        absl::StrReplaceAll(r.message, {{"|", "/"}}), " |||||||||||||\n");
         continue;
       }
       absl::StrAppend(&md, "| ", r.strategy, " | ok | ", Mib(r.activation_bytes), " | ",
@@ -139,6 +141,7 @@ absl::Status WriteReport(const std::string& dir, const std::vector<ConfigResult>
                       Ratio(r.predicted_step_ms, r.step_ms_median), " | ", r.recompute_forwards,
                       " | ", Ratio(r.predicted.activation_bytes, r.activation_bytes), " | ",
                       Ratio(r.predicted.peak_bytes, r.peak_above_baseline_bytes()), " | ",
+                      r.host_peak_bytes > 0 ? Mib(r.host_peak_bytes) : std::string(), " | ",
                       std::isnan(r.max_grad_diff_vs_store_all)
                           ? std::string()
                           : absl::StrFormat("%g", r.max_grad_diff_vs_store_all),

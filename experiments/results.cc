@@ -108,6 +108,13 @@ const std::vector<ResultColumn>& Columns() {
       Real("activation_vs_store_all", &Row::activation_vs_store_all, 4, false),
       Real("peak_vs_store_all", &Row::peak_vs_store_all, 4, false),
       Integer("recompute_forwards", &Row::recompute_forwards, true),
+      Integer("host_peak_bytes", &Row::host_peak_bytes, true),
+      {"predicted_host_peak_bytes",
+       [](const Row& r) { return r.ok() ? absl::StrCat(r.predicted.host_peak_bytes) : ""; },
+       [](const std::string& cell, Row& r) {
+         return cell.empty() || absl::SimpleAtoi(cell, &r.predicted.host_peak_bytes);
+       }},
+      Integer("offloaded_bytes", &Row::offloaded_bytes, true),
       Real("max_grad_diff_vs_store_all", &Row::max_grad_diff_vs_store_all, -1, true),
       Real("loss", &Row::loss, -2, true),
       Integer("steps", &Row::steps, false),

@@ -46,6 +46,10 @@ struct ConfigResult {
   double activation_vs_store_all = kUnknown;
   double peak_vs_store_all = kUnknown;  // of peak_bytes - baseline_bytes
   int64_t recompute_forwards = 0;
+  // The host pool's (core/host_pool.h): its highest bytes above its own baseline during a step,
+  // and the bytes copied to it each step (as many come back). 0 without offloading.
+  int64_t host_peak_bytes = 0;
+  int64_t offloaded_bytes = 0;
   double max_grad_diff_vs_store_all = kUnknown;  // max |g - g_store_all| over every gradient
   double loss = 0;
   int64_t steps = 0;  // timed rounds measured

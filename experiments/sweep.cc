@@ -155,6 +155,8 @@ void MeasureRounds(const SweepOptions& options, const std::string& model_spec, c
       c.result.activation_bytes = r->activation_bytes;
       c.result.peak_bytes = std::max(c.result.peak_bytes, r->peak_bytes);
       c.result.recompute_forwards = r->recompute_forwards;
+      c.result.host_peak_bytes = std::max(c.result.host_peak_bytes, r->host_peak_bytes);
+      c.result.offloaded_bytes = r->offloaded_bytes;
       c.result.loss = r->loss;
     }
     progress.Line(absl::StrFormat("%s: round %d/%d%s", model_spec, round + 1, rounds,
@@ -236,9 +238,7 @@ std::vector<ConfigResult> Summarize(std::vector<Config>& configs) {
 std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::string& model_spec,
                                      MemoryMeter& meter, Progress& progress) {
   std::vector<Config> configs = NewConfigs(options, model_spec);
-  WorkloadOptions workload_options;
-  workload_options.device = options.device;
-  workload_options.seed = options.seed;
+  WorkloadOptions workload_options = WorkloadOptionsFor(options);
   workload_options.profile.progress = progress.Profiling(model_spec);
   absl::StatusOr<Workload> workload = Workload::Build(model_spec, workload_options);
   absl::StatusOr<const ModelProfile*> profiled =
@@ -261,6 +261,14 @@ std::string Num(double v, int decimals) {
 std::string Mib(int64_t bytes) { return absl::StrFormat("%.2f", bytes / 1048576.0); }
 
 }  // namespace
+
+WorkloadOptions WorkloadOptionsFor(const SweepOptions& options) {
+  WorkloadOptions workload;
+  workload.device = options.device;
+  workload.seed = options.seed;
+  workload.profile.link_bytes_per_ms = options.link_bytes_per_ms;
+  return workload;
+}
 
 absl::StatusOr<SweepOptions> CanonicalSweep(const SweepOptions& options) {
   if (options.models.empty()) return absl::InvalidArgumentError("no models given (--models)");
@@ -417,9 +425,7 @@ absl::StatusOr<std::vector<DepthPoint>> RunDepthScan(const SweepOptions& given,
     for (size_t d = 0; d < depths.size(); ++d) {
       const int depth = depths[d];
       const std::string& model_spec = specs[d];
-      WorkloadOptions workload_options;
-      workload_options.device = options.device;
-      workload_options.seed = options.seed;
+      WorkloadOptions workload_options = WorkloadOptionsFor(options);
       // Bytes are what this scan reports; planners get one timing of each stage.
       workload_options.profile.min_repeats = 1;
       workload_options.profile.min_time_ms = 0;

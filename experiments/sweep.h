@@ -24,6 +24,7 @@
 #include "core/device.h"
 #include "core/memory_meter.h"
 #include "core/memory_model.h"
+#include "core/workload.h"
 #include "experiments/report.h"
 #include "experiments/results.h"
 
@@ -40,6 +41,9 @@ struct SweepOptions {
   // sweep's own work (building, profiling and planning each model, the gradient check's
   // reference copy) runs under the meter's cap in force, not this one.
   std::optional<int64_t> memory_cap;
+  // > 0: the offload copies' rate, bytes per ms each way, of a link the time model and the
+  // planners assume (a GPU's, on a CPU run) instead of the measured copies (--link_bandwidth).
+  double link_bytes_per_ms = 0;
   int steps = 5;           // timed rounds
   int warmup = 1;          // untimed rounds before them
   ComputeThreads threads;  // as the pools run them: recorded in every row
@@ -53,6 +57,9 @@ struct SweepOptions {
   // rows are reported.
   std::set<std::pair<std::string, std::string>> completed;
 };
+
+// How the sweep's workloads are built: its device, seed, and the profile's assumed link.
+WorkloadOptions WorkloadOptionsFor(const SweepOptions& options);
 
 // Checks every spec against the registries, each model's own checks and the numbers for sense,
 // and that no model or strategy is listed twice (by canonical spec), touching no tensor:

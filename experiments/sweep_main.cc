@@ -1,6 +1,7 @@
 // bazel run //experiments:sweep -- [--preset=quick|paper] [--models=SPEC,...]
 //     [--strategies=SPEC,...] [--device=auto|cpu|cuda] [--steps=N] [--warmup=N] [--threads=N]
 //     [--out=DIR] [--resume] [--memory_cap=BYTES|16GiB] [--budgets=SIZE,...] [--depths=4,8,16,32]
+//     [--link_bandwidth=25GB/s]
 //     [--train_steps=N [--accumulate=K] [--amp]] [--seed=N] [--time_limit_s=S] [--explain]
 //     [--list] [--report_only]
 //
@@ -73,6 +74,10 @@ ABSL_FLAG(bool, resume, false,
 ABSL_FLAG(std::string, memory_cap, "",
           "cap on tensor memory: bytes, or with a unit (16GiB, 512MiB); configurations past it "
           "are oom rows");
+ABSL_FLAG(std::string, link_bandwidth, "",
+          "assume offload copies run over a link of this rate each way, beside the compute "
+          "(e.g. 25GB/s, a PCIe 4.0 x16 card), instead of measuring this device's copies: the "
+          "time model and the planners use it, and the report marks such times as predicted");
 ABSL_FLAG(std::string, budgets, "",
           "peak budgets above the baseline (e.g. 8MiB,16MiB): every strategy that plans to a "
           "budget (optimal, uniform, revolve) also runs at each; the Pareto plot draws their "
@@ -147,6 +152,22 @@ absl::StatusOr<std::optional<int64_t>> ParseCap(const std::string& text) {
   return std::optional<int64_t>(*bytes);
 }
 
+// A rate as --link_bandwidth takes it, in bytes per ms; 0 for none.
+absl::StatusOr<double> ParseLinkBandwidth(const std::string& text) {
+  if (text.empty()) return 0.0;
+  absl::string_view size = text;
+  absl::StatusOr<int64_t> bytes =
+      absl::ConsumeSuffix(&size, "/s")
+          ? ParseByteSize(size)
+          : absl::InvalidArgumentError("a rate needs its '/s'");
+  if (!bytes.ok() || *bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--link_bandwidth=", text,
+                     " is not a rate; accepted: a positive size per second (25GB/s, 12GiB/s)"));
+  }
+  return static_cast<double>(*bytes) / 1000.0;
+}
+
 absl::StatusOr<std::vector<int>> ParseDepths(const std::string& text) {
   std::vector<int> depths;
   if (text.empty()) return depths;
@@ -202,6 +223,7 @@ Request ParseRequest(const ParsedCommandLine& parsed) {
   options.seed = absl::GetFlag(FLAGS_seed);
   options.time_limit_s = absl::GetFlag(FLAGS_time_limit_s);
   options.memory_cap = OrDie(ParseCap(absl::GetFlag(FLAGS_memory_cap)));
+  options.link_bytes_per_ms = OrDie(ParseLinkBandwidth(absl::GetFlag(FLAGS_link_bandwidth)));
   options = OrDie(CanonicalSweep(options));
   r.depths = OrDie(ParseDepths(absl::GetFlag(FLAGS_depths)));
   for (const std::string& model : options.models) {
@@ -280,7 +302,11 @@ RunRecord RecordOf(const Request& r, const Machine& m) {
           {"blas_threads", m.threads.blas > 0 ? absl::StrCat(m.threads.blas) : "unknown"},
           {"train_steps", absl::StrCat(r.training.steps)},
           {"accumulate", absl::StrCat(r.training.accumulate)},
-          {"amp", r.training.amp ? "true" : "false"}};
+          {"amp", r.training.amp ? "true" : "false"},
+          {"link_bandwidth",
+           o.link_bytes_per_ms > 0
+               ? absl::StrCat(static_cast<int64_t>(o.link_bytes_per_ms * 1000), "B/s")
+               : "measured"}};
 }
 
 // The files a run writes in its folder.
@@ -323,13 +349,23 @@ std::string DescribeRecordedCaps(const std::optional<RunRecord>& record) {
   return "the caps of the run are not recorded";
 }
 
+// Where the offload copies' times come from, in words, from the run.csv setting RecordOf writes.
+std::string DescribeCopies(absl::string_view link_bandwidth) {
+  int64_t rate = 0;
+  if (absl::ConsumeSuffix(&link_bandwidth, "B/s") && absl::SimpleAtoi(link_bandwidth, &rate)) {
+    return absl::StrFormat(
+        "an assumed link of %.1f GB/s each way, beside the compute: predicted step times of "
+        "offloading plans are for that link, not measured on this device",
+        rate / 1e9);
+  }
+  return "measured on this device (the profile's copy rates; on a CPU, memory copies that the "
+         "step waits for)";
+}
+
 // Prints each strategy's plan for each model (--explain) as a tree, with its predicted memory.
 absl::Status Explain(const SweepOptions& options, MemoryMeter& meter) {
   for (const std::string& model_spec : options.models) {
-    WorkloadOptions workload_options;
-    workload_options.device = options.device;
-    workload_options.seed = options.seed;
-    ASSIGN_OR_RETURN(Workload workload, Workload::Build(model_spec, workload_options));
+    ASSIGN_OR_RETURN(Workload workload, Workload::Build(model_spec, WorkloadOptionsFor(options)));
     ASSIGN_OR_RETURN(const ModelProfile* measured, workload.Profile(meter));
     ModelProfile profile = *measured;
     std::printf("%s (%d stages)\n", profile.model.c_str(), profile.num_stages());
@@ -458,6 +494,12 @@ RunInfo DescribeRun(const SweepOptions& options, const Machine& machine, const O
   info.meter = machine.meter->Describe();
   info.cap = report_only ? DescribeRecordedCaps(folder.recorded())
                          : DescribeCaps(options.memory_cap, machine.standing_cap);
+  const RunRecord record = report_only && folder.recorded().has_value()
+                               ? *folder.recorded()
+                               : RecordOf(Request{options}, machine);
+  for (const auto& [setting, value] : record) {
+    if (setting == "link_bandwidth") info.copies = DescribeCopies(value);
+  }
   std::vector<std::string> command(argv, argv + argc);
   command[0] = "sweep";
   info.command = absl::StrJoin(command, " ");

@@ -39,10 +39,7 @@ LossCurve Train(const std::string& model_spec, const std::string& strategy_spec,
     curve.message = std::string(s.message());
     return curve;
   };
-  WorkloadOptions workload_options;
-  workload_options.device = sweep.device;
-  workload_options.seed = sweep.seed;
-  absl::StatusOr<Workload> workload = Workload::Build(model_spec, workload_options);
+  absl::StatusOr<Workload> workload = Workload::Build(model_spec, WorkloadOptionsFor(sweep));
   absl::StatusOr<PlannedRun> run = workload.ok() ? workload->Plan(strategy_spec, profile, meter)
                                                  : absl::StatusOr<PlannedRun>(workload.status());
   if (!run.ok()) return fail(run.status());

@@ -1,7 +1,7 @@
-// The plan compiler (core/schedule.h): the offload rule's program, exactly, and on generated
-// plans the invariants its three readers rely on: values are read only while live and released
-// once, every host buffer is copied out once and fetched once after it, and offloading changes
-// where inputs wait, never what is computed.
+// The plan compiler (core/schedule.h): the offload rule's program, exactly, and what the time
+// model charges for its copies; on generated plans the invariants its three readers rely on: values
+// are read only while live and released once, every host buffer is copied out once and fetched once
+// after it, and offloading changes where inputs wait, never what is computed.
 #include "core/schedule.h"
 
 #include <map>
@@ -10,6 +10,8 @@
 
 #include "core/plan.h"
 #include "core/plan_text.h"
+#include "core/profile.h"
+#include "core/time_model.h"
 #include "gtest/gtest.h"
 #include "rapidcheck.h"
 #include "rapidcheck/gtest.h"
@@ -83,6 +85,42 @@ TEST(Schedule, AFetchNeverPrecedesItsCopyOut) {
     }
   }
   EXPECT_EQ(program.num_host, 2);
+}
+
+// A chain of 6 stages, each 1 ms forward (with or without a graph), 2 ms backward and 1000
+// bytes out, whose copies move 100 bytes a ms each way.
+ModelProfile TimedChain(bool copies_overlap) {
+  ModelProfile profile = StructureOnlyProfile("chain", Chain(6));
+  profile.timed = true;
+  for (auto& measured : profile.measured) {
+    StageProfile& s = measured.front();
+    s.output_bytes = s.costs.output_bytes = 1000;
+    s.costs.forward_ms = s.costs.nograd_forward_ms = 1;
+    s.costs.backward_ms = 2;
+  }
+  profile.to_host_bytes_per_ms = profile.from_host_bytes_per_ms = 100;
+  profile.copies_overlap = copies_overlap;
+  return profile;
+}
+
+TEST(TimeModel, ChargesOffloadCopiesLessWhatTheComputeBesideThemHides) {
+  const std::vector<StageInfo> stages = Chain(6);
+  const Plan kept = *ParsePlan("[0,2) checkpointed, [2,4) checkpointed, [4,6) stored", stages, "k");
+  const Plan offloaded =
+      *ParsePlan("[0,2) checkpointed, [2,4) offloaded, [4,6) stored", stages, "o");
+  // Each copy takes 10 ms. A CPU's copies are the step's own work: both charged in full.
+  const ModelProfile serial = TimedChain(false);
+  EXPECT_DOUBLE_EQ(*PredictStepMs(serial, offloaded) - *PredictStepMs(serial, kept), 20.0);
+  // Beside the compute: the copy out hides behind the segment's 2 ms first pass, the fetch
+  // behind the 4 ms backward of [4,6) it was placed before.
+  const ModelProfile beside = TimedChain(true);
+  EXPECT_DOUBLE_EQ(*PredictStepMs(beside, offloaded) - *PredictStepMs(beside, kept), 8.0 + 6.0);
+  // Without copy rates, an offloading plan has no time.
+  ModelProfile unknown = serial;
+  unknown.to_host_bytes_per_ms = 0;
+  EXPECT_EQ(PredictStepMs(unknown, offloaded).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(PredictStepMs(unknown, kept).ok());
 }
 
 // `segments` with every offloaded segment checkpointed instead.
