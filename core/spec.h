@@ -94,8 +94,8 @@ ParamDef TextParam(std::string key, std::string default_value, std::string help)
 ParamDef BytesParam(std::string key, std::string default_value, std::string help);
 
 // A size in bytes: an integer byte count, or a number with a unit B, KiB, MiB or GiB, or a
-// decimal one kB, MB or GB ("12MiB", "1.5GiB", "25GB"; rounded down to whole bytes). InvalidArgument for anything else, a
-// negative size, or one beyond int64.
+// decimal one kB, MB or GB ("12MiB", "1.5GiB", "25GB"; rounded down to whole bytes).
+// InvalidArgument for anything else, a negative size, or one beyond int64.
 absl::StatusOr<int64_t> ParseByteSize(absl::string_view text);
 // The shortest exact writing of `bytes` in that grammar: "12MiB", "1536MiB", "1000".
 std::string FormatByteSize(int64_t bytes);

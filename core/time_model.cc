@@ -35,15 +35,15 @@ absl::StatusOr<double> PredictStepMs(const ModelProfile& profile, const Plan& pl
     for (int j = op.begin; j < op.end; ++j) {
       if (op.code == OpCode::kForward) {
         // Without a graph a stage is taken at its every-part-stored time (see the header).
-        compute[i] += op.run >= 0 ? stages[j]->costs.forward_ms
-                                  : profile.Stored(j).costs.nograd_forward_ms;
+        compute[i] +=
+            op.run >= 0 ? stages[j]->costs.forward_ms : profile.Stored(j).costs.nograd_forward_ms;
       } else if (op.code == OpCode::kBackward) {
         compute[i] += stages[j]->costs.backward_ms;
       }
     }
     if (op.loss) {
-      compute[i] += op.code == OpCode::kForward ? profile.loss.forward_ms
-                                                : profile.loss.backward_ms;
+      compute[i] +=
+          op.code == OpCode::kForward ? profile.loss.forward_ms : profile.loss.backward_ms;
     }
     if (op.code == OpCode::kForward && op.output >= 0) {
       value_bytes[op.output] = stages[op.end - 1]->output_bytes;

@@ -156,10 +156,9 @@ absl::StatusOr<std::optional<int64_t>> ParseCap(const std::string& text) {
 absl::StatusOr<double> ParseLinkBandwidth(const std::string& text) {
   if (text.empty()) return 0.0;
   absl::string_view size = text;
-  absl::StatusOr<int64_t> bytes =
-      absl::ConsumeSuffix(&size, "/s")
-          ? ParseByteSize(size)
-          : absl::InvalidArgumentError("a rate needs its '/s'");
+  absl::StatusOr<int64_t> bytes = absl::ConsumeSuffix(&size, "/s")
+                                      ? ParseByteSize(size)
+                                      : absl::InvalidArgumentError("a rate needs its '/s'");
   if (!bytes.ok() || *bytes <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--link_bandwidth=", text,
@@ -293,20 +292,20 @@ Machine SetUpMachine(const Request& r) {
 // What changes the rows besides their models and strategies: a --resume must match it.
 RunRecord RecordOf(const Request& r, const Machine& m) {
   const SweepOptions& o = r.options;
-  return {{"device", o.device.str()},
-          {"memory_cap", o.memory_cap.has_value() ? absl::StrCat(*o.memory_cap) : "none"},
-          {"steps", absl::StrCat(o.steps)},
-          {"warmup", absl::StrCat(o.warmup)},
-          {"seed", absl::StrCat(o.seed)},
-          {"threads", absl::StrCat(m.threads.intra_op)},
-          {"blas_threads", m.threads.blas > 0 ? absl::StrCat(m.threads.blas) : "unknown"},
-          {"train_steps", absl::StrCat(r.training.steps)},
-          {"accumulate", absl::StrCat(r.training.accumulate)},
-          {"amp", r.training.amp ? "true" : "false"},
-          {"link_bandwidth",
-           o.link_bytes_per_ms > 0
-               ? absl::StrCat(static_cast<int64_t>(o.link_bytes_per_ms * 1000), "B/s")
-               : "measured"}};
+  return {
+      {"device", o.device.str()},
+      {"memory_cap", o.memory_cap.has_value() ? absl::StrCat(*o.memory_cap) : "none"},
+      {"steps", absl::StrCat(o.steps)},
+      {"warmup", absl::StrCat(o.warmup)},
+      {"seed", absl::StrCat(o.seed)},
+      {"threads", absl::StrCat(m.threads.intra_op)},
+      {"blas_threads", m.threads.blas > 0 ? absl::StrCat(m.threads.blas) : "unknown"},
+      {"train_steps", absl::StrCat(r.training.steps)},
+      {"accumulate", absl::StrCat(r.training.accumulate)},
+      {"amp", r.training.amp ? "true" : "false"},
+      {"link_bandwidth", o.link_bytes_per_ms > 0
+                             ? absl::StrCat(static_cast<int64_t>(o.link_bytes_per_ms * 1000), "B/s")
+                             : "measured"}};
 }
 
 // The files a run writes in its folder.
