@@ -191,7 +191,7 @@ check_bad "--models= is empty" --models=
 check_bad "--strategies= is empty" --strategies=
 check_bad "--models lists heavy_mlp:depth=4:hidden=8:batch=2 twice" \
   --models=heavy_mlp:depth=4:hidden=8:batch=2,heavy_mlp:batch=2:depth=+4:hidden=8
-check_bad "--strategies lists uniform:segments=auto:budget=none twice" \
+check_bad "--strategies lists uniform:segments=auto:budget=none:offload=no twice" \
   --strategies=uniform,uniform:segments=auto
 
 # A results.csv that is damaged or not a file: --resume and --report_only refuse it, naming the
@@ -289,7 +289,7 @@ grep -q "File too large; the partial row was removed" "$tmp/full.stderr" ||
 "${sweep[@]}" --models=heavy_mlp:depth=2:hidden=1048576:batch=4,heavy_mlp:depth=2:hidden=4:batch=2 \
   --strategies=uniform --steps=1 --warmup=0 --out="$tmp/huge" >/dev/null 2>"$tmp/huge.stderr" ||
   fail "a model too large for the machine: exit $?: $(cat "$tmp/huge.stderr")"
-grep -q '^heavy_mlp:depth=2:hidden=1048576:batch=4,uniform:segments=auto:budget=none,cpu,oom,' \
+grep -q '^heavy_mlp:depth=2:hidden=1048576:batch=4,uniform:segments=auto:budget=none:offload=no,cpu,oom,' \
   "$tmp/huge/results.csv" ||
   fail "a model too large for the machine: $(cat "$tmp/huge/results.csv")"
 awk -F, '$4 == "oom" && ($16 != "" || $17 != "" || $18 != "") {exit 1}' \

@@ -275,7 +275,7 @@ TEST(ResultsSchema, ReadsBackWhatItWrites) {
   ok.threads = 1;
   ok.blas_threads = 2;
   ok.model_spec = "gpt2:size=small:depth=2:hidden=auto";
-  ok.strategy_spec = "uniform:segments=auto:budget=none";
+  ok.strategy_spec = "uniform:segments=auto:budget=none:offload=no";
   ok.plan = "[0,1) checkpointed, [1,2) stored";
   ok.message = "a, \"quoted\" message";
   ConfigResult failed;
@@ -464,7 +464,7 @@ TEST(Sweep, ResumeSkipsCompletedModelsAndReportsOnlyMissingRows) {
   ASSERT_TRUE(rows.ok()) << rows.status();
   ASSERT_EQ(streamed.size(), 1u);  // the first model skipped; of the second, only uniform
   EXPECT_EQ(streamed[0].model_spec, "heavy_mlp:depth=3:hidden=4:batch=2");
-  EXPECT_EQ(streamed[0].strategy_spec, "uniform:segments=auto:budget=none");
+  EXPECT_EQ(streamed[0].strategy_spec, "uniform:segments=auto:budget=none:offload=no");
   EXPECT_EQ(streamed[0].status, "ok");
   EXPECT_THAT(progress.str(), HasSubstr("already in results.csv, skipped"));
 }

@@ -50,6 +50,25 @@ RC_GTEST_PROP(UniformPlan, CutsIntoNearEqualSegmentsAndStoresOnlyTheLast, ()) {
   RC_ASSERT(RecomputedStages(plan, stages) == stages - plan.segments.back().size());
 }
 
+// offload=yes is the same cut with the checkpoints offloaded (DeepSpeed's cpu_checkpointing);
+// the program then copies every checkpoint's input but the first's, the batch.
+RC_GTEST_PROP(UniformPlan, OffloadOffloadsEveryCheckpointOfTheSameCut, ()) {
+  const int stages = *rc::gen::inRange(1, 300).as("stages");
+  const int k = *rc::gen::inRange(1, stages + 1).as("segments");
+  const std::string spec = "uniform:segments=" + std::to_string(k);
+  const Plan kept = PlanFor(spec, stages);
+  const Plan offloaded = PlanFor(spec + ":offload=yes", stages);
+  RC_ASSERT(offloaded.strategy == spec + ":offload=yes");
+  RC_ASSERT(offloaded.segments.size() == kept.segments.size());
+  for (size_t i = 0; i < kept.segments.size(); ++i) {
+    const Segment& a = kept.segments[i];
+    const Segment& b = offloaded.segments[i];
+    RC_ASSERT(a.begin == b.begin && a.end == b.end);
+    RC_ASSERT(b.mode == (a.mode == SegmentMode::kCheckpointed ? SegmentMode::kOffloaded : a.mode));
+  }
+  RC_ASSERT(Compile(offloaded, InfosOf(stages)).num_host == std::max(k - 2, 0));
+}
+
 RC_GTEST_PROP(UniformPlan, DefaultIsCeilSqrtOfDepth, ()) {
   const int stages = *rc::gen::inRange(1, 5000).as("stages");
   const Plan plan = PlanFor("uniform", stages);

@@ -30,7 +30,10 @@ std::vector<ParamDef> Uniform::Params() {
           BytesParam("budget", "none",
                      "peak bytes above the baseline: the fewest segments whose predicted peak "
                      "fits (instead of segments)")
-              .AllowNone()};
+              .AllowNone(),
+          ChoiceParam("offload", {"no", "yes"}, "no",
+                      "yes: the checkpoints keep their inputs in host memory, all but the first "
+                      "(the batch), as DeepSpeed's cpu_checkpointing (docs/offload.md)")};
 }
 
 absl::StatusOr<std::unique_ptr<Strategy>> Uniform::Create(const ParamValues& params) {
@@ -43,24 +46,25 @@ absl::StatusOr<std::unique_ptr<Strategy>> Uniform::Create(const ParamValues& par
         absl::StrCat("uniform: segments=", *segments, " and budget=", params.Text("budget"),
                      " both choose the segment count; accepted: one of them"));
   }
-  return std::make_unique<Uniform>(segments, budget);
+  return std::make_unique<Uniform>(segments, budget, params.Text("offload") == "yes");
 }
 
-Plan Uniform::PlanWith(int k, int n) {
+Plan Uniform::PlanWith(int k, int n, bool offload) {
   Plan plan;
-  plan.strategy = absl::StrCat(kId, ":segments=", k);
+  plan.strategy = absl::StrCat(kId, ":segments=", k, offload ? ":offload=yes" : "");
+  const SegmentMode kept = offload ? SegmentMode::kOffloaded : SegmentMode::kCheckpointed;
   // The first n % k segments get one stage more, so sizes differ by at most one.
   int begin = 0;
   for (int s = 0; s < k; ++s) {
     const int size = n / k + (s < n % k ? 1 : 0);
     const bool last = s == k - 1;
-    plan.segments.push_back(
-        {begin, begin + size, last ? SegmentMode::kStored : SegmentMode::kCheckpointed});
+    plan.segments.push_back({begin, begin + size, last ? SegmentMode::kStored : kept});
     begin += size;
   }
   plan.summary = absl::StrCat(k, " segments of ", n / k, n % k ? "-" : "",
                               n % k ? absl::StrCat(n / k + 1) : "",
-                              " stages; all but the last keep only their input");
+                              " stages; all but the last keep only their input",
+                              offload ? ", in host memory but the first's (the batch)" : "");
   return plan;
 }
 
@@ -82,10 +86,11 @@ absl::StatusOr<Plan> Uniform::MakePlan(const ModelProfile& profile) const {
   if (budget_.has_value()) {
     int64_t least = std::numeric_limits<int64_t>::max();
     for (const int k : SegmentCounts(n)) {
-      Plan plan = PlanWith(k, n);
+      Plan plan = PlanWith(k, n, offload_);
       ASSIGN_OR_RETURN(MemoryPrediction predicted, PredictMemory(profile, plan));
       if (predicted.peak_bytes + kBudgetSlackBytes <= *budget_) {
-        plan.strategy = absl::StrCat(kId, ":budget=", FormatByteSize(*budget_));
+        plan.strategy =
+            absl::StrCat(kId, ":budget=", FormatByteSize(*budget_), offload_ ? ":offload=yes" : "");
         absl::StrAppend(&plan.summary, " (the fewest whose predicted peak, ",
                         DescribeBytes(predicted.peak_bytes), ", fits)");
         return plan;
@@ -104,7 +109,7 @@ absl::StatusOr<Plan> Uniform::MakePlan(const ModelProfile& profile) const {
                                                    " stages of ", profile.model, "; accepted: 1..",
                                                    n, " or auto"));
   }
-  Plan plan = PlanWith(k, n);
+  Plan plan = PlanWith(k, n, offload_);
   if (!segments_.has_value()) absl::StrAppend(&plan.summary, " (k = ceil(sqrt(", n, ")))");
   return plan;
 }

@@ -20,6 +20,9 @@
 // not monotone in the count, so none is skipped by a search; each try replays the whole chain,
 // and trying every count of a 10,000-stage chain took minutes). A budget no count tried fits is
 // an error naming the least peak any reaches.
+//
+// With offload=yes the checkpoints are offloaded segments: their inputs wait in host memory
+// (DeepSpeed's cpu_checkpointing), except the first's, the batch, which the caller holds.
 #pragma once
 
 #include <cstdint>
@@ -41,15 +44,16 @@ class Uniform : public Strategy {
   static std::vector<ParamDef> Params();
   static absl::StatusOr<std::unique_ptr<Strategy>> Create(const ParamValues& params);
 
-  // `segments` empty means ceil(sqrt(L)), unless `budget` is given.
-  Uniform(std::optional<int> segments, std::optional<int64_t> budget)
-      : segments_(segments), budget_(budget) {}
+  // `segments` empty means ceil(sqrt(L)), unless `budget` is given. `offload`: the checkpoints
+  // are offloaded segments (core/plan.h).
+  Uniform(std::optional<int> segments, std::optional<int64_t> budget, bool offload = false)
+      : segments_(segments), budget_(budget), offload_(offload) {}
 
   // InvalidArgument if segments > L (naming both), or if no count fits the budget.
   absl::StatusOr<Plan> MakePlan(const ModelProfile& profile) const override;
 
-  // The plan with k segments (1 <= k <= L).
-  static Plan PlanWith(int k, int num_stages);
+  // The plan with k segments (1 <= k <= L), its checkpoints offloaded if `offload`.
+  static Plan PlanWith(int k, int num_stages, bool offload = false);
 
   // The segment counts a budget search tries on a chain of `num_stages`, ascending: 1..128,
   // then each at least 3% above the one before, with ceil(sqrt(L)) and L: O(log L) beyond 128.
@@ -58,6 +62,7 @@ class Uniform : public Strategy {
  private:
   std::optional<int> segments_;
   std::optional<int64_t> budget_;
+  bool offload_ = false;
 };
 
 }  // namespace ckpt
