@@ -289,23 +289,27 @@ Machine SetUpMachine(const Request& r) {
   return m;
 }
 
+// --link_bandwidth as run.csv records it: "25000000000B/s", or "measured".
+std::string LinkSetting(const SweepOptions& o) {
+  return o.link_bytes_per_ms > 0
+             ? absl::StrCat(static_cast<int64_t>(o.link_bytes_per_ms * 1000), "B/s")
+             : "measured";
+}
+
 // What changes the rows besides their models and strategies: a --resume must match it.
 RunRecord RecordOf(const Request& r, const Machine& m) {
   const SweepOptions& o = r.options;
-  return {
-      {"device", o.device.str()},
-      {"memory_cap", o.memory_cap.has_value() ? absl::StrCat(*o.memory_cap) : "none"},
-      {"steps", absl::StrCat(o.steps)},
-      {"warmup", absl::StrCat(o.warmup)},
-      {"seed", absl::StrCat(o.seed)},
-      {"threads", absl::StrCat(m.threads.intra_op)},
-      {"blas_threads", m.threads.blas > 0 ? absl::StrCat(m.threads.blas) : "unknown"},
-      {"train_steps", absl::StrCat(r.training.steps)},
-      {"accumulate", absl::StrCat(r.training.accumulate)},
-      {"amp", r.training.amp ? "true" : "false"},
-      {"link_bandwidth", o.link_bytes_per_ms > 0
-                             ? absl::StrCat(static_cast<int64_t>(o.link_bytes_per_ms * 1000), "B/s")
-                             : "measured"}};
+  return {{"device", o.device.str()},
+          {"memory_cap", o.memory_cap.has_value() ? absl::StrCat(*o.memory_cap) : "none"},
+          {"steps", absl::StrCat(o.steps)},
+          {"warmup", absl::StrCat(o.warmup)},
+          {"seed", absl::StrCat(o.seed)},
+          {"threads", absl::StrCat(m.threads.intra_op)},
+          {"blas_threads", m.threads.blas > 0 ? absl::StrCat(m.threads.blas) : "unknown"},
+          {"train_steps", absl::StrCat(r.training.steps)},
+          {"accumulate", absl::StrCat(r.training.accumulate)},
+          {"amp", r.training.amp ? "true" : "false"},
+          {"link_bandwidth", LinkSetting(o)}};
 }
 
 // The files a run writes in its folder.
@@ -493,11 +497,11 @@ RunInfo DescribeRun(const SweepOptions& options, const Machine& machine, const O
   info.meter = machine.meter->Describe();
   info.cap = report_only ? DescribeRecordedCaps(folder.recorded())
                          : DescribeCaps(options.memory_cap, machine.standing_cap);
-  const RunRecord record = report_only && folder.recorded().has_value()
-                               ? *folder.recorded()
-                               : RecordOf(Request{options}, machine);
-  for (const auto& [setting, value] : record) {
-    if (setting == "link_bandwidth") info.copies = DescribeCopies(value);
+  if (!report_only) info.copies = DescribeCopies(LinkSetting(options));
+  if (report_only && folder.recorded().has_value()) {  // else not said: not recorded
+    for (const auto& [setting, value] : *folder.recorded()) {
+      if (setting == "link_bandwidth") info.copies = DescribeCopies(value);
+    }
   }
   std::vector<std::string> command(argv, argv + argc);
   command[0] = "sweep";
