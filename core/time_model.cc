@@ -53,9 +53,10 @@ absl::StatusOr<double> PredictStepMs(const ModelProfile& profile, const Plan& pl
       value_bytes[op.output] = host_bytes[op.host];
     }
   }
-  // A copy out overlaps the forward after it (the segment's first pass, which reads the same
-  // input); a fetch the backward call after it (the one it was placed before). Where copies run
-  // beside the compute, that op's time hides them, shared first come first served.
+  // A copy out overlaps the forward right after it (the segment's first pass, which reads the
+  // same input); a fetch the backward call right after it (the one it was placed before; a
+  // fetch placed just before its rerun, which needs it, overlaps nothing). Where copies run
+  // beside the compute, that op's time hides them.
   std::vector<double> spare = compute;
   double ms = 0;
   for (size_t i = 0; i < program.ops.size(); ++i) {
@@ -66,15 +67,11 @@ absl::StatusOr<double> PredictStepMs(const ModelProfile& profile, const Plan& pl
     const double copy = static_cast<double>(host_bytes[op.host]) /
                         (out ? profile.to_host_bytes_per_ms : profile.from_host_bytes_per_ms);
     double hidden = 0;
-    if (profile.copies_overlap) {
-      for (size_t k = i + 1; k < program.ops.size(); ++k) {
-        const OpCode code = program.ops[k].code;
-        if (code == (out ? OpCode::kForward : OpCode::kBackward)) {
-          hidden = std::min(copy, spare[k]);
-          spare[k] -= hidden;
-          break;
-        }
-      }
+    const size_t next = i + 1;
+    if (profile.copies_overlap && next < program.ops.size() &&
+        program.ops[next].code == (out ? OpCode::kForward : OpCode::kBackward)) {
+      hidden = std::min(copy, spare[next]);
+      spare[next] -= hidden;
     }
     ms += copy - hidden;
   }

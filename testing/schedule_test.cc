@@ -115,6 +115,15 @@ TEST(TimeModel, ChargesOffloadCopiesLessWhatTheComputeBesideThemHides) {
   // behind the 4 ms backward of [4,6) it was placed before.
   const ModelProfile beside = TimedChain(true);
   EXPECT_DOUBLE_EQ(*PredictStepMs(beside, offloaded) - *PredictStepMs(beside, kept), 8.0 + 6.0);
+  // A fetch that no backward call follows before its rerun (the inner offloaded segment's,
+  // made during the outer rerun) overlaps nothing: 10 ms out hidden by 1 ms, 10 ms back not.
+  const Plan nested = *ParsePlan(
+      "[0,1) checkpointed, [1,6) checkpointed {[1,2) checkpointed, [2,6) offloaded}", stages, "n");
+  const Plan nested_kept =
+      *ParsePlan("[0,1) checkpointed, [1,6) checkpointed {[1,2) checkpointed, [2,6) checkpointed}",
+                 stages, "n");
+  EXPECT_DOUBLE_EQ(*PredictStepMs(beside, nested) - *PredictStepMs(beside, nested_kept),
+                   (10.0 - 4.0) + 10.0);
   // Without copy rates, an offloading plan has no time.
   ModelProfile unknown = serial;
   unknown.to_host_bytes_per_ms = 0;
