@@ -61,6 +61,12 @@ rc::Gen<Chain> GeneratedChain(int min_stages, int max_stages, int max_options) {
     c.loss_backward_transient = *rc::gen::inRange<int64_t>(0, 3);
     c.output_grad = x[n];
     c.loss_ms = 1;
+    c.offload = *rc::gen::arbitrary<bool>();
+    if (c.offload) {  // a copy costs 0 to 0.5 ms per unit each way; overlapped or not
+      c.to_host_ms = *rc::gen::inRange(0, 3) * 0.25;
+      c.from_host_ms = *rc::gen::inRange(0, 3) * 0.25;
+      c.copies_overlap = *rc::gen::arbitrary<bool>();
+    }
     return c;
   });
 }
@@ -82,18 +88,22 @@ std::vector<Partial> Lists(const Chain& c, int a, int b, bool rerun, bool whole_
       out.push_back(std::move(rest));
     }
   }
-  // A checkpoint over [a, j), its rerun any list over [a, j).
+  // A checkpoint over [a, j), its rerun any list over [a, j); offloaded too where the chain
+  // allows it (anywhere: where its input cannot move, it is a checkpoint).
+  std::vector<SegmentMode> modes = {SegmentMode::kCheckpointed};
+  if (c.offload) modes.push_back(SegmentMode::kOffloaded);
   for (int j = a + 1; j <= b; ++j) {
     if (whole_rerun && j == b) continue;
     const std::vector<Partial> inners = Lists(c, a, j, true, true);
     const std::vector<Partial> rests = Lists(c, j, b, rerun, false);
-    for (const Partial& inner : inners) {
-      for (const Partial& rest : rests) {
-        Partial p = rest;
-        p.segments.insert(p.segments.begin(),
-                          Segment{a, j, SegmentMode::kCheckpointed, inner.segments});
-        p.options.insert(p.options.end(), inner.options.begin(), inner.options.end());
-        out.push_back(std::move(p));
+    for (const SegmentMode mode : modes) {
+      for (const Partial& inner : inners) {
+        for (const Partial& rest : rests) {
+          Partial p = rest;
+          p.segments.insert(p.segments.begin(), Segment{a, j, mode, inner.segments});
+          p.options.insert(p.options.end(), inner.options.begin(), inner.options.end());
+          out.push_back(std::move(p));
+        }
       }
     }
   }
@@ -108,8 +118,15 @@ Schedule ToSchedule(const Chain& c, const Partial& p) {
   return s;
 }
 
-RC_GTEST_PROP(ChainSolver, FindsTheBruteForceOptimumWithinTheBudget, ()) {
-  const Chain c = *GeneratedChain(1, 5, 2).as("chain");
+bool Offloads(const std::vector<Segment>& segments) {
+  for (const Segment& s : segments) {
+    if (s.mode == SegmentMode::kOffloaded || Offloads(s.inner)) return true;
+  }
+  return false;
+}
+
+// The programme's least time at every budget, and a schedule achieving it, against every schedule.
+void CheckAgainstBruteForce(const Chain& c) {
   const int n = static_cast<int>(c.stages.size());
   const std::vector<Partial> all = Lists(c, 0, n, /*rerun=*/false, false);
   RC_TAG(all.size() < 100 ? "<100 schedules" : all.size() < 10000 ? "<10^4" : ">=10^4");
@@ -122,6 +139,7 @@ RC_GTEST_PROP(ChainSolver, FindsTheBruteForceOptimumWithinTheBudget, ()) {
     most = std::max(most, cost->peak);
   }
   const chain::Solver solver(c, static_cast<int>(most));
+  bool offloads = false;
   for (int m = 0; m <= most; ++m) {
     double best = std::numeric_limits<double>::infinity();
     for (const chain::Cost& cost : costs) {
@@ -130,11 +148,27 @@ RC_GTEST_PROP(ChainSolver, FindsTheBruteForceOptimumWithinTheBudget, ()) {
     RC_ASSERT(solver.Feasible(m) == (best < std::numeric_limits<double>::infinity()));
     if (!solver.Feasible(m)) continue;
     RC_ASSERT(std::abs(solver.Time(m) - best) <= 1e-3 * best);
-    absl::StatusOr<chain::Cost> found = chain::Evaluate(c, solver.ScheduleAt(m));
+    const Schedule schedule = solver.ScheduleAt(m);
+    offloads = offloads || Offloads(schedule.segments);
+    absl::StatusOr<chain::Cost> found = chain::Evaluate(c, schedule);
     RC_ASSERT(found.ok());
     RC_ASSERT(found->peak <= m);
     RC_ASSERT(std::abs(found->time_ms - best) <= 1e-3 * best);
   }
+  if (c.offload) RC_TAG(offloads ? "the programme offloads" : "it does not");
+}
+
+RC_GTEST_PROP(ChainSolver, FindsTheBruteForceOptimumWithinTheBudget, ()) {
+  const Chain c = *GeneratedChain(1, 5, 2).as("chain");
+  RC_TAG(c.offload ? "with offload" : "without");
+  CheckAgainstBruteForce(c);
+}
+
+// Offload pays where a rest is long enough to be the peak: chains of four and five stages.
+RC_GTEST_PROP(ChainSolver, FindsTheBruteForceOptimumWithOffload, ()) {
+  Chain c = *GeneratedChain(4, 5, 1).as("chain");
+  c.offload = true;
+  CheckAgainstBruteForce(c);
 }
 
 // Longer chains, one option per stage: 48 schedules at 3 stages, 25,216 at 6, 231,168 at 7
@@ -142,7 +176,8 @@ RC_GTEST_PROP(ChainSolver, FindsTheBruteForceOptimumWithinTheBudget, ()) {
 TEST(ChainSolver, FindsTheBruteForceOptimumOnChainsOfSixAndSevenStages) {
   for (const auto& [stages, seed] : std::vector<std::pair<int, uint64_t>>{{6, 1}, {7, 2}, {7, 3}}) {
     // A generated chain, drawn with a fixed seed.
-    const Chain c = GeneratedChain(stages, stages, 1)(rc::Random(seed), 50).value();
+    Chain c = GeneratedChain(stages, stages, 1)(rc::Random(seed), 50).value();
+    c.offload = false;  // offloaded segments multiply the schedules (the property covers them)
     const int n = static_cast<int>(c.stages.size());
     const std::vector<Partial> all = Lists(c, 0, n, /*rerun=*/false, false);
     std::vector<chain::Cost> costs;
@@ -167,6 +202,31 @@ TEST(ChainSolver, FindsTheBruteForceOptimumOnChainsOfSixAndSevenStages) {
     std::printf("%d stages: %zu schedules, budgets 0..%lld\n", n, all.size(),
                 static_cast<long long>(most));
   }
+}
+
+// Offload only adds choices: at every budget the programme with it is never slower, and it is
+// feasible wherever the programme without it is, on chains too long to enumerate.
+RC_GTEST_PROP(ChainSolver, OffloadNeverSlowsAPlanNorRaisesTheLeastBudget, ()) {
+  Chain with = *GeneratedChain(2, 12, 2).as("chain");
+  with.offload = true;
+  Chain without = with;
+  without.offload = false;
+  const int most = static_cast<int>(chain::Evaluate(with, chain::AllStored(with))->peak);
+  const chain::Solver a(with, most), b(without, most);
+  bool lower = false;
+  for (int m = 0; m <= most; ++m) {
+    if (!b.Feasible(m)) {
+      lower = lower || a.Feasible(m);
+      continue;
+    }
+    RC_ASSERT(a.Feasible(m));
+    RC_ASSERT(a.Time(m) <= b.Time(m) * (1 + 1e-6));
+    const absl::StatusOr<chain::Cost> found = chain::Evaluate(with, a.ScheduleAt(m));
+    RC_ASSERT(found.ok());
+    RC_ASSERT(found->peak <= m);
+    RC_ASSERT(std::abs(found->time_ms - a.Time(m)) <= 1e-3 * a.Time(m));
+  }
+  RC_TAG(lower ? "feasible below the least budget without offload" : "same least budget");
 }
 
 // Equal stages as Revolve sees them: a state (a stage's input) is one unit, while running a

@@ -11,6 +11,21 @@
 namespace ckpt::chain {
 namespace {
 
+// The exposed time of copying `bytes` out before a no-graph forward of `forward_ms` and back.
+double OffloadMs(const Chain& chain, int64_t bytes, double forward_ms) {
+  const double out = static_cast<double>(bytes) * chain.to_host_ms;
+  const double hidden = chain.copies_overlap ? std::min(out, forward_ms) : 0.0;
+  return out - hidden + static_cast<double>(bytes) * chain.from_host_ms;
+}
+
+// What a stored head's backward (option o) hides of a fetch of `bytes` pending on its call (the
+// fetch's whole time is charged with its offload).
+double FetchHiddenMs(const Chain& chain, int64_t bytes, const Option& o) {
+  return chain.copies_overlap
+             ? std::min(static_cast<double>(bytes) * chain.from_host_ms, o.backward_ms)
+             : 0.0;
+}
+
 // The quantities both the evaluator and the solver read, so that the two cannot disagree.
 class Model {
  public:
@@ -52,6 +67,9 @@ class Model {
   static int64_t BackwardTransient(int a, int b, bool rerun, const Option& o) {
     return rerun && a + 1 == b ? o.held_backward_transient : o.backward_transient;
   }
+  double OffloadMs(int a, int j) const {
+    return ckpt::chain::OffloadMs(chain_, X(a), NoGradMs(a, j));
+  }
 
  private:
   const Chain& chain_;
@@ -60,10 +78,11 @@ class Model {
   std::vector<double> nograd_prefix_;
 };
 
-// One element of a list: a stored stage, or a checkpointed segment with its inner list.
+// One element of a list: a stored stage, or a checkpointed (or offloaded) segment with its inner
+// list.
 struct Element {
   int begin, end;
-  bool checkpoint;
+  bool checkpoint, offloaded;
   const std::vector<Segment>* inner;  // checkpoint only; empty: every stage stored
 };
 
@@ -71,35 +90,43 @@ std::vector<Element> ElementsOf(const std::vector<Segment>& segments) {
   std::vector<Element> out;
   for (const Segment& s : segments) {
     if (s.mode == SegmentMode::kStored) {
-      for (int i = s.begin; i < s.end; ++i) out.push_back({i, i + 1, false, nullptr});
+      for (int i = s.begin; i < s.end; ++i) out.push_back({i, i + 1, false, false, nullptr});
     } else {
-      out.push_back({s.begin, s.end, true, &s.inner});
+      out.push_back({s.begin, s.end, true, s.mode == SegmentMode::kOffloaded, &s.inner});
     }
   }
   return out;
 }
+
+// A fetch pending on a list's last backward call (see the header): its bytes, and whether the
+// call is a run's that continues into the list (only a stored head is in it).
+struct Pending {
+  int64_t bytes = 0;
+  bool run_only = false;
+};
 
 class Evaluator {
  public:
   Evaluator(const Chain& chain, const Schedule& schedule)
       : chain_(chain), schedule_(schedule), model_(chain) {}
 
-  absl::StatusOr<Cost> List(const std::vector<Segment>& segments, int a, int b, bool rerun) {
+  absl::StatusOr<Cost> List(const std::vector<Segment>& segments, int a, int b, bool rerun,
+                            Pending pending) {
     for (const Segment& s : segments) {
       if (s.mode == SegmentMode::kRecomputeAll) {
         return absl::InvalidArgumentError("the chain model has no recompute-all segments");
       }
     }
     const std::vector<Element> elements = ElementsOf(segments);
-    return FromElement(elements, 0, a, b, rerun);
+    return FromElement(elements, 0, a, b, rerun, pending, /*offloadable=*/false);
   }
 
  private:
   absl::StatusOr<Cost> FromElement(const std::vector<Element>& elements, size_t e, int a, int b,
-                                   bool rerun) {
+                                   bool rerun, Pending pending, bool offloadable) {
     if (e == elements.size()) {
       if (rerun) return Cost{0, 0};
-      return Cost{chain_.loss_ms, model_.LossPeak()};
+      return Cost{chain_.loss_ms, model_.LossPeak() + pending.bytes};
     }
     const Element& el = elements[e];
     if (!el.checkpoint) {
@@ -108,22 +135,32 @@ class Evaluator {
         return absl::InvalidArgumentError(absl::StrCat("stage ", el.begin, " has no option ", k));
       }
       const Option& o = chain_.stages[el.begin].options[k];
-      absl::StatusOr<Cost> rest = FromElement(elements, e + 1, el.end, b, rerun);
+      // The run goes on into the rest: a fetch pending on this call is pending on its stages.
+      absl::StatusOr<Cost> rest =
+          FromElement(elements, e + 1, el.end, b, rerun, {pending.bytes, /*run_only=*/true}, false);
       if (!rest.ok()) return rest;
-      return Cost{o.forward_ms + o.backward_ms + rest->time_ms,
+      const double hidden = pending.run_only ? 0.0 : FetchHiddenMs(chain_, pending.bytes, o);
+      return Cost{o.forward_ms + o.backward_ms - hidden + rest->time_ms,
                   std::max({model_.StoredForwardPeak(el.begin, o), o.kept + rest->peak,
-                            model_.StoredBackwardPeak(el.begin, b, rerun, o)})};
+                            model_.StoredBackwardPeak(el.begin, b, rerun, o) + pending.bytes})};
     }
     std::vector<Segment> inner = *el.inner;
     if (inner.empty()) inner.push_back({el.begin, el.end, SegmentMode::kStored, {}});
-    absl::StatusOr<Cost> rest = FromElement(elements, e + 1, el.end, b, rerun);
+    // An offloaded segment moves its input only where nothing else holds it (core/schedule.h).
+    const int64_t moved = el.offloaded && offloadable ? model_.X(el.begin) : 0;
+    absl::StatusOr<Cost> rest = FromElement(elements, e + 1, el.end, b, rerun, {moved, false},
+                                            /*offloadable=*/true);
     if (!rest.ok()) return rest;
-    absl::StatusOr<Cost> rerun_cost = List(inner, el.begin, el.end, /*rerun=*/true);
+    absl::StatusOr<Cost> rerun_cost =
+        List(inner, el.begin, el.end, /*rerun=*/true,
+             pending.run_only ? Pending{} : Pending{pending.bytes, false});
     if (!rerun_cost.ok()) return rerun_cost;
     const int64_t held = rerun && el.end == b ? model_.X(el.end) : 0;
-    return Cost{model_.NoGradMs(el.begin, el.end) + rest->time_ms + rerun_cost->time_ms,
-                std::max({model_.NoGradPeak(el.begin, el.end), model_.X(el.end) + rest->peak,
-                          model_.Net(el.end, b, rerun) + held + rerun_cost->peak})};
+    return Cost{
+        model_.NoGradMs(el.begin, el.end) + rest->time_ms + rerun_cost->time_ms +
+            (moved > 0 ? model_.OffloadMs(el.begin, el.end) : 0.0),
+        std::max({model_.NoGradPeak(el.begin, el.end), model_.X(el.end) - moved + rest->peak,
+                  model_.Net(el.end, b, rerun) + held + rerun_cost->peak})};
   }
 
   const Chain& chain_;
@@ -179,6 +216,12 @@ Chain FromProfile(const ModelProfile& profile) {
   chain.loss_backward_transient = profile.loss.backward_transient_bytes;
   chain.output_grad = profile.loss.input_grad_bytes;
   chain.loss_ms = profile.loss.forward_ms + profile.loss.backward_ms;
+  if (profile.to_host_bytes_per_ms > 0 && profile.from_host_bytes_per_ms > 0) {
+    chain.offload = true;
+    chain.to_host_ms = 1.0 / profile.to_host_bytes_per_ms;
+    chain.from_host_ms = 1.0 / profile.from_host_bytes_per_ms;
+    chain.copies_overlap = profile.copies_overlap;
+  }
   if (n <= kMaxSolverStages) {
     chain.stages = std::move(stages);
     return chain;
@@ -235,6 +278,8 @@ Chain Quantize(const Chain& chain, int64_t unit) {
     }
   }
   u(q.loss_kept), u(q.loss_backward_transient), u(q.output_grad);
+  q.to_host_ms *= static_cast<double>(unit);
+  q.from_host_ms *= static_cast<double>(unit);
   return q;
 }
 
@@ -244,7 +289,7 @@ absl::StatusOr<Cost> Evaluate(const Chain& chain, const Schedule& schedule) {
     return absl::InvalidArgumentError(
         absl::StrCat("a schedule of ", schedule.options.size(), " options for ", n, " stages"));
   }
-  return Evaluator(chain, schedule).List(schedule.segments, 0, n, /*rerun=*/false);
+  return Evaluator(chain, schedule).List(schedule.segments, 0, n, /*rerun=*/false, Pending{});
 }
 
 Schedule AllStored(const Chain& chain) {
@@ -277,36 +322,78 @@ Solver::Solver(Chain chain, int max_units)
     }
   }
   loss_peak_ = model.LossPeak();
+  // The pending classes: the sizes of the inputs that can be offloaded (x_1 .. x_{n-1}; x_0 is
+  // the batch or a rerun's input), at most kMaxPendingClasses, each rounded up to one.
+  pending_bytes_ = {0};
+  class_of_.assign(n_ + 1, 0);
+  if (chain_.offload) {
+    std::vector<int64_t> sizes;
+    for (int c = 1; c < n_; ++c) {
+      if (x_[c] > 0) sizes.push_back(x_[c]);
+    }
+    std::sort(sizes.begin(), sizes.end());
+    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+    const size_t classes = std::min<size_t>(sizes.size(), kMaxPendingClasses);
+    for (size_t k = 0; k < classes; ++k) {
+      pending_bytes_.push_back(sizes[(k + 1) * sizes.size() / classes - 1]);  // its group's max
+    }
+    for (int c = 1; c < n_; ++c) {
+      if (x_[c] <= 0) continue;
+      class_of_[c] = static_cast<int>(
+          std::lower_bound(pending_bytes_.begin() + 1, pending_bytes_.end(), x_[c]) -
+          pending_bytes_.begin());
+    }
+    states_ = 2 + 3 * static_cast<int>(classes);
+  }
+  // Every context of a range, in State's numbering.
+  std::vector<Context> contexts = {Context{}};
+  if (chain_.offload) {
+    contexts.push_back({0, false, true});
+    for (int pending = 1; pending < static_cast<int>(pending_bytes_.size()); ++pending) {
+      contexts.push_back({pending, false, false});
+      contexts.push_back({pending, false, true});
+      contexts.push_back({pending, true, false});
+    }
+  }
   const size_t ranges = static_cast<size_t>(n_) * (n_ + 1) / 2;
-  rerun_.assign(ranges * width_, kInfinity);
-  rerun_choice_.assign(ranges * width_, 0);
-  top_.assign(static_cast<size_t>(n_ + 1) * width_, kInfinity);
-  top_choice_.assign(static_cast<size_t>(n_ + 1) * width_, 0);
-  for (int m = 0; m <= max_units_; ++m) {  // the loss alone
-    top_[static_cast<size_t>(n_) * width_ + m] =
-        loss_peak_ <= m ? static_cast<float>(chain_.loss_ms) : kInfinity;
+  rerun_.assign(ranges * states_ * width_, kInfinity);
+  rerun_choice_.assign(ranges * states_ * width_, 0);
+  top_.assign(static_cast<size_t>(n_ + 1) * states_ * width_, kInfinity);
+  top_choice_.assign(static_cast<size_t>(n_ + 1) * states_ * width_, 0);
+  for (const Context& c : contexts) {  // the loss alone, its backward call holding any fetch
+    for (int m = 0; m <= max_units_; ++m) {
+      top_[At(n_, n_, false, m, c)] = loss_peak_ + pending_bytes_[c.pending] <= m
+                                          ? static_cast<float>(chain_.loss_ms)
+                                          : kInfinity;
+    }
   }
   // Shorter ranges first; within a range, smaller budgets first (a rerun may checkpoint its
-  // whole range again, on a smaller budget); at the top, a range's rerun table before its top.
+  // whole range again, on a smaller budget, in another context); at the top, a range's rerun
+  // table before its top.
   for (int length = 1; length <= n_; ++length) {
     for (int a = 0; a + length <= n_; ++a) {
       const int b = a + length;
       for (int m = 0; m <= max_units_; ++m) {
-        int16_t choice = 0;
-        const float v = Value(a, b, /*rerun=*/true, m, &choice);
-        const size_t at = static_cast<size_t>(Index(a, b)) * width_ + m;
-        rerun_[at] = v;
-        rerun_choice_[at] = choice;
+        for (const Context& c : contexts) {
+          const size_t at = At(a, b, true, m, c);
+          rerun_[at] = Value(a, b, /*rerun=*/true, m, c, &rerun_choice_[at]);
+        }
       }
     }
     const int a = n_ - length;
     for (int m = 0; m <= max_units_; ++m) {
-      int16_t choice = 0;
-      const float v = Value(a, n_, /*rerun=*/false, m, &choice);
-      top_[static_cast<size_t>(a) * width_ + m] = v;
-      top_choice_[static_cast<size_t>(a) * width_ + m] = choice;
+      for (const Context& c : contexts) {
+        const size_t at = At(a, n_, false, m, c);
+        top_[at] = Value(a, n_, /*rerun=*/false, m, c, &top_choice_[at]);
+      }
     }
   }
+}
+
+int Solver::State(const Context& c) const {
+  if (!chain_.offload) return 0;
+  if (c.pending == 0) return c.offloadable ? 1 : 0;
+  return 2 + 3 * (c.pending - 1) + (c.run_only ? 2 : c.offloadable ? 1 : 0);
 }
 
 int Solver::Index(int a, int b) const {
@@ -314,44 +401,53 @@ int Solver::Index(int a, int b) const {
   return a * n_ - a * (a - 1) / 2 + (b - a - 1);
 }
 
+size_t Solver::At(int a, int b, bool rerun, int64_t m, const Context& c) const {
+  const size_t table = rerun ? static_cast<size_t>(Index(a, b)) : static_cast<size_t>(a);
+  return (table * states_ + State(c)) * width_ + std::min<int64_t>(m, max_units_);
+}
+
 int64_t Solver::Net(int c, int b, bool rerun) const {
   return rerun ? net_rerun_[static_cast<size_t>(c) * (n_ + 1) + b] : net_top_[c];
 }
 
-float Solver::RerunAt(int a, int b, int64_t m) const {
+float Solver::RerunAt(int a, int b, int64_t m, const Context& c) const {
   if (m < 0) return kInfinity;
   if (a == b) return 0;
-  return rerun_[static_cast<size_t>(Index(a, b)) * width_ + std::min<int64_t>(m, max_units_)];
+  return rerun_[At(a, b, true, m, c)];
 }
 
-float Solver::TopAt(int a, int64_t m) const {
+float Solver::TopAt(int a, int64_t m, const Context& c) const {
   if (m < 0) return kInfinity;
-  return top_[static_cast<size_t>(a) * width_ + std::min<int64_t>(m, max_units_)];
+  return top_[At(a, n_, false, m, c)];
 }
 
-float Solver::Value(int a, int b, bool rerun, int m, int16_t* choice) const {
-  auto rest_of = [&](int c, int64_t budget) {
-    return rerun ? RerunAt(c, b, budget) : TopAt(c, budget);
+float Solver::Value(int a, int b, bool rerun, int m, const Context& c, int16_t* choice) const {
+  auto rest_of = [&](int from, int64_t budget, const Context& next) {
+    return rerun ? RerunAt(from, b, budget, next) : TopAt(from, budget, next);
   };
+  const int64_t pending = pending_bytes_[c.pending];
   float best = kInfinity;
   *choice = 0;
   const Stage& stage = chain_.stages[a];
-  const int64_t net_after_a = Net(a + 1, b, rerun);
   for (size_t k = 0; k < stage.options.size(); ++k) {
     const Option& o = stage.options[k];
     if (o.kept + o.forward_transient > m ||
-        o.kept + net_after_a +
+        o.kept + Net(a + 1, b, rerun) +
                 (rerun && a + 1 == b ? o.held_backward_transient : o.backward_transient) +
-                (rerun ? 0 : stage.grad_sum) >
+                (rerun ? 0 : stage.grad_sum) + pending >
             m) {
       continue;
     }
-    const float t = static_cast<float>(o.forward_ms + o.backward_ms) + rest_of(a + 1, m - o.kept);
+    const double hidden = c.run_only ? 0.0 : FetchHiddenMs(chain_, pending, o);
+    const float t = static_cast<float>(o.forward_ms + o.backward_ms - hidden) +
+                    rest_of(a + 1, m - o.kept, Context{c.pending, true, false});
     if (t < best) {
       best = t;
       *choice = static_cast<int16_t>(-(static_cast<int>(k) + 1));
     }
   }
+  // A checkpointed head's rerun holds this list's last backward call, and so any fetch on it.
+  const Context inner{c.run_only ? 0 : c.pending, false, false};
   for (int j = a + 1; j <= b; ++j) {
     const size_t aj = static_cast<size_t>(a) * (n_ + 1) + j;
     if (nograd_peak_[aj] > m) continue;
@@ -359,32 +455,42 @@ float Solver::Value(int a, int b, bool rerun, int m, int16_t* choice) const {
     // with x_j of zero units it would read its own entry.
     const int64_t held = rerun && j == b ? x_[j] : 0;
     if (held == 0 && rerun && j == b) continue;
-    const float rest = rest_of(j, m - x_[j]);
-    if (rest == kInfinity) continue;
-    const float inner = RerunAt(a, j, m - Net(j, b, rerun) - held);
-    const float t = static_cast<float>(nograd_ms_[aj]) + rest + inner;
+    const float rerun_ms = RerunAt(a, j, m - Net(j, b, rerun) - held, inner);
+    if (rerun_ms == kInfinity) continue;
+    const float rest = rest_of(j, m - x_[j], Context{0, false, true});
+    const float t = static_cast<float>(nograd_ms_[aj]) + rest + rerun_ms;
     if (t < best) {
       best = t;
       *choice = static_cast<int16_t>(j);
+    }
+    // Offloaded: x_a off the device through the rest, fetched for its last backward call. At
+    // the end of a rerun that call is not the rest's, and offloading frees nothing.
+    if (!c.offloadable || class_of_[a] == 0 || (rerun && j == b)) continue;
+    const float rest_offloaded = rest_of(j, m - x_[j] + x_[a], Context{class_of_[a], false, true});
+    const float offloaded =
+        static_cast<float>(nograd_ms_[aj] + OffloadMs(chain_, x_[a], nograd_ms_[aj])) +
+        rest_offloaded + rerun_ms;
+    if (offloaded < best) {
+      best = offloaded;
+      *choice = static_cast<int16_t>(kOffloaded + j);
     }
   }
   return best;
 }
 
-double Solver::Time(int units) const { return TopAt(0, std::min(units, max_units_)); }
+double Solver::Time(int units) const { return TopAt(0, std::min(units, max_units_), Context{}); }
 
 Schedule Solver::ScheduleAt(int units) const {
   Schedule out;
   out.options.assign(n_, 0);
-  Build(0, n_, /*rerun=*/false, std::min(units, max_units_), out, out.segments);
+  Build(0, n_, /*rerun=*/false, std::min(units, max_units_), Context{}, out, out.segments);
   return out;
 }
 
-void Solver::Build(int a, int b, bool rerun, int64_t m, Schedule& out,
+void Solver::Build(int a, int b, bool rerun, int64_t m, Context c, Schedule& out,
                    std::vector<Segment>& list) const {
   while (a < b) {
-    const size_t at =
-        rerun ? static_cast<size_t>(Index(a, b)) * width_ + m : static_cast<size_t>(a) * width_ + m;
+    const size_t at = At(a, b, rerun, m, c);
     const int16_t choice = rerun ? rerun_choice_[at] : top_choice_[at];
     if (choice < 0) {  // stage a stored under option -choice - 1
       const int k = -choice - 1;
@@ -394,20 +500,23 @@ void Solver::Build(int a, int b, bool rerun, int64_t m, Schedule& out,
       } else {
         list.push_back({a, a + 1, SegmentMode::kStored, {}});
       }
-      m -= chain_.stages[a].options[k].kept;
+      m = std::min<int64_t>(m - chain_.stages[a].options[k].kept, max_units_);
+      c = Context{c.pending, true, false};
       a += 1;
       continue;
     }
-    const int j = choice;
+    const bool offloaded = choice >= kOffloaded;
+    const int j = offloaded ? choice - kOffloaded : choice;
     const int64_t held = rerun && j == b ? x_[j] : 0;
-    Segment segment{a, j, SegmentMode::kCheckpointed, {}};
-    Build(a, j, /*rerun=*/true, std::min<int64_t>(m - Net(j, b, rerun) - held, max_units_), out,
-          segment.inner);
+    Segment segment{a, j, offloaded ? SegmentMode::kOffloaded : SegmentMode::kCheckpointed, {}};
+    Build(a, j, /*rerun=*/true, std::min<int64_t>(m - Net(j, b, rerun) - held, max_units_),
+          Context{c.run_only ? 0 : c.pending, false, false}, out, segment.inner);
     if (segment.inner.size() == 1 && segment.inner.front().mode == SegmentMode::kStored) {
       segment.inner.clear();  // every stage stored: the canonical empty inner plan
     }
     list.push_back(std::move(segment));
-    m = std::min<int64_t>(m - x_[j], max_units_);
+    m = std::min<int64_t>(m - x_[j] + (offloaded ? x_[a] : 0), max_units_);
+    c = Context{offloaded ? class_of_[a] : 0, false, true};
     a = j;
   }
 }

@@ -32,6 +32,22 @@
 //   [a, j)        (s > a ? x_s : 0) + x_{s+1} + tn_s; the rest [j, b) on top of x_j; then its
 //                 rerun, a list over [a, j) in a rerun context, on top of net(j, b) (+ x_j when
 //                 j == b in a rerun, where the enclosing rerun still holds it).
+//   offloaded     a checkpoint whose input x_a the list's previous element made without a graph
+//   [a, j)        (so nothing else holds it: not the batch, not a rerun's input, not a recorded
+//                 run's output, which the schedule never copies): as a checkpoint, but x_a leaves
+//                 the device once the forward has read it, so the rest runs on top of
+//                 x_j - x_a, with a fetch of x_a pending on it (below); the rerun as a
+//                 checkpoint's. Any other offloaded segment is a checkpoint here, as in the
+//                 schedule.
+//
+// A fetch of p bytes pending on a list is placed before the list's last backward call
+// (core/schedule.h), which adds p to that call's events: a stored head's backward and those of
+// the stored stages after it (one run, one call; at the top the loss's too, which is in it, or
+// is the call itself when the list is empty); a checkpointed head passes the fetch on to its
+// rerun's list; an empty rerun list drops it (the fetch then waits for the rerun that needs it).
+// Copy times: out, x_a times the chain's per-byte cost, less (where copies overlap the compute)
+// what the no-graph forward after it hides; in, p times its cost, less what the head stored
+// stage's own backward hides (the call may hold more stages: the model undercounts the overlap).
 //
 // The recurrence (times: fw, bw per option, fn without a graph; m: bytes available):
 //
@@ -44,11 +60,23 @@
 //   T(n, n, m) = loss time if the loss's kept + its backward's peak <= m (top);
 //   T(b, b, m) = 0 (rerun).
 //
+// With offload the tables gain a context: a pending fetch (its bytes), whether it belongs to a
+// run that continues into the list (then only a stored head is in its call), and whether x_a
+// may be offloaded (the previous element was a checkpoint). The offloaded choice is
+//
+//   min_j [ fn_a..j-1 + copies + T(j, b, m - x_j + x_a | fetch x_a pending)
+//           + T_rerun(a, j, m - net(j, b) - held) ]
+//
+// and a pending fetch p adds p to a stored head's backward check. A context's pending bytes take
+// one of at most kMaxPendingClasses values: the boundaries' distinct sizes, or, where there are
+// more, each rounded up to the least class above it (conservative; exact below the limit).
+//
 // Every T depends on shorter ranges, on the same range's rerun table (at the top), or on the
 // same rerun range at a smaller budget (a rerun that checkpoints its whole range again, which
 // holds x_b for nothing and so is never faster, but is a schedule like any other). The
-// programme fills T for every budget 0..M in units of u bytes: O(M n^2 (n + K)) time and
-// O(M n^2) memory for n stages with K options each.
+// programme fills T for every budget 0..M in units of u bytes: O(M n^2 (n + K) S) time and
+// O(M n^2 S) memory for n stages with K options each and S contexts (1 without offload,
+// 2 + 3 x the pending classes with it).
 //
 // Discretisation: every byte count becomes round(bytes / u) units, so an event's units differ
 // from its bytes / u by at most half a unit per term summed, at most (n + 6) / 2 units. The
@@ -72,6 +100,7 @@
 namespace ckpt::chain {
 
 inline constexpr int kMaxSolverStages = 64;
+inline constexpr int kMaxPendingClasses = 8;
 
 struct Option {
   int policy_index = 0;  // the profile's measured[stage] entry it comes from (-1: all stored)
@@ -99,18 +128,23 @@ struct Chain {
   int64_t loss_backward_transient = 0;
   int64_t output_grad = 0;  // d_n, what the loss's backward leaves
   double loss_ms = 0;
+  // Offloaded segments: whether the solver may plan them; a copy's time per byte each way (per
+  // unit once quantized); whether a copy runs beside the compute op after it.
+  bool offload = false;
+  double to_host_ms = 0, from_host_ms = 0;
+  bool copies_overlap = false;
 };
 
 // The chain of a profile: a stage per profile stage (its options: the policies of its menu
 // that were measured), or groups of stages (every part stored) when there are more than
-// kMaxSolverStages.
+// kMaxSolverStages. Offload is allowed where the profile knows both copy rates.
 Chain FromProfile(const ModelProfile& profile);
 
 // `chain` with every byte count in units of `unit` bytes, rounded to nearest.
 Chain Quantize(const Chain& chain, int64_t unit);
 
-// A schedule of a chain: segments over its stages (stored or checkpointed, nested), an option
-// per stage.
+// A schedule of a chain: segments over its stages (stored, checkpointed or offloaded, nested), an
+// option per stage.
 struct Schedule {
   std::vector<Segment> segments;
   std::vector<int> options;  // per chain stage, an index into its options
@@ -142,12 +176,26 @@ class Solver {
 
  private:
   static constexpr float kInfinity = std::numeric_limits<float>::infinity();
+  // A choice of kOffloaded + j: an offloaded segment ending at j.
+  static constexpr int16_t kOffloaded = 1 << 12;
+  // A list's context (see the header's comment): the class of a fetch pending on its last
+  // backward call (0: none), whether that call is a run's that continues into the list, whether
+  // its first input may be offloaded.
+  struct Context {
+    int pending = 0;
+    bool run_only = false;
+    bool offloadable = false;
+  };
+  int State(const Context& c) const;
   int Index(int a, int b) const;  // of the range [a, b), 0 <= a < b <= n
   int64_t Net(int c, int b, bool rerun) const;
-  float RerunAt(int a, int b, int64_t m) const;  // 0 for an empty range, infinity for m < 0
-  float TopAt(int a, int64_t m) const;
-  float Value(int a, int b, bool rerun, int m, int16_t* choice) const;
-  void Build(int a, int b, bool rerun, int64_t m, Schedule& out, std::vector<Segment>& list) const;
+  // 0 for an empty rerun range, infinity for m < 0; budgets above the grid read its top.
+  float RerunAt(int a, int b, int64_t m, const Context& c) const;
+  float TopAt(int a, int64_t m, const Context& c) const;
+  size_t At(int a, int b, bool rerun, int64_t m, const Context& c) const;
+  float Value(int a, int b, bool rerun, int m, const Context& c, int16_t* choice) const;
+  void Build(int a, int b, bool rerun, int64_t m, Context c, Schedule& out,
+             std::vector<Segment>& list) const;
 
   Chain chain_;
   int n_;
@@ -160,8 +208,12 @@ class Solver {
   std::vector<int64_t> nograd_peak_;  // the no-graph forward's peak over [c, b)
   std::vector<double> nograd_ms_;     // its time
   int64_t loss_peak_ = 0;
-  // T by budget: rerun tables per range (Index), top tables per start; the choices made:
-  // -(k + 1) stage stored under option k, j > 0 a checkpoint ending at j.
+  std::vector<int64_t> pending_bytes_;  // by class; class 0 is no fetch
+  std::vector<int> class_of_;           // x_c's class, by c (0 where it cannot be offloaded)
+  int states_ = 1;                      // contexts per range
+  // T by budget: rerun tables per range (Index) and context, top tables per start and context;
+  // the choices made: -(k + 1) stage stored under option k, j > 0 a checkpoint ending at j,
+  // kOffloaded + j an offloaded one.
   std::vector<float> rerun_, top_;
   std::vector<int16_t> rerun_choice_, top_choice_;
 };
