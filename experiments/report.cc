@@ -50,14 +50,17 @@ std::vector<std::string> ModelsOf(const std::vector<ConfigResult>& rows) {
 }
 
 // The strategy a row of a budget planner run at a given budget (--budgets) belongs to, whose
-// points form a frontier: "optimal" for "optimal:budget=12MiB"; empty for a strategy run at
-// its own budget ("auto") or none. The budget parameter is "budget" in every planner.
+// points form a frontier: its spec without the budget ("optimal:offload=no" for
+// "optimal:budget=12MiB:offload=no"); empty for a strategy run at its own budget ("auto") or
+// none. The budget parameter is "budget" in every planner.
 std::string FrontierFamily(const std::string& strategy_spec) {
   const size_t at = strategy_spec.find(":budget=");
   if (at == std::string::npos) return "";
   const size_t begin = at + 8;
-  const std::string value = strategy_spec.substr(begin, strategy_spec.find(':', begin) - begin);
-  return value == "auto" || value == "none" ? "" : strategy_spec.substr(0, strategy_spec.find(':'));
+  const size_t end = std::min(strategy_spec.find(':', begin), strategy_spec.size());
+  const std::string value = strategy_spec.substr(begin, end - begin);
+  if (value == "auto" || value == "none") return "";
+  return strategy_spec.substr(0, at) + strategy_spec.substr(end);
 }
 
 std::string ReadFirstMatch(const std::string& path, const std::string& key) {

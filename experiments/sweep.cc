@@ -484,11 +484,19 @@ absl::StatusOr<std::vector<std::string>> WithBudgets(const std::vector<std::stri
     ASSIGN_OR_RETURN(const StrategyRegistry::Entry* entry, Strategies().Find(spec.name));
     const std::string& param = entry->traits.budget_param;
     if (param.empty()) continue;
-    // Only the strategy itself at each budget: its other parameters choose what the budget
-    // chooses (uniform's segments, revolve's snapshots), or are not budgets at all.
+    // The strategy at each budget with the parameters it was given that the budget does not
+    // choose: those that take `auto` do (uniform's segments, revolve's snapshots), the others
+    // (offload) say how it plans, so `optimal,optimal:offload=no` draws two frontiers.
+    std::string kept;
+    for (const auto& [key, value] : spec.params) {
+      const auto def = std::find_if(entry->params.begin(), entry->params.end(),
+                                    [&key = key](const ParamDef& d) { return d.key == key; });
+      if (key == param || (def != entry->params.end() && def->auto_allowed)) continue;
+      absl::StrAppend(&kept, ":", key, "=", value);
+    }
     for (const std::string& budget : budgets) {
       absl::StatusOr<std::string> budgeted =
-          CanonicalStrategySpec(absl::StrCat(spec.name, ":", param, "=", budget));
+          CanonicalStrategySpec(absl::StrCat(spec.name, ":", param, "=", budget, kept));
       if (!budgeted.ok()) {
         return absl::InvalidArgumentError(absl::StrCat("--budgets: ", budgeted.status().message()));
       }

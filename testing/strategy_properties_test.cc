@@ -9,6 +9,8 @@
 //   - A strategy that plans to a budget (StrategyTraits::budget_param) keeps its promise: the
 //     predicted peak fits the budget less the slack (core/memory_model.h), a budget that fits
 //     stays fit when it grows, and a larger budget never makes the predicted step slower.
+//   - Where the profile knows copy rates, `optimal` with offload is never slower than without it
+//     at the same budget, and fits every budget that fits without it.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -89,6 +91,12 @@ rc::Gen<ModelProfile> GeneratedProfile(int max_stages) {
     p.loss.backward_transient_bytes = x[n] + 4;
     p.loss.forward_ms = 0.1;
     p.loss.backward_ms = 0.1;
+    if (*rc::gen::arbitrary<bool>()) {  // copy rates: a copy of a boundary takes 0.01 to 10 ms
+      p.to_host_bytes_per_ms = *rc::gen::inRange(1 << 17, 1 << 27);
+      p.from_host_bytes_per_ms = *rc::gen::inRange(1 << 17, 1 << 27);
+      p.copies_overlap = *rc::gen::arbitrary<bool>();
+      p.link_assumed = *rc::gen::arbitrary<bool>();
+    }
     return p;
   });
 }
@@ -146,6 +154,28 @@ RC_GTEST_PROP(StrategyProperties, BudgetStrategiesKeepTheirPromise, ()) {
     }
     RC_TAG(entry->id + (plans[0].ok() ? " fits the lower budget" : " does not fit it"));
   }
+}
+
+RC_GTEST_PROP(StrategyProperties, OffloadNeverSlowsOptimalNorRaisesItsLeastPeak, ()) {
+  ModelProfile profile = *GeneratedProfile(30).as("profile");
+  if (profile.to_host_bytes_per_ms == 0) {
+    profile.to_host_bytes_per_ms = profile.from_host_bytes_per_ms = 1 << 20;
+  }
+  const int64_t peak = PredictMemory(profile, *PlanFor("store_all", profile))->peak_bytes;
+  const int percent = *rc::gen::inRange(25, 121).as("budget, percent of store_all's peak");
+  const int64_t budget = peak * percent / 100;
+  absl::StatusOr<Plan> with = PlanFor(absl::StrCat("optimal:budget=", budget), profile);
+  absl::StatusOr<Plan> without =
+      PlanFor(absl::StrCat("optimal:budget=", budget, ":offload=no"), profile);
+  if (!without.ok()) {
+    RC_ASSERT(without.status().code() == absl::StatusCode::kInvalidArgument);
+    RC_TAG(with.ok() ? "fits only with offload" : "fits neither");
+    return;
+  }
+  RC_ASSERT(with.ok());
+  RC_ASSERT(PredictMemory(profile, *with)->peak_bytes + kBudgetSlackBytes <= budget);
+  RC_ASSERT(*PredictStepMs(profile, *with) <= *PredictStepMs(profile, *without) * (1 + 1e-9));
+  RC_TAG(PredictMemory(profile, *with)->offloaded_bytes > 0 ? "offloads" : "does not offload");
 }
 
 }  // namespace

@@ -228,6 +228,20 @@ TEST(Sweep, RejectsBadInputBeforeRunning) {
 // *_vs_store_all cells empty when store_all itself failed (out of memory, say); report.md once
 // read 0 there and showed every other strategy of the model with a "100.0%" saving and a
 // "-100.0%" time overhead.
+// --budgets adds each budget planner at each budget, keeping what says how it plans (offload)
+// and dropping what the budget chooses (uniform's segments).
+TEST(WithBudgets, KeepsHowAPlannerPlansAndDropsWhatTheBudgetChooses) {
+  absl::StatusOr<std::vector<std::string>> out = WithBudgets(
+      {"store_all", "optimal", "optimal:offload=no", "uniform:segments=4:offload=yes"}, {"8MiB"});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(*out, testing::ElementsAre("store_all", "optimal", "optimal:offload=no",
+                                         "uniform:segments=4:offload=yes",
+                                         "optimal:budget=8MiB:offload=yes",
+                                         "optimal:budget=8MiB:offload=no",
+                                         "uniform:segments=auto:budget=8MiB:offload=yes"));
+  EXPECT_FALSE(WithBudgets({"optimal"}, {"lots"}).ok());
+}
+
 TEST(WriteReport, LeavesUnknownRatiosBlank) {
   const std::string dir = ::testing::TempDir() + "/report_blank";
   std::filesystem::create_directories(dir);

@@ -20,10 +20,54 @@ namespace ckpt {
 namespace {
 const StrategyRegistration<Optimal> registration;
 
-// The solver's grid: at most this many steps, and about 5e7 inner-loop steps of work.
-int GridSteps(int stages, int options) {
-  const double work = static_cast<double>(stages) * stages * (stages + options);
+// The solver's grid: at most this many steps, and about 5e7 inner-loop steps of work, for
+// `contexts` tables per range (chain_solver.h).
+int GridSteps(int stages, int options, int contexts) {
+  const double work = static_cast<double>(stages) * stages * (stages + options) * contexts;
   return static_cast<int>(std::clamp(5e7 / std::max(work, 1.0), 100.0, 2000.0));
+}
+
+// The contexts the solver keeps per range for `chain`: 1 without offload, 2 + 3 per class of
+// pending fetch with it.
+int Contexts(const chain::Chain& chain) {
+  if (!chain.offload) return 1;
+  std::vector<int64_t> sizes;
+  for (size_t i = 1; i < chain.stages.size(); ++i) sizes.push_back(chain.stages[i].input);
+  std::sort(sizes.begin(), sizes.end());
+  const size_t distinct = std::unique(sizes.begin(), sizes.end()) - sizes.begin();
+  return 2 + 3 * static_cast<int>(std::min<size_t>(distinct, chain::kMaxPendingClasses));
+}
+
+// Offloaded segments in `segments` (at every depth), and the bytes of their inputs.
+int CountOffloaded(const std::vector<Segment>& segments) {
+  int count = 0;
+  for (const Segment& s : segments) {
+    count += (s.mode == SegmentMode::kOffloaded ? 1 : 0) + CountOffloaded(s.inner);
+  }
+  return count;
+}
+// The solver's plan at every budget of its grid over `chain`, distinct ones.
+absl::StatusOr<std::vector<Plan>> SolverPlans(const ModelProfile& profile,
+                                              const chain::Chain& chain) {
+  int options = 1;
+  for (const chain::Stage& s : chain.stages) options = std::max<int>(options, s.options.size());
+  ASSIGN_OR_RETURN(chain::Cost all_stored, chain::Evaluate(chain, chain::AllStored(chain)));
+  const int steps = GridSteps(static_cast<int>(chain.stages.size()), options, Contexts(chain));
+  const int64_t unit = std::max<int64_t>(1, (all_stored.peak + steps - 1) / steps);
+  const chain::Chain quantized = chain::Quantize(chain, unit);
+  // The grid's top: every stage stored, as the rounded chain sees it.
+  ASSIGN_OR_RETURN(chain::Cost top, chain::Evaluate(quantized, chain::AllStored(quantized)));
+  const chain::Solver solver(quantized, static_cast<int>(std::max<int64_t>(top.peak, steps)));
+  std::vector<Plan> plans;
+  for (int m = solver.max_units(); m >= 0 && solver.Feasible(m); --m) {
+    Plan plan = chain::ToPlan(profile, chain, solver.ScheduleAt(m));
+    if (!plans.empty() && plan.segments == plans.back().segments &&
+        plan.stage_policies == plans.back().stage_policies) {
+      continue;
+    }
+    plans.push_back(std::move(plan));
+  }
+  return plans;
 }
 }  // namespace
 
@@ -31,13 +75,17 @@ std::vector<ParamDef> Optimal::Params() {
   return {BytesParam("budget", "auto",
                      "peak bytes above the baseline its plan must fit; auto = uniform's default "
                      "plan's predicted peak")
-              .AllowAuto()};
+              .AllowAuto(),
+          ChoiceParam("offload", {"yes", "no"}, "yes",
+                      "yes: checkpoints may also keep their inputs in host memory where that is "
+                      "faster (planned where the profile knows the copy rates: measured, or "
+                      "--link_bandwidth); no: keep or recompute only")};
 }
 
 absl::StatusOr<std::unique_ptr<Strategy>> Optimal::Create(const ParamValues& params) {
   std::optional<int64_t> budget;
   if (!params.IsAuto("budget")) budget = params.Bytes("budget");
-  return std::make_unique<Optimal>(budget);
+  return std::make_unique<Optimal>(budget, params.Text("offload") == "yes");
 }
 
 absl::StatusOr<Plan> Optimal::MakePlan(const ModelProfile& profile) const {
@@ -52,32 +100,24 @@ absl::StatusOr<Plan> Optimal::MakePlan(const ModelProfile& profile) const {
     budget = predicted.peak_bytes + kBudgetSlackBytes;  // so that uniform's plan itself fits
     budget_text = absl::StrCat("auto (", DescribeBytes(budget), ", uniform's predicted peak)");
   }
-  const chain::Chain chain = chain::FromProfile(profile);
-  int options = 1;
-  for (const chain::Stage& s : chain.stages) options = std::max<int>(options, s.options.size());
-  ASSIGN_OR_RETURN(chain::Cost all_stored, chain::Evaluate(chain, chain::AllStored(chain)));
-  const int steps = GridSteps(static_cast<int>(chain.stages.size()), options);
-  const int64_t unit = std::max<int64_t>(1, (all_stored.peak + steps - 1) / steps);
-  const chain::Chain quantized = chain::Quantize(chain, unit);
-  // The grid's top: every stage stored, as the rounded chain sees it.
-  ASSIGN_OR_RETURN(chain::Cost top, chain::Evaluate(quantized, chain::AllStored(quantized)));
-  const chain::Solver solver(quantized, static_cast<int>(std::max<int64_t>(top.peak, steps)));
-
-  // The candidates: the solver's plan at every budget of the grid (distinct ones), and
-  // uniform's with every segment count its budget search tries (Uniform::SegmentCounts), so
-  // that the answer is never slower than uniform at the same budget, nor than the heuristic
-  // where the chain model misjudges a plan the memory model would fit.
-  std::vector<Plan> candidates;
-  for (int m = solver.max_units(); m >= 0 && solver.Feasible(m); --m) {
-    Plan plan = chain::ToPlan(profile, chain, solver.ScheduleAt(m));
-    if (!candidates.empty() && plan.segments == candidates.back().segments &&
-        plan.stage_policies == candidates.back().stage_policies) {
-      continue;
-    }
-    candidates.push_back(std::move(plan));
+  chain::Chain chain = chain::FromProfile(profile);
+  chain.offload = chain.offload && offload_;
+  // The candidates: the solver's plan at every budget of its grid (distinct ones), without
+  // offload and with it (both, so that offload never makes the answer slower or its least peak
+  // higher: the grids differ); and uniform's with every segment count its budget search tries
+  // (Uniform::SegmentCounts), so that the answer is never slower than uniform at the same
+  // budget, nor than the heuristic where the chain model misjudges a plan the memory model would
+  // fit.
+  chain::Chain without = chain;
+  without.offload = false;
+  ASSIGN_OR_RETURN(std::vector<Plan> candidates, SolverPlans(profile, without));
+  if (chain.offload) {
+    ASSIGN_OR_RETURN(std::vector<Plan> solved, SolverPlans(profile, chain));
+    for (Plan& plan : solved) candidates.push_back(std::move(plan));
   }
   for (const int k : Uniform::SegmentCounts(profile.num_stages())) {
     candidates.push_back(Uniform::PlanWith(k, profile.num_stages()));
+    if (chain.offload) candidates.push_back(Uniform::PlanWith(k, profile.num_stages(), true));
   }
   // The fastest candidate the memory model fits in the budget (the first of equals).
   int64_t least = std::numeric_limits<int64_t>::max();
@@ -99,12 +139,19 @@ absl::StatusOr<Plan> Optimal::MakePlan(const ModelProfile& profile) const {
   }
   if (best.has_value()) {
     Plan& plan = *best;
-    plan.strategy = absl::StrCat(kId, ":budget=", budget_.has_value() ? budget_text : "auto");
+    plan.strategy = absl::StrCat(kId, ":budget=", budget_.has_value() ? budget_text : "auto",
+                                 offload_ ? "" : ":offload=no");
+    const int offloaded = CountOffloaded(plan.segments);
     plan.summary = absl::StrCat(
         "the fastest plan the planner finds within ", budget_text, ": predicted peak ",
         DescribeBytes(best_predicted.peak_bytes), ", ",
         RecomputedStages(plan, profile.num_stages()), " stage forwards rerun, checkpoints nested ",
         plan.Depth(), " deep",
+        offloaded > 0 ? absl::StrCat(", ", offloaded, " of them offloaded (",
+                                     DescribeBytes(best_predicted.offloaded_bytes), " to the host)")
+                      : std::string(),
+        offload_ && !chain.offload ? " (offload not planned: the profile has no copy rates)"
+                                   : std::string(),
         profile.timed ? absl::StrFormat(", predicted step %.2f ms", best_ms) : std::string(),
         chain.stages.size() < static_cast<size_t>(profile.num_stages())
             ? absl::StrCat(" (planned over ", chain.stages.size(), " groups of stages)")

@@ -5,14 +5,18 @@
 // profile). The recurrence, its chain model and its discretisation are documented in
 // strategies/optimal/chain_solver.h.
 //
-// Keeps and recomputes: whatever the fastest plan within the budget does; its result is a
-// plan tree, checkpoints nested in checkpoints where that is faster than recomputing more.
+// Keeps, recomputes and offloads: whatever the fastest plan within the budget does; its result is
+// a plan tree, checkpoints nested in checkpoints where that is faster than recomputing more, some
+// offloaded (their inputs in host memory until their reruns) where the profile knows the copy
+// rates (measured, or a link assumed: core/profile.h) and that is faster still; offload=no
+// plans keep-or-recompute alone. Host bytes do not count against the budget.
 // Memory: its peak, as the memory model predicts it, is within `budget` bytes above the
 // baseline (parameters, batch), less kBudgetSlackBytes (core/memory_model.h). Compute: the
 // least predicted step time (core/time_model.h, the solver's objective, so that its error is
 // this strategy's error) among the candidates that fit: the solver's plan at every budget of
 // its grid, and uniform's plan with every segment count (so that where the chain model
-// misjudges a plan's peak, the answer is still never slower than that heuristic's).
+// misjudges a plan's peak, the answer is still never slower than that heuristic's; with
+// offload, its offloading variant too).
 //
 // budget=auto: the predicted peak of uniform's default plan (ceil(sqrt(L)) segments), plus the
 // slack, so that a sweep compares the two at equal memory. A budget below every candidate's
@@ -42,12 +46,14 @@ class Optimal : public Strategy {
   static std::vector<ParamDef> Params();
   static absl::StatusOr<std::unique_ptr<Strategy>> Create(const ParamValues& params);
 
-  // No budget: auto.
-  explicit Optimal(std::optional<int64_t> budget) : budget_(budget) {}
+  // No budget: auto. `offload`: offloaded segments may be planned (where the profile knows the
+  // copy rates).
+  Optimal(std::optional<int64_t> budget, bool offload) : budget_(budget), offload_(offload) {}
   absl::StatusOr<Plan> MakePlan(const ModelProfile& profile) const override;
 
  private:
   std::optional<int64_t> budget_;
+  bool offload_ = true;
 };
 
 }  // namespace ckpt
