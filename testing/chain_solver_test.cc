@@ -159,8 +159,8 @@ void CheckAgainstBruteForce(const Chain& c) {
 }
 
 RC_GTEST_PROP(ChainSolver, FindsTheBruteForceOptimumWithinTheBudget, ()) {
-  const Chain c = *GeneratedChain(1, 5, 2).as("chain");
-  RC_TAG(c.offload ? "with offload" : "without");
+  Chain c = *GeneratedChain(1, 5, 2).as("chain");
+  c.offload = false;  // with offload: below (it doubles the schedules per checkpoint)
   CheckAgainstBruteForce(c);
 }
 

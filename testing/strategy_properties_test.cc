@@ -91,7 +91,9 @@ rc::Gen<ModelProfile> GeneratedProfile(int max_stages) {
     p.loss.backward_transient_bytes = x[n] + 4;
     p.loss.forward_ms = 0.1;
     p.loss.backward_ms = 0.1;
-    if (*rc::gen::arbitrary<bool>()) {  // copy rates: a copy of a boundary takes 0.01 to 10 ms
+    // A quarter of the profiles know copy rates (optimal then solves twice, once with offload's
+    // contexts): a copy of a boundary takes 0.01 to 10 ms.
+    if (*rc::gen::inRange(0, 4) == 0) {
       p.to_host_bytes_per_ms = *rc::gen::inRange(1 << 17, 1 << 27);
       p.from_host_bytes_per_ms = *rc::gen::inRange(1 << 17, 1 << 27);
       p.copies_overlap = *rc::gen::arbitrary<bool>();
@@ -157,7 +159,7 @@ RC_GTEST_PROP(StrategyProperties, BudgetStrategiesKeepTheirPromise, ()) {
 }
 
 RC_GTEST_PROP(StrategyProperties, OffloadNeverSlowsOptimalNorRaisesItsLeastPeak, ()) {
-  ModelProfile profile = *GeneratedProfile(30).as("profile");
+  ModelProfile profile = *GeneratedProfile(20).as("profile");
   if (profile.to_host_bytes_per_ms == 0) {
     profile.to_host_bytes_per_ms = profile.from_host_bytes_per_ms = 1 << 20;
   }

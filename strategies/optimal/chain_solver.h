@@ -100,7 +100,7 @@
 namespace ckpt::chain {
 
 inline constexpr int kMaxSolverStages = 64;
-inline constexpr int kMaxPendingClasses = 8;
+inline constexpr int kMaxPendingClasses = 4;
 
 struct Option {
   int policy_index = 0;  // the profile's measured[stage] entry it comes from (-1: all stored)
