@@ -38,7 +38,7 @@ int Contexts(const chain::Chain& chain) {
   return 2 + 3 * static_cast<int>(std::min<size_t>(distinct, chain::kMaxPendingClasses));
 }
 
-// Offloaded segments in `segments` (at every depth), and the bytes of their inputs.
+// The offloaded segments in `segments`, at every depth.
 int CountOffloaded(const std::vector<Segment>& segments) {
   int count = 0;
   for (const Segment& s : segments) {
@@ -46,6 +46,7 @@ int CountOffloaded(const std::vector<Segment>& segments) {
   }
   return count;
 }
+
 // The solver's plan at every budget of its grid over `chain`, distinct ones.
 absl::StatusOr<std::vector<Plan>> SolverPlans(const ModelProfile& profile,
                                               const chain::Chain& chain) {
