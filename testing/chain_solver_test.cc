@@ -2,7 +2,8 @@
 // against its closed form, on generated chains (no tensors).
 //
 // Brute force enumerates every schedule of the chain model (stored stages under any option,
-// checkpointed segments whose reruns are schedules in turn; a rerun that is one checkpoint over
+// checkpointed segments, and offloaded ones where the chain allows offload, whose reruns are
+// schedules in turn; a rerun that is one checkpoint over
 // its whole range again is left out: it holds one more tensor for the same work, so it is
 // never faster, and without the exclusion the schedules would not be finite) and evaluates
 // each with chain::Evaluate. The programme must find the least time of those within the
@@ -62,11 +63,10 @@ rc::Gen<Chain> GeneratedChain(int min_stages, int max_stages, int max_options) {
     c.output_grad = x[n];
     c.loss_ms = 1;
     c.offload = *rc::gen::arbitrary<bool>();
-    if (c.offload) {  // a copy costs 0 to 0.5 ms per unit each way; overlapped or not
-      c.to_host_ms = *rc::gen::inRange(0, 3) * 0.25;
-      c.from_host_ms = *rc::gen::inRange(0, 3) * 0.25;
-      c.copies_overlap = *rc::gen::arbitrary<bool>();
-    }
+    // A copy costs 0 to 0.5 ms per unit each way, overlapped or not.
+    c.to_host_ms = *rc::gen::inRange(0, 3) * 0.25;
+    c.from_host_ms = *rc::gen::inRange(0, 3) * 0.25;
+    c.copies_overlap = *rc::gen::arbitrary<bool>();
     return c;
   });
 }
@@ -205,7 +205,9 @@ TEST(ChainSolver, FindsTheBruteForceOptimumOnChainsOfSixAndSevenStages) {
 }
 
 // Offload only adds choices: at every budget the programme with it is never slower, and it is
-// feasible wherever the programme without it is, on chains too long to enumerate.
+// feasible wherever the programme without it is, on chains too long to enumerate. Their
+// boundaries take up to 5 sizes, more than the programme's classes of pending fetch, so its
+// values may err on the slow side: the schedule it builds is never slower than its value.
 RC_GTEST_PROP(ChainSolver, OffloadNeverSlowsAPlanNorRaisesTheLeastBudget, ()) {
   Chain with = *GeneratedChain(2, 12, 2).as("chain");
   with.offload = true;
@@ -224,7 +226,7 @@ RC_GTEST_PROP(ChainSolver, OffloadNeverSlowsAPlanNorRaisesTheLeastBudget, ()) {
     const absl::StatusOr<chain::Cost> found = chain::Evaluate(with, a.ScheduleAt(m));
     RC_ASSERT(found.ok());
     RC_ASSERT(found->peak <= m);
-    RC_ASSERT(std::abs(found->time_ms - a.Time(m)) <= 1e-3 * a.Time(m));
+    RC_ASSERT(found->time_ms <= a.Time(m) * (1 + 1e-6));
   }
   RC_TAG(lower ? "feasible below the least budget without offload" : "same least budget");
 }

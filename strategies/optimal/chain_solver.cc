@@ -325,6 +325,7 @@ Solver::Solver(Chain chain, int max_units)
   // The pending classes: the sizes of the inputs that can be offloaded (x_1 .. x_{n-1}; x_0 is
   // the batch or a rerun's input), at most kMaxPendingClasses, each rounded up to one.
   pending_bytes_ = {0};
+  pending_least_bytes_ = {0};
   class_of_.assign(n_ + 1, 0);
   if (chain_.offload) {
     std::vector<int64_t> sizes;
@@ -334,8 +335,9 @@ Solver::Solver(Chain chain, int max_units)
     std::sort(sizes.begin(), sizes.end());
     sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
     const size_t classes = std::min<size_t>(sizes.size(), kMaxPendingClasses);
-    for (size_t k = 0; k < classes; ++k) {
-      pending_bytes_.push_back(sizes[(k + 1) * sizes.size() / classes - 1]);  // its group's max
+    for (size_t k = 0; k < classes; ++k) {  // a group's largest size, and its smallest
+      pending_bytes_.push_back(sizes[(k + 1) * sizes.size() / classes - 1]);
+      pending_least_bytes_.push_back(sizes[k * sizes.size() / classes]);
     }
     for (int c = 1; c < n_; ++c) {
       if (x_[c] <= 0) continue;
@@ -438,7 +440,10 @@ float Solver::Value(int a, int b, bool rerun, int m, const Context& c, int16_t* 
             m) {
       continue;
     }
-    const double hidden = c.run_only ? 0.0 : FetchHiddenMs(chain_, pending, o);
+    // What the fetch's copy hides behind, counted for the least bytes of its class: where a
+    // class stands for several sizes, the programme errs on the slow side, as on the large.
+    const double hidden =
+        c.run_only ? 0.0 : FetchHiddenMs(chain_, pending_least_bytes_[c.pending], o);
     const float t = static_cast<float>(o.forward_ms + o.backward_ms - hidden) +
                     rest_of(a + 1, m - o.kept, Context{c.pending, true, false});
     if (t < best) {

@@ -68,8 +68,10 @@
 //           + T_rerun(a, j, m - net(j, b) - held) ]
 //
 // and a pending fetch p adds p to a stored head's backward check. A context's pending bytes take
-// one of at most kMaxPendingClasses values: the boundaries' distinct sizes, or, where there are
-// more, each rounded up to the least class above it (conservative; exact below the limit).
+// one of at most kMaxPendingClasses classes: the boundaries' distinct sizes, or, where there are
+// more, groups of them, each counted at its largest size in memory and at its smallest in what
+// the fetch hides (conservative both ways: the schedule built is then no slower and no larger
+// than its value says; exact where the sizes are at most that many).
 //
 // Every T depends on shorter ranges, on the same range's rerun table (at the top), or on the
 // same rerun range at a smaller budget (a rerun that checkpoints its whole range again, which
@@ -208,9 +210,10 @@ class Solver {
   std::vector<int64_t> nograd_peak_;  // the no-graph forward's peak over [c, b)
   std::vector<double> nograd_ms_;     // its time
   int64_t loss_peak_ = 0;
-  std::vector<int64_t> pending_bytes_;  // by class; class 0 is no fetch
-  std::vector<int> class_of_;           // x_c's class, by c (0 where it cannot be offloaded)
-  int states_ = 1;                      // contexts per range
+  std::vector<int64_t> pending_bytes_;        // by class, its largest size; class 0 is no fetch
+  std::vector<int64_t> pending_least_bytes_;  // by class, its smallest size
+  std::vector<int> class_of_;                 // x_c's class, by c (0 where it cannot be offloaded)
+  int states_ = 1;                            // contexts per range
   // T by budget: rerun tables per range (Index) and context, top tables per start and context;
   // the choices made: -(k + 1) stage stored under option k, j > 0 a checkpoint ending at j,
   // kOffloaded + j an offloaded one.
