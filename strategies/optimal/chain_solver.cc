@@ -26,6 +26,18 @@ double FetchHiddenMs(const Chain& chain, int64_t bytes, const Option& o) {
              : 0.0;
 }
 
+// The distinct sizes of the inputs a schedule can offload, ascending: x_1 .. x_{n-1} (x_0 is
+// the batch or a rerun's input), those above zero.
+std::vector<int64_t> OffloadableSizes(const Chain& chain) {
+  std::vector<int64_t> sizes;
+  for (size_t c = 1; c < chain.stages.size(); ++c) {
+    if (chain.stages[c].input > 0) sizes.push_back(chain.stages[c].input);
+  }
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  return sizes;
+}
+
 // The quantities both the evaluator and the solver read, so that the two cannot disagree.
 class Model {
  public:
@@ -292,6 +304,12 @@ absl::StatusOr<Cost> Evaluate(const Chain& chain, const Schedule& schedule) {
   return Evaluator(chain, schedule).List(schedule.segments, 0, n, /*rerun=*/false, Pending{});
 }
 
+int Contexts(const Chain& chain) {
+  if (!chain.offload) return 1;
+  return 2 +
+         3 * static_cast<int>(std::min<size_t>(OffloadableSizes(chain).size(), kMaxPendingClasses));
+}
+
 Schedule AllStored(const Chain& chain) {
   const int n = static_cast<int>(chain.stages.size());
   Schedule s;
@@ -328,12 +346,7 @@ Solver::Solver(Chain chain, int max_units)
   pending_least_bytes_ = {0};
   class_of_.assign(n_ + 1, 0);
   if (chain_.offload) {
-    std::vector<int64_t> sizes;
-    for (int c = 1; c < n_; ++c) {
-      if (x_[c] > 0) sizes.push_back(x_[c]);
-    }
-    std::sort(sizes.begin(), sizes.end());
-    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+    const std::vector<int64_t> sizes = OffloadableSizes(chain_);
     const size_t classes = std::min<size_t>(sizes.size(), kMaxPendingClasses);
     for (size_t k = 0; k < classes; ++k) {  // a group's largest size, and its smallest
       pending_bytes_.push_back(sizes[(k + 1) * sizes.size() / classes - 1]);
@@ -345,7 +358,6 @@ Solver::Solver(Chain chain, int max_units)
           std::lower_bound(pending_bytes_.begin() + 1, pending_bytes_.end(), x_[c]) -
           pending_bytes_.begin());
     }
-    states_ = 2 + 3 * static_cast<int>(classes);
   }
   // Every context of a range, in State's numbering.
   std::vector<Context> contexts = {Context{}};
@@ -357,6 +369,7 @@ Solver::Solver(Chain chain, int max_units)
       contexts.push_back({pending, true, false});
     }
   }
+  states_ = static_cast<int>(contexts.size());
   const size_t ranges = static_cast<size_t>(n_) * (n_ + 1) / 2;
   rerun_.assign(ranges * states_ * width_, kInfinity);
   rerun_choice_.assign(ranges * states_ * width_, 0);

@@ -164,6 +164,10 @@ absl::StatusOr<Cost> Evaluate(const Chain& chain, const Schedule& schedule);
 // The schedule with every stage stored under its first option.
 Schedule AllStored(const Chain& chain);
 
+// The contexts the solver keeps per range for `chain`: 1 without offload, 2 + 3 per class of
+// pending fetch with it (above). The programme's work and memory grow with it.
+int Contexts(const Chain& chain);
+
 class Solver {
  public:
   // Fills the tables for every budget 0..max_units of `chain` (in its units).
@@ -213,7 +217,7 @@ class Solver {
   std::vector<int64_t> pending_bytes_;        // by class, its largest size; class 0 is no fetch
   std::vector<int64_t> pending_least_bytes_;  // by class, its smallest size
   std::vector<int> class_of_;                 // x_c's class, by c (0 where it cannot be offloaded)
-  int states_ = 1;                            // contexts per range
+  int states_ = 1;                            // contexts per range: Contexts(chain_)
   // T by budget: rerun tables per range (Index) and context, top tables per start and context;
   // the choices made: -(k + 1) stage stored under option k, j > 0 a checkpoint ending at j,
   // kOffloaded + j an offloaded one.

@@ -27,33 +27,14 @@ int GridSteps(int stages, int options, int contexts) {
   return static_cast<int>(std::clamp(5e7 / std::max(work, 1.0), 100.0, 2000.0));
 }
 
-// The contexts the solver keeps per range for `chain`: 1 without offload, 2 + 3 per class of
-// pending fetch with it.
-int Contexts(const chain::Chain& chain) {
-  if (!chain.offload) return 1;
-  std::vector<int64_t> sizes;
-  for (size_t i = 1; i < chain.stages.size(); ++i) sizes.push_back(chain.stages[i].input);
-  std::sort(sizes.begin(), sizes.end());
-  const size_t distinct = std::unique(sizes.begin(), sizes.end()) - sizes.begin();
-  return 2 + 3 * static_cast<int>(std::min<size_t>(distinct, chain::kMaxPendingClasses));
-}
-
-// The offloaded segments in `segments`, at every depth.
-int CountOffloaded(const std::vector<Segment>& segments) {
-  int count = 0;
-  for (const Segment& s : segments) {
-    count += (s.mode == SegmentMode::kOffloaded ? 1 : 0) + CountOffloaded(s.inner);
-  }
-  return count;
-}
-
 // The solver's plan at every budget of its grid over `chain`, distinct ones.
 absl::StatusOr<std::vector<Plan>> SolverPlans(const ModelProfile& profile,
                                               const chain::Chain& chain) {
   int options = 1;
   for (const chain::Stage& s : chain.stages) options = std::max<int>(options, s.options.size());
   ASSIGN_OR_RETURN(chain::Cost all_stored, chain::Evaluate(chain, chain::AllStored(chain)));
-  const int steps = GridSteps(static_cast<int>(chain.stages.size()), options, Contexts(chain));
+  const int steps =
+      GridSteps(static_cast<int>(chain.stages.size()), options, chain::Contexts(chain));
   const int64_t unit = std::max<int64_t>(1, (all_stored.peak + steps - 1) / steps);
   const chain::Chain quantized = chain::Quantize(chain, unit);
   // The grid's top: every stage stored, as the rounded chain sees it.
@@ -142,7 +123,7 @@ absl::StatusOr<Plan> Optimal::MakePlan(const ModelProfile& profile) const {
     Plan& plan = *best;
     plan.strategy = absl::StrCat(kId, ":budget=", budget_.has_value() ? budget_text : "auto",
                                  offload_ ? "" : ":offload=no");
-    const int offloaded = CountOffloaded(plan.segments);
+    const int offloaded = Compile(plan, profile.stages).num_host;  // the copies it makes
     plan.summary = absl::StrCat(
         "the fastest plan the planner finds within ", budget_text, ": predicted peak ",
         DescribeBytes(best_predicted.peak_bytes), ", ",
