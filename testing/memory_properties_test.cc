@@ -62,15 +62,6 @@ RC_GTEST_PROP(MemoryProperties, RecomputeAllAtMostUniformAtMostStoreAll, ()) {
 // offloaded has the same gradients to the bit, no more device bytes after forward or at the
 // peak, and after forward exactly the bytes it moved out of the device fewer (the host pool
 // holds them: its copies made in the forward pass, counted from their inputs' sizes).
-// `segments` with every segment of mode `from`, at any depth, in mode `to`.
-std::vector<Segment> Remoded(std::vector<Segment> segments, SegmentMode from, SegmentMode to) {
-  for (Segment& s : segments) {
-    if (s.mode == from) s.mode = to;
-    s.inner = Remoded(s.inner, from, to);
-  }
-  return segments;
-}
-
 RC_GTEST_PROP(MemoryProperties, OffloadingMovesKeptInputsToTheHostAndNothingElse, ()) {
   const std::string model_id = *rc::gen::elementOf(Models().Ids());
   const std::string spec = *testing::SmallModelSpec(model_id, /*dropout=*/true).as("model");
@@ -78,8 +69,10 @@ RC_GTEST_PROP(MemoryProperties, OffloadingMovesKeptInputsToTheHostAndNothingElse
   RC_ASSERT(c.ok());
   const Plan plan = *testing::RandomPlan(c->profile.stages).as("plan");
   Plan kept = plan, offloaded = plan;
-  kept.segments = Remoded(plan.segments, SegmentMode::kOffloaded, SegmentMode::kCheckpointed);
-  offloaded.segments = Remoded(plan.segments, SegmentMode::kCheckpointed, SegmentMode::kOffloaded);
+  kept.segments =
+      testing::Remoded(plan.segments, SegmentMode::kOffloaded, SegmentMode::kCheckpointed);
+  offloaded.segments =
+      testing::Remoded(plan.segments, SegmentMode::kCheckpointed, SegmentMode::kOffloaded);
   absl::StatusOr<Run> a = testing::StepUnder(*c, kept, 2);
   absl::StatusOr<Run> b = testing::StepUnder(*c, offloaded, 2);
   RC_ASSERT(a.ok() && b.ok());

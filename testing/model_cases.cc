@@ -125,6 +125,14 @@ std::optional<std::string> BudgetSpec(const std::string& id, int64_t peak) {
   return absl::StrCat(id, ":", entry->traits.budget_param, "=", peak * percent / 100);
 }
 
+std::vector<Segment> Remoded(std::vector<Segment> segments, SegmentMode from, SegmentMode to) {
+  for (Segment& s : segments) {
+    if (s.mode == from) s.mode = to;
+    s.inner = Remoded(s.inner, from, to);
+  }
+  return segments;
+}
+
 rc::Gen<Plan> RandomPlan(const std::vector<StageInfo>& stages, int max_depth) {
   return rc::gen::exec([stages, max_depth] {
     Plan plan;

@@ -45,6 +45,9 @@ std::optional<std::string> BudgetSpec(const std::string& id, int64_t peak);
 // nested up to `max_depth` levels, and random part policies (chunking into 2 to 4).
 rc::Gen<Plan> RandomPlan(const std::vector<StageInfo>& stages, int max_depth = 3);
 
+// `segments` with every segment of mode `from`, at every depth, in mode `to` instead.
+std::vector<Segment> Remoded(std::vector<Segment> segments, SegmentMode from, SegmentMode to);
+
 // A model and batch built through the Workload on TestDevice(), with its profile (bytes only,
 // unless `timed`). `input_grad`: whether the batch's floating-point inputs require grad
 // (set before the profile is measured, which depends on it).

@@ -131,15 +131,6 @@ TEST(TimeModel, ChargesOffloadCopiesLessWhatTheComputeBesideThemHides) {
   EXPECT_TRUE(PredictStepMs(unknown, kept).ok());
 }
 
-// `segments` with every offloaded segment checkpointed instead.
-std::vector<Segment> WithoutOffload(std::vector<Segment> segments) {
-  for (Segment& s : segments) {
-    if (s.mode == SegmentMode::kOffloaded) s.mode = SegmentMode::kCheckpointed;
-    s.inner = WithoutOffload(s.inner);
-  }
-  return segments;
-}
-
 // The computing ops (forwards and backwards), what the arithmetic of a step is.
 std::string Computation(const Program& program) {
   std::string out;
@@ -198,7 +189,8 @@ RC_GTEST_PROP(Schedule, GeneratedPlansUseValuesWhileLiveAndHostBuffersOnce, ()) 
   for (const Life h : host) RC_ASSERT(h == Life::kReleased);
 
   Plan kept = plan;
-  kept.segments = WithoutOffload(plan.segments);
+  kept.segments =
+      testing::Remoded(plan.segments, SegmentMode::kOffloaded, SegmentMode::kCheckpointed);
   RC_ASSERT(Computation(Compile(kept, stages)) == Computation(program));
 }
 
