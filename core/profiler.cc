@@ -371,7 +371,6 @@ class Profiler {
       Synchronize(device_);
       timer_->Start();
       for (const at::Tensor& t : *largest) host.push_back(pool.ToHost(t));
-      Synchronize(device_);
       out.push_back(timer_->StopMs());
       timer_->Start();
       for (const at::Tensor& t : host) back.push_back(pool.ToDevice(t, device_));
