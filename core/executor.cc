@@ -5,6 +5,7 @@
 
 #include "ATen/core/grad_mode.h"
 #include "core/checkpoint.h"
+#include "core/data_parallel.h"
 #include "core/device.h"
 #include "core/rng.h"
 #include "core/status_macros.h"
@@ -128,6 +129,8 @@ StepResult ChainExecutor::RunStep(const Batch& batch, const StepOptions& options
   ClearGradients(batch.inputs);
   std::unique_ptr<StepTimer> timer = MakeStepTimer(device_);
   Synchronize(device_);
+  // Before the peak is reset: the reducer may re-lay its buckets here, once.
+  if (options.reducer != nullptr) options.reducer->BeforeStep();
   if (options.release_cached) meter_->ReleaseCached();
   StepResult r;
   meter_->ResetPeak();
@@ -187,6 +190,7 @@ StepResult ChainExecutor::RunStep(const Batch& batch, const StepOptions& options
       }
     }
   }
+  if (options.reducer != nullptr) options.reducer->AfterStep();
   r.step_ms = timer->StopMs();
 
   r.loss = state.loss.item<double>();

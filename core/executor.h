@@ -27,6 +27,8 @@
 
 namespace ckpt {
 
+class GradientReducer;  // core/data_parallel.h
+
 struct StepResult {
   double loss = 0;
   int64_t baseline_bytes = 0;    // live before forward: parameters, batch, kept gradients
@@ -58,6 +60,10 @@ struct StepOptions {
   // earlier steps (other plans, other models) left cached. On CUDA the step then allocates
   // from the driver, which its time includes: meant for untimed steps.
   bool release_cached = false;
+  // Data parallel: the reducer of this plan's parameters (core/data_parallel.h), armed before
+  // the step and through by its end, so the gradients the step leaves are the mean of every
+  // rank's. Its communication is part of step_ms; its buckets are part of the baseline.
+  GradientReducer* reducer = nullptr;
 };
 
 class ChainExecutor {

@@ -2,22 +2,99 @@
 
 #include <utility>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/spec.h"
 #include "core/status_macros.h"
 #include "core/strategy.h"
 #include "core/torch_status.h"
 
 namespace ckpt {
+namespace {}  // namespace
+
+absl::StatusOr<std::string> ScaledBatchSpec(const std::string& model_spec, int factor) {
+  ASSIGN_OR_RETURN(std::string spec, CanonicalModelSpec(model_spec));
+  ASSIGN_OR_RETURN(Spec parsed, ParseSpec(spec));
+  std::string out = parsed.name;
+  bool found = false;
+  for (const auto& [key, value] : parsed.params) {
+    std::string v = value;
+    if (key == "batch") {
+      int64_t rows = 0;
+      if (!absl::SimpleAtoi(value, &rows)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("batch=", value, " in ", spec, " is not an integer"));
+      }
+      v = absl::StrCat(rows * factor);
+      found = true;
+    }
+    absl::StrAppend(&out, ":", key, "=", v);
+  }
+  if (!found) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model ", spec, " has no batch parameter, so its batch cannot be shared among ", factor,
+        " ranks"));
+  }
+  return out;
+}
+
+namespace {
+
+// Whether every tensor of `batch` has a first dimension `world_size` ranks can share.
+absl::Status CheckShareable(const Batch& batch, int world_size) {
+  for (const auto* tensors : {&batch.inputs, &batch.targets}) {
+    for (const at::Tensor& t : *tensors) {
+      if (t.dim() == 0 || t.size(0) % world_size != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("a batch tensor of shape ", c10::str(t.sizes()), " has no first ",
+                         "dimension that ", world_size, " ranks can share"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Rows [rank b, (rank + 1) b) of every tensor of `global` (world_size b rows), as tensors of
+// their own, the floating inputs requiring grad as the global batch's do. Throws LibTorch's.
+Batch Share(const Batch& global, int rank, int world_size) {
+  const auto rows = [&](const std::vector<at::Tensor>& from) {
+    std::vector<at::Tensor> to;
+    for (const at::Tensor& t : from) {
+      const int64_t b = t.size(0) / world_size;
+      to.push_back(t.detach().narrow(0, rank * b, b).clone().requires_grad_(t.requires_grad()));
+    }
+    return to;
+  };
+  return Batch{rows(global.inputs), rows(global.targets)};
+}
+
+}  // namespace
 
 absl::StatusOr<Workload> Workload::Build(const std::string& model_spec,
                                          const WorkloadOptions& options) {
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank, " of world size ",
+                                                   options.world_size, " is not accepted"));
+  }
   ModelContext context;
   context.device = options.device;
   context.init_seed = options.seed;
   ASSIGN_OR_RETURN(std::shared_ptr<ChainModel> model, CreateModel(model_spec, context));
+  std::shared_ptr<ChainModel> drawer = model;  // the model whose batch is drawn
+  if (options.world_size > 1) {
+    ASSIGN_OR_RETURN(std::string global, ScaledBatchSpec(model->spec(), options.world_size));
+    ASSIGN_OR_RETURN(drawer, CreateModel(global, context));
+  }
   ASSIGN_OR_RETURN(Batch batch, RunTorch([&] {
                      model->SetTraining(options.training);
-                     return model->MakeBatch(options.seed);
+                     return drawer->MakeBatch(options.seed);
                    }));
+  drawer.reset();
+  if (options.world_size > 1) {
+    RETURN_IF_ERROR(CheckShareable(batch, options.world_size));
+    ASSIGN_OR_RETURN(batch,
+                     RunTorch([&] { return Share(batch, options.rank, options.world_size); }));
+  }
   return Workload(std::move(model), std::move(batch), options);
 }
 

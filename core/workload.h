@@ -28,8 +28,14 @@ namespace ckpt {
 
 struct WorkloadOptions {
   c10::Device device = c10::Device(c10::DeviceType::CPU);
-  uint64_t seed = 0;       // parameters are initialised from it, the batch drawn from it
-  bool training = true;    // the model's mode (dropout on)
+  uint64_t seed = 0;     // parameters are initialised from it, the batch drawn from it
+  bool training = true;  // the model's mode (dropout on)
+  // Data parallel: this rank's share of a global batch. The model spec's `batch` is the rows
+  // per rank, b; the batch is rows [rank b, (rank + 1) b) of the one a model of the same spec
+  // with batch world_size b draws from the seed, so N ranks together see what one process
+  // with N times the batch sees.
+  int rank = 0;
+  int world_size = 1;
   ProfileOptions profile;  // how Profile measures
 };
 
@@ -41,10 +47,16 @@ struct PlannedRun {
   ChainExecutor executor;
 };
 
+// `model_spec` with its batch parameter `factor` times larger, canonical: the spec of the
+// global batch that `factor` ranks of `model_spec` share. InvalidArgument for a bad spec or a
+// model without a batch parameter.
+absl::StatusOr<std::string> ScaledBatchSpec(const std::string& model_spec, int factor);
+
 class Workload {
  public:
   // The model of `model_spec` on the device, initialised from the seed, in the mode asked
-  // for, and its batch. Errors name the spec (InvalidArgument, NotFound) or are LibTorch's.
+  // for, and its batch (this rank's share). Errors name the spec (InvalidArgument, NotFound;
+  // a model without a batch parameter cannot be shared among ranks) or are LibTorch's.
   static absl::StatusOr<Workload> Build(const std::string& model_spec,
                                         const WorkloadOptions& options);
 

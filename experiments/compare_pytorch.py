@@ -2,8 +2,8 @@
 """ckptlab against PyTorch's own torch.utils.checkpoint, side by side on this machine.
 
 The same model (heavy_mlp: `depth` blocks of Linear(hidden, hidden) + ReLU, batch rows of
-`hidden` floats, loss = sum of the output, the input requiring grad) is trained one step at a
-time by ckptlab's sweep (store_all and uniform:segments=K) and by PyTorch on the same LibTorch
+`hidden` floats, loss = the output's sum per row averaged over the rows, the input requiring
+grad) is trained one step at a time by ckptlab's sweep (store_all and uniform:segments=K) and by PyTorch on the same LibTorch
 (Debian's python3-torch: a plain forward and backward, and checkpoint_sequential with K
 segments), in rounds that alternate the two so that drift on a shared machine hits both.
 PyTorch runs under every thread split (intra-op threads x OpenBLAS threads) and both with
@@ -53,7 +53,7 @@ def step(checkpointed):
     x.grad = None
     start = time.perf_counter()
     y = checkpoint_sequential(blocks, segments, x) if checkpointed else blocks(x)
-    y.sum().backward()
+    (y.sum() / batch).backward()
     return (time.perf_counter() - start) * 1000
 plain, ckpt = [], []
 for i in range(warmup + steps):

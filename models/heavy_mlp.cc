@@ -81,7 +81,8 @@ std::vector<at::Tensor> HeavyMlpModel::RunStage(int index, const std::vector<at:
 }
 
 at::Tensor HeavyMlpModel::Loss(const std::vector<at::Tensor>& outputs, const Batch&) {
-  return outputs.at(0).sum();
+  const at::Tensor& y = outputs.at(0);
+  return y.sum().div(y.size(0));
 }
 
 Batch HeavyMlpModel::MakeBatch(uint64_t seed) {

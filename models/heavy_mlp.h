@@ -1,4 +1,5 @@
-// heavy_mlp: `depth` blocks of Linear(hidden, hidden) + ReLU; loss = sum of the output.
+// heavy_mlp: `depth` blocks of Linear(hidden, hidden) + ReLU; loss = the sum of the output
+// over its features, averaged over the rows (so ranks sharing a batch average to its loss).
 //
 // The classic checkpointing demonstration: every block keeps one batch x hidden float32
 // tensor for backward (ReLU's output, which is also the next Linear's saved input), so
@@ -48,7 +49,7 @@ class HeavyMlpModel : public ModuleModel<HeavyMlp> {
  public:
   static constexpr char kId[] = "heavy_mlp";
   static constexpr char kSummary[] =
-      "depth x (Linear(hidden, hidden) + ReLU), loss = sum of the output";
+      "depth x (Linear(hidden, hidden) + ReLU), loss = the output's sum per row, averaged";
   static constexpr char kQuickSpec[] = "heavy_mlp:depth=16:hidden=1024:batch=64";
   static std::vector<ParamDef> Params();
   static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,

@@ -150,7 +150,7 @@ TEST(Training, TheLossChangesAsTheModelTrains) {
   std::ostringstream progress;
   absl::StatusOr<std::vector<LossCurve>> curves = RunTraining(o, training, Cpu(), progress);
   ASSERT_TRUE(curves.ok()) << curves.status();
-  // heavy_mlp's loss is the sum of its outputs: AdamW drives it down.
+  // heavy_mlp's loss is its outputs' sum per row: AdamW drives it down.
   EXPECT_LT((*curves)[0].losses.back(), (*curves)[0].losses.front());
   EXPECT_EQ((*curves)[1].losses, (*curves)[0].losses);
 }

@@ -51,7 +51,7 @@ cuda_home="${CUDA_HOME:-/usr/local/cuda}"
 suites=("$@")
 ((${#suites[@]})) || suites=(trixie+cuda sid)
 packages=g++,cmake,ninja-build,libtorch-dev,libabsl-dev,libgtest-dev,libgmock-dev
-packages+=,librapidcheck-dev,libbenchmark-dev,libopenblas0-pthread
+packages+=,librapidcheck-dev,libbenchmark-dev,libopenblas0-pthread,libgloo-dev
 # The registry these machines reach serves sid's Release file days after its Valid-Until (seen:
 # "expired (invalid since 16d)"), which debootstrap accepts and apt refuses.
 # Exported: the chroots inherit it.

@@ -5,6 +5,13 @@ Where LibTorch comes from, first match wins:
      distribution or the directory of a pip `torch` package (both have include/ and lib/).
   2. Debian's libtorch-dev: headers under /usr/include, libraries in the multiarch lib dir.
 
+Data parallelism (core/data_parallel) needs c10d's Gloo backend, whose headers include Gloo's
+own: include/gloo beside LibTorch's headers (for Debian's LibTorch, /usr/include: libgloo-dev).
+Where they are, the target defines CKPT_HAS_GLOO=1 (and links Debian's libgloo when LibTorch is
+Debian's, whose libtorch_cpu uses it as a shared library); elsewhere 0. Debian's 1.13 lacks one
+header c10d's reducer.hpp includes; then the target adds shims/ (a declaration of the two names
+reducer.hpp takes from it) to the include path.
+
 The LibTorch has CUDA when its lib/ holds libtorch_cuda.so. Then the generated target
 defines CKPT_HAS_CUDA=1 for every dependent (so `#if CKPT_HAS_CUDA` code compiles only then),
 links the CUDA libraries (and the CUDA runtime libtorch_cuda.so itself loads), and exposes
@@ -12,7 +19,7 @@ CUDA's headers ($CUDA_HOME, else /usr/local/cuda).
 `load("@libtorch//:cuda.bzl", "LIBTORCH_HAS_CUDA")` gives the same answer to BUILD files.
 """
 
-_HEADER_DIRS = ["torch", "ATen", "c10", "caffe2"]
+_HEADER_DIRS = ["torch", "ATen", "c10", "caffe2"]  # and gloo, where present (below)
 
 def _fail_missing(what, path, source):
     fail("ckptlab: %s not found at %s (from %s). Point --repo_env=LIBTORCH_HOME at a LibTorch " %
@@ -69,7 +76,17 @@ def _libtorch_repository_impl(rctx):
             rctx.symlink(include_dir + "/" + d, "include/" + d)
 
     has_cuda = rctx.path(lib_dir + "/libtorch_cuda.so").exists
+    has_gloo = rctx.path(include_dir + "/gloo/algorithm.h").exists
+    shim_includes = ""
+    if has_gloo:
+        rctx.symlink(include_dir + "/gloo", "include/gloo")
+        context = "torch/csrc/distributed/autograd/context/context.h"
+        if not rctx.path(include_dir + "/" + context).exists:
+            rctx.symlink(Label("//third_party/libtorch:shims/" + context), "shims/" + context)
+            shim_includes = '"shims",'
     libs = ["torch", "torch_cpu", "c10"]
+    if has_gloo and rctx.path(lib_dir + "/libgloo.so").exists:
+        libs.append("gloo")
     cuda_includes = ""
     cudart = None
     if has_cuda:
@@ -98,21 +115,24 @@ package(default_visibility = ["//visibility:public"])
 
 cc_library(
     name = "libtorch",
-    hdrs = glob(["include/**/*.h", "include/**/*.hpp", "include/**/*.cuh"] +
+    hdrs = glob(["include/**/*.h", "include/**/*.hpp", "include/**/*.cuh", "shims/**/*.h"] +
                 {cuda_hdrs}),
     includes = [
         "include",
         "include/torch/csrc/api/include",
         {cuda_includes}
+        {shim_includes}
     ],
-    defines = ["CKPT_HAS_CUDA={has_cuda_int}"],
+    defines = ["CKPT_HAS_CUDA={has_cuda_int}", "CKPT_HAS_GLOO={has_gloo_int}"],
     linkopts = {linkopts},
 )
 """.format(
         source = source,
         cuda_hdrs = '["cuda/include/**"]' if has_cuda else "[]",
         cuda_includes = cuda_includes,
+        shim_includes = shim_includes,
         has_cuda_int = 1 if has_cuda else 0,
+        has_gloo_int = 1 if has_gloo else 0,
         linkopts = repr(linkopts),
     ))
     rctx.file("cuda.bzl", """# Generated: whether the LibTorch in use ({source}) has CUDA.

@@ -1,0 +1,358 @@
+#include "core/data_parallel.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "core/torch_compat.h"
+#include "core/torch_status.h"
+
+#if CKPT_HAS_GLOO
+// ProcessGroupGloo.hpp declares its class only under this macro, which LibTorch's own build
+// defines.
+#ifndef USE_C10D_GLOO
+#define USE_C10D_GLOO 1
+#endif
+#include "torch/csrc/distributed/c10d/FileStore.hpp"
+#include "torch/csrc/distributed/c10d/ProcessGroupGloo.hpp"
+#include "torch/csrc/distributed/c10d/TCPStore.hpp"
+#include "torch/csrc/distributed/c10d/reducer.hpp"
+#endif
+
+namespace ckpt {
+namespace {
+
+// The environment variable `name` as an integer in [lo, hi]; nullopt when unset.
+absl::StatusOr<std::optional<int>> EnvInt(const char* name, int lo, int hi) {
+  const char* text = std::getenv(name);
+  if (text == nullptr) return std::nullopt;
+  int value = 0;
+  if (!absl::SimpleAtoi(text, &value) || value < lo || value > hi) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, "=", text, " is not accepted; accepted: ", "an integer in [", lo, ", ", hi, "]"));
+  }
+  return value;
+}
+
+// Where the first lines of `a` and `b` that differ begin, for the error that says how two
+// ranks' configurations differ.
+std::string FirstDifference(const std::string& a, const std::string& b, int rank_a, int rank_b) {
+  const std::vector<std::string> la = absl::StrSplit(a, '\n'), lb = absl::StrSplit(b, '\n');
+  for (size_t i = 0; i < la.size() || i < lb.size(); ++i) {
+    const std::string x = i < la.size() ? la[i] : "(nothing)";
+    const std::string y = i < lb.size() ? lb[i] : "(nothing)";
+    if (x != y) return absl::StrCat("rank ", rank_a, " has '", x, "', rank ", rank_b, " '", y, "'");
+  }
+  return "they differ";
+}
+
+}  // namespace
+
+#if CKPT_HAS_GLOO
+
+bool HaveDataParallel() { return true; }
+std::string DataParallelUnavailableReason() { return ""; }
+
+struct ProcessGroup::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroup> group;
+};
+
+struct GradientReducer::Impl {
+  std::unique_ptr<c10d::Reducer> reducer;
+};
+
+namespace {
+
+// A process group over `store` with one Gloo backend on `device` (LibTorch 2.x splits the
+// group from its backends; 1.13's Gloo group is the group).
+c10::intrusive_ptr<c10d::ProcessGroup> MakeGlooGroup(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
+    std::shared_ptr<::gloo::transport::Device> device, std::chrono::milliseconds timeout) {
+  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+  options->devices.push_back(std::move(device));
+  auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options);
+#if CKPT_TORCH_VERSION_AT_LEAST(2, 0)
+  auto group = c10::make_intrusive<c10d::ProcessGroup>(store, rank, world_size);
+  group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+  group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+  return group;
+#else
+  return gloo;
+#endif
+}
+
+// A c10d::Reducer with ckptlab's choices (no search for unused parameters, gradients apart
+// from the buckets), whichever of its constructors this LibTorch has: up to 2.6 it takes the
+// buckets' size limits; later versions drop them and add flags, which keep their defaults'
+// meaning here.
+template <typename R = c10d::Reducer>
+std::unique_ptr<R> MakeReducer(std::vector<at::Tensor> params,
+                               std::vector<std::vector<size_t>> buckets, std::vector<size_t> limits,
+                               c10::intrusive_ptr<c10d::ProcessGroup> group,
+                               std::vector<bool> sparse, int64_t bucket_bytes,
+                               int64_t first_bucket_bytes) {
+  using Names = std::unordered_map<size_t, std::string>;
+  using Params = std::vector<at::Tensor>;
+  using Buckets = std::vector<std::vector<size_t>>;
+  using Group = c10::intrusive_ptr<c10d::ProcessGroup>;
+  using Sparse = std::vector<bool>;
+  if constexpr (std::is_constructible_v<R, Params, Buckets, std::vector<size_t>, Group, Sparse,
+                                        int64_t, bool, bool, Names, int64_t>) {
+    return std::make_unique<R>(std::move(params), std::move(buckets), std::move(limits),
+                               std::move(group), std::move(sparse), bucket_bytes,
+                               /*find_unused_parameters=*/false,
+                               /*gradient_as_bucket_view=*/false, Names(), first_bucket_bytes);
+  } else if constexpr (std::is_constructible_v<R, Params, Buckets, Group, Sparse, int64_t, bool,
+                                               bool, Names, int64_t, bool, bool>) {
+    return std::make_unique<R>(std::move(params), std::move(buckets), std::move(group),
+                               std::move(sparse), bucket_bytes, false, false, Names(),
+                               first_bucket_bytes, /*skip_all_reduce_unused_params=*/false,
+                               /*use_python_reducer=*/false);
+  } else {
+    return std::make_unique<R>(
+        std::move(params), std::move(buckets), std::move(group), std::move(sparse), bucket_bytes,
+        false, false, Names(), first_bucket_bytes, /*skip_all_reduce_unused_params=*/false,
+        /*use_python_reducer=*/false,
+        /*bucket_bytes_cap_list=*/std::vector<int64_t>{first_bucket_bytes, bucket_bytes});
+  }
+}
+
+// All-reduces `values` with `op` over the group.
+std::vector<double> AllReduce(c10d::ProcessGroup& group, const std::vector<double>& values,
+                              c10d::ReduceOp op) {
+  at::Tensor t = at::tensor(values, at::TensorOptions().dtype(at::kDouble));
+  std::vector<at::Tensor> tensors = {t};
+  c10d::AllreduceOptions options;
+  options.reduceOp = op;
+  group.allreduce(tensors, options)->wait();
+  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(const Rendezvous& r,
+                                                                 c10::Device device,
+                                                                 const std::string& configuration) {
+  if (r.world_size < 1 || r.rank < 0 || r.rank >= r.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", r.rank, " of world size ", r.world_size,
+                     " is not accepted; accepted: ", "world size >= 1 and 0 <= rank < world size"));
+  }
+  if (r.timeout_s < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("timeout ", r.timeout_s, " s is not accepted; accepted: >= 1 s"));
+  }
+  if (r.file.empty() && (r.port < 1 || r.port > 65535)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("port ", r.port, " is not accepted; accepted: 1 to 65535"));
+  }
+  if (!device.is_cpu()) {
+    return absl::UnimplementedError(
+        absl::StrCat("data parallel on ", device.str(), " is not built; accepted: cpu (Gloo)"));
+  }
+  const auto timeout = std::chrono::milliseconds(int64_t{1000} * r.timeout_s);
+  const std::string where = r.file.empty() ? absl::StrCat("the TCP store at ", r.host, ":", r.port)
+                                           : absl::StrCat("the file store ", r.file);
+  auto impl = std::make_unique<Impl>();
+  try {
+    if (r.file.empty()) {
+      c10d::TCPStoreOptions options;
+      options.port = static_cast<uint16_t>(r.port);
+      options.isServer = r.rank == 0;
+      options.numWorkers = r.world_size;
+      options.timeout = timeout;
+      impl->store = c10::make_intrusive<c10d::TCPStore>(r.host, options);
+    } else {
+      impl->store = c10::make_intrusive<c10d::FileStore>(r.file, r.world_size);
+      impl->store->setTimeout(timeout);
+    }
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("rank ", r.rank, " could not reach ", where, ": ", e.what()));
+  }
+  // Configurations first: ranks started differently fail here, before any group is formed.
+  try {
+    const std::vector<uint8_t> mine(configuration.begin(), configuration.end());
+    impl->store->set(absl::StrCat("ckptlab/configuration/", r.rank), mine);
+    const std::vector<uint8_t> first = impl->store->get("ckptlab/configuration/0");
+    const std::string reference(first.begin(), first.end());
+    for (int q = 1; q < r.world_size; ++q) {
+      const std::vector<uint8_t> theirs =
+          impl->store->get(absl::StrCat("ckptlab/configuration/", q));
+      const std::string text(theirs.begin(), theirs.end());
+      if (text != reference) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "rank ", q, " was started with another configuration than rank 0: ",
+            FirstDifference(reference, text, 0, q), "; every rank must be started alike"));
+      }
+    }
+  } catch (const std::exception& e) {
+    return absl::DeadlineExceededError(absl::StrCat("rank ", r.rank, " of ", r.world_size,
+                                                    ": not every rank arrived at ", where,
+                                                    " within the timeout: ", e.what()));
+  }
+  try {
+    // Loopback rendezvous stays on loopback; another host's is reached through this host's
+    // own name, as Gloo's default device does.
+    const bool local = !r.file.empty() || r.host == "127.0.0.1" || r.host == "localhost";
+    auto gloo_device = local ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                             : c10d::ProcessGroupGloo::createDefaultDevice();
+    impl->group = MakeGlooGroup(impl->store, r.rank, r.world_size, gloo_device, timeout);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("rank ", r.rank, " of ", r.world_size,
+                                               " could not form the Gloo group through ", where,
+                                               ": ", e.what()));
+  }
+  return std::unique_ptr<ProcessGroup>(
+      new ProcessGroup(r.rank, r.world_size, "gloo", std::move(impl)));
+}
+
+absl::StatusOr<std::vector<double>> ProcessGroup::Mean(const std::vector<double>& values) {
+  return RunTorch([&] {
+    std::vector<double> sums = AllReduce(*impl_->group, values, c10d::ReduceOp::SUM);
+    for (double& s : sums) s /= world_size_;
+    return sums;
+  });
+}
+
+absl::StatusOr<std::vector<double>> ProcessGroup::Max(const std::vector<double>& values) {
+  return RunTorch([&] { return AllReduce(*impl_->group, values, c10d::ReduceOp::MAX); });
+}
+
+absl::Status ProcessGroup::Barrier() {
+  return RunTorch([&] { impl_->group->barrier()->wait(); });
+}
+
+absl::StatusOr<std::unique_ptr<GradientReducer>> GradientReducer::Create(
+    ProcessGroup& group, std::vector<at::Tensor> parameters, int64_t bucket_bytes) {
+  if (bucket_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bucket size ", bucket_bytes, " is not accepted; accepted: >= 1 byte"));
+  }
+  if (parameters.empty()) return absl::InvalidArgumentError("a reducer needs parameters");
+  return RunTorch([&] {
+    c10::intrusive_ptr<c10d::ProcessGroup> pg = group.impl().group;
+    // Every rank starts from rank 0's weights, as DDP's constructor makes it.
+    {
+      at::NoGradGuard no_grad;
+      std::vector<at::Tensor> flat;
+      for (const at::Tensor& p : parameters) flat.push_back(p.detach());
+      for (at::Tensor& t : flat) {
+        std::vector<at::Tensor> one = {t};
+        pg->broadcast(one)->wait();
+      }
+    }
+    const int64_t first_bucket = std::min<int64_t>(bucket_bytes, c10d::kDefaultFirstBucketBytes);
+    std::vector<int64_t> backward_order;  // buckets fill from the last parameter, as DDP's
+    for (int64_t i = static_cast<int64_t>(parameters.size()) - 1; i >= 0; --i) {
+      backward_order.push_back(i);
+    }
+    const std::vector<bool> dense(parameters.size(), false);
+    auto assignment = c10d::compute_bucket_assignment_by_size(
+        parameters, {static_cast<size_t>(first_bucket), static_cast<size_t>(bucket_bytes)}, dense,
+        backward_order);
+    int64_t total = 0;
+    for (const at::Tensor& p : parameters) total += static_cast<int64_t>(p.nbytes());
+    auto impl = std::make_unique<Impl>();
+    impl->reducer = MakeReducer(parameters, std::get<0>(assignment), std::get<1>(assignment), pg,
+                                dense, bucket_bytes, first_bucket);
+    impl->reducer->set_static_graph();
+    return std::unique_ptr<GradientReducer>(
+        new GradientReducer(std::move(impl), total, group.world_size()));
+  });
+}
+
+void GradientReducer::BeforeStep() {
+  // Python's DDP forward, in its order: buckets re-laid in the order gradients arrived (once,
+  // after the first steps; a broadcast, so every rank does it at the same step), the step
+  // counted (static-graph mode learns in the first), hooks armed.
+  impl_->reducer->rebuild_buckets();
+  impl_->reducer->prepare_for_forward();
+  impl_->reducer->prepare_for_backward({});
+}
+
+void GradientReducer::AfterStep() {
+  // The first step only counted how often backward reaches each parameter: its buckets are
+  // reduced now. Later steps reduced theirs during backward.
+  if (steps_ == 0) impl_->reducer->delay_all_reduce();
+  ++steps_;
+}
+
+#else  // !CKPT_HAS_GLOO
+
+bool HaveDataParallel() { return false; }
+std::string DataParallelUnavailableReason() {
+  return "this build's LibTorch has no Gloo headers (on Debian: apt-get install libgloo-dev, "
+         "then rebuild)";
+}
+
+struct ProcessGroup::Impl {};
+struct GradientReducer::Impl {};
+
+absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(const Rendezvous&, c10::Device,
+                                                                 const std::string&) {
+  return absl::UnimplementedError(
+      absl::StrCat("data parallel is not available: ", DataParallelUnavailableReason()));
+}
+absl::StatusOr<std::vector<double>> ProcessGroup::Mean(const std::vector<double>& values) {
+  return values;
+}
+absl::StatusOr<std::vector<double>> ProcessGroup::Max(const std::vector<double>& values) {
+  return values;
+}
+absl::Status ProcessGroup::Barrier() { return absl::OkStatus(); }
+absl::StatusOr<std::unique_ptr<GradientReducer>> GradientReducer::Create(ProcessGroup&,
+                                                                         std::vector<at::Tensor>,
+                                                                         int64_t) {
+  return absl::UnimplementedError(
+      absl::StrCat("data parallel is not available: ", DataParallelUnavailableReason()));
+}
+void GradientReducer::BeforeStep() {}
+void GradientReducer::AfterStep() {}
+
+#endif  // CKPT_HAS_GLOO
+
+ProcessGroup::ProcessGroup(int rank, int world_size, std::string backend,
+                           std::unique_ptr<Impl> impl)
+    : rank_(rank), world_size_(world_size), backend_(std::move(backend)), impl_(std::move(impl)) {}
+ProcessGroup::~ProcessGroup() = default;
+
+GradientReducer::GradientReducer(std::unique_ptr<Impl> impl, int64_t bucket_bytes, int world_size)
+    : impl_(std::move(impl)), bucket_bytes_(bucket_bytes), world_size_(world_size) {}
+GradientReducer::~GradientReducer() = default;
+
+absl::StatusOr<std::optional<Rendezvous>> RendezvousFromEnvironment() {
+  const bool has_rank = std::getenv("RANK") != nullptr;
+  const bool has_world = std::getenv("WORLD_SIZE") != nullptr;
+  if (!has_rank && !has_world) return std::nullopt;
+  if (has_rank != has_world) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        has_rank ? "RANK" : "WORLD_SIZE", " is set but ", has_rank ? "WORLD_SIZE" : "RANK",
+        " is not; a launcher sets both (and MASTER_ADDR, MASTER_PORT)"));
+  }
+  Rendezvous r;
+  absl::StatusOr<std::optional<int>> world = EnvInt("WORLD_SIZE", 1, 1 << 16);
+  if (!world.ok()) return world.status();
+  r.world_size = **world;
+  absl::StatusOr<std::optional<int>> rank = EnvInt("RANK", 0, r.world_size - 1);
+  if (!rank.ok()) return rank.status();
+  r.rank = **rank;
+  absl::StatusOr<std::optional<int>> port = EnvInt("MASTER_PORT", 1, 65535);
+  if (!port.ok()) return port.status();
+  if (*port) r.port = **port;
+  if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr && *addr != '\0') {
+    r.host = addr;
+  }
+  if (const char* file = std::getenv("CKPT_RENDEZVOUS_FILE"); file != nullptr && *file != '\0') {
+    r.file = file;
+  }
+  return r;
+}
+
+}  // namespace ckpt

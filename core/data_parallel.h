@@ -1,0 +1,125 @@
+// Data parallelism on LibTorch's own c10d: ranks meet through a c10d store, form a process
+// group (Gloo on CPU), and a c10d::Reducer averages the gradients across them while backward
+// runs, bucket by bucket, as PyTorch's DistributedDataParallel does. No communication layer of
+// ckptlab's own.
+//
+//   ASSIGN_OR_RETURN(std::optional<Rendezvous> r, RendezvousFromEnvironment());
+//   ASSIGN_OR_RETURN(auto group, ProcessGroup::Join(*r, device, configuration_text));
+//   ASSIGN_OR_RETURN(auto reducer, GradientReducer::Create(*group, model->Parameters()));
+//   StepOptions options;
+//   options.reducer = reducer.get();  // the executor's step now leaves averaged gradients
+//
+// One reducer per plan: the reducer runs in c10d's static-graph mode, which learns in its
+// first step how many times backward reaches each parameter (a tied embedding is reached once
+// by each run that uses it, and how many runs that is depends on the plan) and marks a
+// parameter ready for the all-reduce only when the last of them has accumulated its
+// gradient, never twice. Its first step reduces every bucket after backward; later steps
+// start each bucket's all-reduce as soon as it fills.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ATen/core/Tensor.h"
+#include "absl/status/statusor.h"
+#include "c10/core/Device.h"
+
+namespace ckpt {
+
+// Where the ranks of a run meet.
+struct Rendezvous {
+  int rank = 0;
+  int world_size = 1;
+  // A TCP store at host:port, served by rank 0 (as torchrun's), or, where `file` is set, a
+  // file store at that path (ranks of one host; the tests').
+  std::string host = "127.0.0.1";
+  int port = 29500;
+  std::string file;
+  // How long rendezvous and every collective may wait for another rank before failing.
+  int timeout_s = 60;
+};
+
+// Whether this build can form a process group (it has LibTorch's Gloo backend), and if not,
+// why not.
+bool HaveDataParallel();
+std::string DataParallelUnavailableReason();
+
+// The rendezvous a launcher's environment describes, as torchrun and Slurm wrappers set it:
+// RANK, WORLD_SIZE, MASTER_ADDR (default 127.0.0.1) and MASTER_PORT (default 29500), or
+// CKPT_RENDEZVOUS_FILE, a file store, where set (core/launcher.h sets it). nullopt
+// when neither RANK nor WORLD_SIZE is set; InvalidArgument naming the variable and its value
+// when one is missing or not a number in range.
+absl::StatusOr<std::optional<Rendezvous>> RendezvousFromEnvironment();
+
+class ProcessGroup {
+ public:
+  // Joins the run `rendezvous` describes on `device`: Gloo for CPU tensors. Every rank gives
+  // its run's configuration as text (flags, model and strategy specs); they must be equal, or
+  // every rank fails with FailedPrecondition naming the ranks that differ and the first
+  // difference, before anything is measured. DeadlineExceeded when a rank does not arrive in
+  // time; Unavailable when the store cannot be served or reached (a port in use, say);
+  // Unimplemented where this build has no backend for the device.
+  static absl::StatusOr<std::unique_ptr<ProcessGroup>> Join(const Rendezvous& rendezvous,
+                                                            c10::Device device,
+                                                            const std::string& configuration);
+  ~ProcessGroup();
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  const std::string& backend() const { return backend_; }  // "gloo"
+
+  // The mean and the largest of each rank's `values` (the same count on every rank),
+  // element-wise, in double precision. A rank that died or left fails the collective.
+  absl::StatusOr<std::vector<double>> Mean(const std::vector<double>& values);
+  absl::StatusOr<std::vector<double>> Max(const std::vector<double>& values);
+  // Waits until every rank arrives.
+  absl::Status Barrier();
+
+  struct Impl;  // c10d's objects, out of this header
+  Impl& impl() { return *impl_; }
+
+ private:
+  ProcessGroup(int rank, int world_size, std::string backend, std::unique_ptr<Impl> impl);
+
+  int rank_;
+  int world_size_;
+  std::string backend_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Averages the gradients of `parameters` across a process group's ranks during backward:
+// c10d::Reducer's buckets, each all-reduced once its gradients are in. Hooks on the
+// parameters' gradient accumulators do the work, and only between BeforeStep and AfterStep.
+class GradientReducer {
+ public:
+  // Buckets of at most `bucket_bytes` (the first at most 1 MiB, as DDP's), allocated now on
+  // the parameters' device: per-rank memory for as long as the reducer lives.
+  static absl::StatusOr<std::unique_ptr<GradientReducer>> Create(ProcessGroup& group,
+                                                                 std::vector<at::Tensor> parameters,
+                                                                 int64_t bucket_bytes = 25 * 1024 *
+                                                                                        1024);
+  ~GradientReducer();
+
+  // Around the forward and backward of one step (ChainExecutor calls them when given the
+  // reducer). Afterwards every parameter's .grad is the mean of the ranks'. They throw
+  // LibTorch's exceptions: a rank that died, a parameter that got no gradient.
+  void BeforeStep();
+  void AfterStep();
+
+  int64_t bucket_bytes() const { return bucket_bytes_; }  // the buckets' total
+  int world_size() const { return world_size_; }
+
+ private:
+  struct Impl;
+  GradientReducer(std::unique_ptr<Impl> impl, int64_t bucket_bytes, int world_size);
+
+  std::unique_ptr<Impl> impl_;
+  int64_t bucket_bytes_;
+  int world_size_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace ckpt

@@ -1,0 +1,272 @@
+// Data parallel on c10d (core/data_parallel.h): two ranks, started as processes of this machine
+// (core/launcher.h) and meeting through a file store, train like one process that takes both
+// their batches at once, under every strategy and under generated plans of every kind (nested
+// checkpoints, recomputation, chunked parts, offload).
+//
+// The parent generates the cases (a small model of every registered kind without dropout, a
+// plan from a generated strategy spec or a random plan), writes them to a folder and starts
+// this same binary twice as the ranks (the DataParallelRank test, which runs only then). Each
+// rank runs every case for two steps, c10d::Reducer averaging the gradients: the first step
+// reduces after backward (static-graph mode learns how often backward reaches each parameter),
+// the second during backward. The parent checks, per case and step:
+//   - both ranks hold the same gradients, bit for bit (the all-reduce's result);
+//   - they equal store_all's in one process on the global batch (rows of both ranks) within
+//     float32 reduction order: |difference| <= 1e-5 (1 + the largest |gradient|);
+//   - the mean of the ranks' losses is the one process's loss within the same tolerance;
+//   - on every rank, above the baseline (which holds the reducer's buckets), the memory model's
+//     bytes after forward are the measured ones, and its peak is within 1 KiB of the measured.
+// GPT-2 ties its embedding to its head, so under a plan that puts them in different runs
+// backward reaches that parameter twice: a reducer that marked it ready at the first would
+// reduce half its gradient (a wrong value here) or fail "marked ready twice" (a failed rank).
+#include "core/data_parallel.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/files.h"
+#include "core/launcher.h"
+#include "core/memory_meter.h"
+#include "core/plan_text.h"
+#include "core/strategy.h"
+#include "core/workload.h"
+#include "gtest/gtest.h"
+#include "testing/model_cases.h"
+#include "torch/serialize.h"
+
+namespace ckpt {
+namespace {
+
+constexpr int kWorld = 2;
+constexpr int kSteps = 2;
+constexpr double kTolerance = 1e-5;
+const char* const kDirVariable = "CKPT_DP_TEST_DIR";
+
+std::string CasePath(const std::string& dir, int k, const std::string& what) {
+  return absl::StrCat(dir, "/case_", k, ".", what);
+}
+std::string GradPath(const std::string& dir, int k, int rank, int step) {
+  return absl::StrCat(dir, "/case_", k, ".rank_", rank, ".step_", step, ".pt");
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Every parameter's gradient (an empty tensor where it has none), then the loss, then the
+// bytes after forward and the peak above the baseline, measured and predicted.
+std::vector<at::Tensor> Snapshot(ChainModel& model, const StepResult& step,
+                                 const MemoryPrediction& predicted) {
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& p : model.Parameters()) {
+    out.push_back(p.grad().defined() ? p.grad().clone() : at::empty({0}));
+  }
+  out.push_back(at::tensor({step.loss}, at::TensorOptions().dtype(at::kDouble)));
+  out.push_back(at::tensor({step.activation_bytes, predicted.activation_bytes,
+                            step.peak_bytes - step.baseline_bytes, predicted.peak_bytes},
+                           at::TensorOptions().dtype(at::kLong)));
+  return out;
+}
+
+constexpr int kTrailing = 2;  // the entries after the gradients
+
+// The rank's side: runs every case in $CKPT_DP_TEST_DIR, saving each step's gradients.
+TEST(DataParallelRank, RunsTheCasesItIsGiven) {
+  const char* dir = std::getenv(kDirVariable);
+  if (dir == nullptr) GTEST_SKIP() << "started by DataParallelTest as one of its ranks";
+  absl::StatusOr<std::optional<Rendezvous>> r = RendezvousFromEnvironment();
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->has_value());
+  const int cases = std::stoi(ReadText(absl::StrCat(dir, "/count")));
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
+      ProcessGroup::Join(**r, c10::Device(c10::kCPU), ReadText(absl::StrCat(dir, "/count")));
+  ASSERT_TRUE(group.ok()) << group.status();
+  absl::StatusOr<MemoryMeter*> meter = MemoryMeterFor(c10::Device(c10::kCPU));
+  ASSERT_TRUE(meter.ok());
+  for (int k = 0; k < cases; ++k) {
+    const std::string spec = ReadText(CasePath(dir, k, "model"));
+    SCOPED_TRACE(absl::StrCat("case ", k, ": ", spec));
+    WorkloadOptions options;
+    options.seed = k;
+    options.rank = (*group)->rank();
+    options.world_size = (*group)->world_size();
+    absl::StatusOr<Workload> w = Workload::Build(spec, options);
+    ASSERT_TRUE(w.ok()) << w.status();
+    absl::StatusOr<const ModelProfile*> profile = w->Profile(**meter);
+    ASSERT_TRUE(profile.ok()) << profile.status();
+    ModelProfile extended = **profile;
+    absl::StatusOr<Plan> plan = ParsePlan(ReadText(CasePath(dir, k, "plan")), extended.stages, "");
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    absl::StatusOr<PlannedRun> run = w->Prepare(*plan, extended, **meter);
+    ASSERT_TRUE(run.ok()) << run.status();
+    absl::StatusOr<std::unique_ptr<GradientReducer>> reducer =
+        GradientReducer::Create(**group, w->model()->Parameters());
+    ASSERT_TRUE(reducer.ok()) << reducer.status();
+    StepOptions step_options;
+    step_options.reducer = reducer->get();
+    for (int step = 0; step < kSteps; ++step) {
+      absl::StatusOr<StepResult> result = run->executor.Step(w->batch(), step_options);
+      ASSERT_TRUE(result.ok()) << "step " << step << ": " << result.status();
+      torch::save(Snapshot(*w->model(), *result, run->predicted),
+                  GradPath(dir, k, (*group)->rank(), step));
+    }
+  }
+}
+
+struct GeneratedCase {
+  std::string model;  // rows per rank
+  std::string plan;   // text
+  std::string how;    // the strategy spec, or "random plan"
+};
+
+// Case k: model kind k mod the registry's size, its sizes generated; a plan from a generated
+// spec of strategy k / 2 (even k) or a random plan (odd k, and `plan`'s turn). GPT-2's tied
+// embedding gets recompute_all and a random plan every time its turn comes.
+GeneratedCase Generate(int k, rc::Random& random, MemoryMeter& meter) {
+  const std::vector<std::string> models = Models().Ids();
+  const std::vector<std::string> strategies = Strategies().Ids();
+  const std::string kind = models[k % models.size()];
+  GeneratedCase c;
+  c.model = testing::SmallModelSpec(kind, /*dropout=*/false)(random.split(), 20).value();
+  WorkloadOptions options;
+  options.seed = k;
+  options.world_size = kWorld;
+  absl::StatusOr<Workload> w = Workload::Build(c.model, options);
+  EXPECT_TRUE(w.ok()) << w.status();
+  if (!w.ok()) return c;
+  absl::StatusOr<const ModelProfile*> profile = w->Profile(meter);
+  EXPECT_TRUE(profile.ok()) << profile.status();
+  if (!profile.ok()) return c;
+  ModelProfile extended = **profile;
+  const std::string id = kind == "gpt2" ? "recompute_all" : strategies[(k / 2) % strategies.size()];
+  // `plan` runs a plan written as text (plan:file=), which is what a random plan is here.
+  if (k % 2 == 0 && id != "plan") {
+    // A generated spec may not fit (a budget below the least peak): then another, then the
+    // strategy's defaults.
+    for (int attempt = 0; attempt < 6; ++attempt) {
+      c.how = attempt < 5 ? testing::StrategySpec(id)(random.split(), 20).value() : id;
+      absl::StatusOr<PlannedRun> run = w->Plan(c.how, extended, meter);
+      if (run.ok()) {
+        c.plan = PlanToText(run->plan, extended.stages);
+        return c;
+      }
+    }
+    ADD_FAILURE() << id << " planned nothing for " << c.model;
+    return c;
+  }
+  c.how = "random plan";
+  c.plan =
+      PlanToText(testing::RandomPlan(extended.stages)(random.split(), 20).value(), extended.stages);
+  return c;
+}
+
+double MaxAbsDifference(const at::Tensor& a, const at::Tensor& b) {
+  if (a.numel() == 0 && b.numel() == 0) return 0;
+  if (a.sizes() != b.sizes()) return INFINITY;
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+TEST(DataParallelTest, TwoRanksTrainLikeOneProcessOnBothBatches) {
+  if (!HaveDataParallel()) GTEST_SKIP() << DataParallelUnavailableReason();
+  char dir_template[] = "/tmp/ckptlab-dp-test-XXXXXX";
+  const char* made = mkdtemp(dir_template);
+  ASSERT_NE(made, nullptr) << std::strerror(errno);
+  const std::string dir = made;
+  absl::StatusOr<MemoryMeter*> meter = MemoryMeterFor(c10::Device(c10::kCPU));
+  ASSERT_TRUE(meter.ok());
+
+  uint64_t seed = std::random_device()();
+  if (const char* s = std::getenv("CKPT_DP_TEST_SEED")) seed = std::stoull(s);
+  SCOPED_TRACE(absl::StrCat("seed ", seed, " (CKPT_DP_TEST_SEED repeats it)"));
+  rc::Random random(seed);
+  const int cases = 2 * static_cast<int>(Models().Ids().size()) *
+                    std::max<int>(2, (Strategies().Ids().size() + 1) / 2);
+  std::vector<GeneratedCase> generated;
+  for (int k = 0; k < cases; ++k) {
+    generated.push_back(Generate(k, random, **meter));
+    ASSERT_TRUE(WriteFileAtomically(CasePath(dir, k, "model"), generated[k].model).ok());
+    ASSERT_TRUE(WriteFileAtomically(CasePath(dir, k, "plan"), generated[k].plan).ok());
+  }
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  ASSERT_TRUE(WriteFileAtomically(absl::StrCat(dir, "/count"), absl::StrCat(cases)).ok());
+
+  // The ranks inherit this environment, less what makes a test binary write the files of the
+  // test run (Bazel's XML report and premature-exit marker): those are this process's.
+  std::vector<std::pair<std::string, std::string>> set_aside;
+  for (const char* name : {"XML_OUTPUT_FILE", "TEST_PREMATURE_EXIT_FILE", "GTEST_OUTPUT"}) {
+    if (const char* value = std::getenv(name)) set_aside.emplace_back(name, value);
+    unsetenv(name);
+  }
+  ASSERT_EQ(setenv(kDirVariable, dir.c_str(), 1), 0);
+  absl::StatusOr<std::vector<RankExit>> exits = LaunchRanks(
+      {"/proc/self/exe", "--gtest_filter=DataParallelRank.*"}, kWorld, dir, /*grace_s=*/5);
+  unsetenv(kDirVariable);
+  for (const auto& [name, value] : set_aside) setenv(name.c_str(), value.c_str(), 1);
+  ASSERT_TRUE(exits.ok()) << exits.status();
+  ASSERT_EQ(DescribeFailure(*exits), "") << "the ranks' output is above";
+
+  for (int k = 0; k < cases; ++k) {
+    const GeneratedCase& c = generated[k];
+    SCOPED_TRACE(absl::StrCat("case ", k, ": ", c.model, " under ", c.how, ": ", c.plan));
+    absl::StatusOr<std::string> global = ScaledBatchSpec(c.model, kWorld);
+    ASSERT_TRUE(global.ok()) << global.status();
+    WorkloadOptions options;
+    options.seed = k;
+    absl::StatusOr<Workload> w = Workload::Build(*global, options);
+    ASSERT_TRUE(w.ok()) << w.status();
+    absl::StatusOr<PlannedRun> run = w->Plan("store_all", **meter);
+    ASSERT_TRUE(run.ok()) << run.status();
+    absl::StatusOr<StepResult> one = run->executor.Step(w->batch());
+    ASSERT_TRUE(one.ok()) << one.status();
+    const std::vector<at::Tensor> reference = Snapshot(*w->model(), *one, run->predicted);
+    const size_t grads = reference.size() - kTrailing;
+    double scale = 0;
+    for (size_t i = 0; i < grads; ++i) {
+      if (reference[i].numel() > 0)
+        scale = std::max(scale, reference[i].abs().max().item<double>());
+    }
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<std::vector<at::Tensor>> ranks(kWorld);
+      for (int rank = 0; rank < kWorld; ++rank)
+        torch::load(ranks[rank], GradPath(dir, k, rank, step));
+      ASSERT_EQ(ranks[0].size(), reference.size());
+      double mean_loss = 0;
+      for (int rank = 0; rank < kWorld; ++rank) {
+        mean_loss += ranks[rank][grads].item<double>() / kWorld;
+        // The reducer's buckets are part of the baseline; above it, the memory model holds as
+        // in one process (testing/conformance_test.cc): exact after forward, the peak within
+        // 1 KiB (less than the conformance test allows).
+        const at::Tensor memory = ranks[rank][grads + 1];
+        EXPECT_EQ(memory[0].item<int64_t>(), memory[1].item<int64_t>())
+            << "rank " << rank << ", step " << step << ": bytes after forward vs predicted";
+        EXPECT_LE(std::abs(memory[2].item<int64_t>() - memory[3].item<int64_t>()), 1024)
+            << "rank " << rank << ", step " << step << ": peak vs predicted";
+      }
+      EXPECT_NEAR(mean_loss, one->loss, kTolerance * (1 + std::abs(one->loss))) << "step " << step;
+      for (size_t i = 0; i < grads; ++i) {
+        ASSERT_TRUE(ranks[1][i].equal(ranks[0][i]))
+            << "step " << step << ", parameter " << i << ": the ranks' gradients differ";
+        EXPECT_LE(MaxAbsDifference(ranks[0][i], reference[i]), kTolerance * (1 + scale))
+            << "step " << step << ", parameter " << i;
+      }
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ckpt
