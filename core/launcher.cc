@@ -84,25 +84,27 @@ absl::StatusOr<std::vector<RankExit>> LaunchRanks(const std::vector<std::string>
   double failed_at = -1;
   bool terminated = false, killed = false;
   while (running > 0) {
-    int status = 0;
-    const pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid < 0 && errno != EINTR) break;  // no children left
-    if (pid > 0) {
-      for (int rank = 0; rank < world_size; ++rank) {
-        if (pids[rank] != pid) continue;
-        RankExit& e = exits[rank];
-        if (WIFEXITED(status)) {
-          e.exit_code = WEXITSTATUS(status);
-        } else if (WIFSIGNALED(status)) {
-          e.exit_code = -1;
-          e.signal = WTERMSIG(status);
-          e.stopped = terminated && failed_at >= 0 && (e.signal == SIGTERM || e.signal == SIGKILL);
-        }
-        pids[rank] = -1;
-        --running;
-        if (Failed(e) && failed_at < 0) failed_at = Now();
+    // Each rank's own process only: this process may have other children.
+    for (int rank = 0; rank < world_size; ++rank) {
+      if (pids[rank] <= 0) continue;
+      int status = 0;
+      const pid_t pid = waitpid(pids[rank], &status, WNOHANG);
+      if (pid == 0 || (pid < 0 && errno == EINTR)) continue;
+      RankExit& e = exits[rank];
+      if (pid < 0) {  // not ours to wait for any more (reaped elsewhere): nothing to tell
+        e.exit_code = -1;
+      } else if (WIFEXITED(status)) {
+        e.exit_code = WEXITSTATUS(status);
+      } else if (WIFSIGNALED(status)) {
+        e.exit_code = -1;
+        e.signal = WTERMSIG(status);
+        e.stopped = terminated && (e.signal == SIGTERM || e.signal == SIGKILL);
+      } else {
+        continue;  // stopped or continued, not ended
       }
-      continue;
+      pids[rank] = -1;
+      --running;
+      if (Failed(e) && failed_at < 0) failed_at = Now();
     }
     if (failed_at >= 0 && !terminated && Now() - failed_at >= grace_s) {
       for (pid_t p : pids) {

@@ -20,6 +20,7 @@
 // reduce half its gradient (a wrong value here) or fail "marked ready twice" (a failed rank).
 #include "core/data_parallel.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -127,6 +128,59 @@ TEST(DataParallelRank, RunsTheCasesItIsGiven) {
   }
 }
 
+// While it lives, the environment ranks started from this process inherit: `name`=`value`, and
+// without what makes a test binary write the test run's files (Bazel's XML report and
+// premature-exit marker), which are this process's.
+class RankEnvironment {
+ public:
+  RankEnvironment(const std::string& name, const std::string& value) : name_(name) {
+    for (const char* own : {"XML_OUTPUT_FILE", "TEST_PREMATURE_EXIT_FILE", "GTEST_OUTPUT"}) {
+      if (const char* v = std::getenv(own)) set_aside_.emplace_back(own, v);
+      unsetenv(own);
+    }
+    setenv(name.c_str(), value.c_str(), 1);
+  }
+  ~RankEnvironment() {
+    unsetenv(name_.c_str());
+    for (const auto& [own, v] : set_aside_) setenv(own.c_str(), v.c_str(), 1);
+  }
+
+ private:
+  std::string name_;
+  std::vector<std::pair<std::string, std::string>> set_aside_;
+};
+
+// A rank for the launcher's own test: rank 1 fails at once, rank 0 would wait far longer than
+// the test allows (as a rank blocked in a collective whose peer died can).
+TEST(DataParallelRank, OneFailsTheOtherWaits) {
+  const char* rank = std::getenv("RANK");
+  if (std::getenv("CKPT_DP_TEST_FAIL") == nullptr || rank == nullptr) {
+    GTEST_SKIP() << "started by LaunchRanksTest as one of its ranks";
+  }
+  if (std::string(rank) == "1") std::_Exit(3);
+  sleep(600);
+}
+
+// When a rank fails, the launcher ends the rest after the grace period and names the rank that
+// failed, not the ones it ended.
+TEST(LaunchRanksTest, EndsTheOthersWhenOneFails) {
+  char dir_template[] = "/tmp/ckptlab-launch-test-XXXXXX";
+  const char* dir = mkdtemp(dir_template);
+  ASSERT_NE(dir, nullptr) << std::strerror(errno);
+  absl::StatusOr<std::vector<RankExit>> exits;
+  {
+    RankEnvironment env("CKPT_DP_TEST_FAIL", "1");
+    exits = LaunchRanks({"/proc/self/exe", "--gtest_filter=DataParallelRank.OneFailsTheOtherWaits"},
+                        2, dir, /*grace_s=*/1);
+  }
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(exits.ok()) << exits.status();
+  EXPECT_EQ((*exits)[1].exit_code, 3);
+  EXPECT_TRUE((*exits)[0].stopped);
+  EXPECT_EQ((*exits)[0].signal, SIGTERM);
+  EXPECT_EQ(DescribeFailure(*exits), "rank 1 exited with status 3");
+}
+
 struct GeneratedCase {
   std::string model;  // rows per rank
   std::string plan;   // text
@@ -204,18 +258,12 @@ TEST(DataParallelTest, TwoRanksTrainLikeOneProcessOnBothBatches) {
   ASSERT_FALSE(::testing::Test::HasFailure());
   ASSERT_TRUE(WriteFileAtomically(absl::StrCat(dir, "/count"), absl::StrCat(cases)).ok());
 
-  // The ranks inherit this environment, less what makes a test binary write the files of the
-  // test run (Bazel's XML report and premature-exit marker): those are this process's.
-  std::vector<std::pair<std::string, std::string>> set_aside;
-  for (const char* name : {"XML_OUTPUT_FILE", "TEST_PREMATURE_EXIT_FILE", "GTEST_OUTPUT"}) {
-    if (const char* value = std::getenv(name)) set_aside.emplace_back(name, value);
-    unsetenv(name);
+  absl::StatusOr<std::vector<RankExit>> exits;
+  {
+    RankEnvironment env(kDirVariable, dir);
+    exits = LaunchRanks({"/proc/self/exe", "--gtest_filter=DataParallelRank.RunsTheCasesItIsGiven"},
+                        kWorld, dir, /*grace_s=*/5);
   }
-  ASSERT_EQ(setenv(kDirVariable, dir.c_str(), 1), 0);
-  absl::StatusOr<std::vector<RankExit>> exits = LaunchRanks(
-      {"/proc/self/exe", "--gtest_filter=DataParallelRank.*"}, kWorld, dir, /*grace_s=*/5);
-  unsetenv(kDirVariable);
-  for (const auto& [name, value] : set_aside) setenv(name.c_str(), value.c_str(), 1);
   ASSERT_TRUE(exits.ok()) << exits.status();
   ASSERT_EQ(DescribeFailure(*exits), "") << "the ranks' output is above";
 
