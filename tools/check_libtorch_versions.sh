@@ -148,7 +148,10 @@ install_cuda_torch() {
   local torch_pkg
   torch_pkg=$(apt-cache depends "libtorch-cuda-dev=$1" | grep -o 'libtorch-cuda-[0-9.]*$' | head -1)
   extract_deb "$torch_pkg=$1" /tmp/torch-deb && install_cudnn_stub /tmp/torch-deb || return 1
-  apt-get install -y -qq --no-install-recommends "libtorch-cuda-dev=$1" nvidia-cuda-toolkit \
+  # libgloo-cuda-dev: Gloo's headers for data parallel (core/data_parallel); it replaces the
+  # libgloo-dev the root was made with, which conflicts with the CUDA LibTorch's Gloo.
+  apt-get install -y -qq --no-install-recommends "libtorch-cuda-dev=$1" libgloo-cuda-dev \
+    nvidia-cuda-toolkit \
     >/tmp/install.log 2>&1 || { tail -20 /tmp/install.log; return 1; }
 }
 
