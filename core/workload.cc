@@ -10,7 +10,6 @@
 #include "core/torch_status.h"
 
 namespace ckpt {
-namespace {}  // namespace
 
 absl::StatusOr<std::string> ScaledBatchSpec(const std::string& model_spec, int factor) {
   ASSIGN_OR_RETURN(std::string spec, CanonicalModelSpec(model_spec));
@@ -73,8 +72,9 @@ Batch Share(const Batch& global, int rank, int world_size) {
 absl::StatusOr<Workload> Workload::Build(const std::string& model_spec,
                                          const WorkloadOptions& options) {
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank, " of world size ",
-                                                   options.world_size, " is not accepted"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", options.rank, " of world size ", options.world_size,
+                     " is not accepted; accepted: world size >= 1 and 0 <= rank < world size"));
   }
   ModelContext context;
   context.device = options.device;

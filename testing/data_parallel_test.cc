@@ -34,6 +34,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -184,6 +185,39 @@ TEST(LaunchRanksTest, EndsTheOthersWhenOneFails) {
   EXPECT_TRUE((*exits)[0].stopped);
   EXPECT_EQ((*exits)[0].signal, SIGTERM);
   EXPECT_EQ(DescribeFailure(*exits), "rank 1 exited with status 3");
+}
+
+// Ranks started with different configurations fail at rendezvous, every one of them, naming
+// the rank that differs and how. (Threads stand in for processes: no group is formed.)
+TEST(ProcessGroupTest, RanksStartedDifferentlyFailAtRendezvous) {
+  if (!HaveDataParallel()) GTEST_SKIP() << DataParallelUnavailableReason();
+  char dir_template[] = "/tmp/ckptlab-join-test-XXXXXX";
+  const char* dir = mkdtemp(dir_template);
+  ASSERT_NE(dir, nullptr) << std::strerror(errno);
+  const std::vector<std::string> configurations = {"--models=gpt2\n--strategies=uniform",
+                                                   "--models=gpt2\n--strategies=optimal"};
+  std::vector<absl::Status> joined(2);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      Rendezvous r;
+      r.rank = rank;
+      r.world_size = 2;
+      r.file = absl::StrCat(dir, "/store");
+      r.timeout_s = 20;
+      joined[rank] = ProcessGroup::Join(r, c10::Device(c10::kCPU), configurations[rank]).status();
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  std::filesystem::remove_all(dir);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(joined[rank].code(), absl::StatusCode::kFailedPrecondition) << joined[rank];
+    EXPECT_NE(joined[rank].message().find("rank 1 was started with another configuration than "
+                                          "rank 0: rank 0 has '--strategies=uniform', rank 1 "
+                                          "'--strategies=optimal'"),
+              std::string::npos)
+        << joined[rank];
+  }
 }
 
 struct GeneratedCase {
