@@ -241,10 +241,8 @@ absl::StatusOr<std::unique_ptr<GradientReducer>> GradientReducer::Create(
     // Every rank starts from rank 0's weights, as DDP's constructor makes it.
     {
       at::NoGradGuard no_grad;
-      std::vector<at::Tensor> flat;
-      for (const at::Tensor& p : parameters) flat.push_back(p.detach());
-      for (at::Tensor& t : flat) {
-        std::vector<at::Tensor> one = {t};
+      for (const at::Tensor& p : parameters) {
+        std::vector<at::Tensor> one = {p.detach()};
         pg->broadcast(one)->wait();
       }
     }
@@ -263,8 +261,7 @@ absl::StatusOr<std::unique_ptr<GradientReducer>> GradientReducer::Create(
     impl->reducer = MakeReducer(parameters, std::get<0>(assignment), std::get<1>(assignment), pg,
                                 dense, bucket_bytes, first_bucket);
     impl->reducer->set_static_graph();
-    return std::unique_ptr<GradientReducer>(
-        new GradientReducer(std::move(impl), total, group.world_size()));
+    return std::unique_ptr<GradientReducer>(new GradientReducer(std::move(impl), total));
   });
 }
 
@@ -323,8 +320,8 @@ ProcessGroup::ProcessGroup(int rank, int world_size, std::string backend,
     : rank_(rank), world_size_(world_size), backend_(std::move(backend)), impl_(std::move(impl)) {}
 ProcessGroup::~ProcessGroup() = default;
 
-GradientReducer::GradientReducer(std::unique_ptr<Impl> impl, int64_t bucket_bytes, int world_size)
-    : impl_(std::move(impl)), bucket_bytes_(bucket_bytes), world_size_(world_size) {}
+GradientReducer::GradientReducer(std::unique_ptr<Impl> impl, int64_t bucket_bytes)
+    : impl_(std::move(impl)), bucket_bytes_(bucket_bytes) {}
 GradientReducer::~GradientReducer() = default;
 
 absl::StatusOr<std::optional<Rendezvous>> RendezvousFromEnvironment() {

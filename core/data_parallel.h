@@ -110,15 +110,13 @@ class GradientReducer {
   void AfterStep();
 
   int64_t bucket_bytes() const { return bucket_bytes_; }  // the buckets' total
-  int world_size() const { return world_size_; }
 
  private:
   struct Impl;
-  GradientReducer(std::unique_ptr<Impl> impl, int64_t bucket_bytes, int world_size);
+  GradientReducer(std::unique_ptr<Impl> impl, int64_t bucket_bytes);
 
   std::unique_ptr<Impl> impl_;
   int64_t bucket_bytes_;
-  int world_size_;
   int64_t steps_ = 0;
 };
 

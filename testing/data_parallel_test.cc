@@ -30,9 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,6 +42,7 @@
 #include "core/plan_text.h"
 #include "core/strategy.h"
 #include "core/workload.h"
+#include "experiments/sweep.h"
 #include "gtest/gtest.h"
 #include "testing/model_cases.h"
 #include "torch/serialize.h"
@@ -67,11 +66,11 @@ std::string GradPath(const std::string& dir, int k, int rank, int step) {
   return absl::StrCat(dir, "/case_", k, ".rank_", rank, ".step_", step, ".pt");
 }
 
+// The text of a file the parent wrote for the ranks (small: a spec, a plan, a count).
 std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  absl::StatusOr<std::string> text = ReadRegularFile(path, 1 << 20);
+  EXPECT_TRUE(text.ok()) << text.status();
+  return text.ok() ? *text : "";
 }
 
 // Every parameter's gradient (an empty tensor where it has none), then the loss, then the
@@ -98,9 +97,10 @@ TEST(DataParallelRank, RunsTheCasesItIsGiven) {
   absl::StatusOr<std::optional<Rendezvous>> r = RendezvousFromEnvironment();
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_TRUE(r->has_value());
-  const int cases = std::stoi(ReadText(absl::StrCat(dir, "/count")));
+  const std::string count = ReadText(absl::StrCat(dir, "/count"));
+  const int cases = std::stoi(count);
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
-      ProcessGroup::Join(**r, c10::Device(c10::kCPU), ReadText(absl::StrCat(dir, "/count")));
+      ProcessGroup::Join(**r, c10::Device(c10::kCPU), count);
   ASSERT_TRUE(group.ok()) << group.status();
   absl::StatusOr<MemoryMeter*> meter = MemoryMeterFor(c10::Device(c10::kCPU));
   ASSERT_TRUE(meter.ok());
@@ -270,12 +270,6 @@ GeneratedCase Generate(int k, rc::Random& random, MemoryMeter& meter) {
   return c;
 }
 
-double MaxAbsDifference(const at::Tensor& a, const at::Tensor& b) {
-  if (a.numel() == 0 && b.numel() == 0) return 0;
-  if (a.sizes() != b.sizes()) return INFINITY;
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
-
 TEST(DataParallelTest, TwoRanksTrainLikeOneProcessOnBothBatches) {
   if (!HaveDataParallel()) GTEST_SKIP() << DataParallelUnavailableReason();
   char dir_template[] = "/tmp/ckptlab-dp-test-XXXXXX";
@@ -351,7 +345,7 @@ TEST(DataParallelTest, TwoRanksTrainLikeOneProcessOnBothBatches) {
       for (size_t i = 0; i < grads; ++i) {
         ASSERT_TRUE(ranks[1][i].equal(ranks[0][i]))
             << "step " << step << ", parameter " << i << ": the ranks' gradients differ";
-        EXPECT_LE(MaxAbsDifference(ranks[0][i], reference[i]), tolerance * (1 + scale))
+        EXPECT_LE(MaxGradientDifference({ranks[0][i]}, {reference[i]}), tolerance * (1 + scale))
             << "step " << step << ", parameter " << i;
       }
     }
