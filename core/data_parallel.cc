@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
@@ -65,6 +66,9 @@ struct ProcessGroup::Impl {
 
 struct GradientReducer::Impl {
   std::unique_ptr<c10d::Reducer> reducer;
+  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  // Each bucket's elements and their type (its tensors are made only to be timed).
+  std::vector<std::pair<int64_t, at::TensorOptions>> bucket_shapes;
 };
 
 namespace {
@@ -173,8 +177,10 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(const Rendezvou
       impl->store->setTimeout(timeout);
     }
   } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("rank ", r.rank, " could not reach ", where, ": ", e.what()));
+    const bool serves = r.file.empty() && r.rank == 0;
+    return absl::UnavailableError(absl::StrCat(
+        "rank ", r.rank, serves ? " could not serve " : " could not reach ", where,
+        serves ? " (MASTER_PORT; is the port in use? accepted: a free port)" : "", ": ", e.what()));
   }
   // Configurations first: ranks started differently fail here, before any group is formed.
   try {
@@ -229,6 +235,18 @@ absl::Status ProcessGroup::Barrier() {
   return RunTorch([&] { impl_->group->barrier()->wait(); });
 }
 
+absl::StatusOr<std::string> ProcessGroup::FromRankZero(const std::string& text) {
+  const std::string key = absl::StrCat("ckptlab/from_rank_0/", shared_++);
+  return RunTorch([&] {
+    if (rank_ == 0) {
+      impl_->store->set(key, std::vector<uint8_t>(text.begin(), text.end()));
+      return text;
+    }
+    const std::vector<uint8_t> bytes = impl_->store->get(key);
+    return std::string(bytes.begin(), bytes.end());
+  });
+}
+
 absl::StatusOr<std::unique_ptr<GradientReducer>> GradientReducer::Create(
     ProcessGroup& group, std::vector<at::Tensor> parameters, int64_t bucket_bytes) {
   if (bucket_bytes < 1) {
@@ -258,6 +276,12 @@ absl::StatusOr<std::unique_ptr<GradientReducer>> GradientReducer::Create(
     int64_t total = 0;
     for (const at::Tensor& p : parameters) total += static_cast<int64_t>(p.nbytes());
     auto impl = std::make_unique<Impl>();
+    impl->group = pg;
+    for (const std::vector<size_t>& bucket : std::get<0>(assignment)) {
+      int64_t numel = 0;
+      for (const size_t i : bucket) numel += parameters[i].numel();
+      impl->bucket_shapes.emplace_back(numel, parameters[bucket.front()].options());
+    }
     impl->reducer = MakeReducer(parameters, std::get<0>(assignment), std::get<1>(assignment), pg,
                                 dense, bucket_bytes, first_bucket);
     impl->reducer->set_static_graph();
@@ -279,6 +303,22 @@ void GradientReducer::AfterStep() {
   // reduced now. Later steps reduced theirs during backward.
   if (steps_ == 0) impl_->reducer->delay_all_reduce();
   ++steps_;
+}
+
+absl::StatusOr<double> GradientReducer::AllReduceAloneMs() {
+  return RunTorch([&] {
+    std::vector<at::Tensor> buckets;
+    for (const auto& [numel, options] : impl_->bucket_shapes) {
+      buckets.push_back(at::zeros({numel}, options));
+    }
+    const auto start = std::chrono::steady_clock::now();
+    for (const at::Tensor& bucket : buckets) {
+      std::vector<at::Tensor> one = {bucket};
+      impl_->group->allreduce(one)->wait();
+    }
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+        .count();
+  });
 }
 
 #else  // !CKPT_HAS_GLOO
@@ -304,6 +344,7 @@ absl::StatusOr<std::vector<double>> ProcessGroup::Max(const std::vector<double>&
   return values;
 }
 absl::Status ProcessGroup::Barrier() { return absl::OkStatus(); }
+absl::StatusOr<std::string> ProcessGroup::FromRankZero(const std::string& text) { return text; }
 absl::StatusOr<std::unique_ptr<GradientReducer>> GradientReducer::Create(ProcessGroup&,
                                                                          std::vector<at::Tensor>,
                                                                          int64_t) {
@@ -312,6 +353,7 @@ absl::StatusOr<std::unique_ptr<GradientReducer>> GradientReducer::Create(Process
 }
 void GradientReducer::BeforeStep() {}
 void GradientReducer::AfterStep() {}
+absl::StatusOr<double> GradientReducer::AllReduceAloneMs() { return 0.0; }
 
 #endif  // CKPT_HAS_GLOO
 
@@ -323,6 +365,49 @@ ProcessGroup::~ProcessGroup() = default;
 GradientReducer::GradientReducer(std::unique_ptr<Impl> impl, int64_t bucket_bytes)
     : impl_(std::move(impl)), bucket_bytes_(bucket_bytes) {}
 GradientReducer::~GradientReducer() = default;
+
+absl::Status RankError(const ProcessGroup& group, absl::string_view what, const absl::Status& why) {
+  return absl::AbortedError(absl::StrCat("rank ", group.rank(), " of ", group.world_size(), ": ",
+                                         what, why.ok() ? "" : ": ", why.message()));
+}
+
+absl::Status AgreeOnOutcome(ProcessGroup* group, const absl::Status& local) {
+  if (group == nullptr) return absl::OkStatus();
+  const double code = local.ok() ? 0 : local.code() == absl::StatusCode::kResourceExhausted ? 1 : 2;
+  const std::string mine = local.ok() ? "ok" : std::string(local.message());
+  absl::StatusOr<std::vector<double>> range = group->Max({code, -code});
+  if (!range.ok()) {
+    return RankError(*group, absl::StrCat("lost the other ranks (this rank's step: ", mine, ")"),
+                     range.status());
+  }
+  if ((*range)[0] != -(*range)[1]) {
+    return RankError(*group,
+                     absl::StrCat("the ranks' steps ended differently (this rank's: ", mine, ")"),
+                     absl::OkStatus());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> OnEveryRank(ProcessGroup* group, bool value) {
+  if (group == nullptr) return value;
+  absl::StatusOr<std::vector<double>> any_not = group->Max({value ? 0.0 : 1.0});
+  if (!any_not.ok()) return RankError(*group, "lost the other ranks", any_not.status());
+  return (*any_not)[0] == 0;
+}
+
+absl::Status SameOnEveryRank(ProcessGroup* group, const std::string& text,
+                             const std::string& what) {
+  if (group == nullptr) return absl::OkStatus();
+  // A 32-bit digest: exact in a double, so the ranks' largest and smallest compare exactly.
+  const double digest = static_cast<double>(std::hash<std::string>()(text) & 0xffffffffu);
+  absl::StatusOr<std::vector<double>> range = group->Max({digest, -digest});
+  if (!range.ok()) return RankError(*group, "lost the other ranks", range.status());
+  if ((*range)[0] != -(*range)[1]) {
+    return RankError(*group, absl::StrCat("the ranks' ", what, " differ (this rank's: ", text, ")"),
+                     absl::OkStatus());
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::optional<Rendezvous>> RendezvousFromEnvironment() {
   const bool has_rank = std::getenv("RANK") != nullptr;

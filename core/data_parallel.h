@@ -25,6 +25,7 @@
 
 #include "ATen/core/Tensor.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "c10/core/Device.h"
 
 namespace ckpt {
@@ -77,6 +78,9 @@ class ProcessGroup {
   absl::StatusOr<std::vector<double>> Max(const std::vector<double>& values);
   // Waits until every rank arrives.
   absl::Status Barrier();
+  // Rank 0's `text` on every rank (the others' is ignored), through the store: for what rank 0
+  // alone knows (the rows its results.csv holds), so that every rank acts on the same.
+  absl::StatusOr<std::string> FromRankZero(const std::string& text);
 
   struct Impl;  // c10d's objects, out of this header
   Impl& impl() { return *impl_; }
@@ -88,7 +92,28 @@ class ProcessGroup {
   int world_size_;
   std::string backend_;
   std::unique_ptr<Impl> impl_;
+  int64_t shared_ = 0;  // FromRankZero calls so far: each has a key of its own
 };
+
+// What the ranks settle together, for a run that must take the same path on every rank. Each
+// is a collective that every rank calls at the same point; with no group (one process) each
+// answers for this process alone. An error from one is Aborted, naming this rank: a rank died,
+// left, or took another path, and the run cannot go on.
+
+// An Aborted error ending a run, naming this rank: "rank r of N: what: why".
+absl::Status RankError(const ProcessGroup& group, absl::string_view what, const absl::Status& why);
+
+// When every rank has finished a step of its own, with `local` here: OK if every rank's ended
+// alike (each OK, each out of memory (ResourceExhausted), or each failed otherwise), so that
+// each goes on with its own `local`; an error if they did not (a rank that failed alone has
+// left the others' collectives behind) or the ranks cannot be reached.
+absl::Status AgreeOnOutcome(ProcessGroup* group, const absl::Status& local);
+
+// Whether `value` holds on every rank.
+absl::StatusOr<bool> OnEveryRank(ProcessGroup* group, bool value);
+
+// An error naming `what` unless `text` is the same on every rank (compared by a digest).
+absl::Status SameOnEveryRank(ProcessGroup* group, const std::string& text, const std::string& what);
 
 // Averages the gradients of `parameters` across a process group's ranks during backward:
 // c10d::Reducer's buckets, each all-reduced once its gradients are in. Hooks on the
@@ -110,6 +135,11 @@ class GradientReducer {
   void AfterStep();
 
   int64_t bucket_bytes() const { return bucket_bytes_; }  // the buckets' total
+
+  // Milliseconds that all-reducing tensors of the buckets' sizes takes, one bucket after
+  // another, with nothing running beside it: what a step's communication would add if none of
+  // it overlapped backward. Every rank must call it together; outside a step.
+  absl::StatusOr<double> AllReduceAloneMs();
 
  private:
   struct Impl;

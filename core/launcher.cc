@@ -2,20 +2,26 @@
 
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 extern char** environ;
 
 namespace ckpt {
 namespace {
+
+constexpr char kLauncherPid[] = "CKPT_LAUNCHER_PID";
+constexpr int kKillAfterTermS = 10;
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -44,27 +50,27 @@ std::vector<char*> Pointers(std::vector<std::string>& strings) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<RankExit>> LaunchRanks(const std::vector<std::string>& argv,
-                                                  int world_size, const std::string& rendezvous_dir,
-                                                  int grace_s) {
-  if (argv.empty()) return absl::InvalidArgumentError("LaunchRanks: no program");
-  if (world_size < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("world size ", world_size, " is not accepted; accepted: >= 1"));
+absl::StatusOr<RankProcesses> RankProcesses::Start(const std::vector<std::string>& argv,
+                                                   int first_rank, int world_size,
+                                                   const std::string& store) {
+  if (argv.empty()) return absl::InvalidArgumentError("RankProcesses: no program");
+  if (world_size < 1 || first_rank < 0 || first_rank > world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("ranks [", first_rank, ", ", world_size,
+                                                   ") are not accepted; accepted: world size >= 1 "
+                                                   "and 0 <= first rank <= world size"));
   }
   std::vector<std::string> args = argv;
   std::vector<char*> arg_pointers = Pointers(args);
   std::vector<pid_t> pids;
-  std::vector<RankExit> exits(world_size);
-  const std::string store = absl::StrCat(rendezvous_dir, "/rendezvous.store");
-  unlink(store.c_str());  // a store left by an earlier run would hold its keys
-  for (int rank = 0; rank < world_size; ++rank) {
-    exits[rank].rank = rank;
+  if (first_rank == 0) unlink(store.c_str());  // a store left by an earlier run holds its keys
+  for (int rank = first_rank; rank < world_size; ++rank) {
     std::vector<std::string> env = Environment({{"RANK", absl::StrCat(rank)},
                                                 {"LOCAL_RANK", absl::StrCat(rank)},
                                                 {"WORLD_SIZE", absl::StrCat(world_size)},
+                                                {"LOCAL_WORLD_SIZE", absl::StrCat(world_size)},
                                                 {"MASTER_ADDR", "127.0.0.1"},
-                                                {"CKPT_RENDEZVOUS_FILE", store}});
+                                                {"CKPT_RENDEZVOUS_FILE", store},
+                                                {kLauncherPid, absl::StrCat(getpid())}});
     std::vector<char*> env_pointers = Pointers(env);
     pid_t pid = 0;
     const int error = posix_spawn(&pid, args[0].c_str(), nullptr, nullptr, arg_pointers.data(),
@@ -77,18 +83,41 @@ absl::StatusOr<std::vector<RankExit>> LaunchRanks(const std::vector<std::string>
     }
     pids.push_back(pid);
   }
-  // Wait for every rank; once one has failed, end the others after the grace period.
-  int running = world_size;
-  double failed_at = -1;
+  return RankProcesses(first_rank, std::move(pids), store);
+}
+
+RankProcesses::RankProcesses(RankProcesses&& other) noexcept
+    : first_rank_(other.first_rank_),
+      pids_(std::move(other.pids_)),
+      store_(std::move(other.store_)),
+      exits_(std::move(other.exits_)) {
+  other.pids_.clear();
+}
+
+RankProcesses::~RankProcesses() {
+  if (!pids_.empty() && exits_.empty()) Stop();
+}
+
+std::vector<RankExit> RankProcesses::Wait(int grace_s) { return Reap(grace_s, false); }
+
+std::vector<RankExit> RankProcesses::Stop() { return Reap(/*grace_s=*/1, true); }
+
+std::vector<RankExit> RankProcesses::Reap(int grace_s, bool stop_now) {
+  if (!exits_.empty() || pids_.empty()) return exits_;
+  const int count = static_cast<int>(pids_.size());
+  std::vector<RankExit> exits(count);
+  for (int i = 0; i < count; ++i) exits[i].rank = first_rank_ + i;
+  int running = count;
+  double failed_at = stop_now ? Now() : -1;
   bool terminated = false, killed = false;
   while (running > 0) {
     // Each rank's own process only: this process may have other children.
-    for (int rank = 0; rank < world_size; ++rank) {
-      if (pids[rank] <= 0) continue;
+    for (int i = 0; i < count; ++i) {
+      if (pids_[i] <= 0) continue;
       int status = 0;
-      const pid_t pid = waitpid(pids[rank], &status, WNOHANG);
+      const pid_t pid = waitpid(pids_[i], &status, WNOHANG);
       if (pid == 0 || (pid < 0 && errno == EINTR)) continue;
-      RankExit& e = exits[rank];
+      RankExit& e = exits[i];
       if (pid < 0) {  // not ours to wait for any more (reaped elsewhere): nothing to tell
         e.exit_code = -1;
       } else if (WIFEXITED(status)) {
@@ -100,26 +129,50 @@ absl::StatusOr<std::vector<RankExit>> LaunchRanks(const std::vector<std::string>
       } else {
         continue;  // stopped or continued, not ended
       }
-      pids[rank] = -1;
+      pids_[i] = -1;
       --running;
       if (Failed(e) && failed_at < 0) failed_at = Now();
     }
+    if (running == 0) break;
     if (failed_at >= 0 && !terminated && Now() - failed_at >= grace_s) {
-      for (pid_t p : pids) {
+      for (pid_t p : pids_) {
         if (p > 0) kill(p, SIGTERM);
       }
       terminated = true;
     }
-    if (terminated && !killed && Now() - failed_at >= grace_s + 10) {
-      for (pid_t p : pids) {
+    if (terminated && !killed && Now() - failed_at >= grace_s + kKillAfterTermS) {
+      for (pid_t p : pids_) {
         if (p > 0) kill(p, SIGKILL);
       }
       killed = true;
     }
     usleep(20 * 1000);
   }
-  unlink(store.c_str());
+  if (first_rank_ == 0) unlink(store_.c_str());
+  exits_ = exits;
   return exits;
+}
+
+absl::StatusOr<std::vector<RankExit>> LaunchRanks(const std::vector<std::string>& argv,
+                                                  int world_size, const std::string& rendezvous_dir,
+                                                  int grace_s) {
+  if (world_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("world size ", world_size, " is not accepted; accepted: >= 1"));
+  }
+  absl::StatusOr<RankProcesses> ranks =
+      RankProcesses::Start(argv, 0, world_size, absl::StrCat(rendezvous_dir, "/rendezvous.store"));
+  if (!ranks.ok()) return ranks.status();
+  return ranks->Wait(grace_s);
+}
+
+void EndWithLauncher() {
+  const char* text = std::getenv(kLauncherPid);
+  int launcher = 0;
+  if (text == nullptr || !absl::SimpleAtoi(text, &launcher) || launcher <= 1) return;
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  // The starter may have ended before the request: then this process is another's child now.
+  if (getppid() != launcher) std::_Exit(1);
 }
 
 std::string DescribeFailure(const std::vector<RankExit>& exits) {

@@ -74,6 +74,7 @@ TrainStep Trainer::RunStep(const std::vector<Batch>& micro_batches,
   StepOptions step_options;
   step_options.autocast = options_.autocast;
   step_options.loss_scale = options_.loss_scaling ? scaler_.scale() : 1.0;
+  step_options.reducer = options_.reducer;
   TrainStep out;
   double loss_sum = 0;
   std::vector<at::Tensor> sums(parameters_.size());

@@ -48,6 +48,10 @@ struct TrainerOptions {
   // unscaled, a step with non-finite gradients skipped and the scale lowered.
   bool loss_scaling = false;
   LossScalerOptions scaler;
+  // Data parallel: each micro-batch's gradients are averaged across the ranks by this reducer
+  // of the executor's parameters (StepOptions::reducer) before they are summed, so every
+  // micro-batch communicates, as DDP without no_sync does. It must outlive the trainer.
+  GradientReducer* reducer = nullptr;
   // Called once a step with every parameter's gradient (undefined where a parameter got none),
   // the mean over the micro-batches with the loss scale undone, before the overflow check,
   // clipping and the optimizer; it may change them in place. Its error ends the step.

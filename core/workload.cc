@@ -67,6 +67,31 @@ Batch Share(const Batch& global, int rank, int world_size) {
   return Batch{rows(global.inputs), rows(global.targets)};
 }
 
+// `model_spec`'s model on the context's device, and the model its batches are drawn from: itself
+// for one rank, else one of the global batch's spec.
+absl::StatusOr<std::shared_ptr<ChainModel>> MakeDrawer(const std::shared_ptr<ChainModel>& model,
+                                                       const ModelContext& context,
+                                                       int world_size) {
+  if (world_size == 1) return model;
+  ASSIGN_OR_RETURN(std::string global, ScaledBatchSpec(model->spec(), world_size));
+  return CreateModel(global, context);
+}
+
+// The batch `drawer` draws from `seed`, rows [rank b, (rank + 1) b) of it.
+absl::StatusOr<Batch> Draw(ChainModel& drawer, uint64_t seed, int rank, int world_size) {
+  ASSIGN_OR_RETURN(Batch batch, RunTorch([&] { return drawer.MakeBatch(seed); }));
+  if (world_size == 1) return batch;
+  RETURN_IF_ERROR(CheckShareable(batch, world_size));
+  return RunTorch([&] { return Share(batch, rank, world_size); });
+}
+
+ModelContext ContextOf(const WorkloadOptions& options) {
+  ModelContext context;
+  context.device = options.device;
+  context.init_seed = options.seed;
+  return context;
+}
+
 }  // namespace
 
 absl::StatusOr<Workload> Workload::Build(const std::string& model_spec,
@@ -76,26 +101,21 @@ absl::StatusOr<Workload> Workload::Build(const std::string& model_spec,
         absl::StrCat("rank ", options.rank, " of world size ", options.world_size,
                      " is not accepted; accepted: world size >= 1 and 0 <= rank < world size"));
   }
-  ModelContext context;
-  context.device = options.device;
-  context.init_seed = options.seed;
+  const ModelContext context = ContextOf(options);
   ASSIGN_OR_RETURN(std::shared_ptr<ChainModel> model, CreateModel(model_spec, context));
-  std::shared_ptr<ChainModel> drawer = model;  // the model whose batch is drawn
-  if (options.world_size > 1) {
-    ASSIGN_OR_RETURN(std::string global, ScaledBatchSpec(model->spec(), options.world_size));
-    ASSIGN_OR_RETURN(drawer, CreateModel(global, context));
-  }
-  ASSIGN_OR_RETURN(Batch batch, RunTorch([&] {
-                     model->SetTraining(options.training);
-                     return drawer->MakeBatch(options.seed);
-                   }));
-  drawer.reset();
-  if (options.world_size > 1) {
-    RETURN_IF_ERROR(CheckShareable(batch, options.world_size));
-    ASSIGN_OR_RETURN(batch,
-                     RunTorch([&] { return Share(batch, options.rank, options.world_size); }));
-  }
+  RETURN_IF_ERROR(RunTorch([&] { model->SetTraining(options.training); }));
+  // Drawn with a drawer of its own, not kept: the measured baseline holds this model alone.
+  ASSIGN_OR_RETURN(std::shared_ptr<ChainModel> drawer,
+                   MakeDrawer(model, context, options.world_size));
+  ASSIGN_OR_RETURN(Batch batch, Draw(*drawer, options.seed, options.rank, options.world_size));
   return Workload(std::move(model), std::move(batch), options);
+}
+
+absl::StatusOr<Batch> Workload::MakeBatch(uint64_t seed) {
+  if (drawer_ == nullptr) {
+    ASSIGN_OR_RETURN(drawer_, MakeDrawer(model_, ContextOf(options_), options_.world_size));
+  }
+  return Draw(*drawer_, seed, options_.rank, options_.world_size);
 }
 
 absl::StatusOr<const ModelProfile*> Workload::Profile(MemoryMeter& meter) {

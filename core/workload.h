@@ -75,6 +75,12 @@ class Workload {
   // profile extended, the memory predicted, the executor created.
   absl::StatusOr<PlannedRun> Prepare(ckpt::Plan plan, ModelProfile& profile, MemoryMeter& meter);
 
+  // The batch drawn from `seed`, this rank's share of it, as the workload's own is drawn from
+  // the options' seed: training draws one per micro-batch. With world_size > 1 the first call
+  // builds a model of the global batch's spec to draw from (its parameters' bytes), kept for
+  // the later calls.
+  absl::StatusOr<Batch> MakeBatch(uint64_t seed);
+
   const std::shared_ptr<ChainModel>& model() const { return model_; }
   const Batch& batch() const { return batch_; }
   const WorkloadOptions& options() const { return options_; }
@@ -87,6 +93,7 @@ class Workload {
                                           MemoryMeter& meter);
 
   std::shared_ptr<ChainModel> model_;
+  std::shared_ptr<ChainModel> drawer_;  // of the global batch's spec, once MakeBatch needs it
   Batch batch_;
   WorkloadOptions options_;
   std::unique_ptr<ModelProfile> profile_;

@@ -60,6 +60,17 @@ struct ConfigResult {
   double achieved_gflops = kUnknown;  // step_gflop over the median step
   int threads = 0;                    // LibTorch's intra-op threads, as run
   int blas_threads = 0;               // OpenBLAS's, as run (0: not OpenBLAS, unknown)
+  // Data parallel (core/data_parallel.h): the ranks that ran it together and their backend
+  // ("none" for one process). Bytes are then per rank (the largest rank's), step times the
+  // slowest rank's in each round, the loss the mean of the ranks' (the global batch's).
+  int world_size = 1;
+  std::string backend = "none";
+  // With world_size > 1: the median over rounds of what the gradients' all-reduce added to the
+  // step (the step with the reducer minus the same step without it, each the slowest rank's),
+  // and what the all-reduce of the buckets takes alone; 1 - exposed / alone of it overlapped
+  // backward.
+  double allreduce_exposed_ms = kUnknown;
+  double allreduce_alone_ms = kUnknown;
   // The specs as bound, canonical (CanonicalModelSpec, CanonicalStrategySpec): what --resume
   // matches, whatever writing a later command line uses.
   std::string model_spec;

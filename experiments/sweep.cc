@@ -97,30 +97,77 @@ std::vector<Config> NewConfigs(const SweepOptions& options, const std::string& m
     r.model = r.model_spec = model_spec;
     r.threads = options.threads.intra_op;
     r.blas_threads = options.threads.blas;
+    if (options.group != nullptr) {
+      r.world_size = options.group->world_size();
+      r.backend = options.group->backend();
+    }
   }
   return configs;
 }
 
+// The profile's measured times (and copy rates) replaced by their mean over the ranks, so that
+// every rank's planners see the same profile and make the same plans.
+absl::Status ShareProfileTimes(ProcessGroup* group, ModelProfile& profile) {
+  if (group == nullptr) return absl::OkStatus();
+  std::vector<double*> fields = {&profile.loss.forward_ms, &profile.loss.backward_ms,
+                                 &profile.to_host_bytes_per_ms, &profile.from_host_bytes_per_ms};
+  std::string shape;  // which policies were measured: the same on every rank, or a bug
+  for (size_t i = 0; i < profile.measured.size(); ++i) {
+    for (StageProfile& p : profile.measured[i]) {
+      absl::StrAppend(&shape, DescribePolicy(profile.stages[i], p.policy), ";");
+      for (double* f : {&p.costs.forward_ms, &p.costs.nograd_forward_ms, &p.costs.backward_ms}) {
+        fields.push_back(f);
+      }
+    }
+    absl::StrAppend(&shape, "|");
+  }
+  RETURN_IF_ERROR(SameOnEveryRank(group, shape, "profiled policies"));
+  std::vector<double> values;
+  for (const double* f : fields) values.push_back(*f);
+  absl::StatusOr<std::vector<double>> mean = group->Mean(values);
+  if (!mean.ok()) return RankError(*group, "lost the other ranks", mean.status());
+  for (size_t i = 0; i < fields.size(); ++i) *fields[i] = (*mean)[i];
+  return absl::OkStatus();
+}
+
 // Plans every configuration on the profiled workload and builds its executor; a strategy that
-// cannot plan (its budget is too small, say) fails alone.
-void PlanConfigs(Workload& workload, const ModelProfile& measured, MemoryMeter& meter,
-                 std::vector<Config>& configs) {
+// cannot plan (its budget is too small, say) fails alone. With a group, every rank plans from
+// the ranks' mean profile and must arrive at the same plan.
+absl::Status PlanConfigs(ProcessGroup* group, Workload& workload, const ModelProfile& measured,
+                         MemoryMeter& meter, std::vector<Config>& configs) {
   ModelProfile profile = measured;  // plans may extend it with the policies they use
+  RETURN_IF_ERROR(ShareProfileTimes(group, profile));
   const double step_flops = 3 * ForwardFlops(profile.stages);
   for (Config& c : configs) {
     c.result.model = workload.model()->spec();
     c.result.step_gflop = step_flops / 1e9;
     absl::StatusOr<PlannedRun> run = workload.Plan(c.result.strategy, profile, meter);
+    RETURN_IF_ERROR(AgreeOnOutcome(group, run.status()));
     if (!run.ok()) {
       Fail(c.result, run.status());
       continue;
     }
+    RETURN_IF_ERROR(ShareProfileTimes(group, profile));  // the policies the plan added
     c.result.strategy = run->plan.strategy;
     c.result.plan = PlanToText(run->plan, profile.stages);
+    RETURN_IF_ERROR(SameOnEveryRank(group, c.result.plan, "plans"));
     c.result.predicted = run->predicted;
     c.result.predicted_step_ms = PredictStepMs(profile, run->plan).value_or(kNaN);
     c.executor.emplace(std::move(run->executor));
   }
+  return absl::OkStatus();
+}
+
+// A step's figures into its configuration's row (the rounds' maxima, the last round's bytes).
+void Record(const StepResult& r, ConfigResult& result) {
+  result.step_ms.push_back(r.step_ms);
+  result.baseline_bytes = r.baseline_bytes;
+  result.activation_bytes = r.activation_bytes;
+  result.peak_bytes = std::max(result.peak_bytes, r.peak_bytes);
+  result.recompute_forwards = r.recompute_forwards;
+  result.host_peak_bytes = std::max(result.host_peak_bytes, r.host_peak_bytes);
+  result.offloaded_bytes = r.offloaded_bytes;
+  result.loss = r.loss;
 }
 
 // Timing and memory: interleaved rounds, warm-up first, under the measured cap. A
@@ -149,33 +196,138 @@ void MeasureRounds(const SweepOptions& options, const std::string& model_spec, c
         continue;
       }
       if (round == 0) c.result.peak_reserved_bytes = r->peak_reserved_bytes;
-      if (round < options.warmup) continue;
-      c.result.step_ms.push_back(r->step_ms);
-      c.result.baseline_bytes = r->baseline_bytes;
-      c.result.activation_bytes = r->activation_bytes;
-      c.result.peak_bytes = std::max(c.result.peak_bytes, r->peak_bytes);
-      c.result.recompute_forwards = r->recompute_forwards;
-      c.result.host_peak_bytes = std::max(c.result.host_peak_bytes, r->host_peak_bytes);
-      c.result.offloaded_bytes = r->offloaded_bytes;
-      c.result.loss = r->loss;
+      if (round >= options.warmup) Record(*r, c.result);
     }
     progress.Line(absl::StrFormat("%s: round %d/%d%s", model_spec, round + 1, rounds,
                                   round < options.warmup ? " (warm-up)" : ""));
   }
 }
 
+// The ranks' figures of one configuration combined into its row, on every rank: bytes the
+// largest rank's, each round's step time the slowest rank's (with and without the reducer),
+// the loss the mean of the ranks' (the global batch's).
+absl::Status CombineRanks(ProcessGroup& group, ConfigResult& r,
+                          const std::vector<double>& compute_ms, double alone_ms) {
+  std::vector<double> most = {static_cast<double>(r.baseline_bytes),
+                              static_cast<double>(r.activation_bytes),
+                              static_cast<double>(r.peak_bytes),
+                              static_cast<double>(r.peak_reserved_bytes),
+                              static_cast<double>(r.host_peak_bytes),
+                              static_cast<double>(r.offloaded_bytes),
+                              alone_ms};
+  most.insert(most.end(), r.step_ms.begin(), r.step_ms.end());
+  most.insert(most.end(), compute_ms.begin(), compute_ms.end());
+  absl::StatusOr<std::vector<double>> top = group.Max(most);
+  absl::StatusOr<std::vector<double>> loss =
+      top.ok() ? group.Mean({r.loss}) : absl::StatusOr<std::vector<double>>(top.status());
+  if (!loss.ok()) return RankError(group, "lost the other ranks", loss.status());
+  const std::vector<double>& m = *top;
+  r.baseline_bytes = static_cast<int64_t>(m[0]);
+  r.activation_bytes = static_cast<int64_t>(m[1]);
+  r.peak_bytes = static_cast<int64_t>(m[2]);
+  r.peak_reserved_bytes = static_cast<int64_t>(m[3]);
+  r.host_peak_bytes = static_cast<int64_t>(m[4]);
+  r.offloaded_bytes = static_cast<int64_t>(m[5]);
+  r.allreduce_alone_ms = m[6];
+  const size_t rounds = r.step_ms.size();
+  std::vector<double> exposed;
+  for (size_t i = 0; i < rounds; ++i) {
+    r.step_ms[i] = m[7 + i];
+    exposed.push_back(m[7 + i] - m[7 + rounds + i]);
+  }
+  r.allreduce_exposed_ms = Median(exposed);
+  r.loss = (*loss)[0];
+  return absl::OkStatus();
+}
+
+// Data parallel timing and memory: one configuration at a time, with a reducer of its own for
+// its rounds (so the baseline holds one reducer's buckets), each timed step followed by the
+// same step without the reducer. Ranks agree after every step; a configuration that fails on
+// every rank (out of memory) is out of the later rounds, anything else ends the sweep.
+absl::Status MeasureEachInTurn(const SweepOptions& options, const std::string& model_spec,
+                               Workload& workload, MemoryMeter& meter, Progress& progress,
+                               std::vector<Config>& configs) {
+  ProcessGroup& group = *options.group;
+  const int rounds = options.warmup + options.steps;
+  for (Config& c : configs) {
+    if (!c.executor) {
+      progress.Steps(rounds);
+      continue;
+    }
+    absl::StatusOr<std::unique_ptr<GradientReducer>> reducer =
+        GradientReducer::Create(group, workload.model()->Parameters());
+    if (!reducer.ok()) return RankError(group, "could not make a reducer", reducer.status());
+    std::vector<double> compute_ms;
+    {
+      ScopedMemoryCap cap(meter, options.memory_cap);
+      for (int round = 0; round < rounds && c.executor; ++round) {
+        const bool timed = round >= options.warmup;
+        for (GradientReducer* with : {reducer->get(), static_cast<GradientReducer*>(nullptr)}) {
+          if (with == nullptr && !timed) continue;
+          SeedRound(options.seed + round);
+          StepOptions step_options;
+          step_options.release_cached = round == 0 && with != nullptr;
+          step_options.reducer = with;
+          absl::StatusOr<StepResult> r = c.executor->Step(workload.batch(), step_options);
+          RETURN_IF_ERROR(AgreeOnOutcome(&group, r.status()));
+          if (!r.ok()) {
+            Fail(c.result, r.status());
+            c.executor.reset();
+            break;
+          }
+          if (with == nullptr) {
+            compute_ms.push_back(r->step_ms);
+            continue;
+          }
+          if (round == 0) c.result.peak_reserved_bytes = r->peak_reserved_bytes;
+          if (timed) Record(*r, c.result);
+        }
+        progress.Steps(1);
+      }
+    }
+    double alone_ms = kNaN;
+    if (c.executor) {
+      absl::StatusOr<double> alone = (*reducer)->AllReduceAloneMs();
+      if (!alone.ok()) return RankError(group, "lost the other ranks", alone.status());
+      alone_ms = *alone;
+      RETURN_IF_ERROR(CombineRanks(group, c.result, compute_ms, alone_ms));
+    }
+    progress.Line(absl::StrFormat("%s %s: %d rounds on %d ranks", model_spec, c.result.strategy,
+                                  rounds, group.world_size()));
+  }
+  return absl::OkStatus();
+}
+
 // Every configuration's gradients against store_all's (configs[0]), one more seeded step each.
 // Run after the measurements, so that the reference copy never inflates anyone's memory
-// figures, and outside the measured cap, which it would count against.
-void CheckGradients(const SweepOptions& options, ChainModel& model, const Batch& batch,
-                    std::vector<Config>& configs) {
+// figures, and outside the measured cap, which it would count against. With a group, each
+// step has a reducer of its own (its first step reduces after backward), so the gradients
+// compared are the ranks' mean, and the difference is the largest rank's.
+absl::Status CheckGradients(const SweepOptions& options, ChainModel& model, const Batch& batch,
+                            std::vector<Config>& configs) {
+  ProcessGroup* group = options.group;
+  // The step's own outcome into `stepped`; an error when the sweep cannot go on.
+  auto seeded_step = [&](Config& c, absl::Status& stepped) -> absl::Status {
+    std::unique_ptr<GradientReducer> reducer;
+    if (group != nullptr) {
+      absl::StatusOr<std::unique_ptr<GradientReducer>> made =
+          GradientReducer::Create(*group, model.Parameters());
+      if (!made.ok()) return RankError(*group, "could not make a reducer", made.status());
+      reducer = *std::move(made);
+    }
+    SeedRound(options.seed);
+    StepOptions step_options;
+    step_options.reducer = reducer.get();
+    stepped = c.executor->Step(batch, step_options).status();
+    return AgreeOnOutcome(group, stepped);
+  };
   Config& reference = configs[0];
   std::vector<at::Tensor> reference_grads;
   double reference_scale = 0;
   if (reference.executor) {
-    SeedRound(options.seed);
-    absl::StatusOr<StepResult> r = reference.executor->Step(batch);
-    const absl::Status copied = !r.ok() ? r.status() : RunTorch([&] {
+    absl::Status stepped;
+    RETURN_IF_ERROR(seeded_step(reference, stepped));
+    const absl::Status copied = !stepped.ok() ? stepped : RunTorch([&] {
       for (const at::Tensor& g : CollectGradients(model, batch)) {
         reference_grads.push_back(g.defined() ? g.clone() : g);
         if (g.defined()) reference_scale = std::max(reference_scale, g.abs().max().item<double>());
@@ -183,18 +335,31 @@ void CheckGradients(const SweepOptions& options, ChainModel& model, const Batch&
     });
     if (!copied.ok()) reference_grads.clear();  // no reference: differences stay unknown
   }
+  ASSIGN_OR_RETURN(const bool have_reference, OnEveryRank(group, !reference_grads.empty()));
+  if (group != nullptr && have_reference) {
+    absl::StatusOr<std::vector<double>> scale = group->Max({reference_scale});
+    if (!scale.ok()) return RankError(*group, "lost the other ranks", scale.status());
+    reference_scale = (*scale)[0];
+  }
   for (Config& c : configs) {
     c.result.max_grad_diff_vs_store_all = kNaN;
-    if (!c.executor || reference_grads.empty()) continue;
-    SeedRound(options.seed);
-    absl::StatusOr<StepResult> r = c.executor->Step(batch);
-    if (!r.ok()) {
-      Fail(c.result, r.status());
+    if (!c.executor || !have_reference) continue;
+    absl::Status stepped;
+    RETURN_IF_ERROR(seeded_step(c, stepped));
+    if (!stepped.ok()) {
+      Fail(c.result, stepped);
       continue;
     }
     absl::StatusOr<double> diff = RunTorch(
         [&] { return MaxGradientDifference(CollectGradients(model, batch), reference_grads); });
-    c.result.max_grad_diff_vs_store_all = diff.ok() ? *diff : kNaN;
+    double largest = diff.ok() ? *diff : kNaN;
+    if (group != nullptr) {  // unknown (NaN) on any rank is unknown
+      absl::StatusOr<std::vector<double>> most =
+          group->Max({std::isnan(largest) ? 1.0 : 0.0, std::isnan(largest) ? 0.0 : largest});
+      if (!most.ok()) return RankError(*group, "lost the other ranks", most.status());
+      largest = (*most)[0] > 0 ? kNaN : (*most)[1];
+    }
+    c.result.max_grad_diff_vs_store_all = largest;
     // Agreement is required up to float32 rounding relative to the gradients' scale
     // (strategies that recompute the same arithmetic are at exactly 0 on CPU).
     if (!(c.result.max_grad_diff_vs_store_all <= kGradTolerance * (1 + reference_scale))) {
@@ -204,6 +369,7 @@ void CheckGradients(const SweepOptions& options, ChainModel& model, const Batch&
           c.result.max_grad_diff_vs_store_all, reference_scale, kGradTolerance);
     }
   }
+  return absl::OkStatus();
 }
 
 // The results: ratios against store_all's (configs[0]) round by round, and the summaries of
@@ -234,22 +400,29 @@ std::vector<ConfigResult> Summarize(std::vector<Config>& configs) {
   return out;
 }
 
-// Runs every strategy on one model. Results in strategy order, store_all first.
-std::vector<ConfigResult> SweepModel(const SweepOptions& options, const std::string& model_spec,
-                                     MemoryMeter& meter, Progress& progress) {
+// Runs every strategy on one model. Results in strategy order, store_all first. An error only
+// when a data-parallel sweep cannot go on.
+absl::StatusOr<std::vector<ConfigResult>> SweepModel(const SweepOptions& options,
+                                                     const std::string& model_spec,
+                                                     MemoryMeter& meter, Progress& progress) {
   std::vector<Config> configs = NewConfigs(options, model_spec);
   WorkloadOptions workload_options = WorkloadOptionsFor(options);
   workload_options.profile.progress = progress.Profiling(model_spec);
   absl::StatusOr<Workload> workload = Workload::Build(model_spec, workload_options);
   absl::StatusOr<const ModelProfile*> profiled =
       workload.ok() ? workload->Profile(meter) : workload.status();
+  RETURN_IF_ERROR(AgreeOnOutcome(options.group, profiled.status()));
   if (!profiled.ok()) {
     for (Config& c : configs) Fail(c.result, profiled.status());
     return Summarize(configs);
   }
-  PlanConfigs(*workload, **profiled, meter, configs);
-  MeasureRounds(options, model_spec, workload->batch(), meter, progress, configs);
-  CheckGradients(options, *workload->model(), workload->batch(), configs);
+  RETURN_IF_ERROR(PlanConfigs(options.group, *workload, **profiled, meter, configs));
+  if (options.group == nullptr) {
+    MeasureRounds(options, model_spec, workload->batch(), meter, progress, configs);
+  } else {
+    RETURN_IF_ERROR(MeasureEachInTurn(options, model_spec, *workload, meter, progress, configs));
+  }
+  RETURN_IF_ERROR(CheckGradients(options, *workload->model(), workload->batch(), configs));
   return Summarize(configs);
 }
 
@@ -266,6 +439,10 @@ WorkloadOptions WorkloadOptionsFor(const SweepOptions& options) {
   WorkloadOptions workload;
   workload.device = options.device;
   workload.seed = options.seed;
+  if (options.group != nullptr) {
+    workload.rank = options.group->rank();
+    workload.world_size = options.group->world_size();
+  }
   workload.profile.link_bytes_per_ms = options.link_bytes_per_ms;
   return workload;
 }
@@ -387,7 +564,11 @@ absl::StatusOr<std::vector<ConfigResult>> RunSweep(
                                     options.models.size(), model));
       continue;
     }
-    if (started_one && options.time_limit_s > 0 && Elapsed(start) >= options.time_limit_s) {
+    // Every rank stops at the same model: when the time is spent on any of them.
+    ASSIGN_OR_RETURN(const bool in_time,
+                     OnEveryRank(options.group, !started_one || options.time_limit_s <= 0 ||
+                                                    Elapsed(start) < options.time_limit_s));
+    if (!in_time) {
       progress.Line(absl::StrFormat(
           "time limit of %.0f s reached: models %d..%d not started (--resume continues them)",
           options.time_limit_s, m + 1, options.models.size()));
@@ -395,7 +576,8 @@ absl::StatusOr<std::vector<ConfigResult>> RunSweep(
     }
     started_one = true;
     progress.Line(absl::StrFormat("model %d/%d %s", m + 1, options.models.size(), model));
-    for (ConfigResult& r : SweepModel(options, model, meter, progress)) {
+    ASSIGN_OR_RETURN(std::vector<ConfigResult> rows, SweepModel(options, model, meter, progress));
+    for (ConfigResult& r : rows) {
       progress.Steps(1);
       if (options.completed.count({r.model_spec, r.strategy_spec})) continue;
       RETURN_IF_ERROR(on_result(r));

@@ -21,6 +21,7 @@
 #include "ATen/core/Tensor.h"
 #include "absl/status/statusor.h"
 #include "c10/core/Device.h"
+#include "core/data_parallel.h"
 #include "core/device.h"
 #include "core/memory_meter.h"
 #include "core/memory_model.h"
@@ -52,6 +53,15 @@ struct SweepOptions {
   // first one to run always does), so a bounded run still ends with rows, a report and a
   // results.csv that --resume continues. A model that has started runs to its end.
   double time_limit_s = 0;
+  // Data parallel: this rank's process group (core/data_parallel.h), or none for one process.
+  // Every rank runs the sweep alike on its share of each batch (WorkloadOptions::rank), and
+  // every rank gets the rows, each combining all ranks' figures (ConfigResult::world_size);
+  // `completed` must be the same on every rank. The ranks act on profiles averaged over them
+  // so that they plan alike, and measure one configuration at a time, each with a reducer of
+  // its own (c10d's learns its plan in its first step), its rounds' steps each followed by the
+  // same step without the reducer (the computation alone). A rank that fails or disagrees ends
+  // the sweep with an error on every rank that can still tell.
+  ProcessGroup* group = nullptr;
   // (model spec, strategy spec) pairs already in results.csv (--resume), in any writing: a
   // model whose pairs are all there is skipped; otherwise it runs again and only the missing
   // rows are reported.
@@ -77,7 +87,8 @@ absl::StatusOr<std::vector<std::string>> DepthScanModels(const std::string& mode
                                                          const std::vector<int>& depths);
 
 // Runs the sweep. `on_result` is called as each configuration finishes (the CSV append);
-// an error from it stops the sweep. Progress lines go to `progress`.
+// an error from it stops the sweep. Progress lines go to `progress`. With a group, an error
+// ends the sweep when a rank fails, disagrees or cannot be reached.
 absl::StatusOr<std::vector<ConfigResult>> RunSweep(
     const SweepOptions& options, MemoryMeter& meter,
     const std::function<absl::Status(const ConfigResult&)>& on_result, std::ostream& progress);

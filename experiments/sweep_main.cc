@@ -2,8 +2,8 @@
 //     [--strategies=SPEC,...] [--device=auto|cpu|cuda] [--steps=N] [--warmup=N] [--threads=N]
 //     [--out=DIR] [--resume] [--memory_cap=BYTES|16GiB] [--budgets=SIZE,...] [--depths=4,8,16,32]
 //     [--link_bandwidth=25GB/s]
-//     [--train_steps=N [--accumulate=K] [--amp]] [--seed=N] [--time_limit_s=S] [--explain]
-//     [--list] [--report_only]
+//     [--train_steps=N [--accumulate=K] [--amp]] [--seed=N] [--time_limit_s=S] [--nproc=N]
+//     [--explain] [--list] [--report_only]
 //
 // Runs every model x strategy, checks each strategy's gradients against store_all's, appends
 // one row per configuration to DIR/results.csv as each model finishes, and at the end writes
@@ -11,10 +11,16 @@
 // the report and plots from the results.csv already in --out (a sweep that was killed never
 // wrote them) and runs nothing.
 //
+// Data parallel: --nproc=N runs N ranks on this host, this process rank 0 (which alone writes
+// the outputs) and N - 1 started from it; under a launcher's environment (RANK, WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT, as torchrun sets them) this process is one rank of that run.
+// docs/data-parallel.md.
+//
 // Exit status: 0 when every output was written; 2 for bad input (a one-line error naming the
 // value and the accepted ones, before anything is measured or written); 1 when an output
 // could not be written (the file and the system's reason named; every file is written whole or
-// not at all, core/files.h) or a loss curve departs from store_all's.
+// not at all, core/files.h), a loss curve departs from store_all's, or a rank failed (named).
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -38,7 +44,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "core/chain_model.h"
+#include "core/data_parallel.h"
 #include "core/device.h"
+#include "core/launcher.h"
 #include "core/memory_meter.h"
 #include "core/memory_model.h"
 #include "core/plan_text.h"
@@ -95,6 +103,11 @@ ABSL_FLAG(double, time_limit_s, 0,
           "wall-clock budget in seconds (0: none): once spent, no further model starts (the "
           "first always does), training and the depth scan are skipped, and the report says "
           "what is missing; --resume continues");
+ABSL_FLAG(int, nproc, 1,
+          "data parallel: run this many ranks on this host (Gloo over loopback), each on its own "
+          "rows of every batch (a model's batch is per rank); bytes are per rank. Under a "
+          "launcher's RANK/WORLD_SIZE this process is one rank, and --nproc, if given, must be "
+          "WORLD_SIZE");
 ABSL_FLAG(uint64_t, seed, 0, "seed for parameters, batches and dropout");
 ABSL_FLAG(bool, explain, false, "print each strategy's plan for each model, then exit");
 ABSL_FLAG(bool, list, false, "list the presets, strategies and models, then exit");
@@ -106,15 +119,30 @@ ABSL_FLAG(bool, report_only, false,
 namespace ckpt {
 namespace {
 
+// The ranks this process started (--nproc), while they may be running: a rank 0 that ends
+// early ends them too, and says which rank failed first.
+RankProcesses* started_ranks = nullptr;
+
+// Ends the ranks this process started, if any, naming the first that failed on its own.
+void EndStartedRanks() {
+  if (started_ranks == nullptr) return;
+  const std::string failed = DescribeFailure(started_ranks->Stop());
+  started_ranks = nullptr;
+  if (!failed.empty()) std::fprintf(stderr, "sweep: %s\n", failed.c_str());
+}
+
 // Bad input: one line, exit status 2, before anything is measured or written.
 [[noreturn]] void Die(const absl::Status& status) {
   std::fprintf(stderr, "sweep: %s\n", std::string(status.message()).c_str());
+  EndStartedRanks();
   std::exit(2);
 }
 
-// An output that could not be written, once work has begun: exit status 1.
+// An output that could not be written or a rank that failed, once work has begun: exit
+// status 1.
 [[noreturn]] void Fail(const absl::Status& status) {
   std::fprintf(stderr, "sweep: %s\n", std::string(status.message()).c_str());
+  EndStartedRanks();
   std::exit(1);
 }
 
@@ -193,7 +221,46 @@ struct Request {
   ComputeThreads threads;  // as asked
   FolderUse use = FolderUse::kNew;
   bool explain = false;
+  // Data parallel: this process's rank of `world_size`, and where the ranks meet when a
+  // launcher's environment says (else rank 0 starts the others: --nproc).
+  int rank = 0;
+  int world_size = 1;
+  std::optional<Rendezvous> rendezvous;
+  int local_ranks = 1;  // the ranks on this host, which share its cores and memory
 };
+
+// The data-parallel part of the request: --nproc, or a launcher's environment.
+void ParseRanks(const ParsedCommandLine& parsed, Request& r) {
+  constexpr int kMostRanks = 64;
+  const int nproc = absl::GetFlag(FLAGS_nproc);
+  if (nproc < 1 || nproc > kMostRanks) {
+    Die(absl::InvalidArgumentError(absl::StrCat("--nproc=", nproc,
+                                                " is not accepted; accepted: 1..", kMostRanks,
+                                                " (ranks on this host)")));
+  }
+  r.rendezvous = OrDie(RendezvousFromEnvironment());
+  if (r.rendezvous.has_value()) {
+    if (parsed.given.count("nproc") && nproc != r.rendezvous->world_size) {
+      Die(absl::InvalidArgumentError(absl::StrCat(
+          "--nproc=", nproc, " but the environment sets WORLD_SIZE=", r.rendezvous->world_size,
+          "; accepted: --nproc equal to WORLD_SIZE, or no ", "--nproc under a launcher")));
+    }
+    r.rank = r.rendezvous->rank;
+    r.world_size = r.rendezvous->world_size;
+    const char* local = std::getenv("LOCAL_WORLD_SIZE");
+    int n = 0;
+    r.local_ranks = local != nullptr && absl::SimpleAtoi(local, &n) && n >= 1 ? n : 1;
+  } else {
+    r.world_size = r.local_ranks = nproc;
+  }
+  if ((r.world_size > 1 || r.rendezvous.has_value()) && !HaveDataParallel()) {
+    Die(absl::UnimplementedError(
+        absl::StrCat("--nproc=", r.world_size, ": ", DataParallelUnavailableReason())));
+  }
+  if (r.world_size > 1 && r.use == FolderUse::kReportOnly) {
+    Die(absl::InvalidArgumentError("--report_only runs nothing, so it takes no ranks (--nproc)"));
+  }
+}
 
 Request ParseRequest(const ParsedCommandLine& parsed) {
   for (const auto& [name, flag] :
@@ -252,9 +319,14 @@ Request ParseRequest(const ParsedCommandLine& parsed) {
   r.use = report_only                   ? FolderUse::kReportOnly
           : absl::GetFlag(FLAGS_resume) ? FolderUse::kResume
                                         : FolderUse::kNew;
+  r.options.device = OrDie(ResolveDevice(absl::GetFlag(FLAGS_device)));
+  ParseRanks(parsed, r);
   r.threads.intra_op = OrDie(ParseThreadCount("--threads", absl::GetFlag(FLAGS_threads)));
   r.threads.blas = OrDie(ParseThreadCount("--blas_threads", absl::GetFlag(FLAGS_blas_threads)));
-  r.options.device = OrDie(ResolveDevice(absl::GetFlag(FLAGS_device)));
+  // The ranks of one host share its cores: auto gives each its part of them.
+  if (absl::GetFlag(FLAGS_blas_threads) == "auto") {
+    r.threads.blas = std::max(1, r.threads.blas / r.local_ranks);
+  }
   return r;
 }
 
@@ -283,7 +355,7 @@ Machine SetUpMachine(const Request& r) {
   // it on this device.
   if (absl::Status s = m.meter->SetCap(r.options.memory_cap); !s.ok()) Die(s);
   if (r.options.device.is_cpu() && AvailableMemoryBytes().has_value()) {
-    m.standing_cap = *AvailableMemoryBytes() / 10 * 9;
+    m.standing_cap = *AvailableMemoryBytes() / 10 * 9 / r.local_ranks;  // ranks share the host
   }
   if (absl::Status s = m.meter->SetCap(m.standing_cap); !s.ok()) Die(s);
   return m;
@@ -309,7 +381,21 @@ RunRecord RecordOf(const Request& r, const Machine& m) {
           {"train_steps", absl::StrCat(r.training.steps)},
           {"accumulate", absl::StrCat(r.training.accumulate)},
           {"amp", r.training.amp ? "true" : "false"},
-          {"link_bandwidth", LinkSetting(o)}};
+          {"link_bandwidth", LinkSetting(o)},
+          {"world_size", absl::StrCat(r.world_size)}};
+}
+
+// What every rank must have been started with alike, compared when they meet: the record a
+// --resume matches, and what the rows are of.
+std::string ConfigurationOf(const Request& r, const Machine& m) {
+  std::string text;
+  for (const auto& [setting, value] : RecordOf(r, m))
+    absl::StrAppend(&text, setting, "=", value, "\n");
+  absl::StrAppend(&text, "models=", absl::StrJoin(r.options.models, ","), "\n",
+                  "strategies=", absl::StrJoin(r.options.strategies, ","), "\n",
+                  "depths=", absl::StrJoin(r.depths, ","), "\n",
+                  "time_limit_s=", r.options.time_limit_s, "\n");
+  return text;
 }
 
 // The files a run writes in its folder.
@@ -476,17 +562,108 @@ OutputFolder OpenOutputFolder(const Request& request, const Machine& machine) {
 }
 
 // The sweep itself: every row appended to results.csv as it is measured, the table on stdout,
-// the machine's GEMM rate into `info`.
+// the machine's GEMM rate into `info`. A rank other than 0 measures alike and writes nothing.
 void Measure(const SweepOptions& options, MemoryMeter& meter, const std::string& csv_path,
              RunInfo& info) {
+  const bool writes = options.group == nullptr || options.group->rank() == 0;
   absl::StatusOr<double> gemm = MeasureGemmGflops(options.device);
   if (gemm.ok()) info.gemm_gflops = *gemm;
-  absl::StatusOr<CsvAppender> csv = OpenResults(csv_path);
-  if (!csv.ok()) Fail(csv.status());
+  std::optional<CsvAppender> csv;
+  if (writes) {
+    absl::StatusOr<CsvAppender> opened = OpenResults(csv_path);
+    if (!opened.ok()) Fail(opened.status());
+    csv.emplace(*std::move(opened));
+  }
+  std::ostream quiet(nullptr);  // the other ranks' progress: rank 0 tells it
   absl::StatusOr<std::vector<ConfigResult>> results = RunSweep(
-      options, meter, [&](const ConfigResult& r) { return csv->Write(ResultCells(r)); }, std::cerr);
+      options, meter,
+      [&](const ConfigResult& r) { return csv ? csv->Write(ResultCells(r)) : absl::OkStatus(); },
+      writes ? std::cerr : quiet);
   if (!results.ok()) Fail(results.status());
-  std::printf("%s\n", FormatTable(*results).c_str());
+  if (writes) std::printf("%s\n", FormatTable(*results).c_str());
+}
+
+// The (model, strategy) pairs as text and back, for rank 0 to give them to the others.
+std::string EncodePairs(const std::set<std::pair<std::string, std::string>>& pairs) {
+  std::string text;
+  for (const auto& [a, b] : pairs) absl::StrAppend(&text, a.size(), ":", a, b.size(), ":", b);
+  return text;
+}
+std::set<std::pair<std::string, std::string>> DecodePairs(absl::string_view text) {
+  std::set<std::pair<std::string, std::string>> pairs;
+  auto next = [&text](std::string& out) {
+    const size_t colon = text.find(':');
+    size_t n = 0;
+    if (colon == absl::string_view::npos || !absl::SimpleAtoi(text.substr(0, colon), &n) ||
+        colon + 1 + n > text.size()) {
+      return false;
+    }
+    out = std::string(text.substr(colon + 1, n));
+    text.remove_prefix(colon + 1 + n);
+    return true;
+  };
+  std::string a, b;
+  while (!text.empty() && next(a) && next(b)) pairs.emplace(a, b);
+  return pairs;
+}
+
+// This process's part of a data-parallel run: the ranks it starts (--nproc) and the group it
+// joins. Without ranks, nothing.
+struct Ranks {
+  std::optional<RankProcesses> started;
+  std::string rendezvous_dir;  // made for the started ranks' file store, removed at the end
+  std::unique_ptr<ProcessGroup> group;
+
+  ~Ranks() {
+    started_ranks = nullptr;
+    group.reset();
+    started.reset();  // ends those still running
+    if (!rendezvous_dir.empty()) {
+      ::unlink(absl::StrCat(rendezvous_dir, "/rendezvous.store").c_str());
+      ::rmdir(rendezvous_dir.c_str());
+    }
+  }
+};
+
+// Starts ranks 1..N-1 of --nproc (the same program and arguments, meeting through a file store
+// in a folder of their own) and joins the group, or joins the run a launcher's environment
+// describes. Ranks started with other settings fail here, before anything is measured.
+void JoinRanks(const Request& request, const Machine& machine, int argc, char** argv,
+               Ranks& ranks) {
+  std::optional<Rendezvous> rendezvous = request.rendezvous;
+  if (!rendezvous.has_value()) {
+    if (request.world_size == 1) return;
+    const char* tmp = std::getenv("TMPDIR");
+    std::string dir =
+        absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/ckptlab-ranks-XXXXXX");
+    if (::mkdtemp(dir.data()) == nullptr) {
+      Fail(absl::FailedPreconditionError(absl::StrCat(
+          "cannot make a folder for the ranks to meet in (", dir, "): ", std::strerror(errno))));
+    }
+    ranks.rendezvous_dir = dir;
+    rendezvous = Rendezvous();
+    rendezvous->world_size = request.world_size;
+    rendezvous->file = absl::StrCat(dir, "/rendezvous.store");
+    std::vector<std::string> args(argv, argv + argc);
+    args[0] = "/proc/self/exe";  // this very program, wherever argv[0] points
+    absl::StatusOr<RankProcesses> started =
+        RankProcesses::Start(args, 1, request.world_size, rendezvous->file);
+    if (!started.ok()) Fail(started.status());
+    ranks.started.emplace(*std::move(started));
+    started_ranks = &*ranks.started;
+  }
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
+      ProcessGroup::Join(*rendezvous, request.options.device, ConfigurationOf(request, machine));
+  if (!group.ok()) {
+    const absl::StatusCode code = group.status().code();
+    // Settings that differ, a port in use: before anything is measured, as bad input is.
+    if (code == absl::StatusCode::kFailedPrecondition ||
+        code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kUnavailable) {
+      Die(group.status());
+    }
+    Fail(group.status());
+  }
+  ranks.group = *std::move(group);
 }
 
 // The report's account of where and how it ran.
@@ -535,10 +712,14 @@ std::string IncompleteNote(const SweepOptions& options, const std::vector<std::s
 
 // Trains every model under every strategy, writes the curves and their plot into `dir` and the
 // training section onto `appendix`. False when a curve departs from store_all's.
+// A rank other than 0 (empty `dir`) trains alike and writes and says nothing.
 bool Train(const SweepOptions& options, const TrainingOptions& training, MemoryMeter& meter,
            const std::string& dir, Outputs& outputs, std::string& appendix) {
-  absl::StatusOr<std::vector<LossCurve>> curves = RunTraining(options, training, meter, std::cerr);
+  std::ostream quiet(nullptr);
+  absl::StatusOr<std::vector<LossCurve>> curves =
+      RunTraining(options, training, meter, dir.empty() ? quiet : std::cerr);
   if (!curves.ok()) Fail(curves.status());
+  if (dir.empty()) return true;
   outputs.Add("losses.csv, loss.png", WriteLossCurves(dir, *curves));
   appendix += TrainingReport(training, *curves);
   bool ok = true;
@@ -555,6 +736,7 @@ bool Train(const SweepOptions& options, const TrainingOptions& training, MemoryM
 }
 
 int Main(int argc, char** argv) {
+  EndWithLauncher();  // a rank that --nproc started does not outlive rank 0
   absl::SetProgramUsageMessage(
       "runs every model x strategy and writes results.csv, report.md and plots; see "
       "README.md.\n  bazel run //experiments:sweep -- --models=heavy_mlp:depth=40 "
@@ -579,52 +761,95 @@ int Main(int argc, char** argv) {
   const Machine machine = SetUpMachine(request);
   SweepOptions& options = request.options;
   options.threads = machine.threads;
+  const bool writes = request.rank == 0;  // only rank 0 writes outputs
   if (request.explain) {
+    // The plans of one rank's share, which every rank plans alike.
+    if (!writes) return 0;
     if (absl::Status s = Explain(options, *machine.meter); !s.ok()) Die(s);
     return FinishStdout();
   }
-  const OutputFolder folder = OpenOutputFolder(request, machine);
-  const std::string csv_path = folder.Path("results.csv");
-  const bool report_only = request.use == FolderUse::kReportOnly;
-  if (folder.has_results()) {
-    options.completed = PairsOf(csv_path, OrDie(ReadResults(csv_path)));
+  // Static: its destructor also runs when Die or Fail exit, ending the ranks and removing their
+  // folder.
+  static Ranks ranks;
+  // Under a launcher the ranks meet first, so that a run that cannot form writes nothing; with
+  // --nproc the folder is checked before any rank is started.
+  if (request.rendezvous.has_value()) JoinRanks(request, machine, argc, argv, ranks);
+  std::optional<OutputFolder> folder;
+  if (writes) {
+    folder.emplace(OpenOutputFolder(request, machine));
+    if (folder->has_results()) {
+      const std::string path = folder->Path("results.csv");
+      options.completed = PairsOf(path, OrDie(ReadResults(path)));
+    }
   }
+  if (!request.rendezvous.has_value()) JoinRanks(request, machine, argc, argv, ranks);
+  options.group = ranks.group.get();
+  auto from_rank_zero = [&](const std::string& text) {
+    if (options.group == nullptr) return text;
+    absl::StatusOr<std::string> shared = options.group->FromRankZero(text);
+    if (!shared.ok()) Fail(RankError(*options.group, "lost rank 0", shared.status()));
+    return *shared;
+  };
+  options.completed = DecodePairs(from_rank_zero(EncodePairs(options.completed)));
 
-  RunInfo info = DescribeRun(options, machine, folder, report_only, argc, argv);
-  std::cerr << "sweep: " << info.runtime << "; memory: " << info.meter << "\n";
+  const bool report_only = request.use == FolderUse::kReportOnly;
+  RunInfo info;
+  if (writes) {
+    info = DescribeRun(options, machine, *folder, report_only, argc, argv);
+    std::cerr << "sweep: " << info.runtime << "; memory: " << info.meter
+              << (request.world_size > 1 ? absl::StrCat("; ", request.world_size, " ranks (",
+                                                        options.group->backend(), ")")
+                                         : "")
+              << "\n";
+  }
+  const std::string csv_path = writes ? folder->Path("results.csv") : "";
   Outputs outputs;
   if (!report_only) {
     Measure(options, *machine.meter, csv_path, info);
-    outputs.Add("results.csv", absl::OkStatus());
+    if (writes) outputs.Add("results.csv", absl::OkStatus());
   }
 
-  const std::vector<ConfigResult> rows = OrDie(ReadResults(csv_path));
-  const std::vector<std::string> missing = MissingModels(options, PairsOf(csv_path, rows));
-  const bool complete = missing.empty();
-  std::string appendix = ReportOnlyNote(report_only, csv_path) +
-                         IncompleteNote(options, missing, report_only, folder.dir());
+  std::vector<ConfigResult> rows;
+  std::vector<std::string> missing;
+  if (writes) {
+    rows = OrDie(ReadResults(csv_path));
+    missing = MissingModels(options, PairsOf(csv_path, rows));
+  }
+  const bool complete = from_rank_zero(missing.empty() ? "complete" : "incomplete") == "complete";
+  std::string appendix;
+  if (writes) {
+    appendix = ReportOnlyNote(report_only, csv_path) +
+               IncompleteNote(options, missing, report_only, folder->dir());
+  }
 
   // Training, then the report and plots from every row of results.csv (a resumed sweep's
   // earlier ones too).
   bool curves_ok = true;
   if (request.training.steps > 0 && complete) {
-    curves_ok = Train(options, request.training, *machine.meter, folder.dir(), outputs, appendix);
+    curves_ok = Train(options, request.training, *machine.meter, writes ? folder->dir() : "",
+                      outputs, appendix);
   }
+  if (!writes) return 0;  // the rest is rank 0's alone
   // The plot first, so that the report can say why a picture is missing.
-  const absl::Status plot = WriteParetoPlot(folder.dir(), rows);
+  const absl::Status plot = WriteParetoPlot(folder->dir(), rows);
   if (!plot.ok()) {
     appendix = absl::StrCat("pareto.png was not drawn: ", plot.message(),
                             ". `gnuplot pareto.gp` in this folder draws it.\n\n", appendix);
   }
-  outputs.Add("report.md", WriteReport(folder.dir(), rows, info, appendix));
+  outputs.Add("report.md", WriteReport(folder->dir(), rows, info, appendix));
   outputs.Add("pareto.png", plot);
   if (!request.depths.empty() && complete) {
     absl::StatusOr<std::vector<DepthPoint>> points =
         RunDepthScan(options, request.depths, *machine.meter, std::cerr);
     if (!points.ok()) Fail(points.status());
-    outputs.Add("depth.csv, depth.png", WriteDepthPlot(folder.dir(), *points));
+    outputs.Add("depth.csv, depth.png", WriteDepthPlot(folder->dir(), *points));
   }
-  std::printf("%s\n", outputs.Line(folder.dir()).c_str());
+  if (ranks.started.has_value()) {  // the others are done measuring: they end on their own
+    started_ranks = nullptr;
+    const std::string failed = DescribeFailure(ranks.started->Wait(/*grace_s=*/10));
+    if (!failed.empty()) Fail(absl::AbortedError(failed));
+  }
+  std::printf("%s\n", outputs.Line(folder->dir()).c_str());
   if (!curves_ok) std::fprintf(stderr, "sweep: a loss curve departs from store_all's\n");
   const int printed = FinishStdout();
   return outputs.failed() || !curves_ok ? 1 : printed;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "core/chain_model.h"
+#include "core/data_parallel.h"
 #include "core/executor.h"
 #include "core/files.h"
 #include "core/loss_scaler.h"
@@ -27,10 +28,11 @@ namespace ckpt {
 namespace {
 
 // One strategy's curve on a fresh model, planned from `profile` (of the same model spec), trained
-// by core/trainer.h.
+// by core/trainer.h. Data parallel: the ranks' gradients are averaged by a reducer, each step's
+// loss is the mean of the ranks', and `aborted` is set when the ranks cannot go on together.
 LossCurve Train(const std::string& model_spec, const std::string& strategy_spec,
                 ModelProfile& profile, const SweepOptions& sweep, const TrainingOptions& options,
-                MemoryMeter& meter, bool* chunked) {
+                MemoryMeter& meter, bool* chunked, absl::Status* aborted) {
   LossCurve curve;
   curve.model = model_spec;
   curve.strategy = strategy_spec;
@@ -39,9 +41,13 @@ LossCurve Train(const std::string& model_spec, const std::string& strategy_spec,
     curve.message = std::string(s.message());
     return curve;
   };
-  absl::StatusOr<Workload> workload = Workload::Build(model_spec, WorkloadOptionsFor(sweep));
+  WorkloadOptions workload_options = WorkloadOptionsFor(sweep);
+  workload_options.profile.timed = false;
+  absl::StatusOr<Workload> workload = Workload::Build(model_spec, workload_options);
   absl::StatusOr<PlannedRun> run = workload.ok() ? workload->Plan(strategy_spec, profile, meter)
                                                  : absl::StatusOr<PlannedRun>(workload.status());
+  *aborted = AgreeOnOutcome(sweep.group, run.status());
+  if (!aborted->ok()) return fail(*aborted);
   if (!run.ok()) return fail(run.status());
   const std::shared_ptr<ChainModel>& model = workload->model();
   curve.model = model->spec();
@@ -56,6 +62,17 @@ LossCurve Train(const std::string& model_spec, const std::string& strategy_spec,
   if (options.amp) trainer_options.autocast = fp16 ? at::kHalf : at::kBFloat16;
   trainer_options.loss_scaling = options.loss_scaling.value_or(fp16);
   trainer_options.scaler = options.scaler;
+  std::unique_ptr<GradientReducer> reducer;
+  if (sweep.group != nullptr) {
+    absl::StatusOr<std::unique_ptr<GradientReducer>> made =
+        GradientReducer::Create(*sweep.group, model->Parameters());
+    if (!made.ok()) {
+      *aborted = RankError(*sweep.group, "could not make a reducer", made.status());
+      return fail(*aborted);
+    }
+    reducer = *std::move(made);
+    trainer_options.reducer = reducer.get();
+  }
   absl::StatusOr<Trainer> trainer =
       Trainer::Create(&run->executor, model->Parameters(), trainer_options);
   if (!trainer.ok()) return fail(trainer.status());
@@ -69,12 +86,26 @@ LossCurve Train(const std::string& model_spec, const std::string& strategy_spec,
     std::vector<uint64_t> seeds;
     for (int micro = 0; micro < options.accumulate; ++micro) {
       const uint64_t index = static_cast<uint64_t>(step) * options.accumulate + micro;
-      batches.push_back(model->MakeBatch(sweep.seed + 1 + index));
+      absl::StatusOr<Batch> batch = workload->MakeBatch(sweep.seed + 1 + index);
+      if (!batch.ok()) return fail(batch.status());
+      batches.push_back(*std::move(batch));
       seeds.push_back(sweep.seed + 7919 * (index + 1));
     }
     absl::StatusOr<TrainStep> done = trainer->Step(batches, seeds);
+    // Ranks that stop must stop together: a rank that went on would wait for the others.
+    *aborted = AgreeOnOutcome(sweep.group, done.status());
+    if (!aborted->ok()) return fail(*aborted);
     if (!done.ok()) return fail(done.status());
-    curve.losses.push_back(done->loss);
+    double loss = done->loss;  // the global batch's: the mean of the ranks'
+    if (sweep.group != nullptr) {
+      absl::StatusOr<std::vector<double>> mean = sweep.group->Mean({loss});
+      if (!mean.ok()) {
+        *aborted = mean.status();
+        return fail(mean.status());
+      }
+      loss = (*mean)[0];
+    }
+    curve.losses.push_back(loss);
     if (!done->diverged.empty()) return fail(absl::FailedPreconditionError(done->diverged));
     curve.skipped_steps += done->skipped;
   }
@@ -116,10 +147,8 @@ absl::StatusOr<std::vector<LossCurve>> RunTraining(const SweepOptions& sweep,
   std::vector<LossCurve> curves;
   for (const std::string& model_spec : sweep.models) {
     // One profile per model, for the strategies to plan from (bytes only: training reads
-    // no times).
-    WorkloadOptions workload_options;
-    workload_options.device = sweep.device;
-    workload_options.seed = sweep.seed;
+    // no times, so every rank plans alike).
+    WorkloadOptions workload_options = WorkloadOptionsFor(sweep);
     workload_options.profile.timed = false;
     ModelProfile profile;
     {
@@ -131,9 +160,11 @@ absl::StatusOr<std::vector<LossCurve>> RunTraining(const SweepOptions& sweep,
     const size_t first = curves.size();
     for (const std::string& strategy_spec : order) {
       bool chunked = false;
+      absl::Status aborted;
       absl::StatusOr<LossCurve> curve = RunTorch([&] {
-        return Train(model_spec, strategy_spec, profile, sweep, options, meter, &chunked);
+        return Train(model_spec, strategy_spec, profile, sweep, options, meter, &chunked, &aborted);
       });
+      RETURN_IF_ERROR(aborted);
       if (!curve.ok()) {
         LossCurve failed;
         failed.model = model_spec;
