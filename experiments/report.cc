@@ -76,6 +76,37 @@ std::string ReadFirstMatch(const std::string& path, const std::string& key) {
   return "unknown";
 }
 
+// The data-parallel figures of `model`'s rows run by several ranks: what the gradients'
+// all-reduce costs alone and what it added to the step. Empty when one process ran them.
+std::string DataParallelSection(const std::string& model, const std::vector<ConfigResult>& rows) {
+  std::string table;
+  int world_size = 1;
+  std::string backend;
+  for (const ConfigResult& r : rows) {
+    if (r.model != model || r.world_size <= 1) continue;
+    world_size = r.world_size;
+    backend = r.backend;
+    if (!r.ok()) continue;
+    absl::StrAppend(&table, "| ", r.strategy, " | ", absl::StrFormat("%.3f", r.step_ms_median),
+                    " | ", absl::StrFormat("%.3f", r.allreduce_alone_ms), " | ",
+                    absl::StrFormat("%.3f", r.allreduce_exposed_ms), " | ",
+                    Ratio(r.allreduce_exposed_ms, r.allreduce_alone_ms), " |\n");
+  }
+  if (world_size <= 1) return "";
+  return absl::StrCat(
+      "\nData parallel: ", world_size, " ranks (", backend,
+      "), each on its share of the batch. Bytes are per rank (the largest rank's; the baseline "
+      "holds the reducer's gradient buckets, as many bytes as the parameters), step times the "
+      "slowest rank's, one configuration at a time. The gradients' all-reduce: alone, with "
+      "nothing beside it; exposed, what it added to the step (the step with the reducer minus "
+      "the same step without it, median over rounds). Exposed / alone: 0 where backward hid it "
+      "all, 1 where it hid none, above 1 where copying into the buckets and the ranks' "
+      "contention cost more than the all-reduce itself.\n\n"
+      "| strategy | step ms | all-reduce alone ms | exposed ms | exposed / alone |\n"
+      "| --- | ---: | ---: | ---: | ---: |\n",
+      table);
+}
+
 }  // namespace
 
 std::string DescribeMachine() {
@@ -150,6 +181,7 @@ absl::Status WriteReport(const std::string& dir, const std::vector<ConfigResult>
                           : absl::StrFormat("%g", r.max_grad_diff_vs_store_all),
                       " |\n");
     }
+    absl::StrAppend(&md, DataParallelSection(model, rows));
     for (const ConfigResult& r : rows) {
       if (r.model == model && !r.plan.empty()) {
         absl::StrAppend(&md, "\n- `", r.strategy, "`: `", r.plan, "`");

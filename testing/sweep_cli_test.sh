@@ -391,6 +391,22 @@ expect_exit() {
   grep -qF -- "$text" "$tmp/expect.stderr" ||
     fail "$*: stderr lacks '$text': $(cat "$tmp/expect.stderr")"
 }
+# Waits at most $2 seconds for process $1 (a child of this shell), then ends it; its exit status
+# in $waited (124: ended).
+wait_bounded() {
+  local pid="$1" deadline=$((SECONDS + $2))
+  while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -9 "$pid"
+    wait "$pid" 2>/dev/null || true
+    waited=124
+    return
+  fi
+  set +e
+  wait "$pid"
+  waited=$?
+  set -e
+}
 # No temporary of an output is left in folder $1.
 no_temporaries() {
   local left
@@ -601,6 +617,134 @@ timeout 120 "${sweep[@]}" --models=heavy_mlp:depth=20000:hidden=1:batch=1 --stra
 rc=$?
 set -e
 [[ $rc -eq 0 ]] || fail "20,000 stages: exit $rc (124: over 120 s): $(tail -3 "$tmp/deep.stderr")"
+
+# 7. Data parallel (docs/data-parallel.md): ranks on this host, over loopback only.
+dp_models="heavy_mlp:depth=3:hidden=8:batch=2,heavy_mlp:depth=4:hidden=8:batch=2"
+dp_models+=",heavy_mlp:depth=6:hidden=512:batch=256"
+set +e
+"${sweep[@]}" --nproc=2 --models=heavy_mlp:depth=4:hidden=8:batch=2 \
+  --strategies=store_all,uniform,recompute_all --steps=2 --warmup=1 --train_steps=4 \
+  --out="$tmp/dp" >"$tmp/dp.stdout" 2>"$tmp/dp.stderr"
+rc=$?
+set -e
+if grep -q "data parallel is not available\|no Gloo headers" "$tmp/dp.stderr"; then
+  [[ $rc -eq 2 ]] || fail "--nproc=2 without Gloo: exit $rc, expected 2"
+  echo "sweep_cli_test: this build has no Gloo: the data-parallel checks are skipped" >&2
+else
+  [[ $rc -eq 0 ]] || fail "--nproc=2 exited $rc: $(cat "$tmp/dp.stderr")"
+  # Every row ok, run by 2 ranks over Gloo, with the all-reduce's figures.
+  python3 - "$tmp/dp/results.csv" <<'PY' || fail "--nproc=2 rows: $(cat "$tmp/dp/results.csv")"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 3, rows
+for r in rows:
+    assert r["status"] == "ok" and r["world_size"] == "2" and r["backend"] == "gloo", r
+    assert float(r["allreduce_alone_ms"]) > 0 and r["allreduce_exposed_ms"] != "", r
+    assert float(r["max_grad_diff_vs_store_all"]) <= 1e-5, r
+PY
+  # The 2-rank loss curve is the global batch's: one process on a batch twice the size draws
+  # the same rows and trains to the same losses, up to float32 reduction order (1e-5 relative).
+  "${sweep[@]}" --models=heavy_mlp:depth=4:hidden=8:batch=4 --strategies=store_all,uniform \
+    --steps=1 --warmup=0 --train_steps=4 --out="$tmp/dp1" >/dev/null 2>"$tmp/dp1.stderr" ||
+    fail "the one-process twin exited $?: $(cat "$tmp/dp1.stderr")"
+  python3 - "$tmp/dp/losses.csv" "$tmp/dp1/losses.csv" <<'PY' || fail "loss curves, 2 ranks vs 1 process"
+import csv, sys
+def curves(path):
+    out = {}
+    for r in csv.DictReader(open(path)):
+        out.setdefault(r["strategy"], []).append(float(r["loss"]))
+    return out
+two, one = curves(sys.argv[1]), curves(sys.argv[2])
+for strategy in ("store_all", "uniform:segments=2"):
+    a, b = two[strategy], one[strategy]
+    assert len(a) == len(b) == 4, (strategy, a, b)
+    for x, y in zip(a, b):
+        assert abs(x - y) <= 1e-5 * max(1.0, abs(y)), (strategy, a, b)
+PY
+  grep -q '^world_size,2$' "$tmp/dp/run.csv" || fail "run.csv records no world size"
+  if ls "${TMPDIR:-/tmp}" | grep -q "^ckptlab-ranks-"; then
+    fail "the ranks' folder is left in ${TMPDIR:-/tmp}: $(ls "${TMPDIR:-/tmp}" | grep ckptlab-ranks-)"
+  fi
+
+  # A rank killed mid-sweep: the other ends within 60 s with an error naming it, the rows
+  # already written stay whole, and --resume completes the run.
+  rm -rf "$tmp/dpkill"
+  dp_flags=(--nproc=2 --models="$dp_models" --strategies=uniform --steps=30 --warmup=0)
+  "${sweep[@]}" "${dp_flags[@]}" --out="$tmp/dpkill" >/dev/null 2>"$tmp/dpkill.stderr" &
+  pid=$!
+  for _ in $(seq 1 600); do
+    [[ -f "$tmp/dpkill/results.csv" && $(wc -l <"$tmp/dpkill/results.csv") -ge 3 ]] && break
+    sleep 0.1
+  done
+  rank1=$(pgrep -P "$pid" || true)
+  if [[ -z "$rank1" ]]; then
+    fail "no rank 1 to kill: $(cat "$tmp/dpkill.stderr")"
+  else
+    kill -9 "$rank1"
+    start=$SECONDS
+    set +e
+    wait "$pid"
+    rc=$?
+    set -e
+    ((SECONDS - start <= 60)) || fail "rank 0 took $((SECONDS - start)) s to end after rank 1 died"
+    [[ $rc -eq 1 ]] || fail "a killed rank: exit $rc, expected 1"
+    grep -q "rank 1 was killed by signal 9" "$tmp/dpkill.stderr" ||
+      fail "a killed rank is not named: $(cat "$tmp/dpkill.stderr")"
+    rows=$(($(wc -l <"$tmp/dpkill/results.csv") - 1))
+    ((rows >= 2 && rows < 6)) || fail "the killed run left $rows rows"
+    "${sweep[@]}" "${dp_flags[@]}" --out="$tmp/dpkill" --resume >/dev/null 2>"$tmp/dpresume.stderr" ||
+      fail "--resume after a killed rank exited $?: $(cat "$tmp/dpresume.stderr")"
+    [[ $(wc -l <"$tmp/dpkill/results.csv") -eq 7 ]] ||
+      fail "resumed: $(cat "$tmp/dpkill/results.csv")"
+  fi
+
+  # Ranks of one run started alike, or not at all: a launcher's ranks with different flags fail
+  # when they meet, both with exit 2, naming the setting, and write nothing.
+  rm -rf "$tmp/dpa" "$tmp/dpb"
+  store="$tmp/dp-meet.store"
+  rm -f "$store"
+  pids=()
+  for rank in 0 1; do
+    RANK=$rank WORLD_SIZE=2 CKPT_RENDEZVOUS_FILE="$store" "${sweep[@]}" \
+      --models=heavy_mlp:depth=2:hidden=4:batch=2 --strategies=store_all \
+      --steps=$((1 + rank)) --warmup=0 --out="$tmp/dp-differ$rank" >/dev/null \
+      2>"$tmp/dp-differ$rank.stderr" &
+    pids+=($!)
+  done
+  for rank in 0 1; do
+    wait_bounded "${pids[rank]}" 90
+    rc=$waited
+    [[ $rc -eq 2 ]] || fail "rank $rank started with other flags: exit $rc, expected 2"
+    grep -q "rank 0 has 'steps=1', rank 1 'steps=2'" "$tmp/dp-differ$rank.stderr" ||
+      fail "rank $rank: $(cat "$tmp/dp-differ$rank.stderr")"
+    [[ ! -e "$tmp/dp-differ$rank" ]] || fail "rank $rank wrote an output folder"
+  done
+
+  # A port in use: rank 0 cannot serve the store there, exit 2 before anything is written.
+  rm -f "$tmp/port"
+  python3 -c '
+import socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen()
+open(sys.argv[1] + ".tmp", "w").write(str(s.getsockname()[1]))
+import os; os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(120)' "$tmp/port" &
+  listener=$!
+  for _ in $(seq 1 100); do [[ -s "$tmp/port" ]] && break; sleep 0.1; done
+  export RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT
+  MASTER_PORT=$(cat "$tmp/port")
+  expect_exit 2 "is the port in use?" --models=heavy_mlp:depth=2:hidden=4:batch=2 \
+    --strategies=store_all --steps=1 --warmup=0 --out="$tmp/dp-port"
+  [[ ! -e "$tmp/dp-port" ]] || fail "a port in use: an output folder was made"
+  # --nproc under a launcher's world of another size, and out of range: exit 2.
+  expect_exit 2 "--nproc=2 but the environment sets WORLD_SIZE=1" --nproc=2 \
+    --models=heavy_mlp:depth=2:hidden=4:batch=2 --out="$tmp/dp-port"
+  unset RANK WORLD_SIZE MASTER_ADDR MASTER_PORT
+  kill "$listener" 2>/dev/null || true
+  check_bad "--nproc=0 is not accepted; accepted: 1..64" --nproc=0
+  check_bad "--report_only runs nothing, so it takes no ranks" --report_only --nproc=2
+fi
 
 if ((failures)); then
   echo "$failures check(s) failed" >&2
