@@ -98,19 +98,23 @@ RankProcesses::~RankProcesses() {
   if (!pids_.empty() && exits_.empty()) Stop();
 }
 
-std::vector<RankExit> RankProcesses::Wait(int grace_s) { return Reap(grace_s, false); }
+std::vector<RankExit> RankProcesses::Wait(int grace_s, int timeout_s) {
+  return Reap(grace_s, timeout_s > 0 ? timeout_s : -1);
+}
 
-std::vector<RankExit> RankProcesses::Stop() { return Reap(/*grace_s=*/1, true); }
+std::vector<RankExit> RankProcesses::Stop() { return Reap(/*grace_s=*/1, /*timeout_s=*/0); }
 
-std::vector<RankExit> RankProcesses::Reap(int grace_s, bool stop_now) {
+std::vector<RankExit> RankProcesses::Reap(int grace_s, int timeout_s) {
   if (!exits_.empty() || pids_.empty()) return exits_;
   const int count = static_cast<int>(pids_.size());
   std::vector<RankExit> exits(count);
   for (int i = 0; i < count; ++i) exits[i].rank = first_rank_ + i;
   int running = count;
-  double failed_at = stop_now ? Now() : -1;
+  const double start = Now();
+  double failed_at = timeout_s == 0 ? start : -1;
   bool terminated = false, killed = false;
   while (running > 0) {
+    if (failed_at < 0 && timeout_s > 0 && Now() - start >= timeout_s) failed_at = Now();
     // Each rank's own process only: this process may have other children.
     for (int i = 0; i < count; ++i) {
       if (pids_[i] <= 0) continue;

@@ -40,26 +40,26 @@ class RankProcesses {
                                              int world_size, const std::string& store);
   RankProcesses(RankProcesses&& other) noexcept;
   RankProcesses& operator=(RankProcesses&&) = delete;
-  // Ends the ranks still running (Stop) without waiting for a grace period.
+  // Ends the ranks still running, as Stop does, unless they were waited for.
   ~RankProcesses();
 
   // Waits until every rank has ended. When one fails (a non-zero exit or a signal), the others
   // get SIGTERM after `grace_s` seconds if they are still running (the collectives they wait in
-  // fail first when the failed rank's sockets close), and SIGKILL 10 seconds later. Returns
-  // their exits in rank order; once only.
-  std::vector<RankExit> Wait(int grace_s);
+  // fail first when the failed rank's sockets close), and SIGKILL 10 seconds later; so do all
+  // that still run `timeout_s` seconds from now, when it is > 0. Returns their exits in rank
+  // order; once only.
+  std::vector<RankExit> Wait(int grace_s, int timeout_s = 0);
   // Ends the ranks still running: a second to end on their own (a rank whose failure this
   // process has just seen may not have been reaped yet), then SIGTERM, and SIGKILL 10 seconds
   // later; returns their exits as Wait does (those it ended marked `stopped`).
   std::vector<RankExit> Stop();
 
-  const std::vector<pid_t>& pids() const { return pids_; }
-
  private:
   RankProcesses(int first_rank, std::vector<pid_t> pids, std::string store)
       : first_rank_(first_rank), pids_(std::move(pids)), store_(std::move(store)) {}
-  // Wait's loop; when `stop_now`, as if a rank had failed as the loop starts.
-  std::vector<RankExit> Reap(int grace_s, bool stop_now);
+  // Wait's loop; as if a rank had failed `timeout_s` seconds after it starts (at once when 0,
+  // never when < 0).
+  std::vector<RankExit> Reap(int grace_s, int timeout_s);
 
   int first_rank_ = 0;
   std::vector<pid_t> pids_;  // per rank; -1 once reaped

@@ -257,6 +257,11 @@ void ParseRanks(const ParsedCommandLine& parsed, Request& r) {
     Die(absl::UnimplementedError(
         absl::StrCat("--nproc=", r.world_size, ": ", DataParallelUnavailableReason())));
   }
+  if ((r.world_size > 1 || r.rendezvous.has_value()) && !r.options.device.is_cpu()) {
+    Die(absl::InvalidArgumentError(absl::StrCat(
+        "data parallel on ", r.options.device.str(),
+        " is not built (NCCL); accepted: --device=cpu (Gloo) with --nproc or a launcher")));
+  }
   if (r.world_size > 1 && r.use == FolderUse::kReportOnly) {
     Die(absl::InvalidArgumentError("--report_only runs nothing, so it takes no ranks (--nproc)"));
   }
@@ -343,7 +348,8 @@ struct Machine {
 Machine SetUpMachine(const Request& r) {
   Machine m;
   m.threads = OrDie(SetComputeThreads(r.threads));
-  if (m.threads.intra_op > 1 && m.threads.blas > 1 && std::getenv("OMP_WAIT_POLICY") == nullptr) {
+  if (r.rank == 0 && m.threads.intra_op > 1 && m.threads.blas > 1 &&
+      std::getenv("OMP_WAIT_POLICY") == nullptr) {
     std::fprintf(stderr,
                  "sweep: note: LibTorch's OpenMP threads spin between parallel regions and "
                  "contend with OpenBLAS's; with --threads=%d export OMP_WAIT_POLICY=PASSIVE "
@@ -566,8 +572,10 @@ OutputFolder OpenOutputFolder(const Request& request, const Machine& machine) {
 void Measure(const SweepOptions& options, MemoryMeter& meter, const std::string& csv_path,
              RunInfo& info) {
   const bool writes = options.group == nullptr || options.group->rank() == 0;
-  absl::StatusOr<double> gemm = MeasureGemmGflops(options.device);
-  if (gemm.ok()) info.gemm_gflops = *gemm;
+  if (writes) {  // one rank's threads, with the others waiting, not competing
+    absl::StatusOr<double> gemm = MeasureGemmGflops(options.device);
+    if (gemm.ok()) info.gemm_gflops = *gemm;
+  }
   std::optional<CsvAppender> csv;
   if (writes) {
     absl::StatusOr<CsvAppender> opened = OpenResults(csv_path);
@@ -844,9 +852,10 @@ int Main(int argc, char** argv) {
     if (!points.ok()) Fail(points.status());
     outputs.Add("depth.csv, depth.png", WriteDepthPlot(folder->dir(), *points));
   }
-  if (ranks.started.has_value()) {  // the others are done measuring: they end on their own
+  if (ranks.started.has_value()) {  // the others are done: they end on their own, or are ended
     started_ranks = nullptr;
-    const std::string failed = DescribeFailure(ranks.started->Wait(/*grace_s=*/10));
+    const std::string failed =
+        DescribeFailure(ranks.started->Wait(/*grace_s=*/10, /*timeout_s=*/60));
     if (!failed.empty()) Fail(absl::AbortedError(failed));
   }
   std::printf("%s\n", outputs.Line(folder->dir()).c_str());

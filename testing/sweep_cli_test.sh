@@ -407,6 +407,16 @@ wait_bounded() {
   waited=$?
   set -e
 }
+# The first child process of process $1 (read from /proc: a bare root may have no pgrep).
+child_of() {
+  local status
+  for status in /proc/[0-9]*/status; do
+    if grep -q "^PPid:[[:space:]]*$1\$" "$status" 2>/dev/null; then
+      basename "$(dirname "$status")"
+      return
+    fi
+  done
+}
 # No temporary of an output is left in folder $1.
 no_temporaries() {
   local left
@@ -621,6 +631,11 @@ set -e
 # 7. Data parallel (docs/data-parallel.md): ranks on this host, over loopback only.
 dp_models="heavy_mlp:depth=3:hidden=8:batch=2,heavy_mlp:depth=4:hidden=8:batch=2"
 dp_models+=",heavy_mlp:depth=6:hidden=512:batch=256"
+# The ranks' meeting folders go to $TMPDIR: here, one of the test's own (a rank 0 killed below
+# cannot remove its folder).
+saved_tmpdir="${TMPDIR:-}"
+mkdir -p "$tmp/dp-tmp"
+export TMPDIR="$tmp/dp-tmp"
 set +e
 "${sweep[@]}" --nproc=2 --models=heavy_mlp:depth=4:hidden=8:batch=2 \
   --strategies=store_all,uniform,recompute_all --steps=2 --warmup=1 --train_steps=4 \
@@ -662,9 +677,7 @@ for strategy in ("store_all", "uniform:segments=2"):
         assert abs(x - y) <= 1e-5 * max(1.0, abs(y)), (strategy, a, b)
 PY
   grep -q '^world_size,2$' "$tmp/dp/run.csv" || fail "run.csv records no world size"
-  if ls "${TMPDIR:-/tmp}" | grep -q "^ckptlab-ranks-"; then
-    fail "the ranks' folder is left in ${TMPDIR:-/tmp}: $(ls "${TMPDIR:-/tmp}" | grep ckptlab-ranks-)"
-  fi
+  [[ -z "$(ls "$tmp/dp-tmp")" ]] || fail "the ranks' folder is left in \$TMPDIR: $(ls "$tmp/dp-tmp")"
 
   # A rank killed mid-sweep: the other ends within 60 s with an error naming it, the rows
   # already written stay whole, and --resume completes the run.
@@ -676,7 +689,7 @@ PY
     [[ -f "$tmp/dpkill/results.csv" && $(wc -l <"$tmp/dpkill/results.csv") -ge 3 ]] && break
     sleep 0.1
   done
-  rank1=$(pgrep -P "$pid" || true)
+  rank1=$(child_of "$pid")
   if [[ -z "$rank1" ]]; then
     fail "no rank 1 to kill: $(cat "$tmp/dpkill.stderr")"
   else
@@ -697,6 +710,31 @@ PY
     [[ $(wc -l <"$tmp/dpkill/results.csv") -eq 7 ]] ||
       fail "resumed: $(cat "$tmp/dpkill/results.csv")"
   fi
+
+  # Rank 0 killed: the rank it started ends too, within seconds (its collectives fail when
+  # rank 0's sockets close; for a rank in a long computation, the kernel's signal on its
+  # starter's death, core/launcher.h's EndWithLauncher, ends it).
+  rm -rf "$tmp/dpkill0"
+  "${sweep[@]}" "${dp_flags[@]}" --out="$tmp/dpkill0" >/dev/null 2>"$tmp/dpkill0.stderr" &
+  pid=$!
+  for _ in $(seq 1 600); do
+    [[ -f "$tmp/dpkill0/results.csv" && $(wc -l <"$tmp/dpkill0/results.csv") -ge 3 ]] && break
+    sleep 0.1
+  done
+  rank1=$(child_of "$pid")
+  [[ -n "$rank1" ]] || fail "no rank 1 under rank 0: $(cat "$tmp/dpkill0.stderr")"
+  kill -9 "$pid"
+  wait "$pid" 2>/dev/null || true
+  ended=0
+  for _ in $(seq 1 300); do  # gone, or a zombie waiting for its new parent
+    if [[ -z "$rank1" || ! -e "/proc/$rank1" ]] ||
+      grep -q '^State:[[:space:]]*Z' "/proc/$rank1/status" 2>/dev/null; then
+      ended=1
+      break
+    fi
+    sleep 0.1
+  done
+  ((ended)) || fail "rank 1 outlived rank 0 by 30 s"
 
   # Ranks of one run started alike, or not at all: a launcher's ranks with different flags fail
   # when they meet, both with exit 2, naming the setting, and write nothing.
@@ -719,6 +757,25 @@ PY
       fail "rank $rank: $(cat "$tmp/dp-differ$rank.stderr")"
     [[ ! -e "$tmp/dp-differ$rank" ]] || fail "rank $rank wrote an output folder"
   done
+
+  # Ranks that a launcher started, meeting at rank 0's TCP store on loopback (a port free a
+  # moment ago): both end with status 0, and rank 0 alone writes, rows of 2 ranks.
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  rm -rf "$tmp/dp-tcp0" "$tmp/dp-tcp1"
+  pids=()
+  for rank in 0 1; do
+    RANK=$rank WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "${sweep[@]}" \
+      --models=heavy_mlp:depth=2:hidden=4:batch=2 --strategies=store_all,recompute_all \
+      --steps=1 --warmup=1 --out="$tmp/dp-tcp$rank" >/dev/null 2>"$tmp/dp-tcp$rank.stderr" &
+    pids+=($!)
+  done
+  for rank in 0 1; do
+    wait_bounded "${pids[rank]}" 90
+    [[ $waited -eq 0 ]] || fail "TCP rank $rank: exit $waited: $(cat "$tmp/dp-tcp$rank.stderr")"
+  done
+  [[ $(grep -c ',2,gloo,' "$tmp/dp-tcp0/results.csv" 2>/dev/null) -eq 2 ]] ||
+    fail "TCP ranks: rank 0's rows: $(cat "$tmp/dp-tcp0/results.csv" 2>&1)"
+  [[ ! -e "$tmp/dp-tcp1" ]] || fail "TCP ranks: rank 1 wrote an output folder"
 
   # A port in use: rank 0 cannot serve the store there, exit 2 before anything is written.
   rm -f "$tmp/port"
@@ -745,6 +802,7 @@ time.sleep(120)' "$tmp/port" &
   check_bad "--nproc=0 is not accepted; accepted: 1..64" --nproc=0
   check_bad "--report_only runs nothing, so it takes no ranks" --report_only --nproc=2
 fi
+if [[ -n "$saved_tmpdir" ]]; then export TMPDIR="$saved_tmpdir"; else unset TMPDIR; fi
 
 if ((failures)); then
   echo "$failures check(s) failed" >&2
