@@ -220,6 +220,75 @@ TEST(ProcessGroupTest, RanksStartedDifferentlyFailAtRendezvous) {
   }
 }
 
+// Runs `body(group)` on two ranks of one process, in threads meeting through a file store.
+template <typename Body>
+void OnTwoThreadRanks(const Body& body) {
+  char dir_template[] = "/tmp/ckptlab-agree-test-XXXXXX";
+  const char* dir = mkdtemp(dir_template);
+  ASSERT_NE(dir, nullptr) << std::strerror(errno);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      Rendezvous r;
+      r.rank = rank;
+      r.world_size = 2;
+      r.file = absl::StrCat(dir, "/store");
+      r.timeout_s = 20;
+      absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
+          ProcessGroup::Join(r, c10::Device(c10::kCPU), "same");
+      ASSERT_TRUE(group.ok()) << group.status();
+      body(**group);
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  std::filesystem::remove_all(dir);
+}
+
+// The ranks go on together exactly when their steps ended alike: generated pairs of outcomes
+// (OK, out of memory, another error), and what only rank 0 knows reaches rank 1 as it is.
+TEST(ProcessGroupTest, RanksAgreeOnOutcomesAndShareRankZerosWord) {
+  if (!HaveDataParallel()) GTEST_SKIP() << DataParallelUnavailableReason();
+  const std::vector<absl::Status> kinds = {absl::OkStatus(),
+                                           absl::ResourceExhaustedError("out of memory"),
+                                           absl::InternalError("a kernel failed")};
+  std::mt19937 random(std::random_device{}());
+  std::vector<std::pair<int, int>> cases;  // each rank's outcome, as an index into kinds
+  for (int i = 0; i < 12; ++i) cases.emplace_back(random() % 3, random() % 3);
+  std::vector<std::vector<absl::Status>> agreed(2);
+  std::vector<std::vector<bool>> every(2);
+  std::vector<std::string> shared(2), text_check(2);
+  OnTwoThreadRanks([&](ProcessGroup& group) {
+    const int rank = group.rank();
+    for (const auto& [a, b] : cases) {
+      agreed[rank].push_back(AgreeOnOutcome(&group, kinds[rank == 0 ? a : b]));
+      absl::StatusOr<bool> all = OnEveryRank(&group, (rank == 0 ? a : b) == 0);
+      every[rank].push_back(all.ok() && *all);
+    }
+    absl::StatusOr<std::string> word = group.FromRankZero(rank == 0 ? "3:abc1:x" : "ignored");
+    shared[rank] = word.ok() ? *word : std::string(word.status().message());
+    text_check[rank] =
+        std::string(SameOnEveryRank(&group, rank == 0 ? "plan A" : "plan B", "plans").message());
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const auto [a, b] = cases[i];
+      const bool alike = a == b;  // OK, out of memory and other errors each only with itself
+      EXPECT_EQ(agreed[rank][i].ok(), alike)
+          << "rank " << rank << ", outcomes " << a << " and " << b << ": " << agreed[rank][i];
+      if (!alike) {
+        EXPECT_EQ(agreed[rank][i].code(), absl::StatusCode::kAborted);
+        EXPECT_NE(agreed[rank][i].message().find(absl::StrCat("rank ", rank, " of 2")),
+                  std::string::npos)
+            << agreed[rank][i];
+      }
+      EXPECT_EQ(every[rank][i], a == 0 && b == 0) << "outcomes " << a << " and " << b;
+    }
+    EXPECT_EQ(shared[rank], "3:abc1:x");
+    EXPECT_NE(text_check[rank].find("the ranks' plans differ"), std::string::npos)
+        << text_check[rank];
+  }
+}
+
 struct GeneratedCase {
   std::string model;     // rows per rank
   std::string plan;      // text
