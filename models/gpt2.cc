@@ -17,7 +17,11 @@ struct Size {
   const char* name;
   int64_t depth, hidden, heads;
 };
-constexpr Size kSizes[] = {{"small", 12, 768, 12}, {"medium", 24, 1024, 16}};
+// Radford et al.'s four: 124M, 355M, 774M, 1558M parameters.
+constexpr Size kSizes[] = {{"small", 12, 768, 12},
+                           {"medium", 24, 1024, 16},
+                           {"large", 36, 1280, 20},
+                           {"xl", 48, 1600, 25}};
 
 torch::nn::LayerNorm MakeLayerNorm(int64_t hidden) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({hidden}));
@@ -116,8 +120,9 @@ at::Tensor Gpt2Impl::HeadLoss(const at::Tensor& x, const at::Tensor& targets,
 
 std::vector<ParamDef> Gpt2Model::Params() {
   return {
-      ChoiceParam("size", {"small", "medium"}, "small",
-                  "small: 12 layers, 768 wide, 12 heads; medium: 24, 1024, 16"),
+      ChoiceParam("size", {"small", "medium", "large", "xl"}, "small",
+                  "small: 12 layers, 768 wide, 12 heads; medium: 24, 1024, 16; large (774M): 36, "
+                  "1280, 20; xl (1558M): 48, 1600, 25"),
       IntParam("depth", "auto", "blocks; auto = the size's").Min(1).Max(1000).AllowAuto(),
       IntParam("hidden", "auto", "width; auto = the size's").Min(1).Max(1 << 16).AllowAuto(),
       IntParam("heads", "auto", "attention heads; auto = the size's").Min(1).Max(1024).AllowAuto(),

@@ -1,8 +1,9 @@
 // The model registry: every model models/models.bzl lists is registered (a forgotten alwayslink
 // fails here, naming it), and each declares, from its parameters alone, the stages its built
-// instances have.
+// instances have. And the named sizes are the published models'.
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "core/chain_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -59,6 +60,33 @@ TEST(ModelRegistry, StagesDeclaredFromParametersAreTheBuiltModelsStages) {
         EXPECT_EQ(a.parts[k].extent, b.parts[k].extent) << spec << " " << a.name;
       }
     }
+  }
+}
+
+// GPT-2's four sizes have Radford et al.'s parameter counts (as the released checkpoints have
+// them: tied head, 1024 positions, vocabulary 50257). Counted without building the full depth:
+// a model of depth d has e + d b parameters, so two shallow ones give e and b.
+TEST(ModelSizes, Gpt2SizesHaveThePublishedParameterCounts) {
+  const std::vector<std::pair<std::string, int64_t>> published = {
+      {"small", 124439808}, {"medium", 354823168}, {"large", 774030080}, {"xl", 1557611200}};
+  auto count = [](const std::string& spec) -> int64_t {
+    absl::StatusOr<std::shared_ptr<ChainModel>> model = CreateModel(spec, ModelContext{});
+    EXPECT_TRUE(model.ok()) << spec << ": " << model.status();
+    if (!model.ok()) return -1;
+    int64_t n = 0;
+    for (const at::Tensor& p : (*model)->Parameters()) n += p.numel();
+    return n;
+  };
+  for (const auto& [size, parameters] : published) {
+    const std::string base = absl::StrCat("gpt2:size=", size, ":seq=8:batch=1:depth=");
+    const int64_t one = count(base + "1"), two = count(base + "2");
+    // The size's own depth, from its stages (declared without building it): the embedding, an
+    // attention and an MLP stage per block, the head.
+    absl::StatusOr<std::vector<StageInfo>> stages =
+        ModelStages(absl::StrCat("gpt2:size=", size, ":seq=8:batch=1"));
+    ASSERT_TRUE(stages.ok()) << stages.status();
+    const int64_t depth = (static_cast<int64_t>(stages->size()) - 2) / 2;
+    EXPECT_EQ(one + (depth - 1) * (two - one), parameters) << size << " at depth " << depth;
   }
 }
 
