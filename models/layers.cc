@@ -119,8 +119,12 @@ void AppendBlockStages(int64_t depth, int64_t tokens, int64_t seq, int64_t hidde
                        bool pre_norm, std::vector<StageInfo>* stages) {
   const double t = static_cast<double>(tokens);
   const double h = static_cast<double>(hidden);
-  const double attention_flops = 8 * t * h * h + 4 * t * static_cast<double>(seq) * h;
-  const double mlp_flops = 16 * t * h * h;
+  AppendBlockStages(depth, seq, stochastic, pre_norm,
+                    8 * t * h * h + 4 * t * static_cast<double>(seq) * h, 16 * t * h * h, stages);
+}
+
+void AppendBlockStages(int64_t depth, int64_t seq, bool stochastic, bool pre_norm,
+                       double attention_flops, double mlp_flops, std::vector<StageInfo>* stages) {
   std::vector<PartInfo> attention = {AttentionCorePart(), SequencePart(seq)};
   std::vector<PartInfo> mlp = {MlpHiddenPart(), SequencePart(seq)};
   if (pre_norm) {

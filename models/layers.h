@@ -88,5 +88,9 @@ TORCH_MODULE(FeedForward);
 // stage's output, which the next stage keeps: nothing of it could be dropped, so it is no part.
 void AppendBlockStages(int64_t depth, int64_t tokens, int64_t seq, int64_t hidden, bool stochastic,
                        bool pre_norm, std::vector<StageInfo>* stages);
+// The same stages and parts with the forward FLOPs of each block's two stages given (a block of
+// another shape: grouped-query attention, a gated MLP).
+void AppendBlockStages(int64_t depth, int64_t seq, bool stochastic, bool pre_norm,
+                       double attention_flops, double mlp_flops, std::vector<StageInfo>* stages);
 
 }  // namespace ckpt

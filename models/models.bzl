@@ -4,5 +4,6 @@ MODELS = [
     "deep_mlp",
     "gpt2",
     "heavy_mlp",
+    "llama",
     "transformer",
 ]
