@@ -127,6 +127,15 @@ std::unique_ptr<R> MakeReducer(std::vector<at::Tensor> params,
   }
 }
 
+// The TCP store's classic server, where this LibTorch can choose (2.2 and later default to a
+// libuv server, which builds without libuv, as Debian's 2.6, refuse at run time).
+template <typename Options>
+auto UseClassicServer(Options& options, int) -> decltype(options.useLibUV = false, void()) {
+  options.useLibUV = false;
+}
+template <typename Options>
+void UseClassicServer(Options&, long) {}
+
 // All-reduces `values` with `op` over the group.
 std::vector<double> AllReduce(c10d::ProcessGroup& group, const std::vector<double>& values,
                               c10d::ReduceOp op) {
@@ -171,6 +180,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(const Rendezvou
       options.isServer = r.rank == 0;
       options.numWorkers = r.world_size;
       options.timeout = timeout;
+      UseClassicServer(options, 0);
       impl->store = c10::make_intrusive<c10d::TCPStore>(r.host, options);
     } else {
       impl->store = c10::make_intrusive<c10d::FileStore>(r.file, r.world_size);
