@@ -11,6 +11,7 @@
 #include "ATen/ops/arange.h"
 #include "ATen/ops/gelu.h"
 #include "ATen/ops/matmul.h"
+#include "ATen/ops/randint.h"
 #include "ATen/ops/scalar_tensor.h"
 #include "ATen/ops/softmax.h"
 #include "ATen/ops/where.h"
@@ -137,6 +138,13 @@ void AppendBlockStages(int64_t depth, int64_t seq, bool stochastic, bool pre_nor
     stages->push_back({absl::StrCat("block", b, ".mlp"), StageKind::kMlp, stochastic, mlp,
                        mlp_flops, "block.mlp"});
   }
+}
+
+Batch NextTokenBatch(uint64_t seed, int64_t vocab, int64_t batch, int64_t seq, c10::Device device) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const at::Tensor tokens = at::randint(vocab, {batch, seq + 1}, gen, at::kLong);
+  return {{tokens.narrow(1, 0, seq).contiguous().to(device)},
+          {tokens.narrow(1, 1, seq).contiguous().to(device)}};
 }
 
 }  // namespace ckpt

@@ -13,6 +13,9 @@
 #include <vector>
 
 #include "ATen/core/Tensor.h"
+#include "c10/core/Device.h"
+#include "core/chain_model.h"
+#include "core/parts.h"
 #include "core/stage.h"
 #include "torch/nn/module.h"
 #include "torch/nn/modules/linear.h"
@@ -92,5 +95,22 @@ void AppendBlockStages(int64_t depth, int64_t tokens, int64_t seq, int64_t hidde
 // another shape: grouped-query attention, a gated MLP).
 void AppendBlockStages(int64_t depth, int64_t seq, bool stochastic, bool pre_norm,
                        double attention_flops, double mlp_flops, std::vector<StageInfo>* stages);
+
+// The batch of a decoder trained on next tokens: `batch` sequences of seq + 1 tokens below
+// `vocab` drawn from `seed`, the first seq of each the inputs, the last seq the targets.
+Batch NextTokenBatch(uint64_t seed, int64_t vocab, int64_t batch, int64_t seq, c10::Device device);
+
+// Stage `index` of a decoder's chain (GPT-2's, Llama's): the embedding, then per block its
+// attention stage and its MLP stage, then the head, which returns the loss.
+template <typename Decoder>
+std::vector<at::Tensor> RunDecoderStage(Decoder& net, int64_t depth, int index,
+                                        const std::vector<at::Tensor>& in, const StageParts& parts,
+                                        const Batch& batch) {
+  if (index == 0) return {net.Embed(in.at(0))};
+  if (index == 2 * depth + 1) return {net.HeadLoss(in.at(0), batch.targets.at(0), parts)};
+  const int64_t block = (index - 1) / 2;
+  if ((index - 1) % 2 == 0) return {net.AttentionStage(block, in.at(0), parts)};
+  return {net.MlpStage(block, in.at(0), parts)};
+}
 
 }  // namespace ckpt

@@ -2,13 +2,11 @@
 
 #include <cmath>
 
-#include "ATen/CPUGeneratorImpl.h"
 #include "ATen/TensorOperators.h"
 #include "ATen/ops/arange.h"
 #include "ATen/ops/cat.h"
 #include "ATen/ops/cross_entropy_loss.h"
 #include "ATen/ops/pow.h"
-#include "ATen/ops/randint.h"
 #include "ATen/ops/rsqrt.h"
 #include "ATen/ops/silu.h"
 #include "absl/strings/str_cat.h"
@@ -294,20 +292,11 @@ std::vector<StageInfo> LlamaModel::StagesFor(const ParamValues& params) {
 
 std::vector<at::Tensor> LlamaModel::RunStage(int index, const std::vector<at::Tensor>& in,
                                              const StageParts& parts, const Batch& batch) {
-  const int64_t depth = module_->options.depth;
-  if (index == 0) return {module_->Embed(in.at(0))};
-  if (index == 2 * depth + 1) return {module_->HeadLoss(in.at(0), batch.targets.at(0), parts)};
-  const int64_t block = (index - 1) / 2;
-  if ((index - 1) % 2 == 0) return {module_->AttentionStage(block, in.at(0), parts)};
-  return {module_->MlpStage(block, in.at(0), parts)};
+  return RunDecoderStage(*module_, module_->options.depth, index, in, parts, batch);
 }
 
 Batch LlamaModel::MakeBatch(uint64_t seed) {
-  // seq + 1 tokens per sequence: inputs are the first seq, targets the last seq.
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  const at::Tensor tokens = at::randint(module_->options.vocab, {batch_, seq_ + 1}, gen, at::kLong);
-  return {{tokens.narrow(1, 0, seq_).contiguous().to(device_)},
-          {tokens.narrow(1, 1, seq_).contiguous().to(device_)}};
+  return NextTokenBatch(seed, module_->options.vocab, batch_, seq_, device_);
 }
 
 }  // namespace ckpt

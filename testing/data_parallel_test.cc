@@ -189,14 +189,13 @@ TEST(LaunchRanksTest, EndsTheOthersWhenOneFails) {
 
 // Ranks started with different configurations fail at rendezvous, every one of them, naming
 // the rank that differs and how. (Threads stand in for processes: no group is formed.)
-TEST(ProcessGroupTest, RanksStartedDifferentlyFailAtRendezvous) {
-  if (!HaveDataParallel()) GTEST_SKIP() << DataParallelUnavailableReason();
+// Two ranks of one process, in threads meeting through a file store: rank r joins with
+// `configurations[r]` and hands what Join returned to `body(rank, joined)`.
+template <typename Body>
+void JoinTwoThreadRanks(const std::vector<std::string>& configurations, const Body& body) {
   char dir_template[] = "/tmp/ckptlab-join-test-XXXXXX";
   const char* dir = mkdtemp(dir_template);
   ASSERT_NE(dir, nullptr) << std::strerror(errno);
-  const std::vector<std::string> configurations = {"--models=gpt2\n--strategies=uniform",
-                                                   "--models=gpt2\n--strategies=optimal"};
-  std::vector<absl::Status> joined(2);
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < 2; ++rank) {
     ranks.emplace_back([&, rank] {
@@ -205,11 +204,20 @@ TEST(ProcessGroupTest, RanksStartedDifferentlyFailAtRendezvous) {
       r.world_size = 2;
       r.file = absl::StrCat(dir, "/store");
       r.timeout_s = 20;
-      joined[rank] = ProcessGroup::Join(r, c10::Device(c10::kCPU), configurations[rank]).status();
+      body(rank, ProcessGroup::Join(r, c10::Device(c10::kCPU), configurations[rank]));
     });
   }
   for (std::thread& t : ranks) t.join();
   std::filesystem::remove_all(dir);
+}
+
+TEST(ProcessGroupTest, RanksStartedDifferentlyFailAtRendezvous) {
+  if (!HaveDataParallel()) GTEST_SKIP() << DataParallelUnavailableReason();
+  std::vector<absl::Status> joined(2);
+  JoinTwoThreadRanks({"--models=gpt2\n--strategies=uniform", "--models=gpt2\n--strategies=optimal"},
+                     [&](int rank, const absl::StatusOr<std::unique_ptr<ProcessGroup>>& group) {
+                       joined[rank] = group.status();
+                     });
   for (int rank = 0; rank < 2; ++rank) {
     EXPECT_EQ(joined[rank].code(), absl::StatusCode::kFailedPrecondition) << joined[rank];
     EXPECT_NE(joined[rank].message().find("rank 1 was started with another configuration than "
@@ -220,28 +228,14 @@ TEST(ProcessGroupTest, RanksStartedDifferentlyFailAtRendezvous) {
   }
 }
 
-// Runs `body(group)` on two ranks of one process, in threads meeting through a file store.
+// Runs `body(group)` on two ranks started alike (JoinTwoThreadRanks).
 template <typename Body>
 void OnTwoThreadRanks(const Body& body) {
-  char dir_template[] = "/tmp/ckptlab-agree-test-XXXXXX";
-  const char* dir = mkdtemp(dir_template);
-  ASSERT_NE(dir, nullptr) << std::strerror(errno);
-  std::vector<std::thread> ranks;
-  for (int rank = 0; rank < 2; ++rank) {
-    ranks.emplace_back([&, rank] {
-      Rendezvous r;
-      r.rank = rank;
-      r.world_size = 2;
-      r.file = absl::StrCat(dir, "/store");
-      r.timeout_s = 20;
-      absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
-          ProcessGroup::Join(r, c10::Device(c10::kCPU), "same");
-      ASSERT_TRUE(group.ok()) << group.status();
-      body(**group);
-    });
-  }
-  for (std::thread& t : ranks) t.join();
-  std::filesystem::remove_all(dir);
+  JoinTwoThreadRanks({"same", "same"},
+                     [&](int, const absl::StatusOr<std::unique_ptr<ProcessGroup>>& group) {
+                       ASSERT_TRUE(group.ok()) << group.status();
+                       body(**group);
+                     });
 }
 
 // The ranks go on together exactly when their steps ended alike: generated pairs of outcomes

@@ -61,6 +61,14 @@ set -e
 [[ $rc -eq 2 ]] || fail "existing results.csv: exit $rc, expected 2"
 grep -q "pass --resume" "$tmp/exists.stderr" || fail "existing results.csv: $(cat "$tmp/exists.stderr")"
 
+# Waits until the results.csv $1 holds $2 rows, or a minute has passed.
+wait_rows() {
+  for _ in $(seq 1 600); do
+    [[ -f "$1" && $(wc -l <"$1") -gt $2 ]] && break
+    sleep 0.1
+  done
+}
+
 # Killed mid-run, the file holds only complete rows; --resume skips the models already done
 # and adds the rest, each row once.
 models="heavy_mlp:depth=3:hidden=8:batch=2,heavy_mlp:depth=4:hidden=8:batch=2"
@@ -68,10 +76,7 @@ models+=",heavy_mlp:depth=5:hidden=8:batch=2,heavy_mlp:depth=6:hidden=512:batch=
 "${sweep[@]}" --models="$models" --strategies=uniform --steps=40 --warmup=0 --out="$tmp/kill" \
   >/dev/null 2>"$tmp/kill.stderr" &
 pid=$!
-for _ in $(seq 1 600); do  # until the first model's rows are in (at most a minute)
-  [[ -f "$tmp/kill/results.csv" && $(wc -l <"$tmp/kill/results.csv") -ge 3 ]] && break
-  sleep 0.1
-done
+wait_rows "$tmp/kill/results.csv" 2  # the first model's, at most a minute
 kill -9 "$pid" 2>/dev/null || true
 wait "$pid" 2>/dev/null || true
 rows_before=$(($(wc -l <"$tmp/kill/results.csv") - 1))
@@ -685,10 +690,7 @@ PY
   dp_flags=(--nproc=2 --models="$dp_models" --strategies=uniform --steps=30 --warmup=0)
   "${sweep[@]}" "${dp_flags[@]}" --out="$tmp/dpkill" >/dev/null 2>"$tmp/dpkill.stderr" &
   pid=$!
-  for _ in $(seq 1 600); do
-    [[ -f "$tmp/dpkill/results.csv" && $(wc -l <"$tmp/dpkill/results.csv") -ge 3 ]] && break
-    sleep 0.1
-  done
+  wait_rows "$tmp/dpkill/results.csv" 2  # the first model's, at most a minute
   rank1=$(child_of "$pid")
   if [[ -z "$rank1" ]]; then
     fail "no rank 1 to kill: $(cat "$tmp/dpkill.stderr")"
@@ -717,10 +719,7 @@ PY
   rm -rf "$tmp/dpkill0"
   "${sweep[@]}" "${dp_flags[@]}" --out="$tmp/dpkill0" >/dev/null 2>"$tmp/dpkill0.stderr" &
   pid=$!
-  for _ in $(seq 1 600); do
-    [[ -f "$tmp/dpkill0/results.csv" && $(wc -l <"$tmp/dpkill0/results.csv") -ge 3 ]] && break
-    sleep 0.1
-  done
+  wait_rows "$tmp/dpkill0/results.csv" 2  # the first model's, at most a minute
   rank1=$(child_of "$pid")
   [[ -n "$rank1" ]] || fail "no rank 1 under rank 0: $(cat "$tmp/dpkill0.stderr")"
   kill -9 "$pid"
