@@ -20,10 +20,6 @@ constexpr Size kSizes[] = {{"small", 12, 768, 12},
                            {"medium", 24, 1024, 16},
                            {"large", 36, 1280, 20},
                            {"xl", 48, 1600, 25}};
-
-torch::nn::LayerNorm MakeLayerNorm(int64_t hidden) {
-  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({hidden}));
-}
 }  // namespace
 
 Gpt2Impl::Gpt2Impl(const Gpt2Options& options_) : options(options_) {
@@ -36,13 +32,11 @@ Gpt2Impl::Gpt2Impl(const Gpt2Options& options_) : options(options_) {
     wpe_->weight.normal_(0, 0.01);
   }
   for (int64_t b = 0; b < options.depth(); ++b) {
-    ln1_.push_back(register_module(absl::StrCat("ln1_", b), MakeLayerNorm(h)));
-    attention_.push_back(
-        register_module(absl::StrCat("attention", b), SelfAttention(h, options.heads())));
-    ln2_.push_back(register_module(absl::StrCat("ln2_", b), MakeLayerNorm(h)));
-    mlp_.push_back(register_module(absl::StrCat("mlp", b), FeedForward(h, /*tanh_gelu=*/true)));
+    blocks_.push_back(
+        register_module(absl::StrCat("block", b),
+                        PreNormBlock(h, options.heads(), /*causal=*/true, /*tanh_gelu=*/true)));
   }
-  ln_f_ = register_module("ln_f", MakeLayerNorm(h));
+  ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({h})));
 }
 
 at::Tensor Gpt2Impl::Embed(const at::Tensor& tokens) {
@@ -53,55 +47,11 @@ at::Tensor Gpt2Impl::Embed(const at::Tensor& tokens) {
 }
 
 at::Tensor Gpt2Impl::AttentionStage(int64_t b, const at::Tensor& x, const StageParts& parts) {
-  const double p = is_training() ? options.dropout() : 0.0;
-  const int64_t seq = x.size(1);
-  const int64_t attention_seed = DrawDropoutSeed();
-  const int64_t residual_seed = DrawDropoutSeed();
-  auto chunk = [this, b, p, seq, attention_seed, residual_seed, parts](
-                   const std::vector<at::Tensor>& in, int64_t offset) {
-    const at::Tensor q = attention_[b]->Queries(in[1]);
-    auto core = [offset, p, attention_seed](const std::vector<at::Tensor>& qkv) {
-      return std::vector<at::Tensor>{SelfAttentionImpl::Core(qkv[0], qkv[1], qkv[2], offset,
-                                                             /*causal=*/true, p, attention_seed)};
-    };
-    const at::Tensor context = parts.Run("core", core, {q, in[2], in[3]})[0];
-    return std::vector<at::Tensor>{
-        in[0] + CounterDropout(attention_[b]->Output(context), p, residual_seed, 1, offset, seq)};
-  };
-  // LN1 of the whole sequence once (the part "norm"), then, reading it, its keys and values and
-  // the queries per chunk.
-  auto norm = [this, b](const std::vector<at::Tensor>& in) {
-    return std::vector<at::Tensor>{ln1_[b](in[0])};
-  };
-  auto attend = [this, b, x, parts, chunk](const std::vector<at::Tensor>& normed) {
-    const at::Tensor k = attention_[b]->KeysTransposed(normed[0]);
-    const at::Tensor v = attention_[b]->Values(normed[0]);
-    return parts.RunChunked("sequence", chunk, {x, normed[0], k, v}, {true, true, false, false}, 1);
-  };
-  return parts.RunConsumed("norm", norm, {x}, attend)[0];
+  return blocks_[b]->AttentionStage(x, parts, is_training() ? options.dropout() : 0.0);
 }
 
 at::Tensor Gpt2Impl::MlpStage(int64_t b, const at::Tensor& x, const StageParts& parts) {
-  const double p = is_training() ? options.dropout() : 0.0;
-  const int64_t seq = x.size(1);
-  const int64_t seed = DrawDropoutSeed();
-  auto chunk = [this, b, p, seq, seed, parts](const std::vector<at::Tensor>& in, int64_t offset) {
-    // LN2 (the part "norm") read by the MLP (the part "hidden", which holds it).
-    auto mlp = [this, b, parts](const std::vector<at::Tensor>& h) {
-      return parts.RunConsumed(
-          "norm",
-          [this, b](const std::vector<at::Tensor>& x) {
-            return std::vector<at::Tensor>{ln2_[b](x[0])};
-          },
-          h,
-          [this, b](const std::vector<at::Tensor>& n) {
-            return std::vector<at::Tensor>{mlp_[b](n[0])};
-          });
-    };
-    const at::Tensor y = parts.Run("hidden", mlp, {in[0]})[0];
-    return std::vector<at::Tensor>{in[0] + CounterDropout(y, p, seed, 1, offset, seq)};
-  };
-  return parts.RunChunked("sequence", chunk, {x}, {true}, 1)[0];
+  return blocks_[b]->MlpStage(x, parts, is_training() ? options.dropout() : 0.0);
 }
 
 at::Tensor Gpt2Impl::HeadLoss(const at::Tensor& x, const at::Tensor& targets,

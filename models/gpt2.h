@@ -51,9 +51,7 @@ class Gpt2Impl : public torch::nn::Module {
 
  private:
   torch::nn::Embedding wte_{nullptr}, wpe_{nullptr};
-  std::vector<torch::nn::LayerNorm> ln1_, ln2_;
-  std::vector<SelfAttention> attention_;
-  std::vector<FeedForward> mlp_;
+  std::vector<PreNormBlock> blocks_;
   torch::nn::LayerNorm ln_f_{nullptr};
 };
 TORCH_MODULE(Gpt2);

@@ -116,6 +116,62 @@ at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
   return fc2_(at::gelu(fc1_(x), tanh_gelu_ ? "tanh" : "none"));
 }
 
+PreNormBlockImpl::PreNormBlockImpl(int64_t hidden, int64_t heads, bool causal, bool tanh_gelu)
+    : causal_(causal) {
+  ln1_ = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({hidden})));
+  attention_ = register_module("attention", SelfAttention(hidden, heads));
+  ln2_ = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({hidden})));
+  mlp_ = register_module("mlp", FeedForward(hidden, tanh_gelu));
+}
+
+at::Tensor PreNormBlockImpl::AttentionStage(const at::Tensor& x, const StageParts& parts,
+                                            double p) {
+  const int64_t seq = x.size(1);
+  const int64_t attention_seed = DrawDropoutSeed();
+  const int64_t residual_seed = DrawDropoutSeed();
+  const bool causal = causal_;
+  auto chunk = [this, p, seq, causal, attention_seed, residual_seed, parts](
+                   const std::vector<at::Tensor>& in, int64_t offset) {
+    const at::Tensor q = attention_->Queries(in[1]);
+    auto core = [offset, p, causal, attention_seed](const std::vector<at::Tensor>& qkv) {
+      return std::vector<at::Tensor>{
+          SelfAttentionImpl::Core(qkv[0], qkv[1], qkv[2], offset, causal, p, attention_seed)};
+    };
+    const at::Tensor context = parts.Run("core", core, {q, in[2], in[3]})[0];
+    return std::vector<at::Tensor>{
+        in[0] + CounterDropout(attention_->Output(context), p, residual_seed, 1, offset, seq)};
+  };
+  // LN1 of the whole sequence once (the part "norm"), then, reading it, its keys and values and
+  // the queries per chunk.
+  auto norm = [this](const std::vector<at::Tensor>& in) {
+    return std::vector<at::Tensor>{ln1_(in[0])};
+  };
+  auto attend = [this, x, parts, chunk](const std::vector<at::Tensor>& normed) {
+    const at::Tensor k = attention_->KeysTransposed(normed[0]);
+    const at::Tensor v = attention_->Values(normed[0]);
+    return parts.RunChunked("sequence", chunk, {x, normed[0], k, v}, {true, true, false, false}, 1);
+  };
+  return parts.RunConsumed("norm", norm, {x}, attend)[0];
+}
+
+at::Tensor PreNormBlockImpl::MlpStage(const at::Tensor& x, const StageParts& parts, double p) {
+  const int64_t seq = x.size(1);
+  const int64_t seed = DrawDropoutSeed();
+  auto chunk = [this, p, seq, seed, parts](const std::vector<at::Tensor>& in, int64_t offset) {
+    // LN2 (the part "norm") read by the MLP (the part "hidden", which holds it).
+    auto mlp = [this, parts](const std::vector<at::Tensor>& h) {
+      return parts.RunConsumed(
+          "norm",
+          [this](const std::vector<at::Tensor>& x) { return std::vector<at::Tensor>{ln2_(x[0])}; },
+          h,
+          [this](const std::vector<at::Tensor>& n) { return std::vector<at::Tensor>{mlp_(n[0])}; });
+    };
+    const at::Tensor y = parts.Run("hidden", mlp, {in[0]})[0];
+    return std::vector<at::Tensor>{in[0] + CounterDropout(y, p, seed, 1, offset, seq)};
+  };
+  return parts.RunChunked("sequence", chunk, {x}, {true}, 1)[0];
+}
+
 void AppendBlockStages(int64_t depth, int64_t tokens, int64_t seq, int64_t hidden, bool stochastic,
                        bool pre_norm, std::vector<StageInfo>* stages) {
   const double t = static_cast<double>(tokens);

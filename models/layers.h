@@ -79,6 +79,27 @@ class FeedForwardImpl : public torch::nn::Module {
 };
 TORCH_MODULE(FeedForward);
 
+// A pre-norm transformer block as two stages (GPT-2's, ViT's): attention,
+// x + Dropout(Attention(LN1(x))), and MLP, x + Dropout(W2 GELU(W1 LN2(x))). Each stage runs its
+// positions in the chunks of its part "sequence" (the attention stage's queries; every chunk
+// attends to the whole sequence) and its LayerNorm as the part "norm"; the attention core is the
+// part "core", the MLP with its LayerNorm (the 4x-wide hidden activation) "hidden". `dropout` is
+// the probability in force (0 in evaluation); each stage draws its seeds first
+// (DrawDropoutSeed), so chunks and reruns draw nothing.
+class PreNormBlockImpl : public torch::nn::Module {
+ public:
+  PreNormBlockImpl(int64_t hidden, int64_t heads, bool causal, bool tanh_gelu);
+  at::Tensor AttentionStage(const at::Tensor& x, const StageParts& parts, double dropout);
+  at::Tensor MlpStage(const at::Tensor& x, const StageParts& parts, double dropout);
+
+ private:
+  bool causal_;
+  torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
+  SelfAttention attention_{nullptr};
+  FeedForward mlp_{nullptr};
+};
+TORCH_MODULE(PreNormBlock);
+
 // Appends the stages of `depth` transformer blocks, "block<b>.attention" (its core recomputable,
 // its sequence chunkable) and "block<b>.mlp" (its hidden activation recomputable, its sequence
 // chunkable), each block's alike (StageInfo::repeat_key), with their forward FLOPs for `tokens`
