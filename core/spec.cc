@@ -330,6 +330,9 @@ double ParamValues::Float(absl::string_view key) const {
 
 bool ParamValues::IsAuto(absl::string_view key) const { return Find(key) == "auto"; }
 bool ParamValues::IsNone(absl::string_view key) const { return Find(key) == "none"; }
+int64_t ParamValues::IntOr(absl::string_view key, int64_t if_auto) const {
+  return IsAuto(key) ? if_auto : Int(key);
+}
 
 int64_t ParamValues::Bytes(absl::string_view key) const { return Int(key); }
 

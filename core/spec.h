@@ -113,6 +113,8 @@ class ParamValues {
   bool IsNone(absl::string_view key) const;
   double Float(absl::string_view key) const;
   bool IsAuto(absl::string_view key) const;
+  // Int(key), or `if_auto` where the value is "auto" (a model size's default shape).
+  int64_t IntOr(absl::string_view key, int64_t if_auto) const;
   const std::string& Text(absl::string_view key) const;
 
   // `name:key=value:...` with every declared parameter in declaration order.

@@ -89,12 +89,9 @@ Size Resolved(const ParamValues& params) {
   for (const Size& s : kSizes) {
     if (params.Text("size") == s.name) size = s;
   }
-  auto pick = [&](const char* key, int64_t from_size) {
-    return params.IsAuto(key) ? from_size : params.Int(key);
-  };
-  size.depth = pick("depth", size.depth);
-  size.hidden = pick("hidden", size.hidden);
-  size.heads = pick("heads", size.heads);
+  size.depth = params.IntOr("depth", size.depth);
+  size.hidden = params.IntOr("hidden", size.hidden);
+  size.heads = params.IntOr("heads", size.heads);
   return size;
 }
 }  // namespace
@@ -175,7 +172,7 @@ std::vector<StageInfo> Gpt2Model::StagesFor(const ParamValues& params) {
 
 std::vector<at::Tensor> Gpt2Model::RunStage(int index, const std::vector<at::Tensor>& in,
                                             const StageParts& parts, const Batch& batch) {
-  return RunDecoderStage(*module_, module_->options.depth(), index, in, parts, batch);
+  return RunBlockChainStage(*module_, module_->options.depth(), index, in, parts, batch);
 }
 
 Batch Gpt2Model::MakeBatch(uint64_t seed) {

@@ -121,12 +121,13 @@ void AppendBlockStages(int64_t depth, int64_t seq, bool stochastic, bool pre_nor
 // `vocab` drawn from `seed`, the first seq of each the inputs, the last seq the targets.
 Batch NextTokenBatch(uint64_t seed, int64_t vocab, int64_t batch, int64_t seq, c10::Device device);
 
-// Stage `index` of a decoder's chain (GPT-2's, Llama's): the embedding, then per block its
-// attention stage and its MLP stage, then the head, which returns the loss.
-template <typename Decoder>
-std::vector<at::Tensor> RunDecoderStage(Decoder& net, int64_t depth, int index,
-                                        const std::vector<at::Tensor>& in, const StageParts& parts,
-                                        const Batch& batch) {
+// Stage `index` of a chain of blocks (GPT-2's, Llama's, ViT's): the embedding, then per block its
+// attention stage and its MLP stage, then the head, which returns the loss against the batch's
+// targets.
+template <typename Net>
+std::vector<at::Tensor> RunBlockChainStage(Net& net, int64_t depth, int index,
+                                           const std::vector<at::Tensor>& in,
+                                           const StageParts& parts, const Batch& batch) {
   if (index == 0) return {net.Embed(in.at(0))};
   if (index == 2 * depth + 1) return {net.HeadLoss(in.at(0), batch.targets.at(0), parts)};
   const int64_t block = (index - 1) / 2;

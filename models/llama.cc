@@ -203,14 +203,11 @@ Size Resolved(const ParamValues& params) {
   for (const Size& s : kSizes) {
     if (params.Text("size") == s.name) size = s;
   }
-  auto pick = [&](const char* key, int64_t from_size) {
-    return params.IsAuto(key) ? from_size : params.Int(key);
-  };
-  size.depth = pick("depth", size.depth);
-  size.hidden = pick("hidden", size.hidden);
-  size.heads = pick("heads", size.heads);
-  size.kv_heads = pick("kv_heads", size.kv_heads);
-  size.mlp = pick("mlp", size.mlp);
+  size.depth = params.IntOr("depth", size.depth);
+  size.hidden = params.IntOr("hidden", size.hidden);
+  size.heads = params.IntOr("heads", size.heads);
+  size.kv_heads = params.IntOr("kv_heads", size.kv_heads);
+  size.mlp = params.IntOr("mlp", size.mlp);
   return size;
 }
 }  // namespace
@@ -292,7 +289,7 @@ std::vector<StageInfo> LlamaModel::StagesFor(const ParamValues& params) {
 
 std::vector<at::Tensor> LlamaModel::RunStage(int index, const std::vector<at::Tensor>& in,
                                              const StageParts& parts, const Batch& batch) {
-  return RunDecoderStage(*module_, module_->options.depth, index, in, parts, batch);
+  return RunBlockChainStage(*module_, module_->options.depth, index, in, parts, batch);
 }
 
 Batch LlamaModel::MakeBatch(uint64_t seed) {

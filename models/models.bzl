@@ -6,4 +6,5 @@ MODELS = [
     "heavy_mlp",
     "llama",
     "transformer",
+    "vit",
 ]

@@ -63,12 +63,11 @@ TEST(ModelRegistry, StagesDeclaredFromParametersAreTheBuiltModelsStages) {
   }
 }
 
-// GPT-2's four sizes have Radford et al.'s parameter counts (as the released checkpoints have
-// them: tied head, 1024 positions, vocabulary 50257). Counted without building the full depth:
-// a model of depth d has e + d b parameters, so two shallow ones give e and b.
-TEST(ModelSizes, Gpt2SizesHaveThePublishedParameterCounts) {
-  const std::vector<std::pair<std::string, int64_t>> published = {
-      {"small", 124439808}, {"medium", 354823168}, {"large", 774030080}, {"xl", 1557611200}};
+// The parameters of `spec`'s model at its size's own depth, counted without building the full
+// depth: a model of depth d has e + d b parameters, so two shallow ones give e and b. The depth
+// comes from the stages (declared without building it): the embedding, an attention and an MLP
+// stage per block, the head.
+int64_t ParametersAtFullDepth(const std::string& spec) {
   auto count = [](const std::string& spec) -> int64_t {
     absl::StatusOr<std::shared_ptr<ChainModel>> model = CreateModel(spec, ModelContext{});
     EXPECT_TRUE(model.ok()) << spec << ": " << model.status();
@@ -77,16 +76,33 @@ TEST(ModelSizes, Gpt2SizesHaveThePublishedParameterCounts) {
     for (const at::Tensor& p : (*model)->Parameters()) n += p.numel();
     return n;
   };
+  const int64_t one = count(spec + ":depth=1"), two = count(spec + ":depth=2");
+  absl::StatusOr<std::vector<StageInfo>> stages = ModelStages(spec);
+  EXPECT_TRUE(stages.ok()) << stages.status();
+  if (!stages.ok()) return -1;
+  const int64_t depth = (static_cast<int64_t>(stages->size()) - 2) / 2;
+  return one + (depth - 1) * (two - one);
+}
+
+// GPT-2's four sizes have Radford et al.'s parameter counts (as the released checkpoints have
+// them: tied head, 1024 positions, vocabulary 50257).
+TEST(ModelSizes, Gpt2SizesHaveThePublishedParameterCounts) {
+  const std::vector<std::pair<std::string, int64_t>> published = {
+      {"small", 124439808}, {"medium", 354823168}, {"large", 774030080}, {"xl", 1557611200}};
   for (const auto& [size, parameters] : published) {
-    const std::string base = absl::StrCat("gpt2:size=", size, ":seq=8:batch=1:depth=");
-    const int64_t one = count(base + "1"), two = count(base + "2");
-    // The size's own depth, from its stages (declared without building it): the embedding, an
-    // attention and an MLP stage per block, the head.
-    absl::StatusOr<std::vector<StageInfo>> stages =
-        ModelStages(absl::StrCat("gpt2:size=", size, ":seq=8:batch=1"));
-    ASSERT_TRUE(stages.ok()) << stages.status();
-    const int64_t depth = (static_cast<int64_t>(stages->size()) - 2) / 2;
-    EXPECT_EQ(one + (depth - 1) * (two - one), parameters) << size << " at depth " << depth;
+    EXPECT_EQ(ParametersAtFullDepth(absl::StrCat("gpt2:size=", size, ":seq=8:batch=1")), parameters)
+        << size;
+  }
+}
+
+// ViT-B/16 and ViT-L/16 at 224 px with 1000 classes have the published counts (torchvision's
+// vit_b_16 and vit_l_16: convolutional patch embedding, class token, learned positions).
+TEST(ModelSizes, VitSizesHaveThePublishedParameterCounts) {
+  const std::vector<std::pair<std::string, int64_t>> published = {{"b16", 86567656},
+                                                                  {"l16", 304326632}};
+  for (const auto& [size, parameters] : published) {
+    EXPECT_EQ(ParametersAtFullDepth(absl::StrCat("vit:size=", size, ":batch=1")), parameters)
+        << size;
   }
 }
 
