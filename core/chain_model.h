@@ -53,6 +53,9 @@ class ChainModel {
   // A synthetic batch on the model's device; the same seed gives the same batch.
   virtual Batch MakeBatch(uint64_t seed) = 0;
   virtual std::vector<at::Tensor> Parameters() = 0;
+  // The state a training forward updates besides the parameters (BatchNorm's running
+  // statistics and batch counters), updated in place; empty for a model without any.
+  virtual std::vector<at::Tensor> State() { return {}; }
   virtual void SetTraining(bool training) = 0;
 };
 

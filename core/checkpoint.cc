@@ -15,6 +15,14 @@
 
 namespace ckpt {
 namespace {
+thread_local bool in_rerun = false;
+}  // namespace
+
+bool InRerun() { return in_rerun; }
+RerunScope::RerunScope() : previous_(in_rerun) { in_rerun = true; }
+RerunScope::~RerunScope() { in_rerun = previous_; }
+
+namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
@@ -125,6 +133,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
       RngRestorer restore_after(std::move(current));
       compat::ScopedAutocast autocast(call->autocast);
       at::AutoGradMode enable_grad(true);
+      RerunScope rerun;
       outputs = call->fn(inputs);
     }
     variable_list grads = BackwardThrough(std::move(outputs), grad_outputs, inputs);
@@ -232,6 +241,7 @@ struct DroppedOutputs {
     refilled = true;
     at::NoGradGuard no_grad;
     compat::ScopedAutocast scope(autocast);
+    RerunScope rerun;
     const std::vector<at::Tensor> again = fn(inputs);
     for (size_t i = 0; i < outputs.size(); ++i) {
       const at::Tensor& out = outputs[i];

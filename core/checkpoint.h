@@ -42,6 +42,26 @@ inline const CheckpointOptions kNoRngReplay{/*preserve_rng_state=*/false};
 // between stages as needing a gradient.
 bool IsDifferentiable(const at::Tensor& t);
 
+// Whether the code running on this thread is a rerun: a forward that backward runs again (the
+// executor's rerun of a checkpointed segment, a checkpointed function's recomputation, the
+// refill of a dropped output). A step's first run of a stage, with or without a graph, is not.
+// Module state a training forward updates (BatchNorm's running statistics and batch counter,
+// StageInfo::updates_state) is updated by the first run only: such a stage reads this and
+// leaves its state alone on a rerun, so every plan trains the state as store_all does.
+bool InRerun();
+
+// Marks this thread's work as a rerun for its lifetime (nestable).
+class RerunScope {
+ public:
+  RerunScope();
+  ~RerunScope();
+  RerunScope(const RerunScope&) = delete;
+  RerunScope& operator=(const RerunScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // When grad mode is off (evaluation), simply returns fn(inputs).
 std::vector<at::Tensor> Checkpoint(TensorFn fn, const std::vector<at::Tensor>& inputs,
                                    const CheckpointOptions& options = {});

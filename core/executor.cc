@@ -72,6 +72,8 @@ void ChainExecutor::Forward(const Op& op, const Batch& batch, const StepOptions&
     (device_.is_cuda() ? autocast.cuda_dtype : autocast.cpu_dtype) = *options.autocast;
   }
   compat::ScopedAutocast scope(autocast);
+  std::optional<RerunScope> rerun;
+  if (op.rerun) rerun.emplace();
   std::vector<at::Tensor> x = state.values[op.input];
   if (op.run < 0) {
     at::NoGradGuard no_grad;

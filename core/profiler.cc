@@ -95,6 +95,27 @@ int64_t FreedBy(MemoryMeter& meter, Fn&& drop) {
   return before - meter.Stats().live_bytes;
 }
 
+// Puts a model's state (ChainModel::State) back as it was when made, also when measuring
+// throws: the profiler runs stages that update it (StageInfo::updates_state) many times.
+class StateRestorer {
+ public:
+  StateRestorer(ChainModel& model, const std::vector<StageInfo>& stages) {
+    const bool updates = std::any_of(stages.begin(), stages.end(),
+                                     [](const StageInfo& s) { return s.updates_state; });
+    if (!updates) return;
+    at::NoGradGuard no_grad;
+    state_ = model.State();
+    for (const at::Tensor& t : state_) saved_.push_back(t.clone());
+  }
+  ~StateRestorer() {
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < state_.size(); ++i) state_[i].copy_(saved_[i]);
+  }
+
+ private:
+  std::vector<at::Tensor> state_, saved_;
+};
+
 class Profiler {
  public:
   Profiler(ChainModel& model, const Batch& batch, MemoryMeter& meter, c10::Device device,
@@ -109,6 +130,7 @@ class Profiler {
         timer_(MakeStepTimer(device)) {}
 
   ModelProfile Run() {
+    const StateRestorer restore_state(model_, stages_);
     ModelProfile profile;
     profile.model = model_.spec();
     profile.stages = stages_;
@@ -144,6 +166,7 @@ class Profiler {
   }
 
   void Extend(const Plan& plan, ModelProfile& profile) {
+    const StateRestorer restore_state(model_, stages_);
     ClearGradients(params_);
     for (size_t i = 0; i < stages_.size(); ++i) {
       const StagePolicy& policy = plan.PolicyOf(static_cast<int>(i));

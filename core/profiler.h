@@ -62,8 +62,8 @@ struct ProfileOptions {
 ModelProfile StructureOnlyProfile(const ChainModel& model);
 
 // The profile of every stage under every policy of its menu (PolicyMenu with
-// `options.chunks`), and of the loss. Leaves no graph and no gradients behind. LibTorch errors
-// become a Status.
+// `options.chunks`), and of the loss. Leaves no graph and no gradients behind, and the model's
+// state (ChainModel::State) as it found it. LibTorch errors become a Status.
 absl::StatusOr<ModelProfile> ProfileModel(ChainModel& model, const Batch& batch, MemoryMeter& meter,
                                           c10::Device device, const ProfileOptions& options = {});
 

@@ -123,6 +123,10 @@ struct StageInfo {
   // the profiler measures one of them and gives its measurements to the others. Empty: the
   // stage is measured on its own.
   std::string repeat_key;
+  // Its training forward updates module state (BatchNorm's running statistics and batch
+  // counter): on a step's first run only, never on a rerun (InRerun in core/checkpoint.h).
+  // Profiling a model with such stages leaves its state as it found it.
+  bool updates_state = false;
 
   // The index of the stage's part of `kind`, or -1.
   int FindPart(PartKind kind) const;

@@ -5,6 +5,7 @@ MODELS = [
     "gpt2",
     "heavy_mlp",
     "llama",
+    "resnet",
     "transformer",
     "vit",
 ]

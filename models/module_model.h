@@ -27,6 +27,7 @@ class ModuleModel : public ChainModel {
 
   std::string spec() const override { return spec_; }
   std::vector<at::Tensor> Parameters() override { return module_->parameters(); }
+  std::vector<at::Tensor> State() override { return module_->buffers(); }
   void SetTraining(bool training) override { module_->train(training); }
 
  protected:

@@ -39,6 +39,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -50,6 +51,8 @@
 #include "core/schedule.h"
 #include "core/spec.h"
 #include "core/strategy.h"
+#include "core/trainer.h"
+#include "core/workload.h"
 #include "experiments/sweep.h"
 #include "gtest/gtest.h"
 #include "rapidcheck.h"
@@ -97,10 +100,11 @@ struct CaseSpec {
   uint64_t seed = 0;
 };
 
-CaseSpec GenerateCase(const std::string& model_id) {
+CaseSpec GenerateCase(const std::string& model_id, bool training_only = false) {
   CaseSpec c;
   c.model_spec = *testing::SmallModelSpec(model_id).as("model");
-  c.training = *rc::gen::weightedElement<bool>({{4, true}, {1, false}}).as("training");
+  c.training =
+      training_only || *rc::gen::weightedElement<bool>({{4, true}, {1, false}}).as("training");
   c.input_grad =
       *rc::gen::weightedElement<bool>({{3, true}, {1, false}}).as("float inputs require grad");
   c.seed = *rc::gen::inRange<uint64_t>(0, 1 << 20).as("seed");
@@ -265,6 +269,102 @@ void CheckWrittenPlans(const std::string& model_id) {
   }
 }
 
+// What training leaves besides the weights: the model's state (ChainModel::State: BatchNorm's
+// running statistics and batch counters) and the evaluation-mode loss on the case's batch.
+struct Trained {
+  std::vector<at::Tensor> state;
+  double eval_loss = 0;
+};
+
+// `steps` AdamW steps (dropout seeded from c.seed + 2 on) of a fresh instance of case `c`
+// under `plan`, then its loss in evaluation mode, where BatchNorm reads the running statistics.
+Trained TrainFresh(const CaseSpec& c, const Plan& plan, int steps) {
+  testing::Case built = Build(c);
+  MemoryMeter& meter = **MemoryMeterFor(testing::TestDevice());
+  absl::StatusOr<PlannedRun> run = built.workload->Prepare(plan, built.profile, meter);
+  RC_ASSERT(run.ok());
+  ChainModel& model = *built.workload->model();
+  absl::StatusOr<Trainer> trainer = Trainer::Create(&run->executor, model.Parameters(), {});
+  RC_ASSERT(trainer.ok());
+  for (int k = 0; k < steps; ++k) {
+    absl::StatusOr<TrainStep> step = trainer->Step({built.workload->batch()}, {c.seed + 2 + k});
+    RC_ASSERT(step.ok());
+  }
+  model.SetTraining(false);
+  Trained t;
+  for (const at::Tensor& s : model.State()) t.state.push_back(s.clone());
+  torch::NoGradGuard no_grad;
+  const Batch& batch = built.workload->batch();
+  std::vector<at::Tensor> x = batch.inputs;
+  const std::vector<StageInfo> stages = model.Stages();
+  for (size_t i = 0; i < stages.size(); ++i) {
+    x = model.RunStage(static_cast<int>(i), x, StageParts(stages[i]), batch);
+  }
+  t.eval_loss = model.Loss(x, batch).item<double>();
+  return t;
+}
+
+// max |a - b| over two models' states, exact for integer counters (inf where shapes differ).
+double MaxStateDifference(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!a[i].sizes().equals(b[i].sizes())) return std::numeric_limits<double>::infinity();
+    if (a[i].numel() > 0) {
+      m = std::max(m, (a[i].to(at::kDouble) - b[i].to(at::kDouble)).abs().max().item<double>());
+    }
+  }
+  return m;
+}
+
+// One generated training case of `model_id`, whose model has state: after k steps under every
+// default strategy's plan and a generated plan tree, the state equals store_all's bitwise
+// (a rerun stage must not update it again), and so does the evaluation-mode loss. Profiling,
+// which runs every stage many times, leaves the state as it found it.
+void CheckStateAfterTraining(const std::string& model_id) {
+  const CaseSpec c = GenerateCase(model_id, /*training_only=*/true);
+  const int steps = *rc::gen::inRange(1, 4).as("steps");
+  testing::Case built = Build(c);
+  {
+    WorkloadOptions options;
+    options.device = testing::TestDevice();
+    options.seed = c.seed;
+    absl::StatusOr<Workload> unprofiled = Workload::Build(c.model_spec, options);
+    RC_ASSERT(unprofiled.ok());
+    RC_ASSERT(MaxStateDifference(built.workload->model()->State(), unprofiled->model()->State()) ==
+              0.0);
+  }
+  absl::StatusOr<Run> reference_step = StepUnder(built, "store_all", c.seed + 2);
+  RC_ASSERT(reference_step.ok());
+  const int64_t reference_peak =
+      reference_step->step.peak_bytes - reference_step->step.baseline_bytes;
+  std::vector<Plan> plans;
+  for (const std::string& id : DefaultStrategies()) {
+    const std::string spec = testing::BudgetSpec(id, reference_peak).value_or(id);
+    absl::StatusOr<Plan> plan = PlanFor(spec, built.profile);
+    if (plan.ok()) plans.push_back(*std::move(plan));
+  }
+  plans.push_back(*testing::RandomPlan(built.profile.stages).as("random plan"));
+  absl::StatusOr<Plan> store_all = PlanFor("store_all", built.profile);
+  RC_ASSERT(store_all.ok());
+  const Trained reference = TrainFresh(c, *store_all, steps);
+  for (const Plan& plan : plans) {
+    RC_LOG() << plan.strategy << ": " << PlanToText(plan, built.profile.stages) << "\n";
+    const Trained t = TrainFresh(c, plan, steps);
+    const double state_difference = MaxStateDifference(t.state, reference.state);
+    RC_LOG() << "state " << state_difference << " from store_all's; evaluation loss " << t.eval_loss
+             << " against " << reference.eval_loss << "\n";
+    if (plan.ChunksSequence() || !testing::TestDevice().is_cpu()) {
+      RC_ASSERT(state_difference <= 1e-4 * std::max(1.0, MaxAbs(reference.state)));
+      RC_ASSERT(std::abs(t.eval_loss - reference.eval_loss) <=
+                1e-4 * std::max(1.0, std::abs(reference.eval_loss)));
+    } else {
+      RC_ASSERT(state_difference == 0.0);
+      RC_ASSERT(t.eval_loss == reference.eval_loss);
+    }
+  }
+}
+
 // Every registered model: a new model joins with no edit here.
 TEST(Conformance, EveryStrategyOnEveryModel) {
   for (const std::string& id : Models().Ids()) {
@@ -288,6 +388,24 @@ TEST(Conformance, GeneratedNestedPlansOnEveryModel) {
       CheckGeneratedPlan(id);
     })) << id;
   }
+}
+
+// Every registered model whose training updates module state (BatchNorm's statistics).
+TEST(Conformance, StateAfterTrainingEqualsStoreAllsOnEveryModelWithState) {
+  int with_state = 0;
+  for (const std::string& id : Models().Ids()) {
+    absl::StatusOr<std::vector<StageInfo>> stages = ModelStages(testing::FixedSmallSpec(id));
+    ASSERT_TRUE(stages.ok()) << stages.status();
+    if (std::none_of(stages->begin(), stages->end(),
+                     [](const StageInfo& s) { return s.updates_state; })) {
+      continue;
+    }
+    ++with_state;
+    EXPECT_TRUE(rc::check("module state after training against store_all's on " + id, [id] {
+      CheckStateAfterTraining(id);
+    })) << id;
+  }
+  EXPECT_GT(with_state, 0) << "no registered model updates state: the property is untested";
 }
 
 }  // namespace

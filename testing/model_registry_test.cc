@@ -53,6 +53,7 @@ TEST(ModelRegistry, StagesDeclaredFromParametersAreTheBuiltModelsStages) {
       EXPECT_EQ(a.stochastic, b.stochastic) << spec << " " << a.name;
       EXPECT_EQ(a.forward_flops, b.forward_flops) << spec << " " << a.name;
       EXPECT_EQ(a.repeat_key, b.repeat_key) << spec << " " << a.name;
+      EXPECT_EQ(a.updates_state, b.updates_state) << spec << " " << a.name;
       ASSERT_EQ(a.parts.size(), b.parts.size()) << spec << " " << a.name;
       for (size_t k = 0; k < a.parts.size(); ++k) {
         EXPECT_EQ(a.parts[k].name, b.parts[k].name) << spec << " " << a.name;
@@ -103,6 +104,21 @@ TEST(ModelSizes, VitSizesHaveThePublishedParameterCounts) {
   for (const auto& [size, parameters] : published) {
     EXPECT_EQ(ParametersAtFullDepth(absl::StrCat("vit:size=", size, ":batch=1")), parameters)
         << size;
+  }
+}
+
+// ResNet-50 and ResNet-152 with 1000 classes have torchvision's counts (resnet50, resnet152:
+// BatchNorm's weight and bias are parameters, its running statistics not).
+TEST(ModelSizes, ResnetSizesHaveThePublishedParameterCounts) {
+  const std::vector<std::pair<std::string, int64_t>> published = {{"50", 25557032},
+                                                                  {"152", 60192808}};
+  for (const auto& [size, parameters] : published) {
+    absl::StatusOr<std::shared_ptr<ChainModel>> model =
+        CreateModel(absl::StrCat("resnet:size=", size, ":image=32:batch=1"), ModelContext{});
+    ASSERT_TRUE(model.ok()) << model.status();
+    int64_t n = 0;
+    for (const at::Tensor& p : (*model)->Parameters()) n += p.numel();
+    EXPECT_EQ(n, parameters) << size;
   }
 }
 

@@ -151,7 +151,7 @@ check_bad() {
   [[ ! -e "$out" ]] || fail "$*: wrote $out"
 }
 check_bad "unknown strategy 'checkmate'; known: .*store_all, uniform" --strategies=checkmate
-check_bad "unknown model 'resnet'" --models=resnet
+check_bad "unknown model 'convnext'" --models=convnext
 check_bad "unknown parameter 'layers'; accepted: depth, hidden, batch" --models=heavy_mlp:layers=3
 check_bad "depth='0' is not accepted" --models=heavy_mlp:depth=0
 check_bad "steps=0 is not accepted" --steps=0

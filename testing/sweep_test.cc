@@ -217,7 +217,7 @@ TEST(Sweep, RejectsBadInputBeforeRunning) {
   o.strategies = {"uniform:segmnets=2"};
   EXPECT_THAT(std::string(ValidateSweep(o).message()), HasSubstr("unknown parameter 'segmnets'"));
   o = Tiny();
-  o.models = {"resnet"};
+  o.models = {"convnext"};
   EXPECT_EQ(ValidateSweep(o).code(), absl::StatusCode::kNotFound);
   o = Tiny();
   o.steps = 0;
