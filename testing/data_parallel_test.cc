@@ -339,11 +339,11 @@ GeneratedCase Generate(int k, rc::Random& random, MemoryMeter& meter) {
 // gradients and loss): store_all on both ranks' rows at once. A model whose stages update
 // module state (BatchNorm) normalises each rank's rows by their own statistics, as DDP without
 // SyncBatchNorm does, so there the ranks compute the mean of what each rank's rows give alone.
-absl::StatusOr<std::vector<at::Tensor>> OneProcessReference(const std::string& model_spec,
-                                                             int k, MemoryMeter& meter) {
+absl::StatusOr<std::vector<at::Tensor>> OneProcessReference(const std::string& model_spec, int k,
+                                                            MemoryMeter& meter) {
   ASSIGN_OR_RETURN(std::vector<StageInfo> stages, ModelStages(model_spec));
-  const bool per_rank = std::any_of(stages.begin(), stages.end(),
-                                    [](const StageInfo& s) { return s.updates_state; });
+  const bool per_rank =
+      std::any_of(stages.begin(), stages.end(), [](const StageInfo& s) { return s.updates_state; });
   ASSIGN_OR_RETURN(std::string global, ScaledBatchSpec(model_spec, kWorld));
   std::vector<at::Tensor> mean;
   for (int rank = 0; rank < (per_rank ? kWorld : 1); ++rank) {
