@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "core/stage.h"
 
 namespace ckpt {
@@ -101,6 +102,22 @@ struct ModelProfile {
   // Stage `stage` with every part stored (always measured).
   const StageProfile& Stored(int stage) const { return measured[stage].front(); }
 };
+
+// The profile of model `model`, whose stages are `stages`, from `shallow`: the profile of a
+// shallower instance of the same model (fewer repeated stages, built and measured for what the
+// deep one would cost: a 7B model's profile from two of its blocks). Each stage takes the
+// measurements of the shallow stage of its name; else, with a repeat key (StageInfo::repeat_key:
+// same code, same shapes), of the shallow model's last stage of that key other than its first
+// stage (whose input is the batch); else of the one as far from the end (a head named by its
+// index). A shallow stage's first taker keeps its
+// parameters' indices; every further one gets fresh indices after the shallow model's, as a
+// model of that depth would number its own parameters, and adds their bytes to param_bytes.
+// InvalidArgument naming the stage when one has no counterpart, or one that differs from it
+// in kind, parts or FLOPs (then the shallow model is not a shallower copy). `counterparts`, if
+// given, receives each stage's shallow stage.
+absl::StatusOr<ModelProfile> ExpandProfile(const ModelProfile& shallow, std::string model,
+                                           const std::vector<StageInfo>& stages,
+                                           std::vector<int>* counterparts = nullptr);
 
 // A profile of the stages' structure alone (every byte and time zero): enough for strategies
 // that plan from the chain's structure, without running anything.

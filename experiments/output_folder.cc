@@ -100,9 +100,10 @@ absl::StatusOr<RunRecord> ReadRecord(const std::string& path) {
 
 const std::vector<std::string>& OutputFolder::SweepFiles() {
   static const auto* files = new std::vector<std::string>{
-      kResults,        kRecord,     "report.md", "pareto.dat", "pareto.gp",  "pareto.png",
-      "pareto.gp.log", "depth.csv", "depth.dat", "depth.gp",   "depth.png",  "depth.gp.log",
-      "losses.csv",    "loss.dat",  "loss.gp",   "loss.png",   "loss.gp.log"};
+      kResults,     kRecord,         "report.md",   "pareto.dat", "pareto.gp",
+      "pareto.png", "pareto.gp.log", "depth.csv",   "depth.dat",  "depth.gp",
+      "depth.png",  "depth.gp.log",  "losses.csv",  "loss.dat",   "loss.gp",
+      "loss.png",   "loss.gp.log",   "predict.csv", "predict.md"};
   return *files;
 }
 

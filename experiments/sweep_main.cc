@@ -46,6 +46,7 @@
 #include "core/chain_model.h"
 #include "core/data_parallel.h"
 #include "core/device.h"
+#include "core/files.h"
 #include "core/launcher.h"
 #include "core/memory_meter.h"
 #include "core/memory_model.h"
@@ -56,6 +57,7 @@
 #include "core/workload.h"
 #include "experiments/command_line.h"
 #include "experiments/output_folder.h"
+#include "experiments/predict.h"
 #include "experiments/presets.h"
 #include "experiments/report.h"
 #include "experiments/results_csv.h"
@@ -110,6 +112,9 @@ ABSL_FLAG(int, nproc, 1,
           "WORLD_SIZE");
 ABSL_FLAG(uint64_t, seed, 0, "seed for parameters, batches and dropout");
 ABSL_FLAG(bool, explain, false, "print each strategy's plan for each model, then exit");
+ABSL_FLAG(bool, predict, false,
+          "predict every strategy's memory and step time for each model at full size from a "
+          "profile of a shallow copy (depth 2), running no step: predict.md and predict.csv");
 ABSL_FLAG(bool, list, false, "list the presets, strategies and models, then exit");
 ABSL_FLAG(bool, report_only, false,
           "run nothing: write report.md and the plots from the results.csv already in --out "
@@ -221,6 +226,7 @@ struct Request {
   ComputeThreads threads;  // as asked
   FolderUse use = FolderUse::kNew;
   bool explain = false;
+  bool predict = false;
   // Data parallel: this process's rank of `world_size`, and where the ranks meet when a
   // launcher's environment says (else rank 0 starts the others: --nproc).
   int rank = 0;
@@ -261,6 +267,9 @@ void ParseRanks(const ParsedCommandLine& parsed, Request& r) {
     Die(absl::InvalidArgumentError(absl::StrCat(
         "data parallel on ", r.options.device.str(),
         " is not built (NCCL); accepted: --device=cpu (Gloo) with --nproc or a launcher")));
+  }
+  if (r.world_size > 1 && r.predict) {
+    Die(absl::InvalidArgumentError("--predict runs no step, so it takes no ranks (--nproc)"));
   }
   if (r.world_size > 1 && r.use == FolderUse::kReportOnly) {
     Die(absl::InvalidArgumentError("--report_only runs nothing, so it takes no ranks (--nproc)"));
@@ -313,7 +322,20 @@ Request ParseRequest(const ParsedCommandLine& parsed) {
     if (absl::Status s = ValidateTraining(training); !s.ok()) Die(s);
   }
   r.explain = absl::GetFlag(FLAGS_explain);
+  r.predict = absl::GetFlag(FLAGS_predict);
   const bool report_only = absl::GetFlag(FLAGS_report_only);
+  if (r.predict && (r.explain || report_only || absl::GetFlag(FLAGS_resume) ||
+                    training.steps != 0 || !r.depths.empty())) {
+    Die(absl::InvalidArgumentError(absl::StrCat(
+        "--predict runs no step, so ",
+        r.explain                     ? "--explain"
+        : report_only                 ? "--report_only"
+        : absl::GetFlag(FLAGS_resume) ? "--resume"
+        : training.steps != 0         ? "--train_steps"
+                                      : "--depths",
+        " cannot go with it; accepted with --predict: --models, --strategies, --budgets, "
+        "--device, --seed, --threads, --blas_threads, --out")));
+  }
   if (report_only && (training.steps != 0 || !r.depths.empty() || r.explain)) {
     Die(absl::InvalidArgumentError(absl::StrCat("--report_only runs nothing, so ",
                                                 training.steps != 0 ? "--train_steps"
@@ -406,6 +428,7 @@ std::string ConfigurationOf(const Request& r, const Machine& m) {
 
 // The files a run writes in its folder.
 std::vector<std::string> OutputsOf(const Request& r) {
+  if (r.predict) return {"run.csv", "predict.csv", "predict.md"};
   std::vector<std::string> out = {"report.md", "pareto.dat", "pareto.gp", "pareto.png"};
   if (r.use != FolderUse::kReportOnly) out.insert(out.begin(), {"results.csv", "run.csv"});
   if (!r.depths.empty()) out.insert(out.end(), {"depth.csv", "depth.dat", "depth.gp", "depth.png"});
@@ -774,6 +797,19 @@ int Main(int argc, char** argv) {
     // The plans of one rank's share, which every rank plans alike.
     if (!writes) return 0;
     if (absl::Status s = Explain(options, *machine.meter); !s.ok()) Die(s);
+    return FinishStdout();
+  }
+  if (request.predict) {
+    const OutputFolder folder = OpenOutputFolder(request, machine);
+    absl::StatusOr<std::vector<Prediction>> rows = Predict(options, *machine.meter, std::cerr);
+    if (!rows.ok()) Fail(rows.status());
+    const std::string table = PredictionTable(*rows);
+    for (const auto& [name, text] :
+         {std::pair<std::string, std::string>{"predict.csv", PredictionCsv(*rows)},
+          {"predict.md", absl::StrCat("# Predicted at full size\n\n", table)}}) {
+      if (absl::Status s = WriteFileAtomically(folder.Path(name), text); !s.ok()) Fail(s);
+    }
+    std::printf("%s\nresults: %s (predict.csv, predict.md)\n", table.c_str(), folder.dir().c_str());
     return FinishStdout();
   }
   // Static: its destructor also runs when Die or Fail exit, ending the ranks and removing their

@@ -70,9 +70,8 @@ std::vector<StageInfo> DeepMlpModel::StagesFor(const ParamValues& params) {
                       /*stochastic=*/false,
                       {SequencePart(batch, "rows")},
                       2 * static_cast<double>(batch) * in * out,
-                      // The first layer's weights differ in shape when in_features does; the
-                      // profiler compares shapes, so the key may be shared.
-                      /*repeat_key=*/last ? "" : "layer"});
+                      // The first layer's weights differ in shape when in_features does.
+                      /*repeat_key=*/i == 0 || last ? "" : "layer"});
   }
   return stages;
 }

@@ -183,7 +183,7 @@ std::vector<StageInfo> ResnetModel::StagesFor(const ParamValues& params) {
                         /*stochastic=*/false,
                         {},
                         flops,
-                        project ? "bottleneck.projection" : "bottleneck",
+                        absl::StrCat("layer", layer + 1, project ? ".projection" : ".bottleneck"),
                         /*updates_state=*/true});
       side = out_side;
       in = 4 * width;

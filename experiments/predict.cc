@@ -1,0 +1,164 @@
+#include "experiments/predict.h"
+
+#include <algorithm>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/memory_model.h"
+#include "core/plan_text.h"
+#include "core/profiler.h"
+#include "core/status_macros.h"
+#include "core/strategy.h"
+#include "core/time_model.h"
+#include "core/workload.h"
+#include "experiments/progress.h"
+#include "experiments/results_csv.h"
+
+namespace ckpt {
+
+absl::StatusOr<std::string> ShallowSpec(const std::string& model_spec) {
+  ASSIGN_OR_RETURN(std::string full, CanonicalModelSpec(model_spec));
+  ASSIGN_OR_RETURN(std::vector<StageInfo> full_stages, ModelStages(full));
+  for (int depth = 2; depth <= 4; ++depth) {
+    absl::StatusOr<std::vector<std::string>> shallow = DepthScanModels(full, {depth});
+    if (!shallow.ok()) return full;  // no depth parameter: built whole
+    ASSIGN_OR_RETURN(std::vector<StageInfo> shallow_stages, ModelStages(shallow->front()));
+    if (shallow_stages.size() >= full_stages.size()) return full;
+    // Deep enough when every stage of the full model has its counterpart.
+    if (ExpandProfile(StructureOnlyProfile(shallow->front(), shallow_stages), full, full_stages)
+            .ok()) {
+      return CanonicalModelSpec(shallow->front());
+    }
+  }
+  return full;
+}
+
+namespace {
+
+// The full model's profile from the shallow one's, measuring on the shallow model what `plan`
+// (of the full model) needs that neither has.
+absl::StatusOr<ModelProfile> ProfileForPlan(Workload& shallow_workload, ModelProfile& shallow,
+                                            const ModelProfile& full, const Plan& plan,
+                                            MemoryMeter& meter, c10::Device device) {
+  std::vector<int> counterparts;
+  ASSIGN_OR_RETURN(ModelProfile expanded,
+                   ExpandProfile(shallow, full.model, full.stages, &counterparts));
+  for (int i = 0; i < full.num_stages(); ++i) {
+    if (expanded.Find(i, plan.PolicyOf(i)) != nullptr) continue;
+    Plan measure;
+    const int n = shallow.num_stages();
+    measure.segments = {Segment{0, n, SegmentMode::kStored}};
+    measure.stage_policies.assign(n, StagePolicy());
+    measure.stage_policies[counterparts[i]] = plan.PolicyOf(i);
+    RETURN_IF_ERROR(ExtendProfile(*shallow_workload.model(), shallow_workload.batch(), meter,
+                                  device, measure, shallow));
+    ASSIGN_OR_RETURN(expanded, ExpandProfile(shallow, full.model, full.stages));
+  }
+  return expanded;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options, MemoryMeter& meter,
+                                                std::ostream& progress_out) {
+  const std::vector<std::string> strategies = StrategyOrder(options.strategies);
+  Progress progress(progress_out, static_cast<int64_t>(options.models.size() * strategies.size()));
+  std::vector<Prediction> rows;
+  for (const std::string& given : options.models) {
+    ASSIGN_OR_RETURN(std::string model, CanonicalModelSpec(given));
+    ASSIGN_OR_RETURN(std::string profiled, ShallowSpec(model));
+    progress.Line(absl::StrCat("profiling ", profiled, model == profiled ? "" : " for ",
+                               model == profiled ? "" : model));
+    WorkloadOptions workload_options = WorkloadOptionsFor(options);
+    workload_options.profile.progress = progress.Profiling(profiled);
+    ASSIGN_OR_RETURN(Workload workload, Workload::Build(profiled, workload_options));
+    ASSIGN_OR_RETURN(const ModelProfile* measured, workload.Profile(meter));
+    ModelProfile shallow = *measured;
+    ASSIGN_OR_RETURN(std::vector<StageInfo> stages, ModelStages(model));
+    ASSIGN_OR_RETURN(ModelProfile full, ExpandProfile(shallow, model, stages));
+    for (const std::string& strategy_spec : strategies) {
+      Prediction p;
+      p.model = model;
+      p.profiled = profiled;
+      p.strategy = strategy_spec;
+      p.parameter_bytes = p.gradient_bytes = full.param_bytes;
+      p.optimizer_bytes = 2 * full.param_bytes;
+      p.batch_bytes = full.input_bytes;
+      absl::StatusOr<Plan> plan = PlanFor(strategy_spec, full);
+      absl::StatusOr<ModelProfile> profile =
+          plan.ok() ? ProfileForPlan(workload, shallow, full, *plan, meter, options.device)
+                    : absl::StatusOr<ModelProfile>(plan.status());
+      absl::StatusOr<MemoryPrediction> memory =
+          profile.ok() ? PredictMemory(*profile, *plan)
+                       : absl::StatusOr<MemoryPrediction>(profile.status());
+      absl::StatusOr<double> ms =
+          memory.ok() ? PredictStepMs(*profile, *plan) : absl::StatusOr<double>(memory.status());
+      if (!ms.ok()) {
+        p.error = std::string(ms.status().message());
+      } else {
+        p.strategy = plan->strategy;
+        p.plan = PlanToText(*plan, full.stages);
+        p.activation_bytes = memory->activation_bytes;
+        p.step_peak_bytes = memory->peak_bytes;
+        p.step_ms = *ms;
+        p.total_peak_bytes = p.parameter_bytes + p.optimizer_bytes + p.batch_bytes +
+                             std::max(p.step_peak_bytes, p.gradient_bytes);
+      }
+      rows.push_back(std::move(p));
+      progress.Steps(1);
+      progress.Line(absl::StrCat(model, " ", rows.back().strategy, ": ",
+                                 rows.back().error.empty() ? "predicted" : rows.back().error));
+    }
+  }
+  return rows;
+}
+
+std::string PredictionTable(const std::vector<Prediction>& rows) {
+  auto mib = [](int64_t bytes) { return absl::StrFormat("%.1f", bytes / 1048576.0); };
+  auto gib = [](int64_t bytes) { return absl::StrFormat("%.2f", bytes / 1073741824.0); };
+  std::string out;
+  std::string model;
+  for (const Prediction& p : rows) {
+    if (p.model != model) {
+      model = p.model;
+      absl::StrAppend(
+          &out, out.empty() ? "" : "\n", "### ", p.model, "\n\n",
+          p.model == p.profiled ? "Built and profiled whole"
+                                : absl::StrCat("Profiled as ", p.profiled,
+                                               ", its repeated stages' measurements given to the "
+                                               "rest"),
+          ". Parameters ", mib(p.parameter_bytes), " MiB, gradients ", mib(p.gradient_bytes),
+          " MiB, AdamW state ", mib(p.optimizer_bytes), " MiB, batch ", mib(p.batch_bytes),
+          " MiB (float32).\n\n",
+          "| strategy | activations MiB | step peak above baseline MiB | total training peak GiB "
+          "| step ms |\n| --- | ---: | ---: | ---: | ---: |\n");
+    }
+    if (!p.error.empty()) {
+      absl::StrAppend(&out, "| ", p.strategy, " | ", p.error, " | | | |\n");
+      continue;
+    }
+    absl::StrAppend(&out, "| ", p.strategy, " | ", mib(p.activation_bytes), " | ",
+                    mib(p.step_peak_bytes), " | ", gib(p.total_peak_bytes), " | ",
+                    absl::StrFormat("%.0f", p.step_ms), " |\n");
+  }
+  return out;
+}
+
+std::string PredictionCsv(const std::vector<Prediction>& rows) {
+  std::string out =
+      "model,profiled_model,strategy,status,parameter_bytes,gradient_bytes,optimizer_bytes,"
+      "batch_bytes,predicted_activation_bytes,predicted_step_peak_bytes,"
+      "predicted_total_peak_bytes,predicted_step_ms,plan,message\n";
+  for (const Prediction& p : rows) {
+    absl::StrAppend(&out, CsvField(p.model), ",", CsvField(p.profiled), ",", CsvField(p.strategy),
+                    ",", p.error.empty() ? "ok" : "error", ",", p.parameter_bytes, ",",
+                    p.gradient_bytes, ",", p.optimizer_bytes, ",", p.batch_bytes, ",",
+                    p.activation_bytes, ",", p.step_peak_bytes, ",", p.total_peak_bytes, ",",
+                    absl::StrFormat("%.3f", p.step_ms), ",", CsvField(p.plan), ",",
+                    CsvField(p.error), "\n");
+  }
+  return out;
+}
+
+}  // namespace ckpt

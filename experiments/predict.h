@@ -1,0 +1,63 @@
+// Full-size answers from a small machine (--predict): what every strategy would need to train a
+// model too large to build here, from a profile of a shallow copy of it.
+//
+//   ASSIGN_OR_RETURN(std::vector<Prediction> rows, Predict(options, meter, std::cerr));
+//   std::cout << PredictionTable(rows);
+//
+// A model with a `depth` parameter is built and profiled at depth 2 (its parameters' memory is
+// that of two blocks; more where the first or last blocks differ: ShallowSpec), and the profile
+// extended to the full depth by giving every further block the measurements of its twin
+// (ExpandProfile: the same code on the same shapes costs the same); a model without one is built
+// whole. Every strategy then plans on the full-depth profile, and the memory and time models
+// predict its step: the same predictions the sweep checks against measured steps. Bytes are in the
+// model's own dtype, float32.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/memory_meter.h"
+#include "experiments/sweep.h"
+
+namespace ckpt {
+
+// One strategy on one model: its plan's predicted step and the training memory around it.
+struct Prediction {
+  std::string model;     // the full model's canonical spec
+  std::string profiled;  // the spec that was built and profiled
+  std::string strategy;  // resolved, as planned
+  std::string error;     // empty, or why the strategy could not plan
+  std::string plan;      // as text (docs/plans.md)
+  int64_t parameter_bytes = 0;
+  int64_t gradient_bytes = 0;   // one per parameter
+  int64_t optimizer_bytes = 0;  // AdamW's two moments per parameter
+  int64_t batch_bytes = 0;
+  int64_t activation_bytes = 0;  // live after forward and loss, above the step's baseline
+  int64_t step_peak_bytes = 0;   // the step's peak above its baseline (gradients made by then)
+  // Parameters, AdamW's moments and the batch (a training step's baseline once the optimizer has
+  // its state), plus the larger of the step's peak above it and every gradient (the state the
+  // optimizer step starts from; its own temporaries are not counted).
+  int64_t total_peak_bytes = 0;
+  double step_ms = 0;  // the time model's, from the measured stage times
+};
+
+// `model_spec` at the least depth from 2 to 4 whose stages hold a counterpart of every stage
+// of the full model (ExpandProfile), where the model has a depth parameter and that spec has
+// fewer stages; `model_spec` itself otherwise (canonical either way).
+absl::StatusOr<std::string> ShallowSpec(const std::string& model_spec);
+
+// A prediction per model and strategy of `options` (store_all first), profiling each model's
+// shallow spec once on options.device. Progress lines go to `progress`. Errors of building and
+// profiling end it; a strategy that cannot plan is a row with its error.
+absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options, MemoryMeter& meter,
+                                                std::ostream& progress);
+
+// The predictions as a table for a reader (Markdown), per model, in MiB and GiB.
+std::string PredictionTable(const std::vector<Prediction>& rows);
+// The predictions as CSV, a row each, bytes exact; one header line.
+std::string PredictionCsv(const std::vector<Prediction>& rows);
+
+}  // namespace ckpt
