@@ -109,9 +109,9 @@ struct ModelProfile {
 // measurements of the shallow stage of its name; else, with a repeat key (StageInfo::repeat_key:
 // same code, same shapes), of the shallow model's last stage of that key other than its first
 // stage (whose input is the batch); else of the one as far from the end (a head named by its
-// index). A shallow stage's first taker keeps its
-// parameters' indices; every further one gets fresh indices after the shallow model's, as a
-// model of that depth would number its own parameters, and adds their bytes to param_bytes.
+// index). A shallow stage's first taker keeps its parameters' indices; every further one gets
+// fresh indices after the shallow model's, as a model of that depth would number its own
+// parameters, and adds their bytes to param_bytes.
 // InvalidArgument naming the stage when one has no counterpart, or one that differs from it
 // in kind, parts or FLOPs (then the shallow model is not a shallower copy). `counterparts`, if
 // given, receives each stage's shallow stage.

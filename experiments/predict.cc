@@ -1,7 +1,6 @@
 #include "experiments/predict.h"
 
 #include <algorithm>
-#include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -142,6 +141,75 @@ std::string PredictionTable(const std::vector<Prediction>& rows) {
                     mib(p.step_peak_bytes), " | ", gib(p.total_peak_bytes), " | ",
                     absl::StrFormat("%.0f", p.step_ms), " |\n");
   }
+  return out;
+}
+
+std::string SavingsBesidePublished(const std::vector<Prediction>& rows,
+                                   const std::vector<PublishedSaving>& published) {
+  auto gib = [](int64_t bytes) { return bytes / 1073741824.0; };
+  auto saving = [](double without, double with) {
+    return absl::StrFormat("%.0f%%", 100 * (1 - with / without));
+  };
+  std::string out;
+  for (const PublishedSaving& figure : published) {
+    const Prediction* store_all = nullptr;
+    std::vector<const Prediction*> others;
+    for (const Prediction& p : rows) {
+      if (!p.error.empty() || p.model.substr(0, p.model.find(':')) != figure.model) continue;
+      if (p.strategy == "store_all") {
+        store_all = &p;
+      } else {
+        others.push_back(&p);
+      }
+    }
+    if (store_all == nullptr) continue;
+    if (out.empty()) {
+      out =
+          "| model | documents: without, with checkpointing | predicted here | strategy | total "
+          "training peak | saving | activations | saving |\n| --- | --- | --- | --- | ---: | "
+          "---: | ---: | ---: |\n";
+    }
+    const std::string documents =
+        absl::StrFormat("%.1f GB, %.1f GB (%s)", figure.without_gb, figure.with_gb,
+                        saving(figure.without_gb, figure.with_gb));
+    absl::StrAppend(&out, "| ", figure.what, " | ", documents, " | `", store_all->model,
+                    "` | store_all | ",
+                    absl::StrFormat("%.2f GiB", gib(store_all->total_peak_bytes)), " | | ",
+                    absl::StrFormat("%.0f MiB", store_all->activation_bytes / 1048576.0), " | |\n");
+    for (const Prediction* p : others) {
+      absl::StrAppend(&out, "| | | | ", p->strategy, " | ",
+                      absl::StrFormat("%.2f GiB", gib(p->total_peak_bytes)), " | ",
+                      saving(store_all->total_peak_bytes, p->total_peak_bytes), " | ",
+                      absl::StrFormat("%.0f MiB", p->activation_bytes / 1048576.0), " | ",
+                      store_all->activation_bytes > 0
+                          ? saving(store_all->activation_bytes, p->activation_bytes)
+                          : std::string(),
+                      " |\n");
+    }
+  }
+  return out;
+}
+
+std::string PredictionReport(const std::vector<Prediction>& rows,
+                             const std::vector<PublishedSaving>& published,
+                             const std::string& command) {
+  std::string out = absl::StrCat(
+      "# Predicted at full size\n\n`", command,
+      "`\n\nNothing here ran at full size. Each model was built shallow (the spec it was "
+      "profiled as is named below), its blocks' measured bytes and times given to every further "
+      "block, and every strategy planned and predicted on that profile by the memory and time "
+      "models the sweep checks against measured steps. Bytes are float32. The total training "
+      "peak is the parameters, AdamW's two moments per parameter and the batch, plus the larger "
+      "of the step's peak above them and every gradient; the optimizer step's own temporaries "
+      "are not counted.\n\n");
+  const std::string beside = SavingsBesidePublished(rows, published);
+  if (!beside.empty()) {
+    absl::StrAppend(&out,
+                    "## Beside the documents' figures\n\nThe documents give no sizes or "
+                    "precision; the sizes here are this run's (the spec on each row).\n\n",
+                    beside, "\n## Every strategy\n\n");
+  }
+  absl::StrAppend(&out, PredictionTable(rows));
   return out;
 }
 

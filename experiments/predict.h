@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/memory_meter.h"
+#include "experiments/presets.h"
 #include "experiments/sweep.h"
 
 namespace ckpt {
@@ -57,6 +58,16 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options, Mem
 
 // The predictions as a table for a reader (Markdown), per model, in MiB and GiB.
 std::string PredictionTable(const std::vector<Prediction>& rows);
+// Per model that `published` has a figure for: the publication's training memory without and
+// with checkpointing beside the predicted total and activation bytes of store_all and of
+// uniform and optimal, with the savings (Markdown). Empty when none applies.
+std::string SavingsBesidePublished(const std::vector<Prediction>& rows,
+                                   const std::vector<PublishedSaving>& published);
+// predict.md: the command, how the figures were made, SavingsBesidePublished's table when it has
+// rows, and PredictionTable.
+std::string PredictionReport(const std::vector<Prediction>& rows,
+                             const std::vector<PublishedSaving>& published,
+                             const std::string& command);
 // The predictions as CSV, a row each, bytes exact; one header line.
 std::string PredictionCsv(const std::vector<Prediction>& rows);
 

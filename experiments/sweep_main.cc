@@ -218,6 +218,13 @@ absl::StatusOr<std::vector<int>> ParseDepths(const std::string& text) {
   return depths;
 }
 
+// The command line as the reports record it, the program named "sweep".
+std::string CommandOf(int argc, char** argv) {
+  std::vector<std::string> command(argv, argv + argc);
+  command[0] = "sweep";
+  return absl::StrJoin(command, " ");
+}
+
 // What the flags ask for, parsed and checked, before anything runs.
 struct Request {
   SweepOptions options;  // canonical specs
@@ -227,6 +234,7 @@ struct Request {
   FolderUse use = FolderUse::kNew;
   bool explain = false;
   bool predict = false;
+  std::vector<PublishedSaving> published;  // the preset's figures, beside --predict's
   // Data parallel: this process's rank of `world_size`, and where the ranks meet when a
   // launcher's environment says (else rank 0 starts the others: --nproc).
   int rank = 0;
@@ -288,6 +296,12 @@ Request ParseRequest(const ParsedCommandLine& parsed) {
   }
   Request r;
   const Preset preset = OrDie(FindPreset(absl::GetFlag(FLAGS_preset)));
+  if (preset.predict_only && !absl::GetFlag(FLAGS_predict)) {
+    Die(absl::InvalidArgumentError(absl::StrCat(
+        "--preset=", preset.name, " holds models no machine here can run; accepted: --preset=",
+        preset.name, " with --predict")));
+  }
+  r.published = preset.published;
   SweepOptions& options = r.options;
   options.models =
       absl::GetFlag(FLAGS_models).empty() ? preset.models : SplitList(absl::GetFlag(FLAGS_models));
@@ -711,9 +725,7 @@ RunInfo DescribeRun(const SweepOptions& options, const Machine& machine, const O
       if (setting == "link_bandwidth") info.copies = DescribeCopies(value);
     }
   }
-  std::vector<std::string> command(argv, argv + argc);
-  command[0] = "sweep";
-  info.command = absl::StrJoin(command, " ");
+  info.command = CommandOf(argc, argv);
   return info;
 }
 
@@ -806,7 +818,7 @@ int Main(int argc, char** argv) {
     const std::string table = PredictionTable(*rows);
     for (const auto& [name, text] :
          {std::pair<std::string, std::string>{"predict.csv", PredictionCsv(*rows)},
-          {"predict.md", absl::StrCat("# Predicted at full size\n\n", table)}}) {
+          {"predict.md", PredictionReport(*rows, request.published, CommandOf(argc, argv))}}) {
       if (absl::Status s = WriteFileAtomically(folder.Path(name), text); !s.ok()) Fail(s);
     }
     std::printf("%s\nresults: %s (predict.csv, predict.md)\n", table.c_str(), folder.dir().c_str());

@@ -9,6 +9,18 @@ tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 
+# --predict: a depth-6 model profiled at depth 2, predict.csv with a header and a row per
+# strategy, all ok, predict.md naming the shallow spec; no results.csv.
+"${sweep[@]}" --predict --models=gpt2:depth=6:hidden=8:heads=2:seq=4:batch=1:vocab=16:context=4 \
+  --strategies=store_all,uniform --out="$tmp/predict" >"$tmp/predict.stdout" 2>/dev/null ||
+  fail "--predict exited $?"
+[[ $(wc -l <"$tmp/predict/predict.csv") -eq 3 ]] || fail "predict.csv: $(cat "$tmp/predict/predict.csv")"
+[[ $(cut -d, -f4 "$tmp/predict/predict.csv" | sort -u | tr '\n' ' ') == "ok status " ]] ||
+  fail "predict.csv statuses: $(cut -d, -f4 "$tmp/predict/predict.csv")"
+grep -q "Profiled as gpt2:.*depth=2" "$tmp/predict/predict.md" || fail "predict.md: $(cat "$tmp/predict/predict.md")"
+grep -q "uniform" "$tmp/predict.stdout" || fail "--predict printed no table"
+[[ ! -e "$tmp/predict/results.csv" ]] || fail "--predict wrote results.csv"
+
 # A tiny run: results.csv with a header and one row per configuration, all ok.
 "${sweep[@]}" --models=heavy_mlp:depth=4:hidden=8:batch=2 --strategies=store_all,uniform \
   --steps=2 --warmup=0 --out="$tmp/ok" >"$tmp/ok.stdout" 2>"$tmp/ok.stderr" ||
@@ -165,6 +177,11 @@ check_bad "--budgets: .*budget='12XB' is not accepted; budget is a size in bytes
 check_bad "--threads='0' is not accepted" --threads=0
 check_bad "--blas_threads='x' is not accepted" --blas_threads=x
 check_bad "unknown preset 'huge'; accepted: quick, paper" --preset=huge
+check_bad "--preset=seed004 holds models no machine here can run; accepted: --preset=seed004 with --predict" \
+  --preset=seed004
+check_bad "--predict runs no step, so --explain cannot go with it" --predict --explain
+check_bad "--predict runs no step, so --train_steps cannot go with it" --predict --train_steps=2
+check_bad "--predict runs no step, so it takes no ranks" --predict --nproc=2
 check_bad "--depths: 'x' is not accepted" --depths=4,x
 check_bad "time limit -5 s is not accepted" --time_limit_s=-5
 check_bad "unexpected argument 'stray'" stray
