@@ -89,5 +89,38 @@ TEST(Predict, AShallowerCopyThatIsNotOneIsRefused) {
       << expanded.status();
 }
 
+// The documents' figures beside the predictions: savings of the total and of the activations
+// against store_all's, the model matched by its id, strategies that failed left out.
+TEST(Predict, SavingsBesidePublishedFigures) {
+  auto row = [](const std::string& strategy, int64_t total, int64_t activations) {
+    Prediction p;
+    p.model = p.profiled = "vit:size=b16:batch=4";
+    p.strategy = strategy;
+    p.total_peak_bytes = total;
+    p.activation_bytes = activations;
+    return p;
+  };
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  std::vector<Prediction> rows = {row("store_all", 10 * kGiB, 4 * kGiB),
+                                  row("uniform:segments=4", 4 * kGiB, kGiB),
+                                  row("optimal:budget=auto", 0, 0)};
+  rows.back().error = "no plan fits";
+  const std::string table =
+      SavingsBesidePublished(rows, {{"vit", "ViT-B/16", 12.5, 5.8}, {"llama", "LLaMA-7B", 56, 24}});
+  EXPECT_NE(table.find("| ViT-B/16 | 12.5 GB, 5.8 GB (54%) | `vit:size=b16:batch=4` | store_all | "
+                       "10.00 GiB | | 4096 MiB | |"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("| | | | uniform:segments=4 | 4.00 GiB | 60% | 1024 MiB | 75% |"),
+            std::string::npos)
+      << table;
+  EXPECT_EQ(table.find("optimal"), std::string::npos) << table;
+  EXPECT_EQ(table.find("LLaMA"), std::string::npos) << table;  // no prediction for it
+  EXPECT_EQ(SavingsBesidePublished(rows, {}), "");
+  const std::string report = PredictionReport(rows, {{"vit", "ViT-B/16", 12.5, 5.8}}, "sweep x");
+  EXPECT_NE(report.find("`sweep x`"), std::string::npos);
+  EXPECT_NE(report.find("## Beside the documents' figures"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ckpt

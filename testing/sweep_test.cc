@@ -443,7 +443,7 @@ TEST(ReadCsv, ReadsBackWhatTheAppenderWrote) {
   }
 }
 
-TEST(Presets, QuickAndPaperExistAndValidate) {
+TEST(Presets, EveryPresetExistsAndValidates) {
   for (const std::string& name : PresetNames()) {
     absl::StatusOr<Preset> preset = FindPreset(name);
     ASSERT_TRUE(preset.ok());
@@ -452,7 +452,16 @@ TEST(Presets, QuickAndPaperExistAndValidate) {
     o.strategies = preset->strategies;
     EXPECT_TRUE(ValidateSweep(o).ok()) << name << ": " << ValidateSweep(o);
   }
-  EXPECT_EQ(PresetNames(), (std::vector<std::string>{"quick", "paper"}));
+  EXPECT_EQ(PresetNames(), (std::vector<std::string>{"quick", "paper", "seed004"}));
+  // seed004 is predicted only, and carries a documents' figure for each of its models.
+  const Preset seed004 = *FindPreset("seed004");
+  EXPECT_TRUE(seed004.predict_only);
+  EXPECT_FALSE(FindPreset("quick")->predict_only);
+  ASSERT_EQ(seed004.published.size(), seed004.models.size());
+  for (size_t i = 0; i < seed004.models.size(); ++i) {
+    EXPECT_EQ(seed004.models[i].substr(0, seed004.models[i].find(':')), seed004.published[i].model);
+    EXPECT_GT(seed004.published[i].without_gb, seed004.published[i].with_gb);
+  }
   absl::StatusOr<Preset> bad = FindPreset("huge");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("accepted: quick, paper"));
