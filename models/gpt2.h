@@ -56,7 +56,7 @@ class Gpt2Impl : public torch::nn::Module {
 };
 TORCH_MODULE(Gpt2);
 
-class Gpt2Model : public ModuleModel<Gpt2> {
+class Gpt2Model : public HeadLossModel<Gpt2> {
  public:
   static constexpr char kId[] = "gpt2";
   static constexpr char kSummary[] =
@@ -73,15 +73,11 @@ class Gpt2Model : public ModuleModel<Gpt2> {
   static std::vector<StageInfo> StagesFor(const ParamValues& params);
 
   Gpt2Model(ParamValues params, std::string spec, Gpt2 net, c10::Device device)
-      : ModuleModel(params, std::move(spec), std::move(net), params.Int("batch"), device),
+      : HeadLossModel(params, std::move(spec), std::move(net), params.Int("batch"), device),
         seq_(params.Int("seq")) {}
   std::vector<StageInfo> Stages() const override { return StagesFor(params_); }
   std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
                                    const StageParts& parts, const Batch& batch) override;
-  // The head stage already returns the loss.
-  at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) override {
-    return outputs.at(0);
-  }
   Batch MakeBatch(uint64_t seed) override;
 
  private:

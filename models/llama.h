@@ -86,7 +86,7 @@ class LlamaImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Llama);
 
-class LlamaModel : public ModuleModel<Llama> {
+class LlamaModel : public HeadLossModel<Llama> {
  public:
   static constexpr char kId[] = "llama";
   static constexpr char kSummary[] =
@@ -106,15 +106,11 @@ class LlamaModel : public ModuleModel<Llama> {
   static std::vector<StageInfo> StagesFor(const ParamValues& params);
 
   LlamaModel(ParamValues params, std::string spec, Llama net, c10::Device device)
-      : ModuleModel(params, std::move(spec), std::move(net), params.Int("batch"), device),
+      : HeadLossModel(params, std::move(spec), std::move(net), params.Int("batch"), device),
         seq_(params.Int("seq")) {}
   std::vector<StageInfo> Stages() const override { return StagesFor(params_); }
   std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
                                    const StageParts& parts, const Batch& batch) override;
-  // The head stage already returns the loss.
-  at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) override {
-    return outputs.at(0);
-  }
   Batch MakeBatch(uint64_t seed) override;
 
  private:

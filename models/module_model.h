@@ -38,4 +38,15 @@ class ModuleModel : public ChainModel {
   const c10::Device device_;
 };
 
+// A ModuleModel whose last stage returns the loss itself (a head that computes its loss, so
+// that chunking it never holds all the logits): Loss passes it on.
+template <typename Module>
+class HeadLossModel : public ModuleModel<Module> {
+ public:
+  using ModuleModel<Module>::ModuleModel;
+  at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch&) override {
+    return outputs.at(0);
+  }
+};
+
 }  // namespace ckpt

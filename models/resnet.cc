@@ -16,19 +16,15 @@ namespace ckpt {
 namespace {
 const ModelRegistration<ResnetModel> registration;
 
-struct Size {
-  const char* name;
-  std::vector<int64_t> blocks;
-};
-const Size& SizeNamed(const std::string& name) {
-  static const Size* const kSizes = new Size[2]{{"50", {3, 4, 6, 3}}, {"152", {3, 8, 36, 3}}};
-  return name == "152" ? kSizes[1] : kSizes[0];
+// He et al.'s bottleneck blocks per layer for ResNet-50 and ResNet-152.
+std::vector<int64_t> BlocksOfSize(const std::string& size) {
+  return size == "152" ? std::vector<int64_t>{3, 8, 36, 3} : std::vector<int64_t>{3, 4, 6, 3};
 }
 
 // The size's blocks per layer with the spec's overrides.
 ResnetOptions Resolved(const ParamValues& params) {
   ResnetOptions o;
-  o.blocks = SizeNamed(params.Text("size")).blocks;
+  o.blocks = BlocksOfSize(params.Text("size"));
   o.blocks.resize(params.Int("layers"));
   if (!params.IsAuto("depth")) {
     for (int64_t& b : o.blocks) b = params.Int("depth");

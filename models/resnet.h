@@ -70,7 +70,7 @@ class ResnetImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Resnet);
 
-class ResnetModel : public ModuleModel<Resnet> {
+class ResnetModel : public HeadLossModel<Resnet> {
  public:
   static constexpr char kId[] = "resnet";
   static constexpr char kSummary[] =
@@ -87,15 +87,11 @@ class ResnetModel : public ModuleModel<Resnet> {
   static std::vector<StageInfo> StagesFor(const ParamValues& params);
 
   ResnetModel(ParamValues params, std::string spec, Resnet net, c10::Device device)
-      : ModuleModel(params, std::move(spec), std::move(net), params.Int("batch"), device),
+      : HeadLossModel(params, std::move(spec), std::move(net), params.Int("batch"), device),
         image_(params.Int("image")) {}
   std::vector<StageInfo> Stages() const override { return StagesFor(params_); }
   std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
                                    const StageParts& parts, const Batch& batch) override;
-  // The head stage already returns the loss.
-  at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) override {
-    return outputs.at(0);
-  }
   Batch MakeBatch(uint64_t seed) override;
 
  private:

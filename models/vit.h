@@ -56,7 +56,7 @@ class VitImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Vit);
 
-class VitModel : public ModuleModel<Vit> {
+class VitModel : public HeadLossModel<Vit> {
  public:
   static constexpr char kId[] = "vit";
   static constexpr char kSummary[] =
@@ -75,14 +75,10 @@ class VitModel : public ModuleModel<Vit> {
   static std::vector<StageInfo> StagesFor(const ParamValues& params);
 
   VitModel(ParamValues params, std::string spec, Vit net, c10::Device device)
-      : ModuleModel(params, std::move(spec), std::move(net), params.Int("batch"), device) {}
+      : HeadLossModel(params, std::move(spec), std::move(net), params.Int("batch"), device) {}
   std::vector<StageInfo> Stages() const override { return StagesFor(params_); }
   std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
                                    const StageParts& parts, const Batch& batch) override;
-  // The head stage already returns the loss.
-  at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) override {
-    return outputs.at(0);
-  }
   Batch MakeBatch(uint64_t seed) override;
 };
 

@@ -180,15 +180,28 @@ struct ReferencedCase {
   Run reference;
   int64_t reference_peak = 0;
 };
-ReferencedCase GenerateReferencedCase(const std::string& model_id) {
+ReferencedCase GenerateReferencedCase(const std::string& model_id, bool training_only = false) {
   ReferencedCase r;
-  r.c = GenerateCase(model_id);
+  r.c = GenerateCase(model_id, training_only);
   r.built = Build(r.c);
   absl::StatusOr<Run> reference = StepUnder(r.built, "store_all", r.c.seed + 2);
   RC_ASSERT(reference.ok());
   r.reference = *std::move(reference);
   r.reference_peak = r.reference.step.peak_bytes - r.reference.step.baseline_bytes;
   return r;
+}
+
+// Every default strategy's plan for a case (budgets generated from store_all's peak on it;
+// strategies whose parameters do not fit the model left out), then a generated plan tree.
+std::vector<Plan> DefaultAndRandomPlans(const testing::Case& built, int64_t reference_peak) {
+  std::vector<Plan> plans;
+  for (const std::string& id : DefaultStrategies()) {
+    const std::string spec = testing::BudgetSpec(id, reference_peak).value_or(id);
+    absl::StatusOr<Plan> plan = PlanFor(spec, built.profile);
+    if (plan.ok()) plans.push_back(*std::move(plan));
+  }
+  plans.push_back(*testing::RandomPlan(built.profile.stages).as("random plan"));
+  return plans;
 }
 
 // One generated case of `model_id`: every registered strategy against store_all.
@@ -242,13 +255,7 @@ void CheckGeneratedPlan(const std::string& model_id) {
 // (on the CPU) and the same gradients to the bit as the plan run directly.
 void CheckWrittenPlans(const std::string& model_id) {
   auto [c, built, reference, reference_peak] = GenerateReferencedCase(model_id);
-  std::vector<Plan> plans;
-  for (const std::string& id : DefaultStrategies()) {
-    const std::string spec = testing::BudgetSpec(id, reference_peak).value_or(id);
-    absl::StatusOr<Plan> plan = PlanFor(spec, built.profile);
-    if (plan.ok()) plans.push_back(*std::move(plan));
-  }
-  plans.push_back(*testing::RandomPlan(built.profile.stages).as("random plan"));
+  const std::vector<Plan> plans = DefaultAndRandomPlans(built, reference_peak);
   const std::string path = ::testing::TempDir() + "/written_plan.txt";
   for (const Plan& plan : plans) {
     const std::string text = PlanToText(plan, built.profile.stages);
@@ -322,29 +329,20 @@ double MaxStateDifference(const std::vector<at::Tensor>& a, const std::vector<at
 // (a rerun stage must not update it again), and so does the evaluation-mode loss. Profiling,
 // which runs every stage many times, leaves the state as it found it.
 void CheckStateAfterTraining(const std::string& model_id) {
-  const CaseSpec c = GenerateCase(model_id, /*training_only=*/true);
+  auto [c, built, reference_step, reference_peak] =
+      GenerateReferencedCase(model_id, /*training_only=*/true);
   const int steps = *rc::gen::inRange(1, 4).as("steps");
-  testing::Case built = Build(c);
   {
     WorkloadOptions options;
     options.device = testing::TestDevice();
     options.seed = c.seed;
     absl::StatusOr<Workload> unprofiled = Workload::Build(c.model_spec, options);
     RC_ASSERT(unprofiled.ok());
-    RC_ASSERT(MaxStateDifference(built.workload->model()->State(), unprofiled->model()->State()) ==
-              0.0);
+    const testing::Case profiled = Build(c);  // `built` has run a step since
+    RC_ASSERT(MaxStateDifference(profiled.workload->model()->State(),
+                                 unprofiled->model()->State()) == 0.0);
   }
-  absl::StatusOr<Run> reference_step = StepUnder(built, "store_all", c.seed + 2);
-  RC_ASSERT(reference_step.ok());
-  const int64_t reference_peak =
-      reference_step->step.peak_bytes - reference_step->step.baseline_bytes;
-  std::vector<Plan> plans;
-  for (const std::string& id : DefaultStrategies()) {
-    const std::string spec = testing::BudgetSpec(id, reference_peak).value_or(id);
-    absl::StatusOr<Plan> plan = PlanFor(spec, built.profile);
-    if (plan.ok()) plans.push_back(*std::move(plan));
-  }
-  plans.push_back(*testing::RandomPlan(built.profile.stages).as("random plan"));
+  const std::vector<Plan> plans = DefaultAndRandomPlans(built, reference_peak);
   absl::StatusOr<Plan> store_all = PlanFor("store_all", built.profile);
   RC_ASSERT(store_all.ok());
   const Trained reference = TrainFresh(c, *store_all, steps);

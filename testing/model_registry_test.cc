@@ -85,25 +85,17 @@ int64_t ParametersAtFullDepth(const std::string& spec) {
   return one + (depth - 1) * (two - one);
 }
 
-// GPT-2's four sizes have Radford et al.'s parameter counts (as the released checkpoints have
-// them: tied head, 1024 positions, vocabulary 50257).
-TEST(ModelSizes, Gpt2SizesHaveThePublishedParameterCounts) {
+// The named sizes have the published parameter counts: GPT-2's four (Radford et al., as the
+// released checkpoints have them: tied head, 1024 positions, vocabulary 50257), ViT-B/16 and
+// ViT-L/16 at 224 px with 1000 classes (torchvision's vit_b_16 and vit_l_16: convolutional
+// patch embedding, class token, learned positions).
+TEST(ModelSizes, TransformerSizesHaveThePublishedParameterCounts) {
   const std::vector<std::pair<std::string, int64_t>> published = {
-      {"small", 124439808}, {"medium", 354823168}, {"large", 774030080}, {"xl", 1557611200}};
-  for (const auto& [size, parameters] : published) {
-    EXPECT_EQ(ParametersAtFullDepth(absl::StrCat("gpt2:size=", size, ":seq=8:batch=1")), parameters)
-        << size;
-  }
-}
-
-// ViT-B/16 and ViT-L/16 at 224 px with 1000 classes have the published counts (torchvision's
-// vit_b_16 and vit_l_16: convolutional patch embedding, class token, learned positions).
-TEST(ModelSizes, VitSizesHaveThePublishedParameterCounts) {
-  const std::vector<std::pair<std::string, int64_t>> published = {{"b16", 86567656},
-                                                                  {"l16", 304326632}};
-  for (const auto& [size, parameters] : published) {
-    EXPECT_EQ(ParametersAtFullDepth(absl::StrCat("vit:size=", size, ":batch=1")), parameters)
-        << size;
+      {"gpt2:size=small:seq=8:batch=1", 124439808}, {"gpt2:size=medium:seq=8:batch=1", 354823168},
+      {"gpt2:size=large:seq=8:batch=1", 774030080}, {"gpt2:size=xl:seq=8:batch=1", 1557611200},
+      {"vit:size=b16:batch=1", 86567656},           {"vit:size=l16:batch=1", 304326632}};
+  for (const auto& [spec, parameters] : published) {
+    EXPECT_EQ(ParametersAtFullDepth(spec), parameters) << spec;
   }
 }
 
