@@ -78,19 +78,6 @@ int64_t LargestStageOutput(ChainModel& model, const Batch& batch) {
   return largest;
 }
 
-// Sets LibTorch's default dtype for a scope (parameters, batches and every factory without an
-// explicit dtype follow it).
-class ScopedDefaultDtype {
- public:
-  explicit ScopedDefaultDtype(caffe2::TypeMeta dtype) : saved_(c10::get_default_dtype()) {
-    c10::set_default_dtype(dtype);
-  }
-  ~ScopedDefaultDtype() { c10::set_default_dtype(saved_); }
-
- private:
-  caffe2::TypeMeta saved_;
-};
-
 // A generated case: the model, its mode, whether float inputs take gradients, the seed of
 // parameters and batch (seed) and dropout (seed + 2).
 struct CaseSpec {
@@ -122,7 +109,7 @@ testing::Case Build(const CaseSpec& c) {
 // max |g - g_store_all| / max(max |g_store_all|, 1) for `plan` (a plan of the case's model,
 // which has the same stages in float64) on the float64 twin of the case.
 double RelativeDifferenceInFloat64(const CaseSpec& c, const Plan& plan) {
-  ScopedDefaultDtype float64(caffe2::TypeMeta::Make<double>());
+  const testing::ScopedDefaultDtype float64(caffe2::TypeMeta::Make<double>());
   testing::Case twin = Build(c);
   for (const at::Tensor& x : twin.workload->batch().inputs) {
     RC_ASSERT(!x.is_floating_point() || x.scalar_type() == at::kDouble);

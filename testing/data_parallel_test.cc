@@ -63,17 +63,6 @@ constexpr int kSteps = 2;
 // would be off by the order of the gradient itself.
 constexpr double kTolerance = 1e-9;
 
-// Makes float64 LibTorch's default dtype (parameters, batches) for a scope.
-class Float64Default {
- public:
-  Float64Default() : saved_(c10::get_default_dtype()) {
-    c10::set_default_dtype(caffe2::TypeMeta::Make<double>());
-  }
-  ~Float64Default() { c10::set_default_dtype(saved_); }
-
- private:
-  caffe2::TypeMeta saved_;
-};
 const char* const kDirVariable = "CKPT_DP_TEST_DIR";
 
 std::string CasePath(const std::string& dir, int k, const std::string& what) {
@@ -114,7 +103,7 @@ TEST(DataParallelRank, RunsTheCasesItIsGiven) {
   absl::StatusOr<std::optional<Rendezvous>> r = RendezvousFromEnvironment();
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_TRUE(r->has_value());
-  const Float64Default float64;
+  const testing::ScopedDefaultDtype float64(caffe2::TypeMeta::Make<double>());
   const std::string count = ReadText(absl::StrCat(dir, "/count"));
   const int cases = std::stoi(count);
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
@@ -383,7 +372,7 @@ absl::StatusOr<std::vector<at::Tensor>> OneProcessReference(const std::string& m
 
 TEST(DataParallelTest, TwoRanksTrainLikeOneProcessOnBothBatches) {
   if (!HaveDataParallel()) GTEST_SKIP() << DataParallelUnavailableReason();
-  const Float64Default float64;
+  const testing::ScopedDefaultDtype float64(caffe2::TypeMeta::Make<double>());
   char dir_template[] = "/tmp/ckptlab-dp-test-XXXXXX";
   const char* made = mkdtemp(dir_template);
   ASSERT_NE(made, nullptr) << std::strerror(errno);
