@@ -35,26 +35,29 @@ absl::StatusOr<std::string> ShallowSpec(const std::string& model_spec) {
 
 namespace {
 
-// The full model's profile from the shallow one's, measuring on the shallow model what `plan`
-// (of the full model) needs that neither has.
+// The full model's profile (`full`, expanded from `shallow` with `counterparts`) with every
+// policy `plan` gives: one the profile lacks is measured on its counterpart in the shallow model,
+// and the profile expanded again; `full` itself when it has them all.
 absl::StatusOr<ModelProfile> ProfileForPlan(Workload& shallow_workload, ModelProfile& shallow,
-                                            const ModelProfile& full, const Plan& plan,
+                                            const ModelProfile& full,
+                                            const std::vector<int>& counterparts, const Plan& plan,
                                             MemoryMeter& meter, c10::Device device) {
-  std::vector<int> counterparts;
-  ASSIGN_OR_RETURN(ModelProfile expanded,
-                   ExpandProfile(shallow, full.model, full.stages, &counterparts));
+  bool complete = true;  // `full` has every policy of the plan
   for (int i = 0; i < full.num_stages(); ++i) {
-    if (expanded.Find(i, plan.PolicyOf(i)) != nullptr) continue;
+    const StagePolicy& policy = plan.PolicyOf(i);
+    if (full.Find(i, policy) != nullptr) continue;
+    complete = false;
+    if (shallow.Find(counterparts[i], policy) != nullptr) continue;  // measured for another plan
     Plan measure;
     const int n = shallow.num_stages();
     measure.segments = {Segment{0, n, SegmentMode::kStored}};
     measure.stage_policies.assign(n, StagePolicy());
-    measure.stage_policies[counterparts[i]] = plan.PolicyOf(i);
+    measure.stage_policies[counterparts[i]] = policy;
     RETURN_IF_ERROR(ExtendProfile(*shallow_workload.model(), shallow_workload.batch(), meter,
                                   device, measure, shallow));
-    ASSIGN_OR_RETURN(expanded, ExpandProfile(shallow, full.model, full.stages));
   }
-  return expanded;
+  if (complete) return full;
+  return ExpandProfile(shallow, full.model, full.stages);
 }
 
 }  // namespace
@@ -75,7 +78,8 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options, Mem
     ASSIGN_OR_RETURN(const ModelProfile* measured, workload.Profile(meter));
     ModelProfile shallow = *measured;
     ASSIGN_OR_RETURN(std::vector<StageInfo> stages, ModelStages(model));
-    ASSIGN_OR_RETURN(ModelProfile full, ExpandProfile(shallow, model, stages));
+    std::vector<int> counterparts;
+    ASSIGN_OR_RETURN(ModelProfile full, ExpandProfile(shallow, model, stages, &counterparts));
     for (const std::string& strategy_spec : strategies) {
       Prediction p;
       p.model = model;
@@ -86,8 +90,9 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options, Mem
       p.batch_bytes = full.input_bytes;
       absl::StatusOr<Plan> plan = PlanFor(strategy_spec, full);
       absl::StatusOr<ModelProfile> profile =
-          plan.ok() ? ProfileForPlan(workload, shallow, full, *plan, meter, options.device)
-                    : absl::StatusOr<ModelProfile>(plan.status());
+          plan.ok()
+              ? ProfileForPlan(workload, shallow, full, counterparts, *plan, meter, options.device)
+              : absl::StatusOr<ModelProfile>(plan.status());
       absl::StatusOr<MemoryPrediction> memory =
           profile.ok() ? PredictMemory(*profile, *plan)
                        : absl::StatusOr<MemoryPrediction>(profile.status());
