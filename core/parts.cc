@@ -24,11 +24,16 @@ PartPolicy StageParts::PolicyOf(absl::string_view name) const {
   return PartPolicy();  // not reached
 }
 
+bool StageParts::Fused(absl::string_view name) const {
+  return PolicyOf(name).action.def().mechanism == PartMechanism::kFused;
+}
+
 std::vector<at::Tensor> StageParts::Run(absl::string_view name, const TensorFn& fn,
                                         const std::vector<at::Tensor>& inputs) const {
   const PartPolicy policy = PolicyOf(name);
   switch (policy.action.def().mechanism) {
     case PartMechanism::kPlain:
+    case PartMechanism::kFused:
       return fn(inputs);
     case PartMechanism::kCheckpoint:
       return Checkpoint(fn, inputs, kNoRngReplay);

@@ -39,7 +39,11 @@ class StageParts {
   // Every part of `stage` stored, or as `policy` says.
   explicit StageParts(const StageInfo& stage, StagePolicy policy = {});
 
-  // Runs fn(inputs) as the part `name`: a plain call when stored, under Checkpoint when
+  // Whether the plan runs the part `name` by its fused kernel: the model's fn for the part then
+  // calls that kernel (Run makes it a plain call).
+  bool Fused(absl::string_view name) const;
+
+  // Runs fn(inputs) as the part `name`: a plain call when stored or fused, under Checkpoint when
   // recomputed. A chunked part is an axis (RunChunked); a part whose output may be dropped until
   // backward (a norm) goes through RunConsumed.
   std::vector<at::Tensor> Run(absl::string_view name, const TensorFn& fn,

@@ -83,9 +83,13 @@ const StagePolicy& Plan::PolicyOf(int stage) const {
   return stage_policies.empty() ? kDefault : stage_policies[stage];
 }
 
-bool Plan::ChunksSequence() const {
-  return std::any_of(stage_policies.begin(), stage_policies.end(),
-                     [](const StagePolicy& p) { return p.Chunks() > 1; });
+bool Plan::Reassociates() const {
+  return std::any_of(stage_policies.begin(), stage_policies.end(), [](const StagePolicy& p) {
+    return p.Chunks() > 1 ||
+           std::any_of(p.parts.begin(), p.parts.end(), [](const PartPolicy& part) {
+             return part.action.def().mechanism == PartMechanism::kFused;
+           });
+  });
 }
 
 int Plan::Depth() const { return DepthOf(segments); }
@@ -119,6 +123,9 @@ absl::Status ValidatePlan(const Plan& plan, const std::vector<StageInfo>& stages
         for (const PartAction a : ActionsFor(part)) accepted.push_back(a.id());
         return Invalid(plan, p.position,
                        absl::StrCat(asked, "; accepted for it: ", absl::StrJoin(accepted, ", ")));
+      }
+      if (p.action.def().mechanism == PartMechanism::kFused && !part.unfusable.empty()) {
+        return Invalid(plan, p.position, absl::StrCat(asked, "; it cannot be: ", part.unfusable));
       }
       if (!p.action.Counted()) continue;
       if (p.chunks < 2 || (part.extent > 0 && p.chunks > part.extent)) {

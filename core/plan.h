@@ -77,8 +77,9 @@ struct Plan {
   std::string summary;                      // one sentence from the strategy: why this plan
 
   const StagePolicy& PolicyOf(int stage) const;
-  // Whether any stage runs in chunks (then recomputation may reassociate sums).
-  bool ChunksSequence() const;
+  // Whether its sums may be ordered otherwise than store_all's: a stage runs in chunks (BLAS
+  // may block a chunk's rows differently), or a part by a fused kernel.
+  bool Reassociates() const;
   // Levels of checkpoints inside checkpoints: 0 without checkpoints, 1 for one level.
   int Depth() const;
   // (Plans as text, both ways: core/plan_text.h.)

@@ -48,6 +48,7 @@ const std::vector<PartActionDef>& PartActionTable() {
       {"recompute", "recomputed", M::kCheckpoint, {K::kAttentionCore, K::kMlpHidden}},
       {"recompute", "recomputed", M::kDropOutput, {K::kNorm}},
       {"chunk", "chunked", M::kChunks, {K::kSequence}},
+      {"fused", "fused", M::kFused, {K::kAttentionCore}},
   };
   return *table;
 }
@@ -73,14 +74,21 @@ std::vector<PartAction> ActionsFor(const PartInfo& part) {
   std::vector<PartAction> actions;
   for (size_t i = 1; i < PartActionTable().size(); ++i) {
     const std::optional<PartAction> action = PartAction::Find(PartActionTable()[i].id, part.kind);
-    if (action.has_value() && std::find(actions.begin(), actions.end(), *action) == actions.end()) {
-      actions.push_back(*action);
+    if (!action.has_value() ||
+        std::find(actions.begin(), actions.end(), *action) != actions.end()) {
+      continue;
     }
+    if (action->def().mechanism == PartMechanism::kFused && !part.unfusable.empty()) continue;
+    actions.push_back(*action);
   }
   return actions;
 }
 
-PartInfo AttentionCorePart() { return {"core", PartKind::kAttentionCore}; }
+PartInfo AttentionCorePart(std::string unfusable) {
+  PartInfo part{"core", PartKind::kAttentionCore};
+  part.unfusable = std::move(unfusable);
+  return part;
+}
 PartInfo MlpHiddenPart() { return {"hidden", PartKind::kMlpHidden}; }
 PartInfo NormPart(std::string name) { return {std::move(name), PartKind::kNorm}; }
 PartInfo SequencePart(int64_t extent, std::string name) {

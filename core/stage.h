@@ -3,13 +3,13 @@
 //
 // A stage may name parts of its work that a plan can treat apart from the rest of the stage, as
 // JAX's checkpoint_name and PyTorch's selective-checkpoint policies name values inside a
-// function: the attention core (its seq^2 scores and probabilities), the MLP's widened hidden
-// activation, a pre-norm block's normalisation, the axis along which the stage is position-wise
-// (which can be chunked). A model declares each part's kind; what may be done to a part of a
-// kind is PartActionTable's; a strategy chooses by kind:
+// function: the attention core (its seq^2 scores and probabilities, or a fused kernel), the MLP's
+// widened hidden activation, a pre-norm block's normalisation, the axis along which the stage is
+// position-wise (which can be chunked). A model declares each part's kind; what may be done to a
+// part of a kind is PartActionTable's; a strategy chooses by kind:
 //
 //   StageInfo attention{"block0.attention", StageKind::kAttention, /*stochastic=*/true,
-//                       {AttentionCorePart(), SequencePart(seq)}};
+//                       {AttentionCorePart(FusedAttentionUnavailable(true)), SequencePart(seq)}};
 //   StagePolicy p = PolicyFor(attention, PartKind::kAttentionCore,
 //                             {PartAction::Recompute(PartKind::kAttentionCore)});
 //
@@ -49,6 +49,9 @@ enum class PartMechanism {
                 // (Megatron-Core's recompute of layernorm)
   kChunks,      // the stage's work in chunks along the part's axis, each under the checkpoint
                 // primitive, so one chunk's intermediates are alive at a time
+  kFused,       // a plain call of the part's fused kernel (scaled_dot_product_attention), which
+                // keeps what it saves itself instead of the part's intermediates; only for a part
+                // the model can fuse (PartInfo::unfusable empty)
 };
 
 // One thing a plan may do with a part.
@@ -97,14 +100,20 @@ struct PartInfo {
   // For a part chunked along an axis: its length (positions, rows), the most chunks it can
   // run in. 0 when unknown.
   int64_t extent = 0;
+  // Why the model cannot run the part by a fused kernel (kFused), empty when it can: every part
+  // but an attention core has none; an attention core has none where the LibTorch in use lacks
+  // one, or where it draws dropout (models/layers.h, FusedAttentionUnavailable).
+  std::string unfusable = "it has no fused kernel";
 };
 
-// The actions other than storing that apply to `part`, in table order.
+// The actions other than storing that apply to `part`, in table order: fusing only where the
+// part can be fused.
 std::vector<PartAction> ActionsFor(const PartInfo& part);
 
 // The parts the zoo's models declare.
-PartInfo AttentionCorePart();  // "core"
-PartInfo MlpHiddenPart();      // "hidden"
+// "core"; `unfusable`: why the model cannot run it fused, empty when it can.
+PartInfo AttentionCorePart(std::string unfusable);
+PartInfo MlpHiddenPart();  // "hidden"
 PartInfo NormPart(std::string name = "norm");
 // Chunkable along an axis of `extent` positions (a sequence's tokens, a batch's rows).
 PartInfo SequencePart(int64_t extent, std::string name = "sequence");

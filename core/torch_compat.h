@@ -15,6 +15,7 @@
 // - The caching allocator counts the bytes tensors requested (requested_bytes) since 2.1;
 //   1.13 has only allocated_bytes, rounded up to its 512-byte blocks. RequestedBytes picks the
 //   first where it exists, so CUDA live and peak bytes are exact, as on CPU.
+// - scaled_dot_product_attention (fused attention kernels) exists since 2.0: kHasFusedAttention.
 #pragma once
 
 #include <cstddef>
@@ -34,6 +35,9 @@
 #endif
 
 namespace ckpt::compat {
+
+// Whether at::scaled_dot_product_attention exists (LibTorch 2.0 and newer).
+inline constexpr bool kHasFusedAttention = CKPT_TORCH_VERSION_AT_LEAST(2, 0);
 
 // Index of the AGGREGATE entry (all pool types together) in the CUDA allocator's StatArray.
 inline constexpr std::size_t kAggregateStat = 0;

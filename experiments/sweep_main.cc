@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -52,6 +53,7 @@
 #include "core/memory_model.h"
 #include "core/plan_text.h"
 #include "core/spec.h"
+#include "core/stage.h"
 #include "core/status_macros.h"
 #include "core/strategy.h"
 #include "core/workload.h"
@@ -63,6 +65,7 @@
 #include "experiments/results_csv.h"
 #include "experiments/sweep.h"
 #include "experiments/training.h"
+#include "models/layers.h"
 
 ABSL_FLAG(std::string, preset, "quick",
           "quick (CPU-sized, the default) or paper (the classic sizes); --models and "
@@ -581,6 +584,30 @@ class Outputs {
 
 // Under `bazel run` the program starts in its runfiles: paths a user gives (--out, a plan file)
 // mean what they mean in the user's own directory.
+// The part actions plan text may name (PART=ACTION @ STAGES) and the kinds of parts each applies
+// to, from PartActionTable; fusing where this LibTorch has no fused kernel, with why.
+std::string DescribePartActions() {
+  std::vector<std::pair<std::string, std::vector<std::string>>> actions;  // id, kinds
+  for (const PartActionDef& def : PartActionTable()) {
+    const std::string id = def.mechanism == PartMechanism::kChunks ? def.id + ":N" : def.id;
+    auto it =
+        std::find_if(actions.begin(), actions.end(), [&](const auto& a) { return a.first == id; });
+    if (it == actions.end()) it = actions.insert(actions.end(), {id, {}});
+    for (const PartKind kind : def.kinds) it->second.emplace_back(PartKindName(kind));
+    if (def.mechanism == PartMechanism::kFused) {
+      const std::string unavailable = FusedAttentionUnavailable(/*dropout=*/false);
+      it->second.back() += absl::StrCat(
+          " without dropout (scaled_dot_product_attention)",
+          unavailable.empty() ? "" : absl::StrCat("; unavailable here: ", unavailable));
+    }
+  }
+  std::string out;
+  for (const auto& [id, kinds] : actions) {
+    absl::StrAppend(&out, "  ", id, ": ", absl::StrJoin(kinds, ", "), "\n");
+  }
+  return out;
+}
+
 void EnterUserDirectory() {
   const char* user_dir = std::getenv("BUILD_WORKING_DIRECTORY");
   if (user_dir != nullptr && ::chdir(user_dir) != 0) {
@@ -793,9 +820,11 @@ int Main(int argc, char** argv) {
                                                 "'; flags are --name=value (see --help)")));
   }
   if (absl::GetFlag(FLAGS_list)) {
-    std::printf("presets: %s\n\nstrategies:\n%s\nmodels:\n%s",
-                absl::StrJoin(PresetNames(), ", ").c_str(), Strategies().Describe().c_str(),
-                Models().Describe().c_str());
+    std::printf(
+        "presets: %s\n\nstrategies:\n%s\nmodels:\n%s\npart actions (plan text: "
+        "PART=ACTION @ STAGES):\n%s",
+        absl::StrJoin(PresetNames(), ", ").c_str(), Strategies().Describe().c_str(),
+        Models().Describe().c_str(), DescribePartActions().c_str());
     return FinishStdout();
   }
 

@@ -32,7 +32,7 @@ namespace {
 // loss is the mean of the ranks', and `aborted` is set when the ranks cannot go on together.
 LossCurve Train(const std::string& model_spec, const std::string& strategy_spec,
                 ModelProfile& profile, const SweepOptions& sweep, const TrainingOptions& options,
-                MemoryMeter& meter, bool* chunked, absl::Status* aborted) {
+                MemoryMeter& meter, bool* reassociates, absl::Status* aborted) {
   LossCurve curve;
   curve.model = model_spec;
   curve.strategy = strategy_spec;
@@ -52,7 +52,7 @@ LossCurve Train(const std::string& model_spec, const std::string& strategy_spec,
   const std::shared_ptr<ChainModel>& model = workload->model();
   curve.model = model->spec();
   curve.strategy = run->plan.strategy;
-  *chunked = curve.chunked = run->plan.ChunksSequence();
+  *reassociates = curve.reassociates = run->plan.Reassociates();
 
   const bool fp16 = options.amp && sweep.device.is_cuda();
   TrainerOptions trainer_options;
@@ -159,10 +159,11 @@ absl::StatusOr<std::vector<LossCurve>> RunTraining(const SweepOptions& sweep,
 
     const size_t first = curves.size();
     for (const std::string& strategy_spec : order) {
-      bool chunked = false;
+      bool reassociates = false;
       absl::Status aborted;
       absl::StatusOr<LossCurve> curve = RunTorch([&] {
-        return Train(model_spec, strategy_spec, profile, sweep, options, meter, &chunked, &aborted);
+        return Train(model_spec, strategy_spec, profile, sweep, options, meter, &reassociates,
+                     &aborted);
       });
       RETURN_IF_ERROR(aborted);
       if (!curve.ok()) {
@@ -186,7 +187,7 @@ absl::StatusOr<std::vector<LossCurve>> RunTraining(const SweepOptions& sweep,
           if (std::isfinite(loss)) scale = std::max(scale, std::abs(loss));
         }
         curve->max_diff_vs_store_all = diff;
-        const bool exact = !chunked && !sweep.device.is_cuda();  // see RunTraining's comment
+        const bool exact = !reassociates && !sweep.device.is_cuda();  // see RunTraining's comment
         curve->tolerance = exact ? 0.0 : (options.amp ? 2e-2 : 1e-3) * std::max(scale, 1.0);
         if (!(diff <= curve->tolerance)) {
           curve->status = "error";

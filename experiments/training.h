@@ -41,7 +41,7 @@ struct LossCurve {
   double max_diff_vs_store_all = 0;  // max over steps of |loss - store_all's loss|, or NaN
   double tolerance = 0;              // what the comparison allowed (0: identical)
   int skipped_steps = 0;             // steps skipped for non-finite scaled gradients (loss scaling)
-  bool chunked = false;  // the plan runs stages in chunks (its sums may be reassociated)
+  bool reassociates = false;  // the plan sums in another order than store_all (Plan::Reassociates)
   // The curve departs from store_all's beyond its tolerance (then status is "error"). A curve
   // that could not be compared (store_all's own failed, out of memory under a cap, say) does
   // not depart: its message says so, and max_diff_vs_store_all is NaN.

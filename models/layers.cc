@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "ATen/CPUGeneratorImpl.h"
@@ -16,6 +17,11 @@
 #include "ATen/ops/softmax.h"
 #include "ATen/ops/where.h"
 #include "absl/strings/str_cat.h"
+#include "core/torch_compat.h"
+#include "torch/version.h"
+#if CKPT_TORCH_VERSION_AT_LEAST(2, 0)
+#include "ATen/ops/scaled_dot_product_attention.h"
+#endif
 
 namespace ckpt {
 namespace {
@@ -84,10 +90,42 @@ at::Tensor SelfAttentionImpl::KeysTransposed(const at::Tensor& x) {
 }
 at::Tensor SelfAttentionImpl::Values(const at::Tensor& x) { return SplitHeads(v_(x), heads_); }
 
+std::string FusedAttentionUnavailable(bool dropout) {
+  if (!compat::kHasFusedAttention) {
+    return absl::StrCat("LibTorch ", TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, ".",
+                        TORCH_VERSION_PATCH,
+                        " has no scaled_dot_product_attention (2.0 and newer have it)");
+  }
+  if (dropout) {
+    return "it drops attention probabilities, which a fused kernel does with the generator, "
+           "and reruns and chunks would draw other masks; a fused core needs dropout=0";
+  }
+  return "";
+}
+
 at::Tensor SelfAttentionImpl::Core(const at::Tensor& q, const at::Tensor& k_t, const at::Tensor& v,
-                                   int64_t q_offset, bool causal, double dropout, int64_t seed) {
+                                   int64_t q_offset, bool causal, double dropout, int64_t seed,
+                                   bool fused) {
   const int64_t sq = q.size(2);
   const int64_t skv = k_t.size(3);
+  if (fused) {
+    const std::string unavailable = FusedAttentionUnavailable(dropout > 0);
+    TORCH_CHECK(unavailable.empty(), "the attention core cannot run fused: ", unavailable);
+#if CKPT_TORCH_VERSION_AT_LEAST(2, 0)
+    // The fused kernels want each head's rows contiguous (a transposed key falls back to the
+    // unfused arithmetic). Causal: is_causal aligns the mask top-left, right for queries from
+    // position 0; a later chunk's queries get the mask itself (true: attend).
+    const at::Tensor k = k_t.transpose(2, 3).contiguous();
+    if (!causal || q_offset == 0) {
+      return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                              /*is_causal=*/causal);
+    }
+    const auto long_options = q.options().dtype(at::kLong);
+    const at::Tensor visible = at::arange(skv, long_options).unsqueeze(0) <=
+                               at::arange(q_offset, q_offset + sq, long_options).unsqueeze(1);
+    return at::scaled_dot_product_attention(q, k, v, visible);
+#endif
+  }
   at::Tensor scores = at::matmul(q, k_t) * (1.0 / std::sqrt(q.size(3)));
   if (causal) {
     const auto long_options = q.options().dtype(at::kLong);
@@ -133,9 +171,10 @@ at::Tensor PreNormBlockImpl::AttentionStage(const at::Tensor& x, const StagePart
   auto chunk = [this, p, seq, causal, attention_seed, residual_seed, parts](
                    const std::vector<at::Tensor>& in, int64_t offset) {
     const at::Tensor q = attention_->Queries(in[1]);
-    auto core = [offset, p, causal, attention_seed](const std::vector<at::Tensor>& qkv) {
-      return std::vector<at::Tensor>{
-          SelfAttentionImpl::Core(qkv[0], qkv[1], qkv[2], offset, causal, p, attention_seed)};
+    const bool fused = parts.Fused("core");
+    auto core = [offset, p, causal, attention_seed, fused](const std::vector<at::Tensor>& qkv) {
+      return std::vector<at::Tensor>{SelfAttentionImpl::Core(qkv[0], qkv[1], qkv[2], offset, causal,
+                                                             p, attention_seed, fused)};
     };
     const at::Tensor context = parts.Run("core", core, {q, in[2], in[3]})[0];
     return std::vector<at::Tensor>{
@@ -182,7 +221,8 @@ void AppendBlockStages(int64_t depth, int64_t tokens, int64_t seq, int64_t hidde
 
 void AppendBlockStages(int64_t depth, int64_t seq, bool stochastic, bool pre_norm,
                        double attention_flops, double mlp_flops, std::vector<StageInfo>* stages) {
-  std::vector<PartInfo> attention = {AttentionCorePart(), SequencePart(seq)};
+  std::vector<PartInfo> attention = {AttentionCorePart(FusedAttentionUnavailable(stochastic)),
+                                     SequencePart(seq)};
   std::vector<PartInfo> mlp = {MlpHiddenPart(), SequencePart(seq)};
   if (pre_norm) {
     attention.push_back(NormPart());

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "ATen/core/Tensor.h"
@@ -33,6 +34,12 @@ int64_t DrawDropoutSeed();
 at::Tensor CounterDropout(const at::Tensor& x, double p, int64_t seed, int64_t dim, int64_t offset,
                           int64_t full_length);
 
+// Why an attention core cannot run by a fused kernel (scaled_dot_product_attention), empty when
+// it can: the LibTorch in use has none (before 2.0), or the core drops probabilities (`dropout`),
+// which a fused kernel does with the generator inside it, where chunks and reruns, replaying no
+// RNG (parts draw none, core/parts.h), would draw other masks.
+std::string FusedAttentionUnavailable(bool dropout);
+
 // Multi-head self-attention, in the pieces strategies act on. Queries, keys and values have
 // separate projections so that projecting a chunk of the sequence is the same arithmetic as
 // projecting all of it.
@@ -53,8 +60,12 @@ class SelfAttentionImpl : public torch::nn::Module {
   // contiguous whether it ran stored or was recomputed from detached copies: autograd gives a
   // detached leaf's gradient the leaf's strides, and a transposed gradient would send the
   // projections' backward down another BLAS path (not bitwise equal).
+  // `fused`: by scaled_dot_product_attention instead, which keeps no seq^2 tensor for backward
+  // (the fused kernels save the inputs, the output and per-row log-sum-exps); only where
+  // FusedAttentionUnavailable(dropout > 0) is empty (it throws otherwise).
   static at::Tensor Core(const at::Tensor& q, const at::Tensor& k_t, const at::Tensor& v,
-                         int64_t q_offset, bool causal, double dropout, int64_t seed);
+                         int64_t q_offset, bool causal, double dropout, int64_t seed,
+                         bool fused = false);
 
   // [B, heads, Sq, d] -> [B, Sq, hidden], then the output projection.
   at::Tensor Output(const at::Tensor& context);
@@ -101,13 +112,13 @@ class PreNormBlockImpl : public torch::nn::Module {
 TORCH_MODULE(PreNormBlock);
 
 // Appends the stages of `depth` transformer blocks, "block<b>.attention" (its core recomputable,
-// its sequence chunkable) and "block<b>.mlp" (its hidden activation recomputable, its sequence
-// chunkable), each block's alike (StageInfo::repeat_key), with their forward FLOPs for `tokens`
-// tokens in sequences of `seq`: the Q, K, V
-// and output projections (2 x tokens x hidden^2 each), scores and probabilities x values
-// (2 x tokens x seq x hidden each; a causal mask is applied to full scores), and the MLP's two
-// 4x-wide products.
-// `pre_norm`: each stage opens with a norm whose output only its own layers read (GPT-2,
+// and fusable where FusedAttentionUnavailable(stochastic) is empty: these blocks drop attention
+// probabilities exactly when they drop anything; its sequence chunkable) and "block<b>.mlp" (its
+// hidden activation recomputable, its sequence chunkable), each block's alike
+// (StageInfo::repeat_key), with their forward FLOPs for `tokens` tokens in sequences of `seq`: the
+// Q, K, V and output projections (2 x tokens x hidden^2 each), scores and probabilities x values (2
+// x tokens x seq x hidden each; a causal mask is applied to full scores), and the MLP's two 4x-wide
+// products. `pre_norm`: each stage opens with a norm whose output only its own layers read (GPT-2,
 // Llama), declared as the part "norm". A post-norm block's norm (the encoder's) writes the
 // stage's output, which the next stage keeps: nothing of it could be dropped, so it is no part.
 void AppendBlockStages(int64_t depth, int64_t tokens, int64_t seq, int64_t hidden, bool stochastic,

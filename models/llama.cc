@@ -114,11 +114,13 @@ at::Tensor LlamaImpl::AttentionStage(int64_t b, const at::Tensor& x, const Stage
     const at::Tensor q = Rotary(SplitHeads(block.q(in[1]), heads), offset);
     // Each key and value head spread to the query heads of its group, inside the core, so that
     // a recomputed core keeps only the grouped ones.
-    auto core = [offset, groups](const std::vector<at::Tensor>& qkv) {
+    const bool fused = parts.Fused("core");
+    auto core = [offset, groups, fused](const std::vector<at::Tensor>& qkv) {
       const at::Tensor k_t = groups == 1 ? qkv[1] : qkv[1].repeat_interleave(groups, 1);
       const at::Tensor v = groups == 1 ? qkv[2] : qkv[2].repeat_interleave(groups, 1);
-      return std::vector<at::Tensor>{
-          SelfAttentionImpl::Core(qkv[0], k_t, v, offset, /*causal=*/true, /*dropout=*/0, 0)};
+      return std::vector<at::Tensor>{SelfAttentionImpl::Core(qkv[0], k_t, v, offset,
+                                                             /*causal=*/true, /*dropout=*/0, 0,
+                                                             fused)};
     };
     const at::Tensor context = parts.Run("core", core, {q, in[2], in[3]})[0];
     const at::Tensor merged = context.transpose(1, 2).reshape(

@@ -40,9 +40,10 @@ at::Tensor TransformerImpl::AttentionStage(int64_t b, const at::Tensor& x,
                    const std::vector<at::Tensor>& in, int64_t offset) {
     const at::Tensor& xq = in[0];
     const at::Tensor q = attention_[b]->Queries(xq);
-    auto core = [offset, p, attention_seed](const std::vector<at::Tensor>& qkv) {
-      return std::vector<at::Tensor>{SelfAttentionImpl::Core(qkv[0], qkv[1], qkv[2], offset,
-                                                             /*causal=*/false, p, attention_seed)};
+    const bool fused = parts.Fused("core");
+    auto core = [offset, p, attention_seed, fused](const std::vector<at::Tensor>& qkv) {
+      return std::vector<at::Tensor>{SelfAttentionImpl::Core(
+          qkv[0], qkv[1], qkv[2], offset, /*causal=*/false, p, attention_seed, fused)};
     };
     const at::Tensor context = parts.Run("core", core, {q, in[1], in[2]})[0];
     const at::Tensor attended =

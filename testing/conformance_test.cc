@@ -132,7 +132,7 @@ void CheckAgainstStoreAll(const CaseSpec& c, testing::Case& built, const Run& re
     RC_ASSERT(MaxGradientDifference(run.grads, reference.grads) <= 1e-4 * std::max(scale, 1.0));
     RC_ASSERT(std::abs(run.step.loss - reference.step.loss) <=
               1e-5 * std::max(std::abs(reference.step.loss), 1.0));
-  } else if (run.plan.ChunksSequence()) {
+  } else if (run.plan.Reassociates()) {
     RC_ASSERT(MaxGradientDifference(run.grads, reference.grads) <= 1e-2 * std::max(scale, 1.0));
     RC_ASSERT(RelativeDifferenceInFloat64(c, run.plan) <= 1e-9);
   } else {
@@ -339,7 +339,7 @@ void CheckStateAfterTraining(const std::string& model_id) {
     const double state_difference = MaxStateDifference(t.state, reference.state);
     RC_LOG() << "state " << state_difference << " from store_all's; evaluation loss " << t.eval_loss
              << " against " << reference.eval_loss << "\n";
-    if (plan.ChunksSequence() || !testing::TestDevice().is_cpu()) {
+    if (plan.Reassociates() || !testing::TestDevice().is_cpu()) {
       RC_ASSERT(state_difference <= 1e-4 * std::max(1.0, MaxAbs(reference.state)));
       RC_ASSERT(std::abs(t.eval_loss - reference.eval_loss) <=
                 1e-4 * std::max(1.0, std::abs(reference.eval_loss)));

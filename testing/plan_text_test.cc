@@ -25,7 +25,11 @@ rc::Gen<std::vector<StageInfo>> GeneratedStages() {
     std::vector<StageInfo> stages(n);
     for (int i = 0; i < n; ++i) {
       stages[i].name = absl::StrCat("stage", i);
-      if (*rc::gen::arbitrary<bool>()) stages[i].parts.push_back(AttentionCorePart());
+      if (*rc::gen::arbitrary<bool>()) {
+        // Fusable or not: plans fuse only the cores that can be.
+        stages[i].parts.push_back(
+            AttentionCorePart(*rc::gen::arbitrary<bool>() ? "" : "it cannot, here"));
+      }
       if (*rc::gen::arbitrary<bool>()) stages[i].parts.push_back(MlpHiddenPart());
       if (*rc::gen::arbitrary<bool>()) stages[i].parts.push_back(NormPart());
       if (*rc::gen::arbitrary<bool>()) {
@@ -94,16 +98,18 @@ RC_GTEST_PROP(PlanText, PrintThenParseIsTheIdentity, ()) {
   RC_ASSERT(back->strategy == "plan:file=x");
 }
 
-// Four stages: two attention stages (core, sequence of 4 positions, norm) and two MLP ones.
+// Four stages: two attention stages (core, sequence of 4 positions, norm) and two MLP ones. The
+// second block's attention core can be fused, the first's cannot.
 std::vector<StageInfo> Chain() {
   std::vector<StageInfo> stages;
   for (int b = 0; b < 2; ++b) {
-    stages.push_back({absl::StrCat("block", b, ".attention"),
-                      StageKind::kAttention,
-                      false,
-                      {AttentionCorePart(), SequencePart(4), NormPart()},
-                      0,
-                      ""});
+    stages.push_back(
+        {absl::StrCat("block", b, ".attention"),
+         StageKind::kAttention,
+         false,
+         {AttentionCorePart(b == 0 ? "no kernel for it" : ""), SequencePart(4), NormPart()},
+         0,
+         ""});
     stages.push_back({absl::StrCat("block", b, ".mlp"),
                       StageKind::kMlp,
                       false,
@@ -119,12 +125,12 @@ TEST(PlanText, ReadsWhatItWritesWithCommentsAndLineBreaks) {
       "# the schedule of Figure 3\n"
       "[0,2) checkpointed {[0,1) checkpointed, [1,2) stored},\n"
       "[2,4) stored;   # then the policies\n"
-      "core=recompute @ 0,2; sequence=chunk:2 @ 1-3;\n";
+      "core=recompute @ 0; core=fused @ 2; sequence=chunk:2 @ 1-3;\n";
   absl::StatusOr<Plan> plan = ParsePlan(text, Chain(), "plan:file=fig3.txt");
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(PlanToText(*plan, Chain()),
             "[0,2) checkpointed {[0,1) checkpointed, [1,2) stored}, [2,4) stored; "
-            "core=recompute @ 0,2; sequence=chunk:2 @ 1-3");
+            "core=recompute @ 0; sequence=chunk:2 @ 1-3; core=fused @ 2");
   EXPECT_EQ(plan->PolicyOf(3).Chunks(), 2);
   EXPECT_EQ(PlanToTree(*plan, Chain()),
             "[0,2) checkpointed: block0.attention .. block0.mlp\n"
@@ -132,8 +138,9 @@ TEST(PlanText, ReadsWhatItWritesWithCommentsAndLineBreaks) {
             "    rerun stored\n"
             "  [1,2) stored: block0.mlp\n"
             "[2,4) stored: block1.attention .. block1.mlp\n"
-            "policy core=recompute @ 0,2\n"
-            "policy sequence=chunk:2 @ 1-3\n");
+            "policy core=recompute @ 0\n"
+            "policy sequence=chunk:2 @ 1-3\n"
+            "policy core=fused @ 2\n");
 }
 
 TEST(PlanText, EveryErrorNamesWhereAndWhatWasExpected) {
@@ -176,6 +183,10 @@ TEST(PlanText, EveryErrorNamesWhereAndWhatWasExpected) {
   EXPECT_EQ(error("[0,4) stored; core=chunk:2 @ 0"),
             "line 1, column 20: 'chunk' does not apply to part 'core' (attention core) of stage "
             "0; accepted: store, recompute");
+  EXPECT_THAT(error("[0,4) stored; core=fused @ 0"),
+              HasSubstr("line 1, column 15: plan of plan:file=p.txt is invalid: stage 0 "
+                        "(block0.attention)'s part 'core' (attention core) is to be fused; it "
+                        "cannot be: no kernel for it"));
   EXPECT_EQ(error("[0,4) stored; sequence=chunk @ 0"),
             "line 1, column 24: 'chunk' takes a count: chunk:N");
   EXPECT_EQ(error("[0,4) stored; core=recompute:3 @ 0"),

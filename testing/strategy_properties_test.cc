@@ -41,7 +41,7 @@ rc::Gen<ModelProfile> GeneratedProfile(int max_stages) {
     for (int64_t& b : x) b = *rc::gen::inRange<int64_t>(1, 1 << 20);
     const std::vector<PartInfo> kinds[] = {{},
                                            {SequencePart(64)},
-                                           {AttentionCorePart(), SequencePart(64)},
+                                           {AttentionCorePart(""), SequencePart(64)},
                                            {MlpHiddenPart(), SequencePart(64)}};
     for (int i = 0; i < n; ++i) {
       StageInfo info;
