@@ -582,8 +582,6 @@ class Outputs {
   bool failed_ = false;
 };
 
-// Under `bazel run` the program starts in its runfiles: paths a user gives (--out, a plan file)
-// mean what they mean in the user's own directory.
 // The part actions plan text may name (PART=ACTION @ STAGES) and the kinds of parts each applies
 // to, from PartActionTable; fusing where this LibTorch has no fused kernel, with why.
 std::string DescribePartActions() {
@@ -608,6 +606,8 @@ std::string DescribePartActions() {
   return out;
 }
 
+// Under `bazel run` the program starts in its runfiles: paths a user gives (--out, a plan file)
+// mean what they mean in the user's own directory.
 void EnterUserDirectory() {
   const char* user_dir = std::getenv("BUILD_WORKING_DIRECTORY");
   if (user_dir != nullptr && ::chdir(user_dir) != 0) {

@@ -521,6 +521,12 @@ under_limit 0 --models=heavy_mlp:depth=2:hidden=4:batch=2,heavy_mlp:depth=3:hidd
 grep "^results: " "$tmp/limit.out" | grep -q "pareto.png" &&
   fail "resume on a full disk lists pareto.png: $(grep '^results: ' "$tmp/limit.out")"
 no_temporaries "$tmp/full2"
+# --list names the part actions plan text takes, fused attention with whether this build has it.
+"${sweep[@]}" --list >"$tmp/list.out" || fail "--list exited $?"
+grep -q '^  recompute: attention core, MLP hidden, norm$' "$tmp/list.out" ||
+  fail "--list has no part actions: $(tail -5 "$tmp/list.out")"
+grep -qE '^  fused: attention core without dropout \(scaled_dot_product_attention\)($|; unavailable here: LibTorch 1\.)' \
+  "$tmp/list.out" || fail "--list: $(grep fused "$tmp/list.out")"
 # Standard output is an output too.
 set +e
 "${sweep[@]}" --list >/dev/full 2>"$tmp/full.stderr"
