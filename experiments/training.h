@@ -60,10 +60,11 @@ double CurveDeparture(const std::vector<double>& a, const std::vector<double>& b
 // Trains every model under every strategy (store_all first). A curve that departs from
 // store_all's by more than its tolerance is an error row: identical for plans that recompute
 // the same arithmetic (RNG replay and counter-based dropout make it so, also under autocast,
-// whose state checkpoints replay); for plans that chunk the sequence, 1e-3 of the loss in
+// whose state checkpoints replay); for plans that reassociate sums (Plan::Reassociates: chunks,
+// fused attention cores), 1e-3 of the loss in
 // float32 and 2e-2 under mixed precision, because AdamW normalises every update, so a
 // rounding-level difference in a near-zero gradient can move a weight by a full step. On CUDA
-// every plan gets the chunked plans' tolerance: some CUDA kernels (atomic adds in backward)
+// every plan gets the reassociating plans' tolerance: some CUDA kernels (atomic adds in backward)
 // are not bitwise deterministic, so store_all's own curve need not repeat to the bit, and the
 // sweep does not ask for deterministic algorithms, which would change what it times.
 absl::StatusOr<std::vector<LossCurve>> RunTraining(const SweepOptions& sweep,

@@ -6,11 +6,13 @@
 // (stored, checkpointed and recompute-all segments, recomputed attention cores: the same ops
 // on the same values, with the same dropout masks thanks to RNG replay and counter-based
 // dropout). Plans that chunk the sequence compute matrix products over chunks of rows, which
-// BLAS may block differently from the whole, so their sums are reassociated. How far that
-// moves a gradient depends on the conditioning of the generated model, without a useful bound:
+// BLAS may block differently from the whole, so their sums are reassociated; so do fused
+// attention cores (scaled_dot_product_attention, LibTorch 2.x), whose kernel sums in blocks of
+// its own, in float64 too (Plan::Reassociates covers both). How far that moves a gradient
+// depends on the conditioning of the generated model, without a useful bound:
 // a LayerNorm over hidden=2 divides by the deviation of two numbers, and in float32 relative
 // differences of 1.3e-4 of the largest gradient were seen (the float32 tolerance of 1e-4 this
-// suite had failed a CI run on gpt2 hidden=2, chunks=5). So chunked plans are compared in
+// suite had failed a CI run on gpt2 hidden=2, chunks=5). So such plans are compared in
 // float64 (the same model, batch and seeds with float64 as the default dtype): rounding there
 // is 2^-53, half a billion times finer than float32's, and the gradients must agree to 1e-9 of
 // the largest (at least 1e-9 absolute); 3e-15 to 7e-15 were seen, and a wrong dropout mask or a
