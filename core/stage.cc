@@ -69,6 +69,7 @@ bool PartAction::AppliesTo(PartKind kind) const {
 
 PartAction PartAction::Recompute(PartKind kind) { return *Find("recompute", kind); }
 PartAction PartAction::Chunk() { return *Find("chunk", PartKind::kSequence); }
+PartAction PartAction::Fused() { return *Find("fused", PartKind::kAttentionCore); }
 
 std::vector<PartAction> ActionsFor(const PartInfo& part) {
   std::vector<PartAction> actions;

@@ -74,10 +74,12 @@ class PartAction {
   PartAction() = default;  // storing
   // The row of `id` for parts of `kind`; nullopt when there is none.
   static std::optional<PartAction> Find(absl::string_view id, PartKind kind);
-  // The built-in actions by their ids (storing, "recompute", "chunk"), for parts of `kind`.
+  // The built-in actions by their ids (storing, "recompute", "chunk", "fused"), for parts of
+  // `kind`.
   static PartAction Store() { return PartAction(); }
   static PartAction Recompute(PartKind kind);
   static PartAction Chunk();
+  static PartAction Fused();  // an attention core's
 
   const PartActionDef& def() const { return PartActionTable()[index_]; }
   const std::string& id() const { return def().id; }

@@ -43,12 +43,11 @@ Plan FusedEverywhere(const ModelProfile& profile, int chunks) {
   Plan plan;
   plan.strategy = absl::StrCat("fused cores, ", chunks, " chunks");
   plan.segments = {Segment{0, profile.num_stages(), SegmentMode::kStored}};
-  const PartAction fused = *PartAction::Find("fused", PartKind::kAttentionCore);
   for (const StageInfo& stage : profile.stages) {
     StagePolicy policy;
     const int core = stage.FindPart(PartKind::kAttentionCore);
     if (core >= 0 && stage.parts[core].unfusable.empty()) {
-      policy = PolicyFor(stage, PartKind::kAttentionCore, {fused});
+      policy = PolicyFor(stage, PartKind::kAttentionCore, {PartAction::Fused()});
       if (chunks > 1)
         policy = WithPart(stage, policy, PartKind::kSequence, {PartAction::Chunk(), chunks});
     }
@@ -83,9 +82,7 @@ TEST(FusedAttention, OfferedExactlyWhereTheLibTorchHasItAndTheCoreDrawsNoDropout
         }
         EXPECT_EQ(on_menu, compat::kHasFusedAttention && !draws) << spec << " " << stage.name;
         // What the profile measured: the menu.
-        StagePolicy fused;
-        fused.parts.resize(stage.parts.size());
-        fused.parts[core].action = *PartAction::Find("fused", PartKind::kAttentionCore);
+        const StagePolicy fused = PolicyFor(stage, PartKind::kAttentionCore, {PartAction::Fused()});
         EXPECT_EQ(c->profile.Find(i, fused) != nullptr, on_menu) << spec << " " << stage.name;
       }
       EXPECT_EQ(cores, 2) << spec;
