@@ -1,18 +1,25 @@
-// Everything that needs CUDA's headers: the CUDA memory meter, CUDA-event timers and device
-// synchronisation. Compiled always; the CUDA parts only when the LibTorch in use has CUDA
-// (CKPT_HAS_CUDA, set by third_party/libtorch/libtorch.bzl or the CMake build).
+// Everything that needs CUDA's headers: the CUDA memory meter and host pool, CUDA-event timers
+// and device synchronisation. Compiled always; the CUDA parts only when the LibTorch in use has
+// CUDA (CKPT_HAS_CUDA, set by third_party/libtorch/libtorch.bzl or the CMake build).
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/device.h"
+#include "core/host_pool.h"
 #include "core/memory_meter.h"
 
 #if CKPT_HAS_CUDA
+#include <map>
 #include <mutex>
+#include <unordered_map>
+#include <utility>
 
+#include "ATen/Functions.h"
 #include "ATen/cuda/CUDAContext.h"
 #include "ATen/cuda/CUDAEvent.h"
 #include "c10/cuda/CUDACachingAllocator.h"
 #include "c10/cuda/CUDAFunctions.h"
+#include "c10/cuda/CUDAGuard.h"
+#include "c10/cuda/CUDAStream.h"
 #include "core/status_macros.h"
 #include "core/torch_compat.h"
 #include "core/torch_status.h"
@@ -93,9 +100,160 @@ class CudaStepTimer final : public StepTimer {
   at::cuda::CUDAEvent stop_{cudaEventDefault};
 };
 
+// The end of one call's copies on the pool's stream: an event the compute stream waits on. Holds
+// the copies' sources until then (host sources: counted until their copy back is done).
+class CudaCopyFence final : public CopyFence {
+ public:
+  CudaCopyFence(c10::cuda::CUDAStream copies, std::vector<at::Tensor> sources)
+      : index_(copies.device_index()), sources_(std::move(sources)) {
+    done_.record(copies);
+  }
+  ~CudaCopyFence() override {
+    try {
+      Wait();
+    } catch (...) {  // a failing CUDA call here fails the next one too, which reports it
+    }
+  }
+  void Wait() override {
+    if (waited_) return;
+    done_.block(c10::cuda::getCurrentCUDAStream(index_));
+    sources_.clear();
+    waited_ = true;
+  }
+
+ private:
+  c10::DeviceIndex index_;
+  at::cuda::CUDAEvent done_;
+  std::vector<at::Tensor> sources_;
+  bool waited_ = false;
+};
+
+// A CUDA device's pool: pinned blocks from LibTorch's pinned allocator, which records the copies
+// that use a block and reuses it only once they are done; copies on a stream of the pool's own,
+// each call's after the work the compute stream was given before it. Device tensors are
+// allocated on the compute stream (destinations before the copy stream starts on them, sources
+// freed after the compute waited for the copy), so the caching allocator reuses their blocks in
+// the compute stream's order without recording other streams. What callers hold is an alias of
+// the pinned tensor whose deleter does the counting; copies back read the pinned tensor itself,
+// so that the pinned allocator sees them.
+class CudaHostPoolImpl final : public HostPool {
+ public:
+  explicit CudaHostPoolImpl(c10::DeviceIndex index)
+      : index_(index), copies_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index)) {}
+
+  Transfer ToHost(const std::vector<at::Tensor>& ts) override {
+    StartAfterCompute();
+    Transfer transfer;
+    const c10::cuda::CUDAStreamGuard on_copies(copies_);
+    for (const at::Tensor& t : ts) {
+      if (!t.defined()) {
+        transfer.tensors.emplace_back();
+        continue;
+      }
+      at::Tensor pinned = at::empty(
+          t.sizes(), t.options().device(c10::kCPU).pinned_memory(true).requires_grad(false));
+      if (check_order_) Poison(pinned);  // host memory, not yet in any copy: written now
+      pinned.copy_(t, /*non_blocking=*/true);
+      transfer.tensors.push_back(Counted(pinned));
+    }
+    transfer.done = std::make_unique<CudaCopyFence>(copies_, ts);
+    return transfer;
+  }
+
+  Transfer ToDevice(const std::vector<at::Tensor>& host, const c10::Device& device) override {
+    TORCH_CHECK(device.is_cuda() && device.index() == index_, "ckptlab host pool of cuda:", index_,
+                ": asked to copy to ", device.str());
+    Transfer transfer;
+    std::vector<at::Tensor> pinned;
+    for (const at::Tensor& h : host) {
+      pinned.push_back(h.defined() ? PinnedOf(h) : at::Tensor());
+      at::Tensor out;
+      if (h.defined()) {
+        out = at::empty(h.sizes(), pinned.back().options().device(device).pinned_memory(false));
+        if (check_order_) Poison(out);  // on the compute stream, before the copy's start
+      }
+      transfer.tensors.push_back(out);
+    }
+    StartAfterCompute();
+    {
+      const c10::cuda::CUDAStreamGuard on_copies(copies_);
+      for (size_t i = 0; i < host.size(); ++i) {
+        if (host[i].defined()) transfer.tensors[i].copy_(pinned[i], /*non_blocking=*/true);
+      }
+    }
+    transfer.done = std::make_unique<CudaCopyFence>(copies_, host);
+    return transfer;
+  }
+
+  HostStats Stats() const override { return counter_.Stats(); }
+  void ResetPeak() override { counter_.ResetPeak(); }
+  void CheckOrder(bool on) override { check_order_ = on; }
+
+ private:
+  // The copy stream waits for what the compute stream was given so far.
+  void StartAfterCompute() {
+    at::cuda::CUDAEvent issued;
+    issued.record(c10::cuda::getCurrentCUDAStream(index_));
+    issued.block(copies_);
+  }
+
+  // An alias of `pinned` that callers hold, counted until it is freed.
+  at::Tensor Counted(const at::Tensor& pinned) {
+    const int64_t bytes = static_cast<int64_t>(pinned.nbytes());
+    void* data = pinned.data_ptr();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pinned_[data] = pinned;
+    }
+    counter_.Add(bytes);
+    return at::from_blob(
+        data, pinned.sizes(),
+        [this, bytes](void* p) {
+          std::lock_guard<std::mutex> lock(mutex_);
+          pinned_.erase(p);  // the pinned tensor goes back to its allocator
+          counter_.Sub(bytes);
+        },
+        pinned.options());
+  }
+
+  at::Tensor PinnedOf(const at::Tensor& alias) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = pinned_.find(alias.data_ptr());
+    TORCH_CHECK(it != pinned_.end(), "ckptlab host pool: a tensor it did not make");
+    return it->second;
+  }
+
+  c10::DeviceIndex index_;
+  c10::cuda::CUDAStream copies_;
+  HostCounter counter_;
+  std::mutex mutex_;
+  std::unordered_map<void*, at::Tensor> pinned_;  // by data pointer, while an alias lives
+  bool check_order_ = false;
+};
+
 }  // namespace
 
 bool CudaBuilt() { return true; }
+
+absl::StatusOr<HostPool*> CudaHostPool(c10::DeviceIndex index) {
+  if (!torch::cuda::is_available()) {
+    return absl::UnavailableError("no CUDA GPU is visible to this process");
+  }
+  if (index < 0) index = c10::cuda::current_device();
+  const int count = static_cast<int>(torch::cuda::device_count());
+  if (index >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("no CUDA device ", index, ": this process sees ",
+                                                   count, " (indices 0 to ", count - 1, ")"));
+  }
+  static std::mutex mutex;
+  static auto* pools = new std::map<int, std::unique_ptr<CudaHostPoolImpl>>();  // leaked
+  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<CudaHostPoolImpl>& pool = (*pools)[index];
+  if (pool == nullptr) {
+    RETURN_IF_ERROR(RunTorch([&] { pool = std::make_unique<CudaHostPoolImpl>(index); }));
+  }
+  return pool.get();
+}
 
 absl::StatusOr<MemoryMeter*> CudaMemoryMeter(c10::DeviceIndex index) {
   if (!torch::cuda::is_available()) {
@@ -135,6 +293,10 @@ absl::StatusOr<MemoryMeter*> CudaMemoryMeter(c10::DeviceIndex) {
 std::unique_ptr<StepTimer> MakeCudaStepTimer() { return nullptr; }
 
 void CudaSynchronize() {}
+
+absl::StatusOr<HostPool*> CudaHostPool(c10::DeviceIndex) {
+  return absl::UnavailableError("this LibTorch was built without CUDA");
+}
 
 #endif  // CKPT_HAS_CUDA
 

@@ -1,5 +1,6 @@
 #include "core/executor.h"
 
+#include <memory>
 #include <optional>
 #include <utility>
 
@@ -22,7 +23,9 @@ struct ChainExecutor::State {
         losses(program.num_runs),
         inputs(program.num_runs),
         snapshots(program.num_rng),
-        host(program.num_host) {}
+        host(program.num_host),
+        copying_out(program.num_values),
+        arriving(program.num_values) {}
   std::vector<std::vector<at::Tensor>> values;  // by value id, while the executor holds them
   std::vector<at::Tensor> losses;               // per run that ends in the loss
   // Per run that starts past the batch, where its backward leaves its input's gradient.
@@ -32,7 +35,28 @@ struct ChainExecutor::State {
   std::vector<RngState> aside;                // the states kReplayRng set aside, innermost last
   at::Tensor loss;                            // the step's loss, unscaled
   std::vector<std::vector<at::Tensor>> host;  // by host buffer, from kOffload to kFetch
+  // By value: the copy out of an offloaded value, which the compute waits for before the value
+  // goes; a fetched value's copy back, which it waits for before the value is read.
+  std::vector<std::unique_ptr<CopyFence>> copying_out;
+  std::vector<std::optional<Transfer>> arriving;
   int64_t offloaded_bytes = 0;
+
+  // Value `v`, ready to read: a fetched value once its copy back is done.
+  std::vector<at::Tensor>& Read(int v) {
+    if (arriving[v].has_value()) {
+      arriving[v]->done->Wait();
+      values[v] = std::move(arriving[v]->tensors);
+      arriving[v].reset();
+    }
+    return values[v];
+  }
+  // Drops value `v` once no copy reads it.
+  void Release(int v) {
+    if (copying_out[v] != nullptr) copying_out[v]->Wait();
+    copying_out[v].reset();
+    arriving[v].reset();  // its fence waits: a copy may not write into freed memory
+    values[v].clear();
+  }
 };
 
 ChainExecutor::ChainExecutor(std::shared_ptr<ChainModel> model, Plan plan, MemoryMeter* meter,
@@ -74,7 +98,7 @@ void ChainExecutor::Forward(const Op& op, const Batch& batch, const StepOptions&
   compat::ScopedAutocast scope(autocast);
   std::optional<RerunScope> rerun;
   if (op.rerun) rerun.emplace();
-  std::vector<at::Tensor> x = state.values[op.input];
+  std::vector<at::Tensor> x = state.Read(op.input);
   if (op.run < 0) {
     at::NoGradGuard no_grad;
     for (int j = op.begin; j < op.end; ++j) x = RunStage(j, x, batch);
@@ -158,7 +182,7 @@ StepResult ChainExecutor::RunStep(const Batch& batch, const StepOptions& options
         Backward(op, options, state);
         break;
       case OpCode::kRelease:
-        state.values[op.input].clear();
+        state.Release(op.input);
         break;
       case OpCode::kSaveRng:
         state.snapshots[op.rng] = CaptureRng(rng_devices);
@@ -176,21 +200,27 @@ StepResult ChainExecutor::RunStep(const Batch& batch, const StepOptions& options
         break;
       case OpCode::kOffload: {
         at::NoGradGuard no_grad;
-        for (const at::Tensor& t : state.values[op.input]) {
-          state.host[op.host].push_back(host_pool_->ToHost(t));
+        const std::vector<at::Tensor>& value = state.Read(op.input);
+        Transfer out = host_pool_->ToHost(value);
+        for (const at::Tensor& t : value) {
           if (t.defined()) state.offloaded_bytes += static_cast<int64_t>(t.nbytes());
         }
+        state.host[op.host] = std::move(out.tensors);
+        state.copying_out[op.input] = std::move(out.done);
         break;
       }
       case OpCode::kFetch: {
         at::NoGradGuard no_grad;
-        for (const at::Tensor& t : state.host[op.host]) {
-          state.values[op.output].push_back(host_pool_->ToDevice(t, device_));
-        }
-        state.host[op.host].clear();
+        state.arriving[op.output] = host_pool_->ToDevice(state.host[op.host], device_);
+        state.host[op.host].clear();  // the copy holds the buffer until it is done
         break;
       }
     }
+  }
+  // Every copy is done before the step's time stops (each value is read or released by now).
+  for (int v = 0; v < program_.num_values; ++v) {
+    if (state.copying_out[v] != nullptr) state.copying_out[v]->Wait();
+    if (state.arriving[v].has_value()) state.arriving[v]->done->Wait();
   }
   if (options.reducer != nullptr) options.reducer->AfterStep();
   r.step_ms = timer->StopMs();

@@ -90,10 +90,9 @@ struct ModelProfile {
   double to_host_bytes_per_ms = 0;
   double from_host_bytes_per_ms = 0;
   bool link_assumed = false;
-  // Whether a copy runs beside the compute (an assumed link), so that the time model charges
-  // only what the compute running meanwhile does not hide; false: the copy is part of the
-  // step's own work (a CPU's memcpy; on CUDA the executor copies on the compute stream, for
-  // now), charged in full.
+  // Whether a copy runs beside the compute (a GPU's copy stream, or an assumed link), so that
+  // the time model charges only what the compute running meanwhile does not hide; false: the
+  // copy is part of the step's own work (a CPU's memcpy), charged in full.
   bool copies_overlap = false;
 
   int num_stages() const { return static_cast<int>(stages.size()); }

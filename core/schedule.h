@@ -21,12 +21,13 @@
 //
 // An offloaded segment's input goes to the host pool in a buffer of its own: the
 // copy is issued before the segment's first pass, which reads the input meanwhile, and the
-// device value is released after it as usual (device bytes go only when nothing else holds the
-// value). It comes back as a new value, prefetched: the fetch is placed before the last backward
-// call that precedes the rerun (when one follows the copy out), so that on a device with a copy
-// engine it overlaps that call; its device bytes count from there. An input that something else
-// holds on the device anyway is not copied (the segment is then checkpointed): the batch, which
-// is the caller's, a recorded run's output, which its backward starts from, a rerun's input.
+// device value is released after it as usual, once the copy is done (device bytes go only when
+// nothing else holds the value). It comes back as a new value, prefetched: the fetch is placed
+// before the last backward call that precedes the rerun (when one follows the copy out), so that on
+// a device with a copy engine it overlaps that call; its device bytes count from there. An input
+// that something else holds on the device anyway is not copied (the segment is then checkpointed):
+// the batch, which is the caller's, a recorded run's output, which its backward starts from, a
+// rerun's input.
 //
 //   plan [0,2) checkpointed, [2,4) offloaded, [4,6) stored
 //     forward [0,2) v0 -> v1, no graph
@@ -63,7 +64,8 @@ enum class OpCode {
   kEndReplay,  // restore the state the last kReplayRng kept aside
   kDropRng,    // free snapshot `rng`
   kOffload,    // copy value `input` into host buffer `host` (the value stays until released)
-  kFetch,      // copy host buffer `host` into new value `output` on the device; free the buffer
+  kFetch,      // copy host buffer `host` into new value `output` on the device; the buffer goes
+               // once the copy is done (before the value is read; no host bytes come between)
 };
 
 struct Op {

@@ -1,5 +1,5 @@
-// The memory meter of the test device, through the MemoryMeter interface alone: the CPU's by
-// default, the GPU's with CKPT_TEST_DEVICE=cuda (tools/gpu/run.sh runs this binary so).
+// The memory meter and host pool of the test device, through their interfaces alone: the CPU's
+// by default, the GPU's with CKPT_TEST_DEVICE=cuda (tools/gpu/run.sh runs this binary so).
 //
 // The first test asks for the meter and uses it before any tensor exists on the device, as
 // the sweep does (it sets the memory cap before it builds a model). On CUDA this is the case
@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "absl/status/status.h"
+#include "core/host_pool.h"
 #include "core/memory_meter.h"
 #include "core/torch_compat.h"
 #include "core/torch_status.h"
@@ -80,6 +81,91 @@ TEST(DeviceMemoryMeter, ABadCapIsRejectedWithTheAcceptedRange) {
   absl::Status negative = Meter().SetCap(-1);
   EXPECT_EQ(negative.code(), absl::StatusCode::kInvalidArgument) << negative;
   EXPECT_NE(negative.message().find("-1"), absl::string_view::npos) << negative;
+}
+
+HostPool& Pool() {
+  absl::StatusOr<HostPool*> pool = HostPoolFor(TestDevice());
+  EXPECT_TRUE(pool.ok()) << pool.status();
+  return **pool;
+}
+
+// A float tensor, an index tensor and an undefined one, as stage boundaries hold them.
+std::vector<at::Tensor> Boundary() {
+  return {torch::randn({3, 5}, torch::device(TestDevice())),
+          torch::arange(7, torch::device(TestDevice()).dtype(torch::kLong)), at::Tensor()};
+}
+
+int64_t Bytes(const std::vector<at::Tensor>& ts) {
+  int64_t bytes = 0;
+  for (const at::Tensor& t : ts) bytes += t.defined() ? static_cast<int64_t>(t.nbytes()) : 0;
+  return bytes;
+}
+
+void ExpectEqual(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].defined(), b[i].defined()) << i;
+    if (a[i].defined()) {
+      EXPECT_TRUE(torch::equal(a[i].cpu(), b[i].cpu())) << i;
+    }
+  }
+}
+
+TEST(HostPool, ARoundTripGivesTheValuesBackAndCountsHostBytesUntilTheCopyBackIsDone) {
+  const std::vector<at::Tensor> x = Boundary();
+  const int64_t before = Pool().Stats().live_bytes;
+  Pool().ResetPeak();
+  Transfer out = Pool().ToHost(x);
+  ASSERT_EQ(out.tensors.size(), x.size());
+  EXPECT_TRUE(out.tensors[0].device().is_cpu());
+  EXPECT_FALSE(out.tensors[2].defined());
+  EXPECT_EQ(Pool().Stats().live_bytes - before, Bytes(x));
+  out.done->Wait();
+  Transfer back = Pool().ToDevice(out.tensors, TestDevice());
+  out.tensors.clear();
+  EXPECT_EQ(Pool().Stats().live_bytes - before, Bytes(x));  // the copy back still reads them
+  back.done->Wait();
+  EXPECT_EQ(Pool().Stats().live_bytes, before);
+  EXPECT_EQ(Pool().Stats().peak_bytes - before, Bytes(x));
+  EXPECT_EQ(back.tensors[0].device(), x[0].device());
+  ExpectEqual(back.tensors, x);
+}
+
+TEST(HostPool, CopiesRunInIssueOrder) {
+  // The copy back is issued before the copy out was waited for, and still reads its result.
+  const std::vector<at::Tensor> x = Boundary();
+  Transfer out = Pool().ToHost(x);
+  Transfer back = Pool().ToDevice(out.tensors, TestDevice());
+  back.done->Wait();
+  ExpectEqual(back.tensors, x);
+}
+
+TEST(HostPool, ACopyOutHoldsItsSourceOnTheDeviceUntilItsWait) {
+  std::vector<at::Tensor> x = Boundary();
+  int64_t counted = 0;
+  for (const at::Tensor& t : x) counted += t.defined() ? Counted(t.nbytes()) : 0;
+  const int64_t before = Meter().Stats().live_bytes;
+  Transfer out = Pool().ToHost(x);
+  x.clear();
+  EXPECT_EQ(Meter().Stats().live_bytes, before);  // still held by the copy
+  out.done->Wait();
+  EXPECT_EQ(Meter().Stats().live_bytes, before - counted)
+      << "the copy should let its sources go once it is done";
+}
+
+TEST(HostPool, WithCheckOrderAResultReadBeforeItsWaitIsPoison) {
+  if (!TestDevice().is_cpu()) GTEST_SKIP() << "on CUDA a copy may finish before the read";
+  Pool().CheckOrder(true);
+  const std::vector<at::Tensor> x = Boundary();
+  Transfer out = Pool().ToHost(x);
+  EXPECT_TRUE(torch::isnan(out.tensors[0]).all().item<bool>());
+  EXPECT_TRUE((out.tensors[1] == -1).all().item<bool>());
+  Transfer back = Pool().ToDevice(out.tensors, TestDevice());
+  EXPECT_TRUE(torch::isnan(back.tensors[0]).all().item<bool>());
+  EXPECT_TRUE((back.tensors[1] == -1).all().item<bool>());
+  back.done->Wait();  // and the copy out before it
+  ExpectEqual(out.tensors, x);
+  ExpectEqual(back.tensors, x);
 }
 
 }  // namespace

@@ -4,6 +4,10 @@
 //
 // CKPT_TEST_DEVICE=cuda runs the tests that support it (the conformance suite) on the GPU,
 // with LibTorch's deterministic algorithms requested; the rest stay on CPU.
+//
+// The host pools check copy order (HostPool::CheckOrder): a copy's result read before its
+// fence's Wait() is poison, so an offloading plan whose executor skipped a wait fails its
+// gradient checks.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -11,6 +15,7 @@
 #include "ATen/Context.h"
 #include "c10/core/Device.h"
 #include "core/device.h"
+#include "core/host_pool.h"
 #include "core/memory_meter.h"
 #include "gtest/gtest.h"
 #include "testing/model_cases.h"
@@ -35,6 +40,14 @@ int main(int argc, char** argv) {
     at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
     ckpt::testing::SetTestDevice(*device);
     std::fprintf(stderr, "tests that support it run on %s\n", device->str().c_str());
+  }
+  for (const c10::Device& d : {c10::Device(c10::DeviceType::CPU), ckpt::testing::TestDevice()}) {
+    absl::StatusOr<ckpt::HostPool*> pool = ckpt::HostPoolFor(d);
+    if (!pool.ok()) {
+      std::fprintf(stderr, "host pool: %s\n", std::string(pool.status().message()).c_str());
+      return 2;
+    }
+    (*pool)->CheckOrder(true);
   }
   return RUN_ALL_TESTS();
 }
