@@ -1,6 +1,7 @@
 #include "core/plan.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <utility>
 
@@ -93,6 +94,18 @@ bool Plan::Reassociates() const {
 }
 
 int Plan::Depth() const { return DepthOf(segments); }
+
+Plan Plan::WithoutOffload() const {
+  Plan twin = *this;
+  std::function<void(std::vector<Segment>&)> checkpoint = [&](std::vector<Segment>& list) {
+    for (Segment& s : list) {
+      if (s.mode == SegmentMode::kOffloaded) s.mode = SegmentMode::kCheckpointed;
+      checkpoint(s.inner);
+    }
+  };
+  checkpoint(twin.segments);
+  return twin;
+}
 
 absl::Status ValidatePlan(const Plan& plan, const std::vector<StageInfo>& stages) {
   const int num_stages = static_cast<int>(stages.size());

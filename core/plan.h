@@ -82,6 +82,9 @@ struct Plan {
   bool Reassociates() const;
   // Levels of checkpoints inside checkpoints: 0 without checkpoints, 1 for one level.
   int Depth() const;
+  // The same plan with every offloaded segment, at any depth, checkpointed instead: what the
+  // plan does without its copies (same arithmetic, same reruns), to time them against.
+  Plan WithoutOffload() const;
   // (Plans as text, both ways: core/plan_text.h.)
 };
 

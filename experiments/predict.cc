@@ -1,6 +1,7 @@
 #include "experiments/predict.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -152,8 +153,13 @@ std::string PredictionTable(const std::vector<Prediction>& rows) {
 std::string SavingsBesidePublished(const std::vector<Prediction>& rows,
                                    const std::vector<PublishedSaving>& published) {
   auto gib = [](int64_t bytes) { return bytes / 1073741824.0; };
+  // In whole percent; "+N% more" where checkpointing adds (its transients on a peak that the
+  // gradients set), and "0%" for what rounds to nothing either way.
   auto saving = [](double without, double with) {
-    return absl::StrFormat("%.0f%%", 100 * (1 - with / without));
+    const double percent = std::round(100 * (1 - with / without));
+    if (percent == 0) return std::string("0%");
+    return percent > 0 ? absl::StrFormat("%.0f%%", percent)
+                       : absl::StrFormat("%.0f%% more", -percent);
   };
   std::string out;
   for (const PublishedSaving& figure : published) {

@@ -115,6 +115,11 @@ const std::vector<ResultColumn>& Columns() {
          return cell.empty() || absl::SimpleAtoi(cell, &r.predicted.host_peak_bytes);
        }},
       Integer("offloaded_bytes", &Row::offloaded_bytes, true),
+      Real("to_host_gbps", &Row::to_host_gbps, 3, true),
+      Real("from_host_gbps", &Row::from_host_gbps, 3, true),
+      Real("copy_ms", &Row::copy_ms, 3, true),
+      Real("predicted_copy_exposed_ms", &Row::predicted_copy_exposed_ms, 3, true),
+      Real("copy_exposed_ms", &Row::copy_exposed_ms, 3, true),
       Real("max_grad_diff_vs_store_all", &Row::max_grad_diff_vs_store_all, -1, true),
       Real("loss", &Row::loss, -2, true),
       Integer("steps", &Row::steps, false),

@@ -50,6 +50,18 @@ struct ConfigResult {
   // and the bytes copied to it each step (as many come back). 0 without offloading.
   int64_t host_peak_bytes = 0;
   int64_t offloaded_bytes = 0;
+  // Offloading plans' copies (docs/offload.md): the profile's copy rates each way in GB/s
+  // (measured on the device, or the assumed link), what the plan's copies take each step at
+  // those rates with nothing beside them, and what of that the step exposes: predicted (the
+  // time model's step less its step for the same plan checkpointed, Plan::WithoutOffload), and
+  // measured (the median over rounds of the step less that twin's, timed right after it in the
+  // same round; one process, with measured copy rates, not an assumed link's). Unknown without
+  // offloading.
+  double to_host_gbps = kUnknown;
+  double from_host_gbps = kUnknown;
+  double copy_ms = kUnknown;
+  double predicted_copy_exposed_ms = kUnknown;
+  double copy_exposed_ms = kUnknown;
   double max_grad_diff_vs_store_all = kUnknown;  // max |g - g_store_all| over every gradient
   double loss = 0;
   int64_t steps = 0;  // timed rounds measured

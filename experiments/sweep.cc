@@ -40,6 +40,10 @@ void Fail(ConfigResult& r, const absl::Status& s) {
 struct Config {
   ConfigResult result;
   std::optional<ChainExecutor> executor;  // empty once it failed
+  // An offloading plan's twin (Plan::WithoutOffload), timed after it in each round (one
+  // process only), and the rounds' differences, the plan's step less the twin's.
+  std::optional<ChainExecutor> twin;
+  std::vector<double> exposed_ms;
 };
 
 // Seeds the default generators of CPU and the device so every strategy sees the same random
@@ -97,6 +101,26 @@ absl::Status ShareProfileTimes(ProcessGroup* group, ModelProfile& profile) {
   return absl::OkStatus();
 }
 
+// An offloading configuration's copy figures that need no step, and (one process only) its
+// twin without the copies, to time it against.
+void PlanTwin(ProcessGroup* group, Workload& workload, const Plan& plan, ModelProfile& profile,
+              MemoryMeter& meter, Config& c) {
+  ConfigResult& r = c.result;
+  const double bytes = static_cast<double>(r.predicted.offloaded_bytes);
+  if (profile.to_host_bytes_per_ms > 0 && profile.from_host_bytes_per_ms > 0) {
+    r.to_host_gbps = profile.to_host_bytes_per_ms / 1e6;
+    r.from_host_gbps = profile.from_host_bytes_per_ms / 1e6;
+    r.copy_ms = bytes / profile.to_host_bytes_per_ms + bytes / profile.from_host_bytes_per_ms;
+  }
+  const Plan twin = plan.WithoutOffload();
+  absl::StatusOr<double> twin_ms = PredictStepMs(profile, twin);
+  if (twin_ms.ok()) r.predicted_copy_exposed_ms = r.predicted_step_ms - *twin_ms;
+  // Against an assumed link a measured step says nothing of that link's copies.
+  if (group != nullptr || profile.link_assumed) return;
+  absl::StatusOr<PlannedRun> run = workload.Prepare(twin, profile, meter);
+  if (run.ok()) c.twin.emplace(std::move(run->executor));  // else the measured figure is unknown
+}
+
 // Plans every configuration on the profiled workload and builds its executor; a strategy that
 // cannot plan (its budget is too small, say) fails alone. With a group, every rank plans from
 // the ranks' mean profile and must arrive at the same plan.
@@ -120,6 +144,9 @@ absl::Status PlanConfigs(ProcessGroup* group, Workload& workload, const ModelPro
     RETURN_IF_ERROR(SameOnEveryRank(group, c.result.plan, "plans"));
     c.result.predicted = run->predicted;
     c.result.predicted_step_ms = PredictStepMs(profile, run->plan).value_or(kNaN);
+    if (run->predicted.offloaded_bytes > 0) {
+      PlanTwin(group, workload, run->plan, profile, meter, c);
+    }
     c.executor.emplace(std::move(run->executor));
   }
   return absl::OkStatus();
@@ -164,6 +191,16 @@ void MeasureRounds(const SweepOptions& options, const std::string& model_spec, c
       }
       if (round == 0) c.result.peak_reserved_bytes = r->peak_reserved_bytes;
       if (round >= options.warmup) Record(*r, c.result);
+      if (c.twin) {
+        SeedRound(options.seed + round);
+        absl::StatusOr<StepResult> twin = c.twin->Step(batch, StepOptions());
+        if (!twin.ok()) {
+          c.twin.reset();  // the copies' exposure stays unknown; the plan's figures stand
+          c.exposed_ms.clear();
+        } else if (round >= options.warmup) {
+          c.exposed_ms.push_back(r->step_ms - twin->step_ms);
+        }
+      }
     }
     progress.Line(absl::StrFormat("%s: round %d/%d%s", model_spec, round + 1, rounds,
                                   round < options.warmup ? " (warm-up)" : ""));
@@ -356,6 +393,7 @@ std::vector<ConfigResult> Summarize(std::vector<Config>& configs) {
                             static_cast<double>(ref.peak_bytes - ref.baseline_bytes);
     }
     r.steps = static_cast<int64_t>(r.step_ms.size());
+    if (r.status == "ok" && !c.exposed_ms.empty()) r.copy_exposed_ms = Median(c.exposed_ms);
     if (!r.step_ms.empty()) {
       r.step_ms_median = Median(r.step_ms);
       r.step_ms_min = *std::min_element(r.step_ms.begin(), r.step_ms.end());

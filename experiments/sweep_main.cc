@@ -342,14 +342,15 @@ Request ParseRequest(const ParsedCommandLine& parsed) {
   r.predict = absl::GetFlag(FLAGS_predict);
   const bool report_only = absl::GetFlag(FLAGS_report_only);
   if (r.predict && (r.explain || report_only || absl::GetFlag(FLAGS_resume) ||
-                    training.steps != 0 || !r.depths.empty())) {
+                    training.steps != 0 || !r.depths.empty() || r.options.memory_cap.has_value())) {
     Die(absl::InvalidArgumentError(absl::StrCat(
         "--predict runs no step, so ",
-        r.explain                     ? "--explain"
-        : report_only                 ? "--report_only"
-        : absl::GetFlag(FLAGS_resume) ? "--resume"
-        : training.steps != 0         ? "--train_steps"
-                                      : "--depths",
+        r.explain                          ? "--explain"
+        : report_only                      ? "--report_only"
+        : absl::GetFlag(FLAGS_resume)      ? "--resume"
+        : training.steps != 0              ? "--train_steps"
+        : r.options.memory_cap.has_value() ? "--memory_cap (--budgets plans to a peak)"
+                                           : "--depths",
         " cannot go with it; accepted with --predict: --models, --strategies, --budgets, "
         "--device, --seed, --threads, --blas_threads, --out")));
   }
@@ -493,8 +494,8 @@ std::string DescribeCopies(absl::string_view link_bandwidth) {
         "offloading plans are for that link, not measured on this device",
         rate / 1e9);
   }
-  return "measured on this device (the profile's copy rates; on a CPU, memory copies that the "
-         "step waits for)";
+  return "measured on this device (the profile's copy rates; on a GPU, copies on a stream of "
+         "their own beside the compute; on a CPU, memory copies that the step waits for)";
 }
 
 // Prints each strategy's plan for each model (--explain) as a tree, with its predicted memory.

@@ -181,6 +181,8 @@ check_bad "--preset=seed004 holds models no machine here can run; accepted: --pr
   --preset=seed004
 check_bad "--predict runs no step, so --explain cannot go with it" --predict --explain
 check_bad "--predict runs no step, so --train_steps cannot go with it" --predict --train_steps=2
+check_bad "--predict runs no step, so --memory_cap (--budgets plans to a peak) cannot go with it" \
+  --predict --memory_cap=1GiB
 check_bad "--predict runs no step, so it takes no ranks" --predict --nproc=2
 check_bad "--depths: 'x' is not accepted" --depths=4,x
 check_bad "time limit -5 s is not accepted" --time_limit_s=-5

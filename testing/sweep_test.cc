@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -88,6 +89,39 @@ TEST(Sweep, OneRowPerConfigurationStoreAllFirst) {
   // The same resolved strategy given twice (uniform = uniform:segments=3) is still measured.
   EXPECT_EQ(rows[3].strategy, "uniform:segments=3");
   EXPECT_EQ(rows[3].status, "ok");
+}
+
+// An offloading plan's row has its copies: the profile's measured rates, their time alone,
+// what the time model says the step exposes of them (on a CPU, all of it: copies there are part
+// of the step) and a measured exposure against the same plan checkpointed. Rows without copies
+// have none, and so does an offloading row against an assumed link.
+TEST(Sweep, AnOffloadingRowHasItsCopiesAloneAndExposed) {
+  SweepOptions o = Tiny();
+  o.strategies = {"uniform:segments=3:offload=yes"};
+  std::vector<ConfigResult> streamed;
+  std::vector<ConfigResult> rows = RunTiny(o, &streamed);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_TRUE(std::isnan(rows[0].copy_ms));
+  EXPECT_TRUE(std::isnan(rows[0].copy_exposed_ms));
+  const ConfigResult& offloading = rows[1];
+  ASSERT_EQ(offloading.status, "ok") << offloading.message;
+  // [0,2) [2,4) [4,6): the middle segment's input (4 x 16 floats) goes to the host.
+  EXPECT_EQ(offloading.offloaded_bytes, 256);
+  EXPECT_GT(offloading.to_host_gbps, 0);
+  EXPECT_GT(offloading.from_host_gbps, 0);
+  EXPECT_NEAR(offloading.copy_ms,
+              256 / (offloading.to_host_gbps * 1e6) + 256 / (offloading.from_host_gbps * 1e6),
+              1e-9);
+  EXPECT_NEAR(offloading.predicted_copy_exposed_ms, offloading.copy_ms, 1e-9);
+  EXPECT_FALSE(std::isnan(offloading.copy_exposed_ms));
+  EXPECT_EQ(offloading.max_grad_diff_vs_store_all, 0.0);
+
+  o.link_bytes_per_ms = 25e6;  // 25 GB/s, beside the compute
+  rows = RunTiny(o, &streamed);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_DOUBLE_EQ(rows[1].to_host_gbps, 25);
+  EXPECT_LT(rows[1].predicted_copy_exposed_ms, rows[1].copy_ms);  // some of it hidden
+  EXPECT_TRUE(std::isnan(rows[1].copy_exposed_ms));
 }
 
 TEST(Sweep, OutOfMemoryIsARowAndTheSweepGoesOn) {
@@ -242,6 +276,40 @@ TEST(WithBudgets, KeepsHowAPlannerPlansAndDropsWhatTheBudgetChooses) {
   EXPECT_FALSE(WithBudgets({"optimal"}, {"lots"}).ok());
 }
 
+// The offload section: a row per offloading plan, its hidden share where its copies take enough
+// of the step to be timed, and none without offloading rows.
+TEST(WriteReport, OffloadCopiesHaveASectionWithTheirHiddenShare) {
+  const std::string dir = ::testing::TempDir() + "/report_offload";
+  std::filesystem::create_directories(dir);
+  ConfigResult big;
+  big.model = "m";
+  big.strategy = "big";
+  big.offloaded_bytes = 1 << 20;
+  big.step_ms_median = 100;
+  big.to_host_gbps = big.from_host_gbps = 20;
+  big.copy_ms = 10;
+  big.predicted_copy_exposed_ms = 3;
+  big.copy_exposed_ms = 2.5;
+  ConfigResult small = big;
+  small.strategy = "small";
+  small.copy_ms = 4;  // under 5% of the step
+  ConfigResult none;
+  none.model = "m";
+  none.strategy = "none";
+  auto report = [&](const std::vector<ConfigResult>& rows) {
+    EXPECT_TRUE(WriteReport(dir, rows, RunInfo{}).ok());
+    std::ifstream in(dir + "/report.md");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string md = report({none, big, small});
+  EXPECT_THAT(md, HasSubstr("Offload copies at 20.00 GB/s to the host and 20.00 GB/s back"));
+  EXPECT_THAT(md, HasSubstr("| big | 1.00 | 10.000 | 3.000 | 2.500 | 75% |"));
+  EXPECT_THAT(md,
+              HasSubstr("| small | 1.00 | 4.000 | 3.000 | 2.500 | (copies < 5% of the step) |"));
+  EXPECT_THAT(md, ::testing::Not(HasSubstr("| none | 0.00 |")));
+  EXPECT_THAT(report({none}), ::testing::Not(HasSubstr("Offload copies")));
+}
+
 TEST(WriteReport, LeavesUnknownRatiosBlank) {
   const std::string dir = ::testing::TempDir() + "/report_blank";
   std::filesystem::create_directories(dir);
@@ -281,6 +349,12 @@ TEST(ResultsSchema, ReadsBackWhatItWrites) {
   ok.activation_vs_store_all = 0.5;
   ok.peak_vs_store_all = 0.75;
   ok.recompute_forwards = 7;
+  ok.offloaded_bytes = 4096;
+  ok.to_host_gbps = 12.5;
+  ok.from_host_gbps = 11.25;
+  ok.copy_ms = 0.5;
+  ok.predicted_copy_exposed_ms = 0.125;
+  ok.copy_exposed_ms = 0.25;
   ok.max_grad_diff_vs_store_all = 0;
   ok.loss = 3.125;
   ok.steps = 4;
