@@ -24,6 +24,8 @@ class Progress {
  public:
   Progress(std::ostream& out, int64_t total_steps) : out_(out), total_(total_steps) {}
   void Steps(int64_t n) { done_ += n; }
+  // Steps found once planning showed them (an offloading plan's twin), or dropped (negative).
+  void AddToTotal(int64_t n) { total_ += n; }
   void Line(const std::string& what) {
     const double elapsed = Elapsed(start_);
     const double eta = done_ > 0 ? elapsed / done_ * (total_ - done_) : 0;

@@ -169,6 +169,9 @@ void Record(const StepResult& r, ConfigResult& result) {
 void MeasureRounds(const SweepOptions& options, const std::string& model_spec, const Batch& batch,
                    MemoryMeter& meter, Progress& progress, std::vector<Config>& configs) {
   const int rounds = options.warmup + options.steps;
+  for (const Config& c : configs) {
+    if (c.twin) progress.AddToTotal(rounds);
+  }
   ScopedMemoryCap cap(meter, options.memory_cap);
   for (int round = 0; round < rounds; ++round) {
     // Forward in even rounds, backward in odd ones: what a configuration's place in a round
@@ -187,6 +190,9 @@ void MeasureRounds(const SweepOptions& options, const std::string& model_spec, c
       if (!r.ok()) {
         Fail(c.result, r.status());
         c.executor.reset();
+        // Its later rounds, and its twin's from this one, will not run.
+        progress.AddToTotal(-(rounds - round - 1) - (c.twin ? rounds - round : 0));
+        c.twin.reset();
         continue;
       }
       if (round == 0) c.result.peak_reserved_bytes = r->peak_reserved_bytes;
@@ -194,9 +200,11 @@ void MeasureRounds(const SweepOptions& options, const std::string& model_spec, c
       if (c.twin) {
         SeedRound(options.seed + round);
         absl::StatusOr<StepResult> twin = c.twin->Step(batch, StepOptions());
+        progress.Steps(1);
         if (!twin.ok()) {
           c.twin.reset();  // the copies' exposure stays unknown; the plan's figures stand
           c.exposed_ms.clear();
+          progress.AddToTotal(-(rounds - round - 1));
         } else if (round >= options.warmup) {
           c.exposed_ms.push_back(r->step_ms - twin->step_ms);
         }
