@@ -153,7 +153,7 @@ std::string PredictionTable(const std::vector<Prediction>& rows) {
 std::string SavingsBesidePublished(const std::vector<Prediction>& rows,
                                    const std::vector<PublishedSaving>& published) {
   auto gib = [](int64_t bytes) { return bytes / 1073741824.0; };
-  // In whole percent; "+N% more" where checkpointing adds (its transients on a peak that the
+  // In whole percent; "N% more" where checkpointing adds (its transients on a peak that the
   // gradients set), and "0%" for what rounds to nothing either way.
   auto saving = [](double without, double with) {
     const double percent = std::round(100 * (1 - with / without));
