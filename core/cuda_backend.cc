@@ -282,6 +282,10 @@ std::unique_ptr<StepTimer> MakeCudaStepTimer() { return std::make_unique<CudaSte
 
 void CudaSynchronize() { c10::cuda::device_synchronize(); }
 
+absl::Status CudaUseDevice(c10::DeviceIndex index) {
+  return RunTorch([&] { c10::cuda::set_device(index); });
+}
+
 #else  // !CKPT_HAS_CUDA
 
 bool CudaBuilt() { return false; }
@@ -293,6 +297,10 @@ absl::StatusOr<MemoryMeter*> CudaMemoryMeter(c10::DeviceIndex) {
 std::unique_ptr<StepTimer> MakeCudaStepTimer() { return nullptr; }
 
 void CudaSynchronize() {}
+
+absl::Status CudaUseDevice(c10::DeviceIndex) {
+  return absl::UnavailableError("this LibTorch was built without CUDA");
+}
 
 absl::StatusOr<HostPool*> CudaHostPool(c10::DeviceIndex) {
   return absl::UnavailableError("this LibTorch was built without CUDA");

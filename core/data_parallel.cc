@@ -1,5 +1,6 @@
 #include "core/data_parallel.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
@@ -9,18 +10,32 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/device.h"
 #include "core/torch_compat.h"
 #include "core/torch_status.h"
 
+#ifndef CKPT_HAS_NCCL
+#define CKPT_HAS_NCCL 0
+#endif
+// ProcessGroupGloo.hpp and ProcessGroupNCCL.hpp declare their classes only under these macros,
+// which LibTorch's own build defines.
 #if CKPT_HAS_GLOO
-// ProcessGroupGloo.hpp declares its class only under this macro, which LibTorch's own build
-// defines.
 #ifndef USE_C10D_GLOO
 #define USE_C10D_GLOO 1
 #endif
-#include "torch/csrc/distributed/c10d/FileStore.hpp"
 #include "torch/csrc/distributed/c10d/ProcessGroupGloo.hpp"
+#endif
+#if CKPT_HAS_NCCL
+#ifndef USE_C10D_NCCL
+#define USE_C10D_NCCL 1
+#endif
+#include "torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp"
+#endif
+#define CKPT_HAS_C10D (CKPT_HAS_GLOO || CKPT_HAS_NCCL)
+#if CKPT_HAS_C10D
+#include "torch/csrc/distributed/c10d/FileStore.hpp"
 #include "torch/csrc/distributed/c10d/TCPStore.hpp"
 #include "torch/csrc/distributed/c10d/reducer.hpp"
 #endif
@@ -54,42 +69,118 @@ std::string FirstDifference(const std::string& a, const std::string& b, int rank
 
 }  // namespace
 
-#if CKPT_HAS_GLOO
+bool HaveDataParallel() { return CKPT_HAS_C10D; }
 
-bool HaveDataParallel() { return true; }
-std::string DataParallelUnavailableReason() { return ""; }
+std::string DataParallelUnavailableReason() {
+  if (HaveDataParallel()) return "";
+  return "this build's LibTorch has neither Gloo's headers nor NCCL's (on Debian: apt-get install "
+         "libgloo-dev, then rebuild)";
+}
+
+std::vector<std::string> DataParallelBackends(c10::Device device) {
+  std::vector<std::string> built;
+  if (device.is_cpu() && CKPT_HAS_GLOO) built.push_back("gloo");
+  if (device.is_cuda() && CudaBuilt()) {
+    if (CKPT_HAS_NCCL) built.push_back("nccl");
+    if (CKPT_HAS_GLOO) built.push_back("gloo");
+  }
+  return built;
+}
+
+absl::StatusOr<std::string> ChooseBackend(c10::Device device, absl::string_view asked) {
+  const std::vector<std::string> built = DataParallelBackends(device);
+  if (built.empty()) {
+    std::string why = DataParallelUnavailableReason();
+    if (why.empty()) {
+      why = device.is_cuda() && CudaBuilt()
+                ? "this build found neither NCCL's header (nccl.h) nor Gloo's for CUDA tensors"
+                : "this build has no backend for its tensors";
+    }
+    return absl::UnimplementedError(absl::StrCat("data parallel on ", device.str(),
+                                                 " is not built: ", why,
+                                                 "; accepted: --device=cpu with Gloo"));
+  }
+  if (asked.empty() || asked == "auto") return built.front();
+  if (std::find(built.begin(), built.end(), asked) != built.end()) return std::string(asked);
+  return absl::InvalidArgumentError(
+      absl::StrCat("backend '", asked, "' cannot reduce ", device.str(),
+                   " tensors in this build; accepted: ", "auto, ", absl::StrJoin(built, ", ")));
+}
+
+#if CKPT_HAS_C10D
 
 struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroup> group;
+  // Where the tensors of Mean, Max and Barrier live: the host for Gloo, the rank's device for
+  // NCCL.
+  c10::Device control_device = c10::Device(c10::kCPU);
 };
 
 struct GradientReducer::Impl {
   std::unique_ptr<c10d::Reducer> reducer;
   c10::intrusive_ptr<c10d::ProcessGroup> group;
+  std::vector<at::Tensor> state;  // broadcast from rank 0 before each step
   // Each bucket's elements and their type (its tensors are made only to be timed).
   std::vector<std::pair<int64_t, at::TensorOptions>> bucket_shapes;
 };
 
 namespace {
 
-// A process group over `store` with one Gloo backend on `device` (LibTorch 2.x splits the
-// group from its backends; 1.13's Gloo group is the group).
+#if CKPT_HAS_GLOO
+// A process group over `store` with one Gloo backend over the transport `device`, for host
+// tensors and, with `cuda`, CUDA tensors too (LibTorch 2.x splits the group from its backends,
+// one per device type; 1.13's Gloo group is the group, for every device).
 c10::intrusive_ptr<c10d::ProcessGroup> MakeGlooGroup(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
-    std::shared_ptr<::gloo::transport::Device> device, std::chrono::milliseconds timeout) {
+    std::shared_ptr<::gloo::transport::Device> device, std::chrono::milliseconds timeout,
+    bool cuda) {
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
   options->devices.push_back(std::move(device));
   auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options);
 #if CKPT_TORCH_VERSION_AT_LEAST(2, 0)
   auto group = c10::make_intrusive<c10d::ProcessGroup>(store, rank, world_size);
   group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+  if (cuda) group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::GLOO, gloo);
   group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
   return group;
 #else
+  (void)cuda;
   return gloo;
 #endif
 }
+
+// Gloo over loopback for a run on one host; another host's is reached through this host's
+// own name, as Gloo's default device does.
+c10::intrusive_ptr<c10d::ProcessGroup> JoinGloo(const c10::intrusive_ptr<c10d::Store>& store,
+                                                const Rendezvous& r, c10::Device device,
+                                                std::chrono::milliseconds timeout) {
+  const bool local = !r.file.empty() || r.host == "127.0.0.1" || r.host == "localhost";
+  auto gloo_device = local ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                           : c10d::ProcessGroupGloo::createDefaultDevice();
+  return MakeGlooGroup(store, r.rank, r.world_size, gloo_device, timeout, device.is_cuda());
+}
+#endif  // CKPT_HAS_GLOO
+
+#if CKPT_HAS_NCCL
+// A process group over `store` with one NCCL backend, for CUDA tensors. Its communicator is
+// made at the first collective, on the device of that collective's tensors.
+c10::intrusive_ptr<c10d::ProcessGroup> JoinNccl(const c10::intrusive_ptr<c10d::Store>& store,
+                                                const Rendezvous& r,
+                                                std::chrono::milliseconds timeout) {
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;
+  auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, r.rank, r.world_size, options);
+#if CKPT_TORCH_VERSION_AT_LEAST(2, 0)
+  auto group = c10::make_intrusive<c10d::ProcessGroup>(store, r.rank, r.world_size);
+  group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
+  group->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
+  return group;
+#else
+  return nccl;
+#endif
+}
+#endif  // CKPT_HAS_NCCL
 
 // A c10d::Reducer with ckptlab's choices (no search for unused parameters, gradients apart
 // from the buckets), whichever of its constructors this LibTorch has: up to 2.6 it takes the
@@ -136,15 +227,17 @@ auto UseClassicServer(Options& options, int) -> decltype(options.useLibUV = fals
 template <typename Options>
 void UseClassicServer(Options&, long) {}
 
-// All-reduces `values` with `op` over the group.
+// All-reduces `values` with `op` over the group, in a tensor on `device`. (NCCL's wait orders
+// the current stream after the collective; the copy back to the host waits for that stream.)
 std::vector<double> AllReduce(c10d::ProcessGroup& group, const std::vector<double>& values,
-                              c10d::ReduceOp op) {
-  at::Tensor t = at::tensor(values, at::TensorOptions().dtype(at::kDouble));
+                              c10d::ReduceOp op, c10::Device device) {
+  at::Tensor t = at::tensor(values, at::TensorOptions().dtype(at::kDouble)).to(device);
   std::vector<at::Tensor> tensors = {t};
   c10d::AllreduceOptions options;
   options.reduceOp = op;
   group.allreduce(tensors, options)->wait();
-  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+  const at::Tensor host = t.cpu();
+  return std::vector<double>(host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
 }
 
 }  // namespace
@@ -165,10 +258,8 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(const Rendezvou
     return absl::InvalidArgumentError(
         absl::StrCat("port ", r.port, " is not accepted; accepted: 1 to 65535"));
   }
-  if (!device.is_cpu()) {
-    return absl::UnimplementedError(
-        absl::StrCat("data parallel on ", device.str(), " is not built; accepted: cpu (Gloo)"));
-  }
+  absl::StatusOr<std::string> backend = ChooseBackend(device, r.backend);
+  if (!backend.ok()) return backend.status();
   const auto timeout = std::chrono::milliseconds(int64_t{1000} * r.timeout_s);
   const std::string where = r.file.empty() ? absl::StrCat("the TCP store at ", r.host, ":", r.port)
                                            : absl::StrCat("the file store ", r.file);
@@ -214,35 +305,42 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(const Rendezvou
                                                     " within the timeout: ", e.what()));
   }
   try {
-    // Loopback rendezvous stays on loopback; another host's is reached through this host's
-    // own name, as Gloo's default device does.
-    const bool local = !r.file.empty() || r.host == "127.0.0.1" || r.host == "localhost";
-    auto gloo_device = local ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                             : c10d::ProcessGroupGloo::createDefaultDevice();
-    impl->group = MakeGlooGroup(impl->store, r.rank, r.world_size, gloo_device, timeout);
+#if CKPT_HAS_NCCL
+    if (*backend == "nccl") {
+      impl->group = JoinNccl(impl->store, r, timeout);
+      impl->control_device = device;
+    }
+#endif
+#if CKPT_HAS_GLOO
+    if (*backend == "gloo") impl->group = JoinGloo(impl->store, r, device, timeout);
+#endif
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("rank ", r.rank, " of ", r.world_size,
-                                               " could not form the Gloo group through ", where,
-                                               ": ", e.what()));
+                                               " could not form the ", *backend, " group through ",
+                                               where, ": ", e.what()));
   }
   return std::unique_ptr<ProcessGroup>(
-      new ProcessGroup(r.rank, r.world_size, "gloo", std::move(impl)));
+      new ProcessGroup(r.rank, r.world_size, *backend, std::move(impl)));
 }
 
 absl::StatusOr<std::vector<double>> ProcessGroup::Mean(const std::vector<double>& values) {
   return RunTorch([&] {
-    std::vector<double> sums = AllReduce(*impl_->group, values, c10d::ReduceOp::SUM);
+    std::vector<double> sums =
+        AllReduce(*impl_->group, values, c10d::ReduceOp::SUM, impl_->control_device);
     for (double& s : sums) s /= world_size_;
     return sums;
   });
 }
 
 absl::StatusOr<std::vector<double>> ProcessGroup::Max(const std::vector<double>& values) {
-  return RunTorch([&] { return AllReduce(*impl_->group, values, c10d::ReduceOp::MAX); });
+  return RunTorch(
+      [&] { return AllReduce(*impl_->group, values, c10d::ReduceOp::MAX, impl_->control_device); });
 }
 
 absl::Status ProcessGroup::Barrier() {
-  return RunTorch([&] { impl_->group->barrier()->wait(); });
+  // An all-reduce rather than c10d's barrier, whose NCCL form guesses a device per rank.
+  return RunTorch(
+      [&] { AllReduce(*impl_->group, {0.0}, c10d::ReduceOp::SUM, impl_->control_device); });
 }
 
 absl::StatusOr<std::string> ProcessGroup::FromRankZero(const std::string& text) {
@@ -257,8 +355,23 @@ absl::StatusOr<std::string> ProcessGroup::FromRankZero(const std::string& text) 
   });
 }
 
+namespace {
+
+// Rank 0's values of `tensors` on every rank, in place, one broadcast each (no coalescing: a
+// flattened copy would be bytes the memory model does not hold).
+void BroadcastFromRankZero(c10d::ProcessGroup& group, const std::vector<at::Tensor>& tensors) {
+  at::NoGradGuard no_grad;
+  for (const at::Tensor& t : tensors) {
+    std::vector<at::Tensor> one = {t.detach()};
+    group.broadcast(one)->wait();
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<GradientReducer>> GradientReducer::Create(
-    ProcessGroup& group, std::vector<at::Tensor> parameters, int64_t bucket_bytes) {
+    ProcessGroup& group, std::vector<at::Tensor> parameters, std::vector<at::Tensor> state,
+    int64_t bucket_bytes) {
   if (bucket_bytes < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("bucket size ", bucket_bytes, " is not accepted; accepted: >= 1 byte"));
@@ -266,14 +379,9 @@ absl::StatusOr<std::unique_ptr<GradientReducer>> GradientReducer::Create(
   if (parameters.empty()) return absl::InvalidArgumentError("a reducer needs parameters");
   return RunTorch([&] {
     c10::intrusive_ptr<c10d::ProcessGroup> pg = group.impl().group;
-    // Every rank starts from rank 0's weights, as DDP's constructor makes it.
-    {
-      at::NoGradGuard no_grad;
-      for (const at::Tensor& p : parameters) {
-        std::vector<at::Tensor> one = {p.detach()};
-        pg->broadcast(one)->wait();
-      }
-    }
+    // Every rank starts from rank 0's weights and state, as DDP's constructor makes it.
+    BroadcastFromRankZero(*pg, parameters);
+    BroadcastFromRankZero(*pg, state);
     const int64_t first_bucket = std::min<int64_t>(bucket_bytes, c10d::kDefaultFirstBucketBytes);
     std::vector<int64_t> backward_order;  // buckets fill from the last parameter, as DDP's
     for (int64_t i = static_cast<int64_t>(parameters.size()) - 1; i >= 0; --i) {
@@ -287,6 +395,7 @@ absl::StatusOr<std::unique_ptr<GradientReducer>> GradientReducer::Create(
     for (const at::Tensor& p : parameters) total += static_cast<int64_t>(p.nbytes());
     auto impl = std::make_unique<Impl>();
     impl->group = pg;
+    impl->state = std::move(state);
     for (const std::vector<size_t>& bucket : std::get<0>(assignment)) {
       int64_t numel = 0;
       for (const size_t i : bucket) numel += parameters[i].numel();
@@ -301,9 +410,11 @@ absl::StatusOr<std::unique_ptr<GradientReducer>> GradientReducer::Create(
 
 void GradientReducer::BeforeStep() {
   // Python's DDP forward, in its order: buckets re-laid in the order gradients arrived (once,
-  // after the first steps; a broadcast, so every rank does it at the same step), the step
-  // counted (static-graph mode learns in the first), hooks armed.
+  // after the first steps; a broadcast, so every rank does it at the same step), rank 0's
+  // state (buffers) broadcast, the step counted (static-graph mode learns in the first), hooks
+  // armed.
   impl_->reducer->rebuild_buckets();
+  BroadcastFromRankZero(*impl_->group, impl_->state);
   impl_->reducer->prepare_for_forward();
   impl_->reducer->prepare_for_backward({});
 }
@@ -321,23 +432,22 @@ absl::StatusOr<double> GradientReducer::AllReduceAloneMs() {
     for (const auto& [numel, options] : impl_->bucket_shapes) {
       buckets.push_back(at::zeros({numel}, options));
     }
+    // On CUDA a collective's wait only orders the stream: the clock stops when the device is
+    // done.
+    const c10::Device device = buckets.front().device();
+    Synchronize(device);
     const auto start = std::chrono::steady_clock::now();
     for (const at::Tensor& bucket : buckets) {
       std::vector<at::Tensor> one = {bucket};
       impl_->group->allreduce(one)->wait();
     }
+    Synchronize(device);
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
         .count();
   });
 }
 
-#else  // !CKPT_HAS_GLOO
-
-bool HaveDataParallel() { return false; }
-std::string DataParallelUnavailableReason() {
-  return "this build's LibTorch has no Gloo headers (on Debian: apt-get install libgloo-dev, "
-         "then rebuild)";
-}
+#else  // !CKPT_HAS_C10D
 
 struct ProcessGroup::Impl {};
 struct GradientReducer::Impl {};
@@ -365,7 +475,7 @@ void GradientReducer::BeforeStep() {}
 void GradientReducer::AfterStep() {}
 absl::StatusOr<double> GradientReducer::AllReduceAloneMs() { return 0.0; }
 
-#endif  // CKPT_HAS_GLOO
+#endif  // CKPT_HAS_C10D
 
 ProcessGroup::ProcessGroup(int rank, int world_size, std::string backend,
                            std::unique_ptr<Impl> impl)
@@ -438,6 +548,12 @@ absl::StatusOr<std::optional<Rendezvous>> RendezvousFromEnvironment() {
   absl::StatusOr<std::optional<int>> port = EnvInt("MASTER_PORT", 1, 65535);
   if (!port.ok()) return port.status();
   if (*port) r.port = **port;
+  absl::StatusOr<std::optional<int>> local_world = EnvInt("LOCAL_WORLD_SIZE", 1, r.world_size);
+  if (!local_world.ok()) return local_world.status();
+  if (*local_world) r.local_world_size = **local_world;
+  absl::StatusOr<std::optional<int>> local_rank = EnvInt("LOCAL_RANK", 0, r.world_size - 1);
+  if (!local_rank.ok()) return local_rank.status();
+  if (*local_rank) r.local_rank = **local_rank;
   if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr && *addr != '\0') {
     r.host = addr;
   }

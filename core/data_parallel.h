@@ -1,11 +1,12 @@
 // Data parallelism on LibTorch's own c10d: ranks meet through a c10d store, form a process
-// group (Gloo on CPU), and a c10d::Reducer averages the gradients across them while backward
-// runs, bucket by bucket, as PyTorch's DistributedDataParallel does. No communication layer of
-// ckptlab's own.
+// group (Gloo on CPU; NCCL, or Gloo through the host, on CUDA), and a c10d::Reducer averages
+// the gradients across them while backward runs, bucket by bucket, as PyTorch's
+// DistributedDataParallel does. No communication layer of ckptlab's own.
 //
 //   ASSIGN_OR_RETURN(std::optional<Rendezvous> r, RendezvousFromEnvironment());
 //   ASSIGN_OR_RETURN(auto group, ProcessGroup::Join(*r, device, configuration_text));
-//   ASSIGN_OR_RETURN(auto reducer, GradientReducer::Create(*group, model->Parameters()));
+//   ASSIGN_OR_RETURN(auto reducer,
+//                    GradientReducer::Create(*group, model->Parameters(), model->State()));
 //   StepOptions options;
 //   options.reducer = reducer.get();  // the executor's step now leaves averaged gradients
 //
@@ -41,28 +42,46 @@ struct Rendezvous {
   std::string file;
   // How long rendezvous and every collective may wait for another rank before failing.
   int timeout_s = 60;
+  // This rank's place among the ranks of its host, and how many those are: the local rank
+  // picks a GPU (ResolveDevice), and the host's cores and memory are shared among its ranks.
+  int local_rank = 0;
+  int local_world_size = 1;
+  // What the ranks reduce with: one of DataParallelBackends(device), or empty for its first.
+  std::string backend;
 };
 
-// Whether this build can form a process group (it has LibTorch's Gloo backend), and if not,
-// why not.
+// Whether this build can form a process group (it has LibTorch's Gloo or NCCL backend), and
+// if not, why not.
 bool HaveDataParallel();
 std::string DataParallelUnavailableReason();
 
+// The backends this build can reduce `device`'s tensors with, the default first: on CPU
+// "gloo"; on CUDA "nccl" (where LibTorch has it and this build found NCCL's header), then
+// "gloo" (Gloo's CUDA path, which stages the tensors through the host). Empty where none is.
+std::vector<std::string> DataParallelBackends(c10::Device device);
+
+// The backend `asked` names for `device`: "auto" (or empty) is DataParallelBackends' first.
+// InvalidArgument naming `asked` and the accepted ones when it is not one of them;
+// Unimplemented, with the reason, when this build has none for `device`.
+absl::StatusOr<std::string> ChooseBackend(c10::Device device, absl::string_view asked);
+
 // The rendezvous a launcher's environment describes, as torchrun and Slurm wrappers set it:
-// RANK, WORLD_SIZE, MASTER_ADDR (default 127.0.0.1) and MASTER_PORT (default 29500), or
-// CKPT_RENDEZVOUS_FILE, a file store, where set (core/launcher.h sets it). nullopt
-// when neither RANK nor WORLD_SIZE is set; InvalidArgument naming the variable and its value
-// when one is missing or not a number in range.
+// RANK, WORLD_SIZE, MASTER_ADDR (default 127.0.0.1) and MASTER_PORT (default 29500),
+// LOCAL_RANK (default 0) and LOCAL_WORLD_SIZE (default 1), or CKPT_RENDEZVOUS_FILE, a file
+// store, where set (core/launcher.h sets it). nullopt when neither RANK nor WORLD_SIZE is set;
+// InvalidArgument naming the variable and its value when one is missing or not a number in
+// range.
 absl::StatusOr<std::optional<Rendezvous>> RendezvousFromEnvironment();
 
 class ProcessGroup {
  public:
-  // Joins the run `rendezvous` describes on `device`: Gloo for CPU tensors. Every rank gives
-  // its run's configuration as text (flags, model and strategy specs); they must be equal, or
-  // every rank fails with FailedPrecondition naming the ranks that differ and the first
-  // difference, before anything is measured. DeadlineExceeded when a rank does not arrive in
-  // time; Unavailable when the store cannot be served or reached (a port in use, say);
-  // Unimplemented where this build has no backend for the device.
+  // Joins the run `rendezvous` describes on `device`, with its backend (ChooseBackend's errors
+  // first). Every rank gives its run's configuration as text (flags, model and strategy
+  // specs); they must be equal, or every rank fails with FailedPrecondition naming the ranks
+  // that differ and the first difference, before anything is measured. DeadlineExceeded when
+  // a rank does not arrive in time; Unavailable when the store cannot be served or reached (a
+  // port in use, say). On CUDA each rank reduces on its own `device`; NCCL wants one device per
+  // rank, Gloo does not.
   static absl::StatusOr<std::unique_ptr<ProcessGroup>> Join(const Rendezvous& rendezvous,
                                                             c10::Device device,
                                                             const std::string& configuration);
@@ -70,10 +89,11 @@ class ProcessGroup {
 
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
-  const std::string& backend() const { return backend_; }  // "gloo"
+  const std::string& backend() const { return backend_; }  // "gloo" or "nccl"
 
   // The mean and the largest of each rank's `values` (the same count on every rank),
-  // element-wise, in double precision. A rank that died or left fails the collective.
+  // element-wise, in double precision, through the backend (on the device for NCCL, which
+  // reduces no host tensors). A rank that died or left fails the collective.
   absl::StatusOr<std::vector<double>> Mean(const std::vector<double>& values);
   absl::StatusOr<std::vector<double>> Max(const std::vector<double>& values);
   // Waits until every rank arrives.
@@ -121,9 +141,13 @@ absl::Status SameOnEveryRank(ProcessGroup* group, const std::string& text, const
 class GradientReducer {
  public:
   // Buckets of at most `bucket_bytes` (the first at most 1 MiB, as DDP's), allocated now on
-  // the parameters' device: per-rank memory for as long as the reducer lives.
+  // the parameters' device: per-rank memory for as long as the reducer lives. Every rank starts
+  // from rank 0's parameters and `state` (a model's running statistics, ChainModel::State), and
+  // BeforeStep gives every rank rank 0's `state` again, in place, as DDP's default
+  // (broadcast_buffers) does before each forward.
   static absl::StatusOr<std::unique_ptr<GradientReducer>> Create(ProcessGroup& group,
                                                                  std::vector<at::Tensor> parameters,
+                                                                 std::vector<at::Tensor> state = {},
                                                                  int64_t bucket_bytes = 25 * 1024 *
                                                                                         1024);
   ~GradientReducer();

@@ -45,12 +45,16 @@ Fn OpenBlasSymbol(const char* name) {
 
 }  // namespace
 
-absl::StatusOr<c10::Device> ResolveDevice(absl::string_view name) {
+absl::StatusOr<c10::Device> ResolveDevice(absl::string_view name, int local_rank) {
   const bool cuda_present = CudaBuilt() && torch::cuda::is_available();
+  // A rank's own GPU where the name gives no index.
+  auto by_rank = [&] {
+    const int count = static_cast<int>(torch::cuda::device_count());
+    return c10::Device(c10::DeviceType::CUDA,
+                       static_cast<c10::DeviceIndex>(std::max(local_rank, 0) % count));
+  };
   if (name == "cpu") return c10::Device(c10::DeviceType::CPU);
-  if (name == "auto") {
-    return cuda_present ? c10::Device(c10::DeviceType::CUDA, 0) : c10::Device(c10::DeviceType::CPU);
-  }
+  if (name == "auto") return cuda_present ? by_rank() : c10::Device(c10::DeviceType::CPU);
   int index = 0;
   absl::string_view rest = name;
   if (absl::ConsumePrefix(&rest, "cuda") &&
@@ -62,6 +66,7 @@ absl::StatusOr<c10::Device> ResolveDevice(absl::string_view name) {
           "': ", CudaBuilt() ? "no CUDA GPU is visible" : "this LibTorch was built without CUDA",
           "; use --device=cpu or auto"));
     }
+    if (name == "cuda") return by_rank();
     if (index >= static_cast<int>(torch::cuda::device_count())) {
       return absl::InvalidArgumentError(absl::StrCat("device '", name, "': only ",
                                                      torch::cuda::device_count(),
@@ -87,6 +92,11 @@ double Median(std::vector<double> samples) {
 
 void Synchronize(const c10::Device& device) {
   if (device.is_cuda()) CudaSynchronize();
+}
+
+absl::Status UseDevice(const c10::Device& device) {
+  return device.is_cuda() ? CudaUseDevice(device.has_index() ? device.index() : 0)
+                          : absl::OkStatus();
 }
 
 int UsableCores() {

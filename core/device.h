@@ -17,8 +17,14 @@
 namespace ckpt {
 
 // "auto" (CUDA when this LibTorch has it and a GPU is present, else CPU), "cpu", "cuda" or
-// "cuda:N". InvalidArgument for other words; Unavailable for CUDA without a GPU.
-absl::StatusOr<c10::Device> ResolveDevice(absl::string_view name);
+// "cuda:N". Where the name gives no GPU's index (auto, cuda), `local_rank` picks one:
+// cuda:(local_rank mod the GPUs visible), each rank of a host on its own GPU as a launcher's
+// LOCAL_RANK means. InvalidArgument for other words; Unavailable for CUDA without a GPU.
+absl::StatusOr<c10::Device> ResolveDevice(absl::string_view name, int local_rank = 0);
+
+// Makes `device` this process's current CUDA device (the one whose current stream the step
+// timers, the host pool's events and LibTorch's own defaults use); nothing on the CPU.
+absl::Status UseDevice(const c10::Device& device);
 
 // Times device work. CPU: the steady clock. CUDA: CUDA events on the current stream, so the
 // time is the GPU's, not the launch overhead's (StopMs waits for the stop event).
@@ -74,5 +80,6 @@ absl::StatusOr<double> MeasureGemmGflops(const c10::Device& device, int64_t n = 
 bool CudaBuilt();
 std::unique_ptr<StepTimer> MakeCudaStepTimer();
 void CudaSynchronize();
+absl::Status CudaUseDevice(c10::DeviceIndex index);
 
 }  // namespace ckpt

@@ -267,7 +267,7 @@ absl::Status MeasureEachInTurn(const SweepOptions& options, const std::string& m
       continue;
     }
     absl::StatusOr<std::unique_ptr<GradientReducer>> reducer =
-        GradientReducer::Create(group, workload.model()->Parameters());
+        GradientReducer::Create(group, workload.model()->Parameters(), workload.model()->State());
     if (!reducer.ok()) return RankError(group, "could not make a reducer", reducer.status());
     std::vector<double> compute_ms;
     {
@@ -323,7 +323,7 @@ absl::Status CheckGradients(const SweepOptions& options, ChainModel& model, cons
     std::unique_ptr<GradientReducer> reducer;
     if (group != nullptr) {
       absl::StatusOr<std::unique_ptr<GradientReducer>> made =
-          GradientReducer::Create(*group, model.Parameters());
+          GradientReducer::Create(*group, model.Parameters(), model.State());
       if (!made.ok()) return RankError(*group, "could not make a reducer", made.status());
       reducer = *std::move(made);
     }

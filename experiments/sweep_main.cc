@@ -3,7 +3,7 @@
 //     [--out=DIR] [--resume] [--memory_cap=BYTES|16GiB] [--budgets=SIZE,...] [--depths=4,8,16,32]
 //     [--link_bandwidth=25GB/s]
 //     [--train_steps=N [--accumulate=K] [--amp]] [--seed=N] [--time_limit_s=S] [--nproc=N]
-//     [--explain] [--list] [--report_only]
+//     [--dist_backend=auto|gloo|nccl] [--explain] [--list] [--report_only]
 //
 // Runs every model x strategy, checks each strategy's gradients against store_all's, appends
 // one row per configuration to DIR/results.csv as each model finishes, and at the end writes
@@ -13,8 +13,9 @@
 //
 // Data parallel: --nproc=N runs N ranks on this host, this process rank 0 (which alone writes
 // the outputs) and N - 1 started from it; under a launcher's environment (RANK, WORLD_SIZE,
-// MASTER_ADDR, MASTER_PORT, as torchrun sets them) this process is one rank of that run.
-// docs/data-parallel.md.
+// MASTER_ADDR, MASTER_PORT, as torchrun sets them) this process is one rank of that run. On
+// CUDA each rank of a host takes its own GPU (LOCAL_RANK) unless --device names one, and the
+// ranks reduce with NCCL, or Gloo through the host (--dist_backend). docs/data-parallel.md.
 //
 // Exit status: 0 when every output was written; 2 for bad input (a one-line error naming the
 // value and the accepted ones, before anything is measured or written); 1 when an output
@@ -113,6 +114,9 @@ ABSL_FLAG(int, nproc, 1,
           "rows of every batch (a model's batch is per rank); bytes are per rank. Under a "
           "launcher's RANK/WORLD_SIZE this process is one rank, and --nproc, if given, must be "
           "WORLD_SIZE");
+ABSL_FLAG(std::string, dist_backend, "auto",
+          "data parallel: what the ranks reduce with: auto (CPU: gloo; CUDA: nccl where built, "
+          "else gloo), gloo or nccl (CUDA only)");
 ABSL_FLAG(uint64_t, seed, 0, "seed for parameters, batches and dropout");
 ABSL_FLAG(bool, explain, false, "print each strategy's plan for each model, then exit");
 ABSL_FLAG(bool, predict, false,
@@ -243,10 +247,14 @@ struct Request {
   int rank = 0;
   int world_size = 1;
   std::optional<Rendezvous> rendezvous;
-  int local_ranks = 1;  // the ranks on this host, which share its cores and memory
+  int local_rank = 0;        // this rank's place on its host, which picks its GPU
+  int local_ranks = 1;       // the ranks on this host, which share its cores and memory
+  std::string device_asked;  // --device as given: each rank resolves it to its own GPU
+  std::string backend;       // what the ranks reduce with (ChooseBackend), with ranks
 };
 
-// The data-parallel part of the request: --nproc, or a launcher's environment.
+// The data-parallel part of the request: --nproc, or a launcher's environment; then the
+// device, which on CUDA is the rank's own, and the backend.
 void ParseRanks(const ParsedCommandLine& parsed, Request& r) {
   constexpr int kMostRanks = 64;
   const int nproc = absl::GetFlag(FLAGS_nproc);
@@ -264,20 +272,27 @@ void ParseRanks(const ParsedCommandLine& parsed, Request& r) {
     }
     r.rank = r.rendezvous->rank;
     r.world_size = r.rendezvous->world_size;
-    const char* local = std::getenv("LOCAL_WORLD_SIZE");
-    int n = 0;
-    r.local_ranks = local != nullptr && absl::SimpleAtoi(local, &n) && n >= 1 ? n : 1;
+    r.local_rank = r.rendezvous->local_rank;
+    r.local_ranks = r.rendezvous->local_world_size;
   } else {
     r.world_size = r.local_ranks = nproc;
   }
-  if ((r.world_size > 1 || r.rendezvous.has_value()) && !HaveDataParallel()) {
+  const bool ranks = r.world_size > 1 || r.rendezvous.has_value();
+  if (ranks && !HaveDataParallel()) {
     Die(absl::UnimplementedError(
         absl::StrCat("--nproc=", r.world_size, ": ", DataParallelUnavailableReason())));
   }
-  if ((r.world_size > 1 || r.rendezvous.has_value()) && !r.options.device.is_cpu()) {
-    Die(absl::InvalidArgumentError(absl::StrCat(
-        "data parallel on ", r.options.device.str(),
-        " is not built (NCCL); accepted: --device=cpu (Gloo) with --nproc or a launcher")));
+  r.device_asked = absl::GetFlag(FLAGS_device);
+  r.options.device = OrDie(ResolveDevice(r.device_asked, r.local_rank));
+  // The backend is checked whenever it is named, so that a script's mistake shows on one rank.
+  const std::string backend = absl::GetFlag(FLAGS_dist_backend);
+  if (ranks || parsed.given.count("dist_backend")) {
+    absl::StatusOr<std::string> chosen = ChooseBackend(r.options.device, backend);
+    if (!chosen.ok()) {
+      Die(absl::Status(chosen.status().code(),
+                       absl::StrCat("--dist_backend=", backend, ": ", chosen.status().message())));
+    }
+    if (ranks) r.backend = *chosen;
   }
   if (r.world_size > 1 && r.predict) {
     Die(absl::InvalidArgumentError("--predict runs no step, so it takes no ranks (--nproc)"));
@@ -364,7 +379,6 @@ Request ParseRequest(const ParsedCommandLine& parsed) {
   r.use = report_only                   ? FolderUse::kReportOnly
           : absl::GetFlag(FLAGS_resume) ? FolderUse::kResume
                                         : FolderUse::kNew;
-  r.options.device = OrDie(ResolveDevice(absl::GetFlag(FLAGS_device)));
   ParseRanks(parsed, r);
   r.threads.intra_op = OrDie(ParseThreadCount("--threads", absl::GetFlag(FLAGS_threads)));
   r.threads.blas = OrDie(ParseThreadCount("--blas_threads", absl::GetFlag(FLAGS_blas_threads)));
@@ -396,6 +410,7 @@ Machine SetUpMachine(const Request& r) {
                  "(README, Performance)\n",
                  m.threads.intra_op);
   }
+  if (absl::Status s = UseDevice(r.options.device); !s.ok()) Die(s);
   m.meter = OrDie(MemoryMeterFor(r.options.device));
   // --memory_cap applies to each configuration's own steps (RunSweep); set here once to check
   // it on this device.
@@ -435,12 +450,14 @@ RunRecord RecordOf(const Request& r, const Machine& m) {
 // --resume matches, and what the rows are of.
 std::string ConfigurationOf(const Request& r, const Machine& m) {
   std::string text;
-  for (const auto& [setting, value] : RecordOf(r, m))
-    absl::StrAppend(&text, setting, "=", value, "\n");
-  absl::StrAppend(&text, "models=", absl::StrJoin(r.options.models, ","), "\n",
-                  "strategies=", absl::StrJoin(r.options.strategies, ","), "\n",
-                  "depths=", absl::StrJoin(r.depths, ","), "\n",
-                  "time_limit_s=", r.options.time_limit_s, "\n");
+  for (const auto& [setting, value] : RecordOf(r, m)) {
+    // The device as asked: on CUDA, ranks asked alike each resolve it to a GPU of their own.
+    absl::StrAppend(&text, setting, "=", setting == "device" ? r.device_asked : value, "\n");
+  }
+  absl::StrAppend(
+      &text, "dist_backend=", r.backend, "\n", "models=", absl::StrJoin(r.options.models, ","),
+      "\n", "strategies=", absl::StrJoin(r.options.strategies, ","), "\n",
+      "depths=", absl::StrJoin(r.depths, ","), "\n", "time_limit_s=", r.options.time_limit_s, "\n");
   return text;
 }
 
@@ -717,6 +734,7 @@ void JoinRanks(const Request& request, const Machine& machine, int argc, char** 
     rendezvous = Rendezvous();
     rendezvous->world_size = request.world_size;
     rendezvous->file = absl::StrCat(dir, "/rendezvous.store");
+    rendezvous->local_world_size = request.world_size;
     std::vector<std::string> args(argv, argv + argc);
     args[0] = "/proc/self/exe";  // this very program, wherever argv[0] points
     absl::StatusOr<RankProcesses> started =
@@ -725,6 +743,7 @@ void JoinRanks(const Request& request, const Machine& machine, int argc, char** 
     ranks.started.emplace(*std::move(started));
     started_ranks = &*ranks.started;
   }
+  rendezvous->backend = request.backend;
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
       ProcessGroup::Join(*rendezvous, request.options.device, ConfigurationOf(request, machine));
   if (!group.ok()) {

@@ -65,7 +65,7 @@ LossCurve Train(const std::string& model_spec, const std::string& strategy_spec,
   std::unique_ptr<GradientReducer> reducer;
   if (sweep.group != nullptr) {
     absl::StatusOr<std::unique_ptr<GradientReducer>> made =
-        GradientReducer::Create(*sweep.group, model->Parameters());
+        GradientReducer::Create(*sweep.group, model->Parameters(), model->State());
     if (!made.ok()) {
       *aborted = RankError(*sweep.group, "could not make a reducer", made.status());
       return fail(*aborted);

@@ -37,6 +37,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/device.h"
 #include "core/files.h"
 #include "core/launcher.h"
 #include "core/memory_meter.h"
@@ -47,6 +49,7 @@
 #include "experiments/sweep.h"
 #include "gtest/gtest.h"
 #include "testing/model_cases.h"
+#include "torch/cuda.h"
 #include "torch/serialize.h"
 
 namespace ckpt {
@@ -287,6 +290,159 @@ TEST(ProcessGroupTest, RanksAgreeOnOutcomesAndShareRankZerosWord) {
     EXPECT_EQ(shared[rank], "3:abc1:x");
     EXPECT_NE(text_check[rank].find("the ranks' plans differ"), std::string::npos)
         << text_check[rank];
+  }
+}
+
+// Every backend this build has for a device, and nothing else, is accepted for it; "auto" is
+// the first; a name it does not have is an error naming the accepted ones.
+TEST(BackendTest, AcceptsExactlyTheBackendsBuiltForTheDevice) {
+  for (const c10::Device device : {c10::Device(c10::kCPU), c10::Device(c10::kCUDA, 0)}) {
+    SCOPED_TRACE(device.str());
+    const std::vector<std::string> built = DataParallelBackends(device);
+    if (device.is_cpu()) {
+      EXPECT_EQ(std::count(built.begin(), built.end(), "nccl"), 0)
+          << "NCCL reduces no host tensors";
+    }
+    if (device.is_cuda() && !CudaBuilt()) EXPECT_TRUE(built.empty());
+    absl::StatusOr<std::string> chosen = ChooseBackend(device, "auto");
+    if (built.empty()) {
+      EXPECT_EQ(chosen.status().code(), absl::StatusCode::kUnimplemented) << chosen.status();
+      EXPECT_NE(chosen.status().message().find(device.str()), std::string::npos);
+      continue;
+    }
+    ASSERT_TRUE(chosen.ok()) << chosen.status();
+    EXPECT_EQ(*chosen, built.front());
+    EXPECT_EQ(ChooseBackend(device, "").value_or("?"), built.front());
+    for (const std::string& backend : built) {
+      EXPECT_EQ(ChooseBackend(device, backend).value_or("?"), backend);
+    }
+    for (const std::string asked : {"gloo", "nccl", "mpi", "NCCL", "gloo "}) {
+      if (std::count(built.begin(), built.end(), asked) > 0) continue;
+      absl::StatusOr<std::string> refused = ChooseBackend(device, asked);
+      EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << asked;
+      EXPECT_NE(refused.status().message().find(absl::StrCat(
+                    "'", asked, "'", " cannot reduce ", device.str(), " tensors in this build; ",
+                    "accepted: auto, ", absl::StrJoin(built, ", "))),
+                std::string::npos)
+          << refused.status();
+    }
+  }
+}
+
+const char* const kBackendVariable = "CKPT_DP_TEST_BACKEND";
+const char* const kDoneVariable = "CKPT_DP_TEST_DONE";
+
+// The device a rank of ReducesOnTheTestDeviceWithEveryBackend uses: NCCL's ranks each their
+// own GPU, Gloo's the test device, shared.
+c10::Device RankDevice(const std::string& backend, int local_rank) {
+  if (backend == "nccl") return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+  return testing::TestDevice();
+}
+
+// A rank of ReducesOnTheTestDeviceWithEveryBackend: the group's own collectives, the reducer's
+// broadcast of rank 0's weights and state (at its making and before every step, as DDP's
+// broadcast_buffers), and two steps of a small linear model whose gradients must become the
+// mean of every rank's (each rank knows every rank's inputs, so it computes that
+// mean itself, without the reducer). In float64: the mean is exact to rounding.
+TEST(DataParallelRank, ReducesASmallModel) {
+  const char* backend = std::getenv(kBackendVariable);
+  const char* done = std::getenv(kDoneVariable);
+  if (backend == nullptr || done == nullptr) {
+    GTEST_SKIP() << "started by ProcessGroupTest.ReducesOnTheTestDeviceWithEveryBackend";
+  }
+  absl::StatusOr<std::optional<Rendezvous>> found = RendezvousFromEnvironment();
+  ASSERT_TRUE(found.ok()) << found.status();
+  ASSERT_TRUE(found->has_value());
+  Rendezvous r = **found;
+  r.backend = backend;
+  r.timeout_s = 30;
+  const c10::Device device = RankDevice(backend, r.local_rank);
+  ASSERT_TRUE(UseDevice(device).ok());
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> group = ProcessGroup::Join(r, device, "same");
+  ASSERT_TRUE(group.ok()) << group.status();
+  EXPECT_EQ((*group)->backend(), backend);
+  const int rank = (*group)->rank();
+  const int world = (*group)->world_size();
+
+  absl::StatusOr<std::vector<double>> mean = (*group)->Mean({1.0 * rank, 1.0});
+  ASSERT_TRUE(mean.ok()) << mean.status();
+  EXPECT_EQ(*mean, (std::vector<double>{(world - 1) / 2.0, 1.0}));
+  absl::StatusOr<std::vector<double>> max = (*group)->Max({1.0 * rank});
+  ASSERT_TRUE(max.ok()) << max.status();
+  EXPECT_EQ(*max, std::vector<double>{world - 1.0});
+  ASSERT_TRUE((*group)->Barrier().ok());
+
+  const auto options = at::TensorOptions().dtype(at::kDouble).device(device);
+  at::Tensor w = at::full({3, 2}, rank + 1.0, options).requires_grad_();
+  at::Tensor b = at::full({2}, -rank - 1.0, options).requires_grad_();
+  at::Tensor state = at::full({2}, rank + 1.0, options);  // as BatchNorm's running mean
+  absl::StatusOr<std::unique_ptr<GradientReducer>> reducer =
+      GradientReducer::Create(**group, {w, b}, {state});
+  ASSERT_TRUE(reducer.ok()) << reducer.status();
+  EXPECT_TRUE(w.detach().cpu().equal(at::full({3, 2}, 1.0, at::kDouble))) << "not rank 0's";
+  EXPECT_TRUE(b.detach().cpu().equal(at::full({2}, -1.0, at::kDouble))) << "not rank 0's";
+  EXPECT_TRUE(state.cpu().equal(at::full({2}, 1.0, at::kDouble))) << "not rank 0's";
+  auto input = [&](int q, int step) {
+    return at::arange(12, options).reshape({4, 3}) * (q + 1) - step;
+  };
+  auto loss = [](const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+    return (x.mm(w) + b).pow(2).sum();
+  };
+  for (int step = 0; step < 2; ++step) {  // the first reduces after backward, the next during
+    SCOPED_TRACE(absl::StrCat("rank ", rank, " of ", world, ", step ", step));
+    at::Tensor w_mean = at::zeros_like(w.detach()), b_mean = at::zeros_like(b.detach());
+    for (int q = 0; q < world; ++q) {
+      at::Tensor w_q = w.detach().clone().requires_grad_();
+      at::Tensor b_q = b.detach().clone().requires_grad_();
+      loss(input(q, step), w_q, b_q).backward();
+      w_mean += w_q.grad() / world;
+      b_mean += b_q.grad() / world;
+    }
+    w.mutable_grad() = at::Tensor();
+    b.mutable_grad() = at::Tensor();
+    state.fill_(10.0 * rank + step);  // each rank's forward updated its own
+    (*reducer)->BeforeStep();
+    EXPECT_TRUE(state.cpu().equal(at::full({2}, 1.0 * step, at::kDouble))) << "not rank 0's";
+    loss(input(rank, step), w, b).backward();
+    (*reducer)->AfterStep();
+    ASSERT_TRUE(w.grad().defined() && b.grad().defined());
+    EXPECT_TRUE(at::allclose(w.grad().cpu(), w_mean.cpu(), 1e-12, 0)) << w.grad() << w_mean;
+    EXPECT_TRUE(at::allclose(b.grad().cpu(), b_mean.cpu(), 1e-12, 0)) << b.grad() << b_mean;
+  }
+  if (!::testing::Test::HasFailure()) {
+    ASSERT_TRUE(WriteFileAtomically(absl::StrCat(done, "/rank_", rank), "done").ok());
+  }
+}
+
+// c10d on the test device (CKPT_TEST_DEVICE; the CPU here) with every backend this build has
+// for it, ranks as processes: Gloo with two ranks, on the one device they share; NCCL with one
+// per GPU, up to two (WORLD_SIZE=1 on a host with one GPU, which still runs NCCL's
+// collectives).
+TEST(ProcessGroupTest, ReducesOnTheTestDeviceWithEveryBackend) {
+  const c10::Device device = testing::TestDevice();
+  const std::vector<std::string> backends = DataParallelBackends(device);
+  if (backends.empty()) GTEST_SKIP() << "this build has no backend for " << device.str();
+  for (const std::string& backend : backends) {
+    SCOPED_TRACE(absl::StrCat(backend, " on ", device.str()));
+    const int world =
+        backend == "nccl" ? std::min<int>(2, static_cast<int>(torch::cuda::device_count())) : 2;
+    char dir_template[] = "/tmp/ckptlab-reduce-test-XXXXXX";
+    const char* dir = mkdtemp(dir_template);
+    ASSERT_NE(dir, nullptr) << std::strerror(errno);
+    absl::StatusOr<std::vector<RankExit>> exits;
+    {
+      RankEnvironment with_backend(kBackendVariable, backend);
+      RankEnvironment with_done(kDoneVariable, dir);
+      exits = LaunchRanks({"/proc/self/exe", "--gtest_filter=DataParallelRank.ReducesASmallModel"},
+                          world, dir, /*grace_s=*/5);
+    }
+    ASSERT_TRUE(exits.ok()) << exits.status();
+    EXPECT_EQ(DescribeFailure(*exits), "") << "the ranks' output is above";
+    for (int rank = 0; rank < world; ++rank) {
+      EXPECT_TRUE(std::filesystem::exists(absl::StrCat(dir, "/rank_", rank)))
+          << "rank " << rank << " did not finish its checks";
+    }
+    std::filesystem::remove_all(dir);
   }
 }
 

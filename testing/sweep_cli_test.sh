@@ -672,7 +672,7 @@ set +e
   --out="$tmp/dp" >"$tmp/dp.stdout" 2>"$tmp/dp.stderr"
 rc=$?
 set -e
-if grep -q "data parallel is not available\|no Gloo headers" "$tmp/dp.stderr"; then
+if grep -q "data parallel is not available\|neither Gloo's headers nor NCCL's" "$tmp/dp.stderr"; then
   [[ $rc -eq 2 ]] || fail "--nproc=2 without Gloo: exit $rc, expected 2"
   echo "sweep_cli_test: this build has no Gloo: the data-parallel checks are skipped" >&2
 else
@@ -825,6 +825,11 @@ time.sleep(120)' "$tmp/port" &
   kill "$listener" 2>/dev/null || true
   check_bad "--nproc=0 is not accepted; accepted: 1..64" --nproc=0
   check_bad "--report_only runs nothing, so it takes no ranks" --report_only --nproc=2
+  # A backend that cannot reduce the device's tensors, with ranks or alone: exit 2, naming it.
+  check_bad "--dist_backend=nccl: backend 'nccl' cannot reduce cpu tensors in this build; accepted: auto, gloo" \
+    --device=cpu --nproc=2 --dist_backend=nccl
+  check_bad "--dist_backend=mpi: backend 'mpi' cannot reduce cpu tensors in this build; accepted: auto, gloo" \
+    --device=cpu --dist_backend=mpi
 fi
 if [[ -n "$saved_tmpdir" ]]; then export TMPDIR="$saved_tmpdir"; else unset TMPDIR; fi
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Compiles the CUDA-only code (every source with a `#if CKPT_HAS_CUDA` block) with
-# CKPT_HAS_CUDA=1 on a machine without a GPU: against the LibTorch headers under $TORCH_INCLUDE
+# Compiles the CUDA-only code (every source with a `#if CKPT_HAS_CUDA` or `#if CKPT_HAS_NCCL`
+# block) with CKPT_HAS_CUDA=1, and CKPT_HAS_NCCL=1 where CUDA's headers include NCCL's nccl.h
+# (with Gloo's, where they are, as a CUDA LibTorch's build has both), on a machine without a GPU: against the LibTorch headers under $TORCH_INCLUDE
 # (default /usr/include: Debian's LibTorch 1.13, which includes c10/cuda and ATen/cuda) in the
 # C++ standard that version needs, and the CUDA toolkit's headers ($CUDA_HOME, else
 # /usr/local/cuda). Syntax and types only, nothing is linked or run: it keeps the CUDA path
@@ -26,7 +27,7 @@ fi
   echo "check_cuda_compile: no LibTorch CUDA headers under $torch_include" >&2
   exit 1
 }
-mapfile -t sources < <(grep -l --include='*.cc' -r 'if CKPT_HAS_CUDA' core strategies models experiments)
+mapfile -t sources < <(grep -l --include='*.cc' -r -E 'if CKPT_HAS_(CUDA|NCCL)' core strategies models experiments)
 ((${#sources[@]} > 0)) || {
   echo "check_cuda_compile: no source has a CKPT_HAS_CUDA block" >&2
   exit 1
@@ -58,6 +59,23 @@ minor=$(torch_define TORCH_VERSION_MINOR)
 std=c++17
 ((major > 2 || (major == 2 && minor >= 14))) && std=c++20
 against="LibTorch $major.$minor, C++${std#c++}"
+# The data-parallel backends as a CUDA LibTorch's build would have them: NCCL where nccl.h is,
+# Gloo where its headers are (with the shim for a LibTorch that lacks one header reducer.hpp
+# reads, as libtorch.bzl adds it).
+backend_flags=(-DCKPT_HAS_NCCL=0 -DCKPT_HAS_GLOO=0)
+if [[ -f "$cuda_home/include/nccl.h" ]]; then
+  backend_flags[0]=-DCKPT_HAS_NCCL=1
+  against+=", NCCL"
+fi
+for dir in "$torch_include" /usr/include; do
+  if [[ -f "$dir/gloo/algorithm.h" ]]; then
+    backend_flags[1]=-DCKPT_HAS_GLOO=1
+    [[ -f "$torch_include/torch/csrc/distributed/autograd/context/context.h" ]] ||
+      backend_flags+=(-isystem third_party/libtorch/shims)
+    against+=", Gloo"
+    break
+  fi
+done
 status=0
 if command -v cmake >/dev/null && [[ -d "$cuda_home/include/nvtx3" ]]; then
   project="$generated/nvtx3_check"
@@ -84,7 +102,7 @@ fi
 for source in "${sources[@]}"; do
   # Deprecations are errors: what a LibTorch deprecates, a later one removes.
   if "${CXX:-g++}" -std="$std" -fsyntax-only -Wall -Werror=return-type \
-    -Werror=deprecated-declarations -DCKPT_HAS_CUDA=1 -I. "${torch_flags[@]}" \
+    -Werror=deprecated-declarations -DCKPT_HAS_CUDA=1 "${backend_flags[@]}" -I. "${torch_flags[@]}" \
     -isystem "$generated" -isystem "$cuda_home/include" "$source"; then
     echo "check_cuda_compile: $source compiles with CKPT_HAS_CUDA=1 ($against)"
   else

@@ -10,7 +10,9 @@ own: include/gloo beside LibTorch's headers (for Debian's LibTorch, /usr/include
 Where they are, the target defines CKPT_HAS_GLOO=1 (and links Debian's libgloo when LibTorch is
 Debian's, whose libtorch_cpu uses it as a shared library); elsewhere 0. Debian's 1.13 lacks one
 header c10d's reducer.hpp includes; then the target adds shims/ (a declaration of the two names
-reducer.hpp takes from it) to the include path.
+reducer.hpp takes from it) to the include path. A CUDA LibTorch's NCCL backend needs NCCL's
+nccl.h: where it is (in CUDA's headers, or beside LibTorch's) and LibTorch has
+ProcessGroupNCCL.hpp, the target defines CKPT_HAS_NCCL=1; elsewhere 0.
 
 The LibTorch has CUDA when its lib/ holds libtorch_cuda.so. Then the generated target
 defines CKPT_HAS_CUDA=1 for every dependent (so `#if CKPT_HAS_CUDA` code compiles only then),
@@ -89,6 +91,7 @@ def _libtorch_repository_impl(rctx):
         libs.append("gloo")
     cuda_includes = ""
     cudart = None
+    has_nccl = False
     if has_cuda:
         libs += ["torch_cuda", "c10_cuda"]
         cuda_home = rctx.os.environ.get("CUDA_HOME", "/usr/local/cuda").rstrip("/")
@@ -98,6 +101,12 @@ def _libtorch_repository_impl(rctx):
         rctx.symlink(cuda_home + "/include", "cuda/include")
         cuda_includes = '"cuda/include",'
         cudart = _find_cudart(rctx, lib_dir, cuda_home, source)
+        if rctx.path(include_dir + "/torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp").exists:
+            if rctx.path(cuda_home + "/include/nccl.h").exists:
+                has_nccl = True
+            elif rctx.path(include_dir + "/nccl.h").exists:
+                rctx.symlink(include_dir + "/nccl.h", "include/nccl.h")
+                has_nccl = True
 
     # --no-as-needed: libtorch.so registers operators from libtorch_cpu/cuda at load time,
     # and nothing references libtorch_cuda.so directly, so an as-needed link would drop it.
@@ -123,7 +132,11 @@ cc_library(
         {cuda_includes}
         {shim_includes}
     ],
-    defines = ["CKPT_HAS_CUDA={has_cuda_int}", "CKPT_HAS_GLOO={has_gloo_int}"],
+    defines = [
+        "CKPT_HAS_CUDA={has_cuda_int}",
+        "CKPT_HAS_GLOO={has_gloo_int}",
+        "CKPT_HAS_NCCL={has_nccl_int}",
+    ],
     linkopts = {linkopts},
 )
 """.format(
@@ -133,6 +146,7 @@ cc_library(
         shim_includes = shim_includes,
         has_cuda_int = 1 if has_cuda else 0,
         has_gloo_int = 1 if has_gloo else 0,
+        has_nccl_int = 1 if has_nccl else 0,
         linkopts = repr(linkopts),
     ))
     rctx.file("cuda.bzl", """# Generated: whether the LibTorch in use ({source}) has CUDA.

@@ -145,6 +145,41 @@ if [[ "$steps" == *" build "* ]]; then
   }
 fi
 
+# Data parallel on the GPU (docs/data-parallel.md): the process-group test with every backend
+# this build has for the device; then the quick preset's encoder swept on two ranks over Gloo
+# (one GPU between them), and over NCCL with a rank per GPU: two where there are, else
+# WORLD_SIZE=1 through a launcher's environment. Each sweep's folder goes back in the tarball.
+data_parallel_on_device() {
+  log "data parallel on $device: data_parallel_test's process-group cases"
+  CKPT_TEST_DEVICE="$device" "$build/data_parallel_test" \
+    --gtest_filter='BackendTest.*:ProcessGroupTest.ReducesOnTheTestDeviceWithEveryBackend' \
+    >>"$out/conformance.log" 2>&1 || {
+    log "data_parallel_test failed on $device (conformance.log)"
+    status=1
+  }
+  local dp_args=(--device="$device" --models=transformer:depth=4:hidden=256:heads=4:seq=128:batch=4
+    "--strategies=store_all,uniform,recompute_all,optimal" --steps=5 --warmup=2)
+  local gpus
+  gpus=$(nvidia-smi -L | grep -c '^GPU' || true)
+  local runs=(gloo)
+  grep -q "NCCL 1" "$out/configure.log" && runs+=(nccl)
+  for backend in "${runs[@]}"; do
+    local ranks=(--nproc=2) env=()
+    if [[ "$backend" == nccl ]] && ((gpus < 2)); then
+      ranks=()
+      env=(RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1
+        CKPT_RENDEZVOUS_FILE="$out/dp-nccl.store")
+    fi
+    log "sweep on $device, ${ranks[*]:-WORLD_SIZE=1} --dist_backend=$backend"
+    env "${env[@]}" "$build/sweep" "${dp_args[@]}" "${ranks[@]}" --dist_backend="$backend" \
+      --out="$out/dp-$backend" --resume >"$out/dp-$backend.txt" 2>"$out/dp-$backend.stderr" || {
+      tail -3 "$out/dp-$backend.stderr" >&2
+      log "the data-parallel sweep over $backend failed (dp-$backend.stderr)"
+      status=1
+    }
+  done
+}
+
 # --- Tests: ctest (CPU), then the device meter and conformance tests on the device. ---
 status=0
 if [[ "$steps" == *" test "* ]]; then
@@ -184,6 +219,7 @@ if [[ "$steps" == *" test "* ]]; then
       log "the benchmarks on $device did not report manual (CUDA-event) time"
       status=1
     }
+    data_parallel_on_device
   fi
   # Mixed precision: float16 autocast with dynamic loss scaling on CUDA (bfloat16 on the CPU),
   # every strategy's loss curve against store_all's; the sweep exits 1 if one departs. Its
