@@ -115,6 +115,17 @@ struct ProcessGroup::Impl {
   // Where the tensors of Mean, Max and Barrier live: the host for Gloo, the rank's device for
   // NCCL.
   c10::Device control_device = c10::Device(c10::kCPU);
+  // Ends a backend's own threads and communicators before the group is released, where the
+  // backend has such an end (LibTorch 2.x's NCCL, which otherwise warns and aborts at exit).
+  std::function<void()> shutdown;
+
+  ~Impl() {
+    if (!shutdown) return;
+    try {
+      shutdown();
+    } catch (const std::exception&) {  // a destructor: the run's outcome is already decided
+    }
+  }
 };
 
 struct GradientReducer::Impl {
@@ -163,21 +174,31 @@ c10::intrusive_ptr<c10d::ProcessGroup> JoinGloo(const c10::intrusive_ptr<c10d::S
 #endif  // CKPT_HAS_GLOO
 
 #if CKPT_HAS_NCCL
-// A process group over `store` with one NCCL backend, for CUDA tensors. Its communicator is
-// made at the first collective, on the device of that collective's tensors.
-c10::intrusive_ptr<c10d::ProcessGroup> JoinNccl(const c10::intrusive_ptr<c10d::Store>& store,
-                                                const Rendezvous& r,
-                                                std::chrono::milliseconds timeout) {
+// The backend's shutdown, where this LibTorch has one.
+template <typename Backend>
+auto ShutdownOf(const c10::intrusive_ptr<Backend>& backend, int)
+    -> decltype(backend->shutdown(), std::function<void()>()) {
+  return [backend] { backend->shutdown(); };
+}
+template <typename Backend>
+std::function<void()> ShutdownOf(const c10::intrusive_ptr<Backend>&, long) {
+  return nullptr;
+}
+
+// A process group over the store with one NCCL backend, for CUDA tensors, into `impl`. Its
+// communicator is made at the first collective, on the device of that collective's tensors.
+void JoinNccl(ProcessGroup::Impl& impl, const Rendezvous& r, std::chrono::milliseconds timeout) {
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->timeout = timeout;
-  auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, r.rank, r.world_size, options);
+  auto nccl =
+      c10::make_intrusive<c10d::ProcessGroupNCCL>(impl.store, r.rank, r.world_size, options);
+  impl.shutdown = ShutdownOf(nccl, 0);
 #if CKPT_TORCH_VERSION_AT_LEAST(2, 0)
-  auto group = c10::make_intrusive<c10d::ProcessGroup>(store, r.rank, r.world_size);
-  group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
-  group->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
-  return group;
+  impl.group = c10::make_intrusive<c10d::ProcessGroup>(impl.store, r.rank, r.world_size);
+  impl.group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
+  impl.group->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
 #else
-  return nccl;
+  impl.group = nccl;
 #endif
 }
 #endif  // CKPT_HAS_NCCL
@@ -307,7 +328,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(const Rendezvou
   try {
 #if CKPT_HAS_NCCL
     if (*backend == "nccl") {
-      impl->group = JoinNccl(impl->store, r, timeout);
+      JoinNccl(*impl, r, timeout);
       impl->control_device = device;
     }
 #endif
