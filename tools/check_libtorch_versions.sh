@@ -16,7 +16,8 @@
 #      downloads it from NVIDIA as it installs); a package of that name takes its place, holding
 #      a stub libcudnn whose every function aborts. Nothing here calls cuDNN: there is no GPU;
 #   3. in it, with the sources mounted read-only: the CMake build (CMakeLists.txt, the GPU host's
-#      route; with "+cuda" it must say CUDA 1) and ctest, so every test runs against that
+#      route; with "+cuda" it must say CUDA 1 and NCCL 1, so the NCCL route links) and ctest,
+#      so every test runs against that
 #      LibTorch (with "+cuda", CUDA-built programs on a machine without a GPU; there ctest leaves
 #      its three longest tests to step 4's Bazel, which runs every test);
 #   4. with "+cuda": the README's test command, `bazel test //testing/...`, against that CUDA
@@ -151,8 +152,9 @@ install_cuda_torch() {
   extract_deb "$torch_pkg=$1" /tmp/torch-deb && install_cudnn_stub /tmp/torch-deb || return 1
   # libgloo-cuda-dev: Gloo's headers for data parallel (core/data_parallel); it replaces the
   # libgloo-dev the root was made with, which conflicts with the CUDA LibTorch's Gloo.
+  # libnccl-dev: NCCL's nccl.h, for the NCCL route (the CUDA LibTorch links libnccl2 already).
   apt-get install -y -qq --no-install-recommends "libtorch-cuda-dev=$1" libgloo-cuda-dev \
-    nvidia-cuda-toolkit \
+    libnccl-dev nvidia-cuda-toolkit \
     >/tmp/install.log 2>&1 || { tail -20 /tmp/install.log; return 1; }
 }
 
@@ -177,6 +179,10 @@ cmake -S . -B /tmp/build >/tmp/configure.log 2>&1 || { cat /tmp/configure.log; e
 grep "ckptlab:" /tmp/configure.log
 if [[ "$cuda_torch" == 1 ]] && ! grep -q "ckptlab: .*CUDA 1" /tmp/configure.log; then
   echo "the CMake build did not find CUDA in the CUDA LibTorch"
+  status=1
+fi
+if [[ "$cuda_torch" == 1 ]] && ! grep -q "ckptlab: .*NCCL 1" /tmp/configure.log; then
+  echo "the CMake build did not find NCCL beside the CUDA LibTorch (libnccl-dev's nccl.h)"
   status=1
 fi
 # -k 0: every file that fails is reported, not only the first.
