@@ -16,10 +16,10 @@
 #      downloads it from NVIDIA as it installs); a package of that name takes its place, holding
 #      a stub libcudnn whose every function aborts. Nothing here calls cuDNN: there is no GPU;
 #   3. in it, with the sources mounted read-only: the CMake build (CMakeLists.txt, the GPU host's
-#      route; with "+cuda" it must say CUDA 1 and NCCL 1, so the NCCL route links) and ctest,
-#      so every test runs against that
-#      LibTorch (with "+cuda", CUDA-built programs on a machine without a GPU; there ctest leaves
-#      its three longest tests to step 4's Bazel, which runs every test);
+#      route; with "+cuda" it must say CUDA 1 and NCCL 1, so the NCCL route links) and ctest, so
+#      every test runs against that LibTorch (with "+cuda", CUDA-built programs on a machine
+#      without a GPU; there ctest leaves its three longest tests to step 4's Bazel, which runs
+#      every test);
 #   4. with "+cuda": the README's test command, `bazel test //testing/...`, against that CUDA
 #      LibTorch (the Bazel route's CUDA link: CKPT_HAS_CUDA=1, libtorch_cuda, the CUDA runtime);
 #   5. in it, tools/check_cuda_compile.sh against the same LibTorch version's CUDA headers
