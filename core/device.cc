@@ -45,6 +45,11 @@ Fn OpenBlasSymbol(const char* name) {
 
 }  // namespace
 
+int VisibleGpus() {
+  return CudaBuilt() && torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count())
+                                                    : 0;
+}
+
 absl::StatusOr<c10::Device> ResolveDevice(absl::string_view name, int local_rank) {
   const bool cuda_present = CudaBuilt() && torch::cuda::is_available();
   // A rank's own GPU where the name gives no index.

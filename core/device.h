@@ -22,6 +22,9 @@ namespace ckpt {
 // LOCAL_RANK means. InvalidArgument for other words; Unavailable for CUDA without a GPU.
 absl::StatusOr<c10::Device> ResolveDevice(absl::string_view name, int local_rank = 0);
 
+// The CUDA GPUs this process sees; 0 without CUDA.
+int VisibleGpus();
+
 // Makes `device` this process's current CUDA device (the one whose current stream the step
 // timers, the host pool's events and LibTorch's own defaults use); nothing on the CPU.
 absl::Status UseDevice(const c10::Device& device);

@@ -830,6 +830,10 @@ time.sleep(120)' "$tmp/port" &
     --device=cpu --nproc=2 --dist_backend=nccl
   check_bad "--dist_backend=mpi: backend 'mpi' cannot reduce cpu tensors in this build; accepted: auto, gloo" \
     --device=cpu --dist_backend=mpi
+  # NCCL with two ranks on one GPU: exit 2 before any rank starts where NCCL is built (a GPU
+  # host); elsewhere exit 2 all the same, for want of CUDA or NCCL.
+  check_bad "needs a GPU per rank, and 2 ranks of this host would share --device=cuda:0\|without CUDA\|no CUDA GPU\|cannot reduce cuda:0" \
+    --device=cuda:0 --nproc=2 --dist_backend=nccl
 fi
 if [[ -n "$saved_tmpdir" ]]; then export TMPDIR="$saved_tmpdir"; else unset TMPDIR; fi
 
