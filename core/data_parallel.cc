@@ -71,6 +71,22 @@ std::string FirstDifference(const std::string& a, const std::string& b, int rank
 
 bool HaveDataParallel() { return CKPT_HAS_C10D; }
 
+namespace {
+
+// Why this build has no backend for `device`'s tensors.
+std::string NoBackendReason(c10::Device device) {
+  if (!HaveDataParallel()) return DataParallelUnavailableReason();
+  if (device.is_cpu()) {
+    return "this build has NCCL but not Gloo's headers, and NCCL reduces no host tensors";
+  }
+  if (device.is_cuda() && CudaBuilt()) {
+    return "this build found neither NCCL's header (nccl.h) nor Gloo's";
+  }
+  return device.is_cuda() ? "this LibTorch has no CUDA" : "no backend reduces its tensors";
+}
+
+}  // namespace
+
 std::string DataParallelUnavailableReason() {
   if (HaveDataParallel()) return "";
   return "this build's LibTorch has neither Gloo's headers nor NCCL's (on Debian: apt-get install "
@@ -90,15 +106,13 @@ std::vector<std::string> DataParallelBackends(c10::Device device) {
 absl::StatusOr<std::string> ChooseBackend(c10::Device device, absl::string_view asked) {
   const std::vector<std::string> built = DataParallelBackends(device);
   if (built.empty()) {
-    std::string why = DataParallelUnavailableReason();
-    if (why.empty()) {
-      why = device.is_cuda() && CudaBuilt()
-                ? "this build found neither NCCL's header (nccl.h) nor Gloo's for CUDA tensors"
-                : "this build has no backend for its tensors";
+    std::vector<std::string> devices;  // where this build has a backend
+    for (const c10::Device d : {c10::Device(c10::kCPU), c10::Device(c10::kCUDA)}) {
+      if (!DataParallelBackends(d).empty()) devices.push_back(absl::StrCat("--device=", d.str()));
     }
-    return absl::UnimplementedError(absl::StrCat("data parallel on ", device.str(),
-                                                 " is not built: ", why,
-                                                 "; accepted: --device=cpu with Gloo"));
+    return absl::UnimplementedError(absl::StrCat(
+        "data parallel on ", device.str(), " is not built: ", NoBackendReason(device),
+        "; accepted: ", devices.empty() ? "none in this build" : absl::StrJoin(devices, ", ")));
   }
   if (asked.empty() || asked == "auto") return built.front();
   if (std::find(built.begin(), built.end(), asked) != built.end()) return std::string(asked);
