@@ -54,9 +54,8 @@ absl::StatusOr<c10::Device> ResolveDevice(absl::string_view name, int local_rank
   const bool cuda_present = CudaBuilt() && torch::cuda::is_available();
   // A rank's own GPU where the name gives no index.
   auto by_rank = [&] {
-    const int count = static_cast<int>(torch::cuda::device_count());
     return c10::Device(c10::DeviceType::CUDA,
-                       static_cast<c10::DeviceIndex>(std::max(local_rank, 0) % count));
+                       static_cast<c10::DeviceIndex>(std::max(local_rank, 0) % VisibleGpus()));
   };
   if (name == "cpu") return c10::Device(c10::DeviceType::CPU);
   if (name == "auto") return cuda_present ? by_rank() : c10::Device(c10::DeviceType::CPU);

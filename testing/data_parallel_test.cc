@@ -49,7 +49,6 @@
 #include "experiments/sweep.h"
 #include "gtest/gtest.h"
 #include "testing/model_cases.h"
-#include "torch/cuda.h"
 #include "torch/serialize.h"
 
 namespace ckpt {
@@ -427,8 +426,7 @@ TEST(ProcessGroupTest, ReducesOnTheTestDeviceWithEveryBackend) {
   if (backends.empty()) GTEST_SKIP() << "this build has no backend for " << device.str();
   for (const std::string& backend : backends) {
     SCOPED_TRACE(absl::StrCat(backend, " on ", device.str()));
-    const int world =
-        backend == "nccl" ? std::min<int>(2, static_cast<int>(torch::cuda::device_count())) : 2;
+    const int world = backend == "nccl" ? std::min(2, VisibleGpus()) : 2;
     char dir_template[] = "/tmp/ckptlab-reduce-test-XXXXXX";
     const char* dir = mkdtemp(dir_template);
     ASSERT_NE(dir, nullptr) << std::strerror(errno);
