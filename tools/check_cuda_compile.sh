@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Compiles the CUDA-only code (every source with a `#if CKPT_HAS_CUDA` or `#if CKPT_HAS_NCCL`
 # block) with CKPT_HAS_CUDA=1, and CKPT_HAS_NCCL=1 where CUDA's headers include NCCL's nccl.h
-# (with Gloo's, where they are, as a CUDA LibTorch's build has both), on a machine without a GPU: against the LibTorch headers under $TORCH_INCLUDE
-# (default /usr/include: Debian's LibTorch 1.13, which includes c10/cuda and ATen/cuda) in the
-# C++ standard that version needs, and the CUDA toolkit's headers ($CUDA_HOME, else
-# /usr/local/cuda). Syntax and types only, nothing is linked or run: it keeps the CUDA path
-# compiling as the code around it changes, between the sessions that have a GPU. Where there
-# are no CUDA headers it says so and exits 0. CI runs it (.ci/run), and
-# tools/check_libtorch_versions.sh runs it against LibTorch 2.x.
+# (with Gloo's, where they are, as a CUDA LibTorch's build has both), on a machine without a
+# GPU: against the LibTorch headers under $TORCH_INCLUDE (default /usr/include: Debian's
+# LibTorch 1.13, which includes c10/cuda and ATen/cuda) in the C++ standard that version needs,
+# and the CUDA toolkit's headers ($CUDA_HOME, else /usr/local/cuda). Syntax and types only,
+# nothing is linked or run: it keeps the CUDA path compiling as the code around it changes,
+# between the sessions that have a GPU. Where there are no CUDA headers it says so and exits 0.
+# CI runs it (.ci/run), and tools/check_libtorch_versions.sh runs it against LibTorch 2.x.
 #
 # It also checks the one CMake step the CUDA route depends on that a CPU LibTorch never runs:
 # tools/cmake/torch_nvtx3.cmake must make LibTorch 2.x's NVTX 3 search (the find_path line of
@@ -102,7 +102,8 @@ fi
 for source in "${sources[@]}"; do
   # Deprecations are errors: what a LibTorch deprecates, a later one removes.
   if "${CXX:-g++}" -std="$std" -fsyntax-only -Wall -Werror=return-type \
-    -Werror=deprecated-declarations -DCKPT_HAS_CUDA=1 "${backend_flags[@]}" -I. "${torch_flags[@]}" \
+    -Werror=deprecated-declarations -DCKPT_HAS_CUDA=1 "${backend_flags[@]}" -I. \
+    "${torch_flags[@]}" \
     -isystem "$generated" -isystem "$cuda_home/include" "$source"; then
     echo "check_cuda_compile: $source compiles with CKPT_HAS_CUDA=1 ($against)"
   else

@@ -169,6 +169,7 @@ data_parallel_on_device() {
       ranks=()
       env=(RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1
         CKPT_RENDEZVOUS_FILE="$out/dp-nccl.store")
+      rm -f "$out/dp-nccl.store"  # a rerun's store starts empty
     fi
     log "sweep on $device, ${ranks[*]:-WORLD_SIZE=1} --dist_backend=$backend"
     env "${env[@]}" "$build/sweep" "${dp_args[@]}" "${ranks[@]}" --dist_backend="$backend" \
