@@ -143,27 +143,28 @@ TEST(DataParallelRank, RunsTheCasesItIsGiven) {
   }
 }
 
-// While it lives, the environment ranks started from this process inherit: `name`=`value`, and
-// without what makes a test binary write the test run's files (Bazel's XML report and
-// premature-exit marker), which are this process's.
-class RankEnvironment {
- public:
-  RankEnvironment(const std::string& name, const std::string& value) : name_(name) {
-    for (const char* own : {"XML_OUTPUT_FILE", "TEST_PREMATURE_EXIT_FILE", "GTEST_OUTPUT"}) {
-      if (const char* v = std::getenv(own)) set_aside_.emplace_back(own, v);
-      unsetenv(own);
-    }
-    setenv(name.c_str(), value.c_str(), 1);
-  }
-  ~RankEnvironment() {
-    unsetenv(name_.c_str());
-    for (const auto& [own, v] : set_aside_) setenv(own.c_str(), v.c_str(), 1);
-  }
+using Variables = std::vector<std::pair<std::string, std::string>>;
 
- private:
-  std::string name_;
-  std::vector<std::pair<std::string, std::string>> set_aside_;
-};
+// Runs this binary's DataParallelRank.`test` as `world` ranks meeting in the folder `dir`
+// (LaunchRanks), with `variables` in their environment and without what makes a test binary
+// write the test run's files (Bazel's XML report and premature-exit marker), which are this
+// process's. This process's environment is as it was when it returns.
+absl::StatusOr<std::vector<RankExit>> LaunchRankTest(const std::string& test, int world,
+                                                     const std::string& dir,
+                                                     const Variables& variables, int grace_s) {
+  Variables set_aside;
+  for (const char* own : {"XML_OUTPUT_FILE", "TEST_PREMATURE_EXIT_FILE", "GTEST_OUTPUT"}) {
+    if (const char* v = std::getenv(own)) set_aside.emplace_back(own, v);
+    unsetenv(own);
+  }
+  for (const auto& [name, value] : variables) setenv(name.c_str(), value.c_str(), 1);
+  absl::StatusOr<std::vector<RankExit>> exits =
+      LaunchRanks({"/proc/self/exe", absl::StrCat("--gtest_filter=DataParallelRank.", test)}, world,
+                  dir, grace_s);
+  for (const auto& [name, value] : variables) unsetenv(name.c_str());
+  for (const auto& [own, v] : set_aside) setenv(own.c_str(), v.c_str(), 1);
+  return exits;
+}
 
 // A rank for the launcher's own test: rank 1 fails at once, rank 0 would wait far longer than
 // the test allows (as a rank blocked in a collective whose peer died can).
@@ -182,12 +183,8 @@ TEST(LaunchRanksTest, EndsTheOthersWhenOneFails) {
   char dir_template[] = "/tmp/ckptlab-launch-test-XXXXXX";
   const char* dir = mkdtemp(dir_template);
   ASSERT_NE(dir, nullptr) << std::strerror(errno);
-  absl::StatusOr<std::vector<RankExit>> exits;
-  {
-    RankEnvironment env("CKPT_DP_TEST_FAIL", "1");
-    exits = LaunchRanks({"/proc/self/exe", "--gtest_filter=DataParallelRank.OneFailsTheOtherWaits"},
-                        2, dir, /*grace_s=*/1);
-  }
+  absl::StatusOr<std::vector<RankExit>> exits =
+      LaunchRankTest("OneFailsTheOtherWaits", 2, dir, {{"CKPT_DP_TEST_FAIL", "1"}}, /*grace_s=*/1);
   std::filesystem::remove_all(dir);
   ASSERT_TRUE(exits.ok()) << exits.status();
   EXPECT_EQ((*exits)[1].exit_code, 3);
@@ -430,13 +427,9 @@ TEST(ProcessGroupTest, ReducesOnTheTestDeviceWithEveryBackend) {
     char dir_template[] = "/tmp/ckptlab-reduce-test-XXXXXX";
     const char* dir = mkdtemp(dir_template);
     ASSERT_NE(dir, nullptr) << std::strerror(errno);
-    absl::StatusOr<std::vector<RankExit>> exits;
-    {
-      RankEnvironment with_backend(kBackendVariable, backend);
-      RankEnvironment with_done(kDoneVariable, dir);
-      exits = LaunchRanks({"/proc/self/exe", "--gtest_filter=DataParallelRank.ReducesASmallModel"},
-                          world, dir, /*grace_s=*/5);
-    }
+    absl::StatusOr<std::vector<RankExit>> exits = LaunchRankTest(
+        "ReducesASmallModel", world, dir, {{kBackendVariable, backend}, {kDoneVariable, dir}},
+        /*grace_s=*/5);
     ASSERT_TRUE(exits.ok()) << exits.status();
     EXPECT_EQ(DescribeFailure(*exits), "") << "the ranks' output is above";
     for (int rank = 0; rank < world; ++rank) {
@@ -552,12 +545,8 @@ TEST(DataParallelTest, TwoRanksTrainLikeOneProcessOnBothBatches) {
   ASSERT_FALSE(::testing::Test::HasFailure());
   ASSERT_TRUE(WriteFileAtomically(absl::StrCat(dir, "/count"), absl::StrCat(cases)).ok());
 
-  absl::StatusOr<std::vector<RankExit>> exits;
-  {
-    RankEnvironment env(kDirVariable, dir);
-    exits = LaunchRanks({"/proc/self/exe", "--gtest_filter=DataParallelRank.RunsTheCasesItIsGiven"},
-                        kWorld, dir, /*grace_s=*/5);
-  }
+  absl::StatusOr<std::vector<RankExit>> exits =
+      LaunchRankTest("RunsTheCasesItIsGiven", kWorld, dir, {{kDirVariable, dir}}, /*grace_s=*/5);
   ASSERT_TRUE(exits.ok()) << exits.status();
   ASSERT_EQ(DescribeFailure(*exits), "") << "the ranks' output is above";
 
