@@ -296,13 +296,13 @@ void ParseRanks(const ParsedCommandLine& parsed, Request& r) {
   }
   // NCCL refuses two ranks on one GPU: say so before the ranks start, not at their first
   // collective.
+  const bool one_gpu_named = r.device_asked.find(':') != std::string::npos;  // cuda:N
   if (r.backend == "nccl" && r.local_ranks > 1 &&
-      (r.device_asked.find(':') != std::string::npos || r.local_ranks > VisibleGpus())) {
+      (one_gpu_named || r.local_ranks > VisibleGpus())) {
     Die(absl::InvalidArgumentError(absl::StrCat(
         "--dist_backend=nccl needs a GPU per rank, and ", r.local_ranks, " ranks of this host ",
-        r.device_asked.find(':') != std::string::npos
-            ? absl::StrCat("would share --device=", r.device_asked)
-            : absl::StrCat("would share its ", VisibleGpus(), " GPU(s)"),
+        one_gpu_named ? absl::StrCat("would share --device=", r.device_asked)
+                      : absl::StrCat("would share its ", VisibleGpus(), " GPU(s)"),
         "; accepted: --dist_backend=gloo, or --device=cuda with at most one rank per GPU")));
   }
   if (r.world_size > 1 && r.predict) {
