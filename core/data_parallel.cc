@@ -1,18 +1,30 @@
 #include "core/data_parallel.h"
 
+#include <fcntl.h>
+#include <netdb.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
+#include <thread>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/device.h"
+#include "core/files.h"
+#include "core/status_macros.h"
 #include "core/torch_compat.h"
 #include "core/torch_status.h"
 
@@ -43,14 +55,16 @@
 namespace ckpt {
 namespace {
 
-// The environment variable `name` as an integer in [lo, hi]; nullopt when unset.
-absl::StatusOr<std::optional<int>> EnvInt(const char* name, int lo, int hi) {
+// The environment variable `name` as an integer in [lo, hi]; nullopt when unset. `bound`, if
+// given, says where the upper bound comes from.
+absl::StatusOr<std::optional<int>> EnvInt(const char* name, int lo, int hi,
+                                          const std::string& bound = "") {
   const char* text = std::getenv(name);
   if (text == nullptr) return std::nullopt;
   int value = 0;
   if (!absl::SimpleAtoi(text, &value) || value < lo || value > hi) {
     return absl::InvalidArgumentError(absl::StrCat(
-        name, "=", text, " is not accepted; accepted: ", "an integer in [", lo, ", ", hi, "]"));
+        name, "=", text, " is not accepted; accepted: an integer in [", lo, ", ", hi, "]", bound));
   }
   return value;
 }
@@ -275,6 +289,100 @@ std::vector<double> AllReduce(c10d::ProcessGroup& group, const std::vector<doubl
   return std::vector<double>(host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
 }
 
+// A c10d file store's file: records of a key and a value, each a 32-bit length and its bytes,
+// appended under an exclusive flock. The keys c10d writes: "/" + a key of ours, "-/" + one it
+// deleted, and its own bookkeeping ("refcount/", "cleanup/"). Rank 0's configuration is the
+// first key of ours rank 0 writes (Join).
+constexpr char kRankZeroKey[] = "/ckptlab/configuration/0";
+constexpr int64_t kMostStoreBytes = int64_t{64} << 20;
+constexpr uint32_t kMostStoreKeyBytes = 4096;
+
+enum class StoreState { kNotYet, kReady };
+
+// What the file at `path` is to a rank that joins it: not there or not written yet (kNotYet),
+// rank 0's store (kReady), or anything else, which is not this run's to write to or have removed
+// (InvalidArgument naming it).
+absl::StatusOr<StoreState> ProbeFileStore(const std::string& path) {
+  auto not_a_store = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("the file store ", path, " ", why,
+                                                   "; accepted: the path rank 0 was given, where "
+                                                   "rank 0 makes the store (nothing else there)"));
+  };
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return StoreState::kNotYet;
+    return not_a_store(absl::StrCat("cannot be examined: ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) return not_a_store(absl::StrCat("is ", DescribeWhatIsAt(path)));
+  if (st.st_uid != ::geteuid()) return not_a_store("belongs to another user");
+  if (st.st_size > kMostStoreBytes) return not_a_store("is larger than any store");
+  absl::StatusOr<std::string> text = ReadRegularFile(path, kMostStoreBytes);
+  if (!text.ok()) return not_a_store(std::string(text.status().message()));
+  // Records are appended whole under an exclusive lock: a read while one is written may see its
+  // beginning, which is a store not yet whole, not a foreign file, when what precedes is records.
+  size_t at = 0;
+  bool ready = false;
+  while (at < text->size()) {
+    uint32_t lengths[2] = {0, 0};
+    std::string key;
+    for (int field = 0; field < 2; ++field) {
+      if (text->size() - at < sizeof(uint32_t)) return StoreState::kNotYet;
+      std::memcpy(&lengths[field], text->data() + at, sizeof(uint32_t));
+      at += sizeof(uint32_t);
+      if (field == 0 && (lengths[0] == 0 || lengths[0] > kMostStoreKeyBytes)) {
+        return not_a_store("holds something other than a store's records");
+      }
+      if (text->size() - at < lengths[field]) return StoreState::kNotYet;
+      if (field == 0) key = text->substr(at, lengths[0]);
+      at += lengths[field];
+    }
+    if (!(absl::StartsWith(key, "/") || absl::StartsWith(key, "-/") ||
+          absl::StartsWith(key, "refcount/") || absl::StartsWith(key, "cleanup/"))) {
+      return not_a_store("holds something other than a store's records");
+    }
+    ready |= key == kRankZeroKey;
+  }
+  return ready ? StoreState::kReady : StoreState::kNotYet;
+}
+
+// The file store's file, as the file policy asks: rank 0 makes it where nothing is (a file there
+// is a user's, or a store a failed run left, and neither is this run's to write or have c10d
+// remove); every other rank joins only rank 0's store, waiting for it until `deadline`.
+absl::Status PrepareFileStore(const Rendezvous& r, std::chrono::steady_clock::time_point deadline) {
+  if (r.rank == 0) {
+    const absl::Status made = CreateNewFile(r.file);
+    if (made.ok()) return made;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank 0 cannot make the file store: ", made.message(),
+        "; accepted: a path where nothing is, in an existing folder (the store is removed when "
+        "the ranks leave; one a failed run left must be removed by hand)"));
+  }
+  while (true) {
+    ASSIGN_OR_RETURN(const StoreState state, ProbeFileStore(r.file));
+    if (state == StoreState::kReady) return absl::OkStatus();
+    if (std::chrono::steady_clock::now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("rank ", r.rank, " of ", r.world_size,
+                                                      ": rank 0 did not make the file store ",
+                                                      r.file, " within ", r.timeout_s, " s"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+// MASTER_ADDR resolved, before a TCP store waits on it: InvalidArgument naming it when it cannot
+// be.
+absl::Status CheckHostResolves(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int error = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (found != nullptr) ::freeaddrinfo(found);
+  if (error == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("MASTER_ADDR=", host, " cannot be resolved (", ::gai_strerror(error),
+                   "); accepted: rank 0's host name or address, reachable from every rank"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(const Rendezvous& r,
@@ -298,6 +406,11 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Join(const Rendezvou
   const auto timeout = std::chrono::milliseconds(int64_t{1000} * r.timeout_s);
   const std::string where = r.file.empty() ? absl::StrCat("the TCP store at ", r.host, ":", r.port)
                                            : absl::StrCat("the file store ", r.file);
+  if (r.file.empty()) {
+    RETURN_IF_ERROR(CheckHostResolves(r.host));
+  } else {
+    RETURN_IF_ERROR(PrepareFileStore(r, std::chrono::steady_clock::now() + timeout));
+  }
   auto impl = std::make_unique<Impl>();
   try {
     if (r.file.empty()) {
@@ -586,7 +699,9 @@ absl::StatusOr<std::optional<Rendezvous>> RendezvousFromEnvironment() {
   absl::StatusOr<std::optional<int>> local_world = EnvInt("LOCAL_WORLD_SIZE", 1, r.world_size);
   if (!local_world.ok()) return local_world.status();
   if (*local_world) r.local_world_size = **local_world;
-  absl::StatusOr<std::optional<int>> local_rank = EnvInt("LOCAL_RANK", 0, r.world_size - 1);
+  absl::StatusOr<std::optional<int>> local_rank =
+      EnvInt("LOCAL_RANK", 0, r.local_world_size - 1,
+             absl::StrCat(" (below LOCAL_WORLD_SIZE, ", r.local_world_size, ")"));
   if (!local_rank.ok()) return local_rank.status();
   if (*local_rank) r.local_rank = **local_rank;
   if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr && *addr != '\0') {

@@ -1,10 +1,15 @@
 #include "core/files.h"
 
 #include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <utility>
@@ -34,6 +39,78 @@ std::string KindOf(mode_t mode) {
   if (S_ISBLK(mode)) return "a block device";
   if (S_ISLNK(mode)) return "a symbolic link";
   return "not a regular file";
+}
+
+// --- What a signal removes: the scratch folders, in a table a handler may read. ---
+
+constexpr int kScratchSlots = 4;
+constexpr int kScratchFiles = 4;
+constexpr int kCleanupSignals[] = {SIGINT, SIGTERM, SIGHUP};
+
+// A scratch folder and the files made in it, as plain bytes (a handler calls no allocator).
+struct ScratchSlot {
+  char dir[PATH_MAX];
+  char files[kScratchFiles][PATH_MAX];
+  volatile sig_atomic_t num_files;
+  volatile sig_atomic_t used;
+};
+ScratchSlot scratch_slots[kScratchSlots];  // static storage: zeroed, never destroyed
+struct sigaction previous_actions[3];
+bool handlers_installed = false;
+
+// Only async-signal-safe calls: unlink, rmdir.
+void RemoveSlot(ScratchSlot& slot) {
+  for (int i = 0; i < slot.num_files; ++i) ::unlink(slot.files[i]);
+  ::rmdir(slot.dir);
+  slot.num_files = 0;
+  slot.used = 0;
+}
+
+extern "C" void RemoveScratchOnSignal(int signal) {
+  for (ScratchSlot& slot : scratch_slots) {
+    if (slot.used) RemoveSlot(slot);
+  }
+  // The signal's own course: the action there was before, delivered once this handler returns.
+  for (size_t i = 0; i < sizeof(kCleanupSignals) / sizeof(kCleanupSignals[0]); ++i) {
+    if (kCleanupSignals[i] == signal) ::sigaction(signal, &previous_actions[i], nullptr);
+  }
+  ::raise(signal);
+}
+
+// Blocks the cleanup signals while the table changes, so that a handler never reads half an
+// entry.
+class SignalsHeld {
+ public:
+  SignalsHeld() {
+    sigset_t set;
+    sigemptyset(&set);
+    for (const int s : kCleanupSignals) sigaddset(&set, s);
+    pthread_sigmask(SIG_BLOCK, &set, &old_);
+  }
+  ~SignalsHeld() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+
+ private:
+  sigset_t old_;
+};
+
+void InstallCleanupHandlers() {
+  if (handlers_installed) return;
+  handlers_installed = true;
+  for (size_t i = 0; i < sizeof(kCleanupSignals) / sizeof(kCleanupSignals[0]); ++i) {
+    struct sigaction action {};
+    action.sa_handler = RemoveScratchOnSignal;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(kCleanupSignals[i], nullptr, &previous_actions[i]);
+    // A signal the process ignores stays ignored: it ends nothing.
+    if (previous_actions[i].sa_handler == SIG_IGN) continue;
+    ::sigaction(kCleanupSignals[i], &action, nullptr);
+  }
+}
+
+bool CopyPath(char (&to)[PATH_MAX], const std::string& from) {
+  if (from.size() >= PATH_MAX) return false;
+  std::memcpy(to, from.c_str(), from.size() + 1);
+  return true;
 }
 
 absl::Status WriteAll(int fd, absl::string_view data, const std::string& what) {
@@ -179,15 +256,24 @@ absl::StatusOr<std::string> ReadRegularFile(const std::string& path, int64_t max
 
 absl::Status CheckWritableFile(const std::string& path, bool in_place) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
+  if (::lstat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) return absl::OkStatus();  // made when written
     return absl::FailedPreconditionError(absl::StrCat("cannot use ", path, ": ", Reason(errno)));
   }
-  if (!S_ISREG(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, " is ", KindOf(st.st_mode), ", where the sweep writes a file; remove it"));
+  const bool link = S_ISLNK(st.st_mode);
+  // A link is replaced, never written through: only a file appended to is read through it first
+  // (CsvAppender), so only then must it lead to a regular file.
+  if (link && !in_place) return absl::OkStatus();
+  if (link && ::stat(path.c_str(), &st) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot use ", path, " (a symbolic link): ", Reason(errno)));
   }
-  if (in_place && ::access(path.c_str(), W_OK) != 0) {
+  if (!S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is ", KindOf(st.st_mode), link ? " (through a symbolic link)" : "",
+                     ", where the sweep writes a file; remove it"));
+  }
+  if (in_place && !link && ::access(path.c_str(), W_OK) != 0) {
     return absl::FailedPreconditionError(absl::StrCat("cannot write ", path, ": ", Reason(errno)));
   }
   return absl::OkStatus();
@@ -201,6 +287,105 @@ absl::Status CheckWritableFolder(const std::string& dir) {
   }
   DiscardFile(*probe);
   return absl::OkStatus();
+}
+
+std::string DescribeWhatIsAt(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return errno == ENOENT ? "nothing" : Reason(errno);
+  return S_ISREG(st.st_mode) ? "a regular file" : KindOf(st.st_mode);
+}
+
+absl::Status CreateNewFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    const int error = errno;
+    if (error == EEXIST) {
+      return absl::AlreadyExistsError(
+          absl::StrCat(path, " exists already (", DescribeWhatIsAt(path), ")"));
+    }
+    if (error == ENOENT) {
+      return absl::NotFoundError(
+          absl::StrCat("cannot create ", path, ": its folder does not exist"));
+    }
+    return absl::FailedPreconditionError(absl::StrCat("cannot create ", path, ": ", Reason(error)));
+  }
+  ::close(fd);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> OpenToAppend(const std::string& path) {
+  auto refused = [&](const std::string& why) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot append to ", path, ": ", why));
+  };
+  // Looked at first, so that the refusal names what is there (opening a FIFO without a reader
+  // fails with "No such device or address"); then opened without following a link or blocking,
+  // and looked at again, in case it changed in between.
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return refused(Reason(errno));
+  if (S_ISLNK(st.st_mode)) return refused("it is a symbolic link, which is never written through");
+  if (!S_ISREG(st.st_mode)) {
+    return refused(absl::StrCat("it is ", KindOf(st.st_mode), ", not a regular file"));
+  }
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return refused(Reason(errno));
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return refused("it changed while it was opened");
+  }
+  ::fcntl(fd, F_SETFL, O_APPEND);  // blocking writes from here, as a regular file's are
+  return fd;
+}
+
+absl::StatusOr<ScratchFolder> ScratchFolder::Make(const std::string& parent,
+                                                  const std::string& prefix) {
+  std::string dir = absl::StrCat(parent, "/", prefix, "XXXXXX");
+  if (::mkdtemp(dir.data()) == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot make a folder in ", parent, ": ", Reason(errno)));
+  }
+  SignalsHeld held;
+  InstallCleanupHandlers();
+  int slot = -1;
+  for (int i = 0; i < kScratchSlots && slot < 0; ++i) {
+    if (!scratch_slots[i].used && CopyPath(scratch_slots[i].dir, dir)) slot = i;
+  }
+  if (slot >= 0) {
+    scratch_slots[slot].num_files = 0;
+    scratch_slots[slot].used = 1;
+  }
+  return ScratchFolder(std::move(dir), slot);
+}
+
+ScratchFolder::ScratchFolder(ScratchFolder&& other) noexcept
+    : dir_(std::move(other.dir_)), files_(std::move(other.files_)), slot_(other.slot_) {
+  other.dir_.clear();
+  other.files_.clear();
+  other.slot_ = -1;
+}
+
+std::string ScratchFolder::Path(const std::string& name) {
+  const std::string path = absl::StrCat(dir_, "/", name);
+  if (std::find(files_.begin(), files_.end(), path) != files_.end()) return path;
+  files_.push_back(path);
+  if (slot_ >= 0) {  // a signal's handler removes it too, where the table has room for it
+    SignalsHeld held;
+    ScratchSlot& slot = scratch_slots[slot_];
+    if (slot.num_files < kScratchFiles && CopyPath(slot.files[slot.num_files], path)) {
+      slot.num_files = slot.num_files + 1;
+    }
+  }
+  return path;
+}
+
+ScratchFolder::~ScratchFolder() {
+  if (dir_.empty()) return;
+  if (slot_ >= 0) {
+    SignalsHeld held;
+    scratch_slots[slot_].num_files = 0;
+    scratch_slots[slot_].used = 0;
+  }
+  for (const std::string& file : files_) ::unlink(file.c_str());
+  ::rmdir(dir_.c_str());
 }
 
 int FindControlCharacter(absl::string_view text) {

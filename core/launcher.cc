@@ -14,6 +14,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/files.h"
 
 extern char** environ;
 
@@ -59,10 +60,16 @@ absl::StatusOr<RankProcesses> RankProcesses::Start(const std::vector<std::string
                                                    ") are not accepted; accepted: world size >= 1 "
                                                    "and 0 <= first rank <= world size"));
   }
+  // The store is this run's: its rank 0 makes it where nothing is (core/data_parallel.h), so
+  // what is there now is not this run's to hand the ranks or to remove when they are done.
+  if (const std::string there = DescribeWhatIsAt(store); there != "nothing") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ranks' file store ", store, " exists already (", there,
+                     "); accepted: a path where nothing is (rank 0 makes the store)"));
+  }
   std::vector<std::string> args = argv;
   std::vector<char*> arg_pointers = Pointers(args);
   std::vector<pid_t> pids;
-  if (first_rank == 0) unlink(store.c_str());  // a store left by an earlier run holds its keys
   for (int rank = first_rank; rank < world_size; ++rank) {
     std::vector<std::string> env = Environment({{"RANK", absl::StrCat(rank)},
                                                 {"LOCAL_RANK", absl::StrCat(rank)},
@@ -152,6 +159,8 @@ std::vector<RankExit> RankProcesses::Reap(int grace_s, int timeout_s) {
     }
     usleep(20 * 1000);
   }
+  // Made by the rank 0 this launcher started (Start found nothing there), and left behind if a
+  // rank failed before c10d's last one could remove it.
   if (first_rank_ == 0) unlink(store_.c_str());
   exits_ = exits;
   return exits;
@@ -170,13 +179,26 @@ absl::StatusOr<std::vector<RankExit>> LaunchRanks(const std::vector<std::string>
   return ranks->Wait(grace_s);
 }
 
-void EndWithLauncher() {
+absl::Status EndWithLauncher() {
   const char* text = std::getenv(kLauncherPid);
+  if (text == nullptr) return absl::OkStatus();
   int launcher = 0;
-  if (text == nullptr || !absl::SimpleAtoi(text, &launcher) || launcher <= 1) return;
+  if (!absl::SimpleAtoi(text, &launcher) || launcher <= 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kLauncherPid, "=", text,
+                     " is not accepted; accepted: unset (the launcher of --nproc sets it, to the "
+                     "process id of the rank 0 that started this rank)"));
+  }
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   // The starter may have ended before the request: then this process is another's child now.
-  if (getppid() != launcher) std::_Exit(1);
+  if (getppid() != launcher) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(kLauncherPid, "=", launcher,
+                     " is not this rank's parent: the rank 0 that started it has ended, or the "
+                     "variable is left from another run; accepted: unset, outside ranks that "
+                     "--nproc started"));
+  }
+  return absl::OkStatus();
 }
 
 std::string DescribeFailure(const std::vector<RankExit>& exits) {

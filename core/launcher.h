@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace ckpt {
@@ -33,9 +34,10 @@ struct RankExit {
 class RankProcesses {
  public:
   // Runs `argv` (argv[0] a path, not looked up) as each of those ranks, with stdout and stderr
-  // inherited from this process, meeting through the file store `store` (a path whose folder
-  // exists; a file left there by an earlier run is removed first). Internal when a rank could
-  // not be started (the ones started are ended).
+  // inherited from this process, meeting through the file store `store`: a path where nothing
+  // is, in an existing folder, where rank 0 makes the store (InvalidArgument naming what is
+  // there otherwise; with first_rank 0, the store is removed when they have all ended).
+  // Internal when a rank could not be started (the ones started are ended).
   static absl::StatusOr<RankProcesses> Start(const std::vector<std::string>& argv, int first_rank,
                                              int world_size, const std::string& store);
   RankProcesses(RankProcesses&& other) noexcept;
@@ -75,8 +77,10 @@ absl::StatusOr<std::vector<RankExit>> LaunchRanks(const std::vector<std::string>
 
 // In a rank that RankProcesses started (CKPT_LAUNCHER_PID names its starter): has the kernel
 // send this process SIGTERM when its starter ends, so that no rank outlives a rank 0 that
-// crashed; ends this process at once if the starter has ended already. Elsewhere, nothing.
-void EndWithLauncher();
+// crashed. Where the variable is unset, nothing. InvalidArgument naming it when it is not a
+// process id; FailedPrecondition when it does not name this process's parent (its starter has
+// ended already, or the variable is a stale one): the rank must not go on.
+absl::Status EndWithLauncher();
 
 // The first failed rank's exit as a sentence ("rank 1 exited with status 2", "rank 0 was
 // killed by signal 9"), or "" when every rank exited with status 0.

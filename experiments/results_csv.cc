@@ -41,11 +41,13 @@ absl::StatusOr<CsvAppender> CsvAppender::Create(const std::string& path,
 }
 
 absl::StatusOr<CsvAppender> CsvAppender::Append(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot append to ", path, ": ", std::strerror(errno)));
+  if (DescribeWhatIsAt(path) == "a symbolic link") {
+    // Replaced by a file of this run's holding what it points to (a regular file, or refused),
+    // so that the rows go here and the far end stays as it was.
+    ASSIGN_OR_RETURN(const std::string text, ReadRegularFile(path, kMaxCsvBytes));
+    RETURN_IF_ERROR(WriteFileAtomically(path, text));
   }
+  ASSIGN_OR_RETURN(const int fd, OpenToAppend(path));
   return CsvAppender(fd, path);
 }
 

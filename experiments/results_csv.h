@@ -33,7 +33,9 @@ class CsvAppender {
   // whole, or no file. Errors name the path and the reason.
   static absl::StatusOr<CsvAppender> Create(const std::string& path,
                                             const std::vector<std::string>& header);
-  // Opens an existing file to append rows to it (its header is the caller's to check).
+  // Opens an existing file to append rows to it (its header is the caller's to check), never
+  // through a link: a link there is first replaced by a file of this run's holding what it
+  // points to (a regular file of at most kMaxCsvBytes, or the error), which then takes the rows.
   static absl::StatusOr<CsvAppender> Append(const std::string& path);
   CsvAppender(CsvAppender&& other) noexcept;
   CsvAppender& operator=(CsvAppender&&) = delete;

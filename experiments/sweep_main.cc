@@ -22,6 +22,7 @@
 // could not be written (the file and the system's reason named; every file is written whole or
 // not at all, core/files.h), a loss curve departs from store_all's, or a rank failed (named).
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -251,7 +252,30 @@ struct Request {
   int local_ranks = 1;       // the ranks on this host, which share its cores and memory
   std::string device_asked;  // --device as given: each rank resolves it to its own GPU
   std::string backend;       // what the ranks reduce with (ChooseBackend), with ranks
+  std::string temp_parent;   // with ranks to start: $TMPDIR (or /tmp), where they meet
 };
+
+// The folder the ranks --nproc starts meet in goes into: $TMPDIR, or /tmp. Checked before anything
+// is written: InvalidArgument naming it when it is not a folder this process can make files in.
+absl::StatusOr<std::string> TempParent() {
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string parent = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+  struct stat st {};
+  std::string why;
+  if (::stat(parent.c_str(), &st) != 0) {
+    why = std::strerror(errno);
+  } else if (!S_ISDIR(st.st_mode)) {
+    why = absl::StrCat("it is ", DescribeWhatIsAt(parent));
+  } else if (::access(parent.c_str(), W_OK | X_OK) != 0) {
+    why = std::strerror(errno);
+  }
+  if (why.empty()) return parent;
+  return absl::InvalidArgumentError(
+      absl::StrCat(tmp != nullptr && *tmp != '\0' ? absl::StrCat("TMPDIR=", parent) : parent,
+                   " cannot hold the folder the ranks meet in (", why,
+                   "); accepted: TMPDIR naming a folder where this user can make files, or TMPDIR "
+                   "unset (/tmp)"));
+}
 
 // The data-parallel part of the request: --nproc, or a launcher's environment; then the
 // device, which on CUDA is the rank's own, and the backend.
@@ -276,6 +300,7 @@ void ParseRanks(const ParsedCommandLine& parsed, Request& r) {
     r.local_ranks = r.rendezvous->local_world_size;
   } else {
     r.world_size = r.local_ranks = nproc;
+    if (nproc > 1) r.temp_parent = OrDie(TempParent());
   }
   const bool ranks = r.world_size > 1 || r.rendezvous.has_value();
   if (ranks && !HaveDataParallel()) {
@@ -709,21 +734,14 @@ std::set<std::pair<std::string, std::string>> DecodePairs(absl::string_view text
 }
 
 // This process's part of a data-parallel run: the ranks it starts (--nproc) and the group it
-// joins. Without ranks, nothing.
+// joins. Without ranks, nothing. Members go in reverse order: the group, the ranks, then their
+// meeting folder.
 struct Ranks {
-  std::optional<RankProcesses> started;
-  std::string rendezvous_dir;  // made for the started ranks' file store, removed at the end
+  std::optional<ScratchFolder> meeting;  // the started ranks' file store's folder
+  std::optional<RankProcesses> started;  // ended if still running
   std::unique_ptr<ProcessGroup> group;
 
-  ~Ranks() {
-    started_ranks = nullptr;
-    group.reset();
-    started.reset();  // ends those still running
-    if (!rendezvous_dir.empty()) {
-      ::unlink(absl::StrCat(rendezvous_dir, "/rendezvous.store").c_str());
-      ::rmdir(rendezvous_dir.c_str());
-    }
-  }
+  ~Ranks() { started_ranks = nullptr; }
 };
 
 // Starts ranks 1..N-1 of --nproc (the same program and arguments, meeting through a file store
@@ -734,17 +752,13 @@ void JoinRanks(const Request& request, const Machine& machine, int argc, char** 
   std::optional<Rendezvous> rendezvous = request.rendezvous;
   if (!rendezvous.has_value()) {
     if (request.world_size == 1) return;
-    const char* tmp = std::getenv("TMPDIR");
-    std::string dir =
-        absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/ckptlab-ranks-XXXXXX");
-    if (::mkdtemp(dir.data()) == nullptr) {
-      Fail(absl::FailedPreconditionError(absl::StrCat(
-          "cannot make a folder for the ranks to meet in (", dir, "): ", std::strerror(errno))));
-    }
-    ranks.rendezvous_dir = dir;
+    absl::StatusOr<ScratchFolder> meeting =
+        ScratchFolder::Make(request.temp_parent, "ckptlab-ranks-");
+    if (!meeting.ok()) Fail(meeting.status());
+    ranks.meeting.emplace(*std::move(meeting));
     rendezvous = Rendezvous();
     rendezvous->world_size = request.world_size;
-    rendezvous->file = absl::StrCat(dir, "/rendezvous.store");
+    rendezvous->file = ranks.meeting->Path("rendezvous.store");
     rendezvous->local_world_size = request.world_size;
     std::vector<std::string> args(argv, argv + argc);
     args[0] = "/proc/self/exe";  // this very program, wherever argv[0] points
@@ -837,7 +851,6 @@ bool Train(const SweepOptions& options, const TrainingOptions& training, MemoryM
 }
 
 int Main(int argc, char** argv) {
-  EndWithLauncher();  // a rank that --nproc started does not outlive rank 0
   absl::SetProgramUsageMessage(
       "runs every model x strategy and writes results.csv, report.md and plots; see "
       "README.md.\n  bazel run //experiments:sweep -- --models=heavy_mlp:depth=40 "
@@ -861,6 +874,10 @@ int Main(int argc, char** argv) {
 
   // Everything is checked before anything is written or any tensor is made.
   Request request = ParseRequest(parsed);
+  // A rank that --nproc started does not outlive rank 0.
+  if (request.rendezvous.has_value()) {
+    if (absl::Status s = EndWithLauncher(); !s.ok()) Die(s);
+  }
   const Machine machine = SetUpMachine(request);
   SweepOptions& options = request.options;
   options.threads = machine.threads;

@@ -249,6 +249,41 @@ void OnTwoThreadRanks(const Body& body) {
 
 // The ranks go on together exactly when their steps ended alike: generated pairs of outcomes
 // (OK, out of memory, another error), and what only rank 0 knows reaches rank 1 as it is.
+// The file store's path is the run's own: rank 0 makes it where nothing is, and no rank writes to
+// or has c10d remove what was there (a user's file, a FIFO, a folder), each refusing it with its
+// name; a rank whose rank 0 never makes the store gives up after the timeout.
+TEST(ProcessGroupTest, AFileStoreIsMadeByRankZeroAndNothingElseIsUsed) {
+  if (!GlooOnCpu()) GTEST_SKIP() << ChooseBackend(c10::Device(c10::kCPU), "gloo").status();
+  const std::string dir = ::testing::TempDir() + "/file_store_policy";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/folder");
+  ASSERT_TRUE(WriteFileAtomically(dir + "/user.txt", "the user's text\n").ok());
+  ASSERT_EQ(::mkfifo((dir + "/fifo").c_str(), 0644), 0);
+  for (const std::string name : {"user.txt", "fifo", "folder"}) {
+    for (int rank = 0; rank < 2; ++rank) {
+      Rendezvous r;
+      r.rank = rank;
+      r.world_size = 2;
+      r.file = dir + "/" + name;
+      r.timeout_s = 5;
+      const absl::Status joined = ProcessGroup::Join(r, c10::Device(c10::kCPU), "c").status();
+      EXPECT_EQ(joined.code(), absl::StatusCode::kInvalidArgument) << name << ": " << joined;
+      EXPECT_NE(joined.message().find(r.file), std::string::npos) << joined;
+    }
+  }
+  EXPECT_EQ(*ReadRegularFile(dir + "/user.txt", 100), "the user's text\n");
+  EXPECT_TRUE(std::filesystem::is_fifo(dir + "/fifo"));
+  EXPECT_TRUE(std::filesystem::is_directory(dir + "/folder"));
+  Rendezvous alone;
+  alone.rank = 1;
+  alone.world_size = 2;
+  alone.file = dir + "/never_made";
+  alone.timeout_s = 1;
+  const absl::Status waited = ProcessGroup::Join(alone, c10::Device(c10::kCPU), "c").status();
+  EXPECT_EQ(waited.code(), absl::StatusCode::kDeadlineExceeded) << waited;
+  EXPECT_FALSE(std::filesystem::exists(alone.file));
+}
+
 TEST(ProcessGroupTest, RanksAgreeOnOutcomesAndShareRankZerosWord) {
   if (!GlooOnCpu()) GTEST_SKIP() << ChooseBackend(c10::Device(c10::kCPU), "gloo").status();
   const std::vector<absl::Status> kinds = {absl::OkStatus(),

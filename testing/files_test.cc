@@ -2,7 +2,10 @@
 // are read, without blocking on anything else.
 #include "core/files.h"
 
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -118,6 +121,94 @@ TEST(CheckWritable, NamesWhatIsInTheWay) {
   EXPECT_TRUE(CheckWritableFolder(dir).ok());
   EXPECT_FALSE(CheckWritableFolder(dir + "/absent").ok());
   EXPECT_EQ(Entries(dir), (std::vector<std::string>{"file", "report.md"}));  // no probe left
+}
+
+// What a run creates, it creates where nothing is: a file of the user's, a FIFO, a folder or a
+// link (never followed) is named and left as it was.
+TEST(CreateNewFile, OnlyWhereNothingIs) {
+  const std::string dir = Folder("create");
+  ASSERT_TRUE(CreateNewFile(dir + "/store").ok());
+  struct stat st {};
+  ASSERT_EQ(::lstat((dir + "/store").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(st.st_size, 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_TRUE(WriteFileAtomically(dir + "/user.txt", "the user's").ok());
+  ASSERT_EQ(::mkfifo((dir + "/fifo").c_str(), 0644), 0);
+  std::filesystem::create_directories(dir + "/folder");
+  ASSERT_EQ(::symlink((dir + "/elsewhere").c_str(), (dir + "/link").c_str()), 0);
+  for (const auto& [name, what] :
+       std::vector<std::pair<std::string, std::string>>{{"user.txt", "a regular file"},
+                                                        {"fifo", "a FIFO (named pipe)"},
+                                                        {"folder", "a directory"},
+                                                        {"link", "a symbolic link"}}) {
+    const absl::Status s = CreateNewFile(dir + "/" + name);
+    EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists) << name;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(dir + "/" + name + " exists already (" + what));
+  }
+  EXPECT_EQ(*ReadRegularFile(dir + "/user.txt", 100), "the user's");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/elsewhere"));  // the link was not followed
+  EXPECT_EQ(CreateNewFile(dir + "/no/such/folder").code(), absl::StatusCode::kNotFound);
+}
+
+// Appending never goes through a link, nor into a FIFO.
+TEST(OpenToAppend, ARegularFileOnlyNeverThroughALink) {
+  const std::string dir = Folder("append");
+  ASSERT_TRUE(WriteFileAtomically(dir + "/results.csv", "a\n").ok());
+  absl::StatusOr<int> fd = OpenToAppend(dir + "/results.csv");
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  ASSERT_EQ(::write(*fd, "b\n", 2), 2);
+  ::close(*fd);
+  EXPECT_EQ(*ReadRegularFile(dir + "/results.csv", 100), "a\nb\n");
+  ASSERT_TRUE(WriteFileAtomically(dir + "/far.csv", "far\n").ok());
+  ASSERT_EQ(::symlink((dir + "/far.csv").c_str(), (dir + "/link.csv").c_str()), 0);
+  EXPECT_THAT(std::string(OpenToAppend(dir + "/link.csv").status().message()),
+              HasSubstr("it is a symbolic link, which is never written through"));
+  EXPECT_EQ(*ReadRegularFile(dir + "/far.csv", 100), "far\n");
+  ASSERT_EQ(::mkfifo((dir + "/fifo").c_str(), 0644), 0);
+  EXPECT_THAT(std::string(OpenToAppend(dir + "/fifo").status().message()),
+              HasSubstr("a FIFO (named pipe), not a regular file"));
+}
+
+// A scratch folder goes with the files made in it through Path(), and keeps what it did not make.
+TEST(ScratchFolder, RemovesWhatItMadeAndNothingElse) {
+  const std::string parent = Folder("scratch");
+  std::string dir;
+  {
+    absl::StatusOr<ScratchFolder> scratch = ScratchFolder::Make(parent, "ranks-");
+    ASSERT_TRUE(scratch.ok()) << scratch.status();
+    dir = scratch->dir();
+    EXPECT_THAT(dir, HasSubstr(parent + "/ranks-"));
+    ASSERT_TRUE(WriteFileAtomically(scratch->Path("rendezvous.store"), "keys").ok());
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir));
+  {
+    absl::StatusOr<ScratchFolder> scratch = ScratchFolder::Make(parent, "ranks-");
+    ASSERT_TRUE(scratch.ok());
+    dir = scratch->dir();
+    ASSERT_TRUE(WriteFileAtomically(dir + "/not-ours", "another program's").ok());
+  }
+  EXPECT_EQ(*ReadRegularFile(dir + "/not-ours", 100), "another program's");
+  EXPECT_THAT(std::string(ScratchFolder::Make(parent + "/absent", "x-").status().message()),
+              HasSubstr("cannot make a folder in " + parent + "/absent"));
+}
+
+// A process ended by SIGTERM removes its scratch folders first, and still ends by SIGTERM.
+TEST(ScratchFolder, GoesWhenTheProcessIsTerminated) {
+  const std::string parent = Folder("signal");
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    absl::StatusOr<ScratchFolder> scratch = ScratchFolder::Make(parent, "ranks-");
+    if (!scratch.ok() || !WriteFileAtomically(scratch->Path("store"), "keys").ok()) _exit(3);
+    ::raise(SIGTERM);
+    _exit(4);  // not reached: SIGTERM ends the process
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "exited with " << WEXITSTATUS(status);
+  EXPECT_EQ(WTERMSIG(status), SIGTERM);
+  EXPECT_EQ(Entries(parent), std::vector<std::string>{});
 }
 
 TEST(FindControlCharacter, FindsTheFirstOne) {
