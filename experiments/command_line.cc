@@ -43,14 +43,35 @@ std::string OwnFlags(const std::string& main_file) {
 
 ParsedCommandLine ParseCommandLineOrExit(int argc, char** argv, const char* program) {
   ParsedCommandLine parsed;
+  // Abseil's flags that read flags from elsewhere (a file, the environment): refused wherever
+  // they stand, before anything else reads the command line, --help included.
+  std::vector<char*> usage = {argv[0]};  // the program and the usage flags: all --help is given
+  bool flags_end = false;
   for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    for (absl::string_view help : {"--help", "--helpfull", "--helpshort", "--helppackage",
-                                   "--version", "--only_check_args"}) {
-      if (arg == help || absl::StartsWith(arg, absl::StrCat(help, "="))) {
-        absl::ParseCommandLine(argc, argv);  // prints what was asked and exits
+    const absl::string_view arg = argv[i];
+    if (flags_end || arg == "--") {
+      flags_end = true;
+      continue;
+    }
+    absl::string_view name = arg;
+    if (!absl::ConsumePrefix(&name, "--")) absl::ConsumePrefix(&name, "-");
+    name = name.substr(0, name.find('='));
+    for (const char* elsewhere : {"flagfile", "fromenv", "tryfromenv", "undefok"}) {
+      if (name == elsewhere || name == absl::StrCat("no", elsewhere)) {
+        Exit(program, absl::StrCat("--", name,
+                                   " is not supported; accepted: every flag on the command line "
+                                   "(--name=value; see --help)"));
       }
     }
+    for (const char* help :
+         {"help", "helpfull", "helpshort", "helppackage", "helpon", "helpmatch", "version"}) {
+      if (name == help) usage.push_back(argv[i]);
+    }
+  }
+  if (usage.size() > 1) {
+    // Abseil prints what was asked and exits; it is handed nothing else of the command line.
+    usage.push_back(nullptr);
+    absl::ParseCommandLine(static_cast<int>(usage.size()) - 1, usage.data());
   }
   bool flags_done = false;
   for (int i = 1; i < argc; ++i) {
@@ -69,15 +90,6 @@ ParsedCommandLine ParseCommandLineOrExit(int argc, char** argv, const char* prog
     std::string name(arg.substr(0, equals));
     const bool has_value = equals != absl::string_view::npos;
     std::string value = has_value ? std::string(arg.substr(equals + 1)) : "";
-    // Abseil's flags that read flags from elsewhere: they would be accepted here and do nothing
-    // (absl::ParseCommandLine handles them, and this parser sets flags one by one).
-    for (const char* elsewhere : {"flagfile", "fromenv", "tryfromenv", "undefok"}) {
-      if (name == elsewhere || name == absl::StrCat("no", elsewhere)) {
-        Exit(program, absl::StrCat("--", name,
-                                   " is not supported; accepted: every flag on the command line "
-                                   "(--name=value; see --help)"));
-      }
-    }
     absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     if (flag == nullptr && !has_value && absl::StartsWith(name, "no")) {
       absl::CommandLineFlag* negated = absl::FindCommandLineFlag(name.substr(2));

@@ -19,10 +19,11 @@ struct ParsedCommandLine {
 };
 
 // Sets the flags from `argv` ("--name=value"; a bool also as "--name" or "--noname"; "--" ends
-// the flags). --help and its kin are Abseil's (they print and exit 0). An unknown flag, a flag
-// without a value, a value the flag's type refuses, or one of Abseil's flags that read flags
-// from a file or the environment (--flagfile, --fromenv, --tryfromenv, --undefok): "<program>:
-// <what>" on stderr, exit 2.
+// the flags). --help and its kin are Abseil's (they print and exit 0), handed only the usage
+// flags. An unknown flag, a flag without a
+// value, a value the flag's type refuses, or, wherever it stands (with --help too), one of
+// Abseil's flags that read flags from a file or the environment (--flagfile, --fromenv,
+// --tryfromenv, --undefok): "<program>: <what>" on stderr, exit 2.
 ParsedCommandLine ParseCommandLineOrExit(int argc, char** argv, const char* program);
 
 }  // namespace ckpt

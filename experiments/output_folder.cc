@@ -45,14 +45,32 @@ absl::Status LockFolder(const std::string& dir) {
   return absl::OkStatus();  // the descriptor stays open, and the lock with it
 }
 
+// Makes `dir` and the folders above it that are missing, adding each it made to `made` (outermost
+// first), so that a run that refuses later removes exactly those. The reason (strerror) on error.
+absl::Status MakeFolders(const std::string& dir, std::vector<std::string>& made) {
+  std::vector<std::string> missing;  // innermost first
+  for (std::filesystem::path p = dir; !p.empty(); p = p.parent_path()) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) == 0) break;
+    missing.push_back(p.string());
+    if (p == p.parent_path()) break;
+  }
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    if (::mkdir(it->c_str(), 0755) != 0 && errno != EEXIST) {
+      return absl::FailedPreconditionError(std::strerror(errno));
+    }
+    made.push_back(*it);
+  }
+  return absl::OkStatus();
+}
+
 // A new folder in `parent` named after the local time: mkdir either makes it or finds it
 // taken, so two sweeps started in the same second get two folders.
-absl::StatusOr<std::string> MakeNewFolder(const std::string& parent) {
-  std::error_code ec;
-  std::filesystem::create_directories(parent, ec);
-  if (ec) {
+absl::StatusOr<std::string> MakeNewFolder(const std::string& parent,
+                                          std::vector<std::string>& made) {
+  if (absl::Status s = MakeFolders(parent, made); !s.ok()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("the results folder '", parent, "' cannot be created: ", ec.message()));
+        absl::StrCat("the results folder '", parent, "' cannot be created: ", s.message()));
   }
   const std::time_t now = std::time(nullptr);
   char stamp[32];
@@ -60,7 +78,10 @@ absl::StatusOr<std::string> MakeNewFolder(const std::string& parent) {
   const std::string base = absl::StrCat(parent, "/sweep-", stamp);
   for (int n = 1; n <= 1000; ++n) {
     const std::string dir = n == 1 ? base : absl::StrCat(base, "-", n);
-    if (::mkdir(dir.c_str(), 0755) == 0) return dir;
+    if (::mkdir(dir.c_str(), 0755) == 0) {
+      made.push_back(dir);
+      return dir;
+    }
     if (errno != EEXIST) {
       return absl::FailedPreconditionError(
           absl::StrCat("'", dir, "' cannot be created: ", std::strerror(errno)));
@@ -110,24 +131,25 @@ const std::vector<std::string>& OutputFolder::SweepFiles() {
 absl::StatusOr<OutputFolder> OutputFolder::Open(const std::string& dir_flag,
                                                 const std::string& default_parent, FolderUse use,
                                                 const std::vector<std::string>& outputs) {
-  std::string made;  // the folder this call created, removed again if it refuses
+  std::vector<std::string> made;  // the folders this call created, removed again if it refuses
   absl::StatusOr<OutputFolder> folder = Open(dir_flag, default_parent, use, outputs, made);
-  if (!folder.ok() && !made.empty()) ::rmdir(made.c_str());
+  if (!folder.ok()) {
+    for (auto it = made.rbegin(); it != made.rend(); ++it) ::rmdir(it->c_str());
+  }
   return folder;
 }
 
 absl::StatusOr<OutputFolder> OutputFolder::Open(const std::string& dir_flag,
                                                 const std::string& default_parent, FolderUse use,
                                                 const std::vector<std::string>& outputs,
-                                                std::string& made) {
+                                                std::vector<std::string>& made) {
   std::string dir = dir_flag;
   if (dir.empty()) {
     if (use == FolderUse::kReportOnly) {
       return absl::InvalidArgumentError(
           "--report_only needs --out: the folder of the sweep to report on");
     }
-    ASSIGN_OR_RETURN(dir, MakeNewFolder(default_parent));
-    made = dir;
+    ASSIGN_OR_RETURN(dir, MakeNewFolder(default_parent, made));
   } else {
     struct stat st {};
     if (::stat(dir.c_str(), &st) == 0) {
@@ -138,14 +160,9 @@ absl::StatusOr<OutputFolder> OutputFolder::Open(const std::string& dir_flag,
     } else if (use == FolderUse::kReportOnly) {
       return absl::NotFoundError(absl::StrCat("--report_only: no results.csv in --out='", dir,
                                               "'; give the folder of the sweep to report on"));
-    } else {
-      std::error_code ec;
-      std::filesystem::create_directories(dir, ec);
-      if (ec) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("--out='", dir, "' cannot be created: ", ec.message()));
-      }
-      made = dir;
+    } else if (absl::Status s = MakeFolders(dir, made); !s.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--out='", dir, "' cannot be created: ", s.message()));
     }
   }
   // Locked first, and only then looked into: two sweeps on one folder would otherwise both find

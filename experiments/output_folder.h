@@ -38,7 +38,8 @@ class OutputFolder {
   // The file names the sweep writes in its folder.
   static const std::vector<std::string>& SweepFiles();
 
-  // Opens `dir` for `use` (creating it if need be, except for kReportOnly), or, when `dir` is
+  // Opens `dir` for `use` (creating it and the folders above it if need be, except for
+  // kReportOnly; a refusal removes the folders it made), or, when `dir` is
   // empty, a new folder "sweep-<local time>" (with "-2", "-3", ... when that name is taken) in
   // `default_parent`. Takes an exclusive lock on it for the life of the process (another sweep
   // on it: Unavailable). `outputs` are the files this run will write there: each must be
@@ -62,11 +63,11 @@ class OutputFolder {
   absl::Status Adopt(const RunRecord& record);
 
  private:
-  // Open, with `made` set to the folder it created (if any).
+  // Open, adding the folders it created to `made`, outermost first.
   static absl::StatusOr<OutputFolder> Open(const std::string& dir,
                                            const std::string& default_parent, FolderUse use,
                                            const std::vector<std::string>& outputs,
-                                           std::string& made);
+                                           std::vector<std::string>& made);
   OutputFolder(std::string dir, bool has_results, std::optional<RunRecord> recorded)
       : dir_(std::move(dir)), has_results_(has_results), recorded_(std::move(recorded)) {}
 
