@@ -388,11 +388,4 @@ ScratchFolder::~ScratchFolder() {
   ::rmdir(dir_.c_str());
 }
 
-int FindControlCharacter(absl::string_view text) {
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (IsControlCharacter(text[i])) return static_cast<int>(i);
-  }
-  return -1;
-}
-
 }  // namespace ckpt

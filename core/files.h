@@ -95,18 +95,7 @@ class ScratchFolder {
   ScratchFolder(std::string dir, int slot) : dir_(std::move(dir)), slot_(slot) {}
   std::string dir_;
   std::vector<std::string> files_;  // made there through Path()
-  int slot_ = -1;  // its entry in the process's table of what a signal removes  // its entry in the
-                   // process's table of what to remove on a signal
+  int slot_ = -1;                   // its entry in the process's table of what a signal removes
 };
-
-// Control characters (below 0x20, and 0x7f) are what no name, spec or cell may hold: a line
-// break or an escape would end or rewrite a line of the CSV files, gnuplot's scripts and the
-// terminal.
-inline bool IsControlCharacter(char c) {
-  const unsigned char u = static_cast<unsigned char>(c);
-  return u < 0x20 || u == 0x7f;
-}
-// The index of the first control character in `text`, or -1.
-int FindControlCharacter(absl::string_view text);
 
 }  // namespace ckpt

@@ -3,16 +3,20 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "c10/core/Allocator.h"
 #include "c10/core/CPUAllocator.h"
 #include "c10/util/Exception.h"
+#include "core/files.h"
 #include "core/torch_compat.h"
 
 namespace ckpt {
@@ -219,11 +223,15 @@ ScopedMemoryCap::~ScopedMemoryCap() { meter_.SetCap(saved_).IgnoreError(); }
 
 std::optional<int64_t> AvailableMemoryBytes() {
   static const std::optional<int64_t> available = []() -> std::optional<int64_t> {
-    std::ifstream meminfo("/proc/meminfo");
-    std::string key, unit;
-    int64_t kib = 0;
-    while (meminfo >> key >> kib >> unit) {
-      if (key == "MemAvailable:") return kib * 1024;
+    absl::StatusOr<std::string> meminfo = ReadRegularFile("/proc/meminfo", int64_t{1} << 20);
+    if (!meminfo.ok()) return std::nullopt;
+    for (absl::string_view line : absl::StrSplit(*meminfo, '\n')) {
+      int64_t kib = 0;
+      if (absl::ConsumePrefix(&line, "MemAvailable:") &&
+          absl::SimpleAtoi(absl::StripSuffix(absl::StripAsciiWhitespace(line), " kB"), &kib) &&
+          kib >= 0 && kib <= std::numeric_limits<int64_t>::max() / 1024) {
+        return kib * 1024;
+      }
     }
     return std::nullopt;
   }();

@@ -141,6 +141,12 @@ absl::Status ValidatePlan(const Plan& plan, const std::vector<StageInfo>& stages
         return Invalid(plan, p.position, absl::StrCat(asked, "; it cannot be: ", part.unfusable));
       }
       if (!p.action.Counted()) continue;
+      if (part.extent == 1) {  // one position: no two chunks to cut it into
+        return Invalid(plan, p.position,
+                       absl::StrCat(asked,
+                                    " chunks; its axis has 1 position, so it cannot be "
+                                    "chunked; accepted for it: store"));
+      }
       if (p.chunks < 2 || (part.extent > 0 && p.chunks > part.extent)) {
         return Invalid(plan, p.position,
                        absl::StrCat(asked, " chunks; accepted: 2..",

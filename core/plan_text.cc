@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/printable.h"
 #include "core/status_macros.h"
 
 namespace ckpt {
@@ -71,6 +72,13 @@ void AppendTree(std::string* out, const std::vector<Segment>& segments,
 
 // --- Reading. ---
 
+// A token as a message quotes it: its first 40 bytes and "...", where it is longer (a number of
+// a million digits is one token).
+std::string Shortened(const std::string& token) {
+  constexpr size_t kShown = 40;
+  return token.size() <= kShown ? token : absl::StrCat(token.substr(0, kShown), "...");
+}
+
 struct Token {
   enum Kind { kEnd, kInt, kWord, kPunct } kind = kEnd;
   std::string text;
@@ -124,7 +132,9 @@ class Parser {
       }
       token_.kind = Token::kWord;
     } else {
-      Step();
+      // One character: a whole UTF-8 sequence where one starts here, else the byte alone.
+      const int length = CharacterLength(text_, at_);
+      for (int k = 0; k < length; ++k) Step();
       token_.kind = Token::kPunct;
     }
     token_.text = std::string(text_.substr(start, at_ - start));
@@ -143,15 +153,17 @@ class Parser {
     Advance();
     return true;
   }
+  // `what` may quote the text read: it is escaped here (core/printable.h), once for every message.
   absl::Status Error(const TextPosition& at, absl::string_view what) const {
     return absl::InvalidArgumentError(
-        absl::StrCat("line ", at.line, ", column ", at.column, ": ", what));
+        absl::StrCat("line ", at.line, ", column ", at.column, ": ", Printable(what)));
   }
   absl::Status Expected(absl::string_view what) const {
-    return Error(token_.position,
-                 absl::StrCat("expected ", what, ", found ",
-                              token_.kind == Token::kEnd ? "the end of the plan"
-                                                         : absl::StrCat("'", token_.text, "'")));
+    return Error(
+        token_.position,
+        absl::StrCat("expected ", what, ", found ",
+                     token_.kind == Token::kEnd ? "the end of the plan"
+                                                : absl::StrCat("'", Shortened(token_.text), "'")));
   }
   absl::Status Expect(absl::string_view punct, absl::string_view what) {
     return Accept(punct) ? absl::OkStatus() : Expected(what);
@@ -164,24 +176,27 @@ class Parser {
     Advance();
     return value;
   }
+  // A word longer than any name the grammar has is refused here, so messages quote it short.
   absl::StatusOr<std::string> Word(absl::string_view what) {
-    if (token_.kind != Token::kWord) return Expected(what);
+    constexpr size_t kLongestName = 64;
+    if (token_.kind != Token::kWord || token_.text.size() > kLongestName) return Expected(what);
     std::string word = token_.text;
     Advance();
     return word;
   }
 
   // --- The grammar. ---
-  absl::StatusOr<std::vector<Segment>> Segments() {
+  // `depth`: how many segments' braces enclose these (0 for the plan's own).
+  absl::StatusOr<std::vector<Segment>> Segments(int depth = 0) {
     std::vector<Segment> segments;
     do {
-      ASSIGN_OR_RETURN(Segment s, OneSegment());
+      ASSIGN_OR_RETURN(Segment s, OneSegment(depth));
       segments.push_back(std::move(s));
     } while (Accept(","));
     return segments;
   }
 
-  absl::StatusOr<Segment> OneSegment() {
+  absl::StatusOr<Segment> OneSegment(int depth) {
     Segment s;
     s.position = token_.position;
     RETURN_IF_ERROR(Expect("[", "a segment, '[' BEGIN ',' END ')' MODE"));
@@ -201,9 +216,16 @@ class Parser {
         known = true;
       }
     }
-    if (!known) return Error(mode_at, absl::StrCat("expected ", accepted, ", found '", mode, "'"));
+    if (!known) {
+      return Error(mode_at, absl::StrCat("expected ", accepted, ", found '", Shortened(mode), "'"));
+    }
+    const TextPosition brace_at = token_.position;
     if (Accept("{")) {
-      ASSIGN_OR_RETURN(s.inner, Segments());
+      if (depth + 1 > kMaxPlanTextDepth) {
+        return Error(brace_at, absl::StrCat("inner plans nested deeper than ", kMaxPlanTextDepth,
+                                            " levels; accepted: at most ", kMaxPlanTextDepth));
+      }
+      ASSIGN_OR_RETURN(s.inner, Segments(depth + 1));
       RETURN_IF_ERROR(Expect("}", "'}' after the inner plan, or ',' before another segment"));
     }
     return s;

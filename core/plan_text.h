@@ -28,6 +28,11 @@
 
 namespace ckpt {
 
+// How deep ParsePlan nests inner plans, braces within braces. The planners nest far less (optimal
+// at most its 64 solver stages, revolve about its snapshots): the bound keeps a crafted file from
+// taking the reader's stack.
+inline constexpr int kMaxPlanTextDepth = 1000;
+
 // The segments alone: "[0,4) checkpointed {[0,2) checkpointed, [2,4) stored}, [4,8) stored".
 std::string SegmentsToText(const std::vector<Segment>& segments);
 

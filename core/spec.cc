@@ -6,14 +6,13 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "core/files.h"
+#include "core/printable.h"
 
 namespace ckpt {
 namespace {
@@ -26,7 +25,8 @@ bool IsIdentifier(absl::string_view s) {
   return true;
 }
 
-std::string Quote(absl::string_view s) { return absl::StrCat("'", s, "'"); }
+// `s` in quotes, escaped (core/printable.h): every message quotes what it refuses through here.
+std::string Quote(absl::string_view s) { return absl::StrCat("'", Printable(s), "'"); }
 
 // The shortest %g writing of `v` that reads back as `v`.
 std::string ShortestDecimal(double v) {
@@ -108,11 +108,11 @@ absl::StatusOr<Parsed> CheckValue(const std::string& owner, const ParamDef& def,
 
 absl::StatusOr<Spec> ParseSpec(absl::string_view text) {
   text = absl::StripAsciiWhitespace(text);
-  if (const int at = FindControlCharacter(text); at >= 0) {
+  if (const int at = FindUnprintable(text); at >= 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "spec %s holds a control character (byte 0x%02x) at position %d; accepted: printable "
-        "text (form: name or name:key=value:key=value)",
-        Quote(absl::CHexEscape(text)), static_cast<unsigned char>(text[at]), at + 1));
+        "spec %s holds %s at position %d; accepted: printable UTF-8 text (form: name or "
+        "name:key=value:key=value)",
+        Quote(text), DescribeUnprintable(text, at), at + 1));
   }
   std::vector<absl::string_view> parts = absl::StrSplit(text, ':');
   Spec spec;

@@ -26,6 +26,7 @@
 #include "core/executor.h"
 #include "core/memory_meter.h"
 #include "core/plan_text.h"
+#include "core/printable.h"
 #include "core/profiler.h"
 #include "core/strategy.h"
 #include "core/torch_status.h"
@@ -47,7 +48,7 @@ namespace ckpt {
 namespace {
 
 [[noreturn]] void Die(const absl::Status& status) {
-  std::fprintf(stderr, "benchmarks: %s\n", std::string(status.message()).c_str());
+  std::fprintf(stderr, "benchmarks: %s\n", Printable(status.message()).c_str());
   std::exit(2);
 }
 
@@ -59,14 +60,14 @@ void TrainingStep(benchmark::State& state, const std::string& model_spec,
   absl::StatusOr<Workload> workload = Workload::Build(model_spec, options);
   absl::StatusOr<PlannedRun> run = workload.ok() ? workload->Plan(strategy_spec, *meter)
                                                  : absl::StatusOr<PlannedRun>(workload.status());
-  if (!run.ok()) return state.SkipWithError(std::string(run.status().message()).c_str());
+  if (!run.ok()) return state.SkipWithError(Printable(run.status().message()).c_str());
   ChainExecutor& exec = run->executor;
   const Batch& batch = workload->batch();
 
   StepResult last;
   for (auto _ : state) {
     absl::StatusOr<StepResult> r = exec.Step(batch);
-    if (!r.ok()) return state.SkipWithError(std::string(r.status().message()).c_str());
+    if (!r.ok()) return state.SkipWithError(Printable(r.status().message()).c_str());
     if (device.is_cuda()) state.SetIterationTime(r->step_ms / 1000.0);
     last = *r;
   }

@@ -12,12 +12,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "core/printable.h"
 
 namespace ckpt {
 namespace {
 
 [[noreturn]] void Exit(const char* program, const std::string& message) {
-  std::fprintf(stderr, "%s: %s\n", program, message.c_str());
+  std::fprintf(stderr, "%s: %s\n", program, Printable(message).c_str());
   std::exit(2);
 }
 

@@ -13,18 +13,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "core/files.h"
+#include "core/printable.h"
 
 namespace ckpt {
 namespace {
-
-// `text` with every control character as '?'.
-std::string WithoutControls(absl::string_view text) {
-  std::string out(text);
-  for (char& c : out) {
-    if (IsControlCharacter(c)) c = '?';
-  }
-  return out;
-}
 
 constexpr size_t kStderrBytes = 64 * 1024;
 
@@ -42,7 +34,7 @@ bool IsWholePng(const std::string& path) {
 std::string GpLiteral(absl::string_view text) {
   // gnuplot's own escape for a quote inside single quotes, two quotes, fails to parse where
   // two of them meet, so each quote is the sweep's double-quoted "'" joined on.
-  const std::vector<std::string> pieces = absl::StrSplit(WithoutControls(text), '\'');
+  const std::vector<std::string> pieces = absl::StrSplit(Printable(text), '\'');
   return absl::StrCat("(",
                       absl::StrJoin(pieces, " . \"'\" . ",
                                     [](std::string* out, const std::string& piece) {
@@ -70,7 +62,7 @@ std::string GpTitle(absl::string_view text, size_t width) {
 std::string GpDataLabel(absl::string_view text) {
   // gnuplot's data reader takes backslash escapes in a double-quoted field, and one that starts
   // with an escaped quote is cut at its first space: no spec the sweep makes holds either.
-  std::string label = WithoutControls(text);
+  std::string label = Printable(text);
   for (char& c : label) {
     if (c == '"' || c == '\\') c = '?';
   }
@@ -177,7 +169,8 @@ absl::Status RenderPlot(const std::string& dir, const std::string& script,
     const std::string log = absl::StrCat(script, ".log");
     const std::string first_line(absl::StripAsciiWhitespace(
         std::vector<absl::string_view>(absl::StrSplit(run->stderr_text, '\n')).front()));
-    const absl::Status logged = WriteFileAtomically(absl::StrCat(dir, "/", log), run->stderr_text);
+    const absl::Status logged = WriteFileAtomically(absl::StrCat(dir, "/", log),
+                                                    Printable(run->stderr_text, LineBreaks::kKeep));
     return absl::InternalError(absl::StrCat("gnuplot failed on ", dir, "/", script, " (exit ",
                                             run->exit_code, ": ", first_line, ")",
                                             logged.ok() ? absl::StrCat("; see ", log) : ""));

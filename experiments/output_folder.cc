@@ -169,27 +169,37 @@ absl::StatusOr<OutputFolder> OutputFolder::Open(const std::string& dir_flag,
   // results.csv absent and truncate each other's rows, or both resume it and add rows twice.
   RETURN_IF_ERROR(LockFolder(dir));
 
-  std::vector<std::string> foreign;
+  std::vector<std::string> foreign;    // every name, but the temporaries of the sweep's files
+  std::vector<std::string> strangers;  // of those, the names no sweep writes
   bool has_record = false, has_results = false;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     has_record |= name == kRecord;
     has_results |= name == kResults;
-    if (!IsOurTemporary(name)) foreign.push_back(name);
+    if (IsOurTemporary(name)) continue;
+    foreign.push_back(name);
+    if (std::find(SweepFiles().begin(), SweepFiles().end(), name) == SweepFiles().end()) {
+      strangers.push_back(name);
+    }
   }
   if (ec) {
     return absl::FailedPreconditionError(
         absl::StrCat("--out='", dir, "' cannot be read: ", ec.message()));
   }
-  if (!has_record && !foreign.empty()) {
-    std::sort(foreign.begin(), foreign.end());
-    const size_t shown = std::min<size_t>(foreign.size(), 5);
+  // A sweep's folder holds run.csv. One from before run.csv existed holds results.csv and only
+  // names the sweep writes: --report_only, which writes no record and reads the rows, takes it.
+  const bool older_sweeps = use == FolderUse::kReportOnly && has_results && strangers.empty();
+  if (!has_record && !foreign.empty() && !older_sweeps) {
+    std::vector<std::string>& named = strangers.empty() ? foreign : strangers;
+    std::sort(named.begin(), named.end());
+    const size_t shown = std::min<size_t>(named.size(), 5);
     return absl::FailedPreconditionError(absl::StrCat(
         "--out='", dir, "' holds files the sweep did not write (",
-        absl::StrJoin(foreign.begin(), foreign.begin() + shown, ", "),
-        foreign.size() > shown ? absl::StrCat(" and ", foreign.size() - shown, " more") : "",
-        "); accepted: a new or empty folder, or a sweep's (one that holds run.csv)"));
+        absl::StrJoin(named.begin(), named.begin() + shown, ", "),
+        named.size() > shown ? absl::StrCat(" and ", named.size() - shown, " more") : "",
+        "); accepted: a new or empty folder, or a sweep's (one that holds run.csv; for "
+        "--report_only also one that holds results.csv and only files a sweep writes)"));
   }
   if (use == FolderUse::kReportOnly && !has_results) {
     return absl::NotFoundError(absl::StrCat("--report_only: no results.csv in --out='", dir,

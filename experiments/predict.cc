@@ -14,6 +14,7 @@
 #include "core/workload.h"
 #include "experiments/progress.h"
 #include "experiments/results_csv.h"
+#include "experiments/sweep.h"
 
 namespace ckpt {
 
@@ -75,35 +76,55 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options, Mem
                                model == profiled ? "" : model));
     WorkloadOptions workload_options = WorkloadOptionsFor(options);
     workload_options.profile.progress = progress.Profiling(profiled);
-    ASSIGN_OR_RETURN(Workload workload, Workload::Build(profiled, workload_options));
-    ASSIGN_OR_RETURN(const ModelProfile* measured, workload.Profile(meter));
-    ModelProfile shallow = *measured;
-    ASSIGN_OR_RETURN(std::vector<StageInfo> stages, ModelStages(model));
+    // The model's own failure (its shallow copy does not fit, say) is its rows', one a strategy:
+    // the other models are still answered.
+    absl::StatusOr<Workload> workload = Workload::Build(profiled, workload_options);
+    absl::StatusOr<const ModelProfile*> measured =
+        workload.ok() ? workload->Profile(meter) : workload.status();
+    absl::StatusOr<std::vector<StageInfo>> stages =
+        measured.ok() ? ModelStages(model) : measured.status();
     std::vector<int> counterparts;
-    ASSIGN_OR_RETURN(ModelProfile full, ExpandProfile(shallow, model, stages, &counterparts));
+    absl::StatusOr<ModelProfile> full =
+        stages.ok() ? ExpandProfile(**measured, model, *stages, &counterparts) : stages.status();
+    if (!full.ok()) {
+      for (const std::string& strategy_spec : strategies) {
+        Prediction p;
+        p.model = model;
+        p.profiled = profiled;
+        p.strategy = strategy_spec;
+        p.status = FailureStatus(full.status());
+        p.error = std::string(full.status().message());
+        rows.push_back(std::move(p));
+      }
+      progress.Steps(static_cast<int64_t>(strategies.size()));
+      progress.Line(absl::StrCat(model, ": ", rows.back().status, ", ", rows.back().error));
+      continue;
+    }
+    ModelProfile shallow = **measured;  // extended by the profiles the plans need
     for (const std::string& strategy_spec : strategies) {
       Prediction p;
       p.model = model;
       p.profiled = profiled;
       p.strategy = strategy_spec;
-      p.parameter_bytes = p.gradient_bytes = full.param_bytes;
-      p.optimizer_bytes = 2 * full.param_bytes;
-      p.batch_bytes = full.input_bytes;
-      absl::StatusOr<Plan> plan = PlanFor(strategy_spec, full);
+      p.parameter_bytes = p.gradient_bytes = full->param_bytes;
+      p.optimizer_bytes = 2 * full->param_bytes;
+      p.batch_bytes = full->input_bytes;
+      absl::StatusOr<Plan> plan = PlanFor(strategy_spec, *full);
       absl::StatusOr<ModelProfile> profile =
-          plan.ok()
-              ? ProfileForPlan(workload, shallow, full, counterparts, *plan, meter, options.device)
-              : absl::StatusOr<ModelProfile>(plan.status());
+          plan.ok() ? ProfileForPlan(*workload, shallow, *full, counterparts, *plan, meter,
+                                     options.device)
+                    : absl::StatusOr<ModelProfile>(plan.status());
       absl::StatusOr<MemoryPrediction> memory =
           profile.ok() ? PredictMemory(*profile, *plan)
                        : absl::StatusOr<MemoryPrediction>(profile.status());
       absl::StatusOr<double> ms =
           memory.ok() ? PredictStepMs(*profile, *plan) : absl::StatusOr<double>(memory.status());
       if (!ms.ok()) {
+        p.status = FailureStatus(ms.status());
         p.error = std::string(ms.status().message());
       } else {
         p.strategy = plan->strategy;
-        p.plan = PlanToText(*plan, full.stages);
+        p.plan = PlanToText(*plan, full->stages);
         p.activation_bytes = memory->activation_bytes;
         p.step_peak_bytes = memory->peak_bytes;
         p.step_ms = *ms;
@@ -113,7 +134,7 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options, Mem
       rows.push_back(std::move(p));
       progress.Steps(1);
       progress.Line(absl::StrCat(model, " ", rows.back().strategy, ": ",
-                                 rows.back().error.empty() ? "predicted" : rows.back().error));
+                                 rows.back().status == "ok" ? "predicted" : rows.back().error));
     }
   }
   return rows;
@@ -127,20 +148,25 @@ std::string PredictionTable(const std::vector<Prediction>& rows) {
   for (const Prediction& p : rows) {
     if (p.model != model) {
       model = p.model;
+      // A model that could not be profiled has no sizes to give (every strategy's row says why).
+      const bool profiled = p.status == "ok" || p.parameter_bytes > 0;
       absl::StrAppend(
           &out, out.empty() ? "" : "\n", "### ", p.model, "\n\n",
-          p.model == p.profiled ? "Built and profiled whole"
-                                : absl::StrCat("Profiled as ", p.profiled,
-                                               ", its repeated stages' measurements given to the "
-                                               "rest"),
-          ". Parameters ", mib(p.parameter_bytes), " MiB, gradients ", mib(p.gradient_bytes),
-          " MiB, AdamW state ", mib(p.optimizer_bytes), " MiB, batch ", mib(p.batch_bytes),
-          " MiB (float32).\n\n",
+          !profiled ? absl::StrCat("Not profiled: ", p.profiled, " could not be built and measured")
+          : p.model == p.profiled
+              ? "Built and profiled whole"
+              : absl::StrCat("Profiled as ", p.profiled,
+                             ", its repeated stages' measurements given to the rest"),
+          !profiled
+              ? std::string(".\n\n")
+              : absl::StrCat(". Parameters ", mib(p.parameter_bytes), " MiB, gradients ",
+                             mib(p.gradient_bytes), " MiB, AdamW state ", mib(p.optimizer_bytes),
+                             " MiB, batch ", mib(p.batch_bytes), " MiB (float32).\n\n"),
           "| strategy | activations MiB | step peak above baseline MiB | total training peak GiB "
           "| step ms |\n| --- | ---: | ---: | ---: | ---: |\n");
     }
-    if (!p.error.empty()) {
-      absl::StrAppend(&out, "| ", p.strategy, " | ", p.error, " | | | |\n");
+    if (p.status != "ok") {
+      absl::StrAppend(&out, "| ", p.strategy, " | ", p.status, ": ", p.error, " | | | |\n");
       continue;
     }
     absl::StrAppend(&out, "| ", p.strategy, " | ", mib(p.activation_bytes), " | ",
@@ -166,7 +192,7 @@ std::string SavingsBesidePublished(const std::vector<Prediction>& rows,
     const Prediction* store_all = nullptr;
     std::vector<const Prediction*> others;
     for (const Prediction& p : rows) {
-      if (!p.error.empty() || p.model.substr(0, p.model.find(':')) != figure.model) continue;
+      if (p.status != "ok" || p.model.substr(0, p.model.find(':')) != figure.model) continue;
       if (p.strategy == "store_all") {
         store_all = &p;
       } else {
@@ -231,9 +257,9 @@ std::string PredictionCsv(const std::vector<Prediction>& rows) {
       "predicted_total_peak_bytes,predicted_step_ms,plan,message\n";
   for (const Prediction& p : rows) {
     absl::StrAppend(&out, CsvField(p.model), ",", CsvField(p.profiled), ",", CsvField(p.strategy),
-                    ",", p.error.empty() ? "ok" : "error", ",", p.parameter_bytes, ",",
-                    p.gradient_bytes, ",", p.optimizer_bytes, ",", p.batch_bytes, ",",
-                    p.activation_bytes, ",", p.step_peak_bytes, ",", p.total_peak_bytes, ",",
+                    ",", p.status, ",", p.parameter_bytes, ",", p.gradient_bytes, ",",
+                    p.optimizer_bytes, ",", p.batch_bytes, ",", p.activation_bytes, ",",
+                    p.step_peak_bytes, ",", p.total_peak_bytes, ",",
                     absl::StrFormat("%.3f", p.step_ms), ",", CsvField(p.plan), ",",
                     CsvField(p.error), "\n");
   }

@@ -27,11 +27,12 @@ namespace ckpt {
 
 // One strategy on one model: its plan's predicted step and the training memory around it.
 struct Prediction {
-  std::string model;     // the full model's canonical spec
-  std::string profiled;  // the spec that was built and profiled
-  std::string strategy;  // resolved, as planned
-  std::string error;     // empty, or why the strategy could not plan
-  std::string plan;      // as text (docs/plans.md)
+  std::string model;          // the full model's canonical spec
+  std::string profiled;       // the spec that was built and profiled
+  std::string strategy;       // resolved, as planned
+  std::string status = "ok";  // ok, oom (the model or its plan does not fit), or error
+  std::string error;          // empty, or why the model or the strategy could not be predicted
+  std::string plan;           // as text (docs/plans.md)
   int64_t parameter_bytes = 0;
   int64_t gradient_bytes = 0;   // one per parameter
   int64_t optimizer_bytes = 0;  // AdamW's two moments per parameter

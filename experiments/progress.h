@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "core/printable.h"
 
 namespace ckpt {
 
@@ -26,11 +27,12 @@ class Progress {
   void Steps(int64_t n) { done_ += n; }
   // Steps found once planning showed them (an offloading plan's twin), or dropped (negative).
   void AddToTotal(int64_t n) { total_ += n; }
+  // `what` as a line, escaped (core/printable.h).
   void Line(const std::string& what) {
     const double elapsed = Elapsed(start_);
     const double eta = done_ > 0 ? elapsed / done_ * (total_ - done_) : 0;
-    out_ << absl::StrFormat("[%d/%d steps] %s  (%.0f s elapsed, ETA %.0f s)\n", done_, total_, what,
-                            elapsed, eta);
+    out_ << absl::StrFormat("[%d/%d steps] %s  (%.0f s elapsed, ETA %.0f s)\n", done_, total_,
+                            Printable(what), elapsed, eta);
     last_line_ = std::chrono::steady_clock::now();
   }
   // A profile's progress (ProfileOptions::progress), a line at most every few seconds.

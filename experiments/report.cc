@@ -7,9 +7,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -17,6 +17,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "core/files.h"
+#include "core/printable.h"
 #include "core/status_macros.h"
 #include "experiments/gnuplot.h"
 #include "experiments/results.h"
@@ -64,13 +65,15 @@ std::string FrontierFamily(const std::string& strategy_spec) {
 }
 
 std::string ReadFirstMatch(const std::string& path, const std::string& key) {
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(key, 0) == 0) {
+  // A system file, read as every file is (core/files.h): /proc/cpuinfo is a regular file.
+  absl::StatusOr<std::string> text = ReadRegularFile(path, int64_t{16} << 20);
+  if (!text.ok()) return "unknown";
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    if (absl::StartsWith(line, key)) {
       const size_t colon = line.find(':');
-      return colon == std::string::npos ? line
-                                        : line.substr(line.find_first_not_of(" \t", colon + 1));
+      if (colon == absl::string_view::npos) return std::string(line);
+      const size_t value = line.find_first_not_of(" \t", colon + 1);
+      return value == absl::string_view::npos ? "" : std::string(line.substr(value));
     }
   }
   return "unknown";
@@ -236,7 +239,7 @@ absl::Status WriteReport(const std::string& dir, const std::vector<ConfigResult>
     absl::StrAppend(&md, "\n\n");
   }
   absl::StrAppend(&md, "![memory against time](pareto.png)\n\n", appendix);
-  return WriteFileAtomically(dir + "/report.md", md);
+  return WriteFileAtomically(dir + "/report.md", Printable(md, LineBreaks::kKeep));
 }
 
 std::vector<size_t> ParetoFront(const std::vector<std::pair<double, double>>& points) {

@@ -12,15 +12,13 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "core/files.h"
+#include "core/printable.h"
 #include "core/status_macros.h"
 
 namespace ckpt {
 
 std::string CsvField(const std::string& value) {
-  std::string clean = value;
-  for (char& c : clean) {
-    if (IsControlCharacter(c)) c = ' ';
-  }
+  const std::string clean = Printable(value, LineBreaks::kBlank);
   if (clean.find_first_of(",\"") == std::string::npos) return clean;
   return absl::StrCat("\"", absl::StrReplaceAll(clean, {{"\"", "\"\""}}), "\"");
 }
@@ -59,21 +57,22 @@ absl::StatusOr<std::vector<std::vector<std::string>>> ReadCsv(const std::string&
   std::string field;
   bool quoted = false;
   int line = 1, row_line = 1;
+  size_t checked_to = 0;  // the bytes before it are printable characters
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     const bool ends_line =
         !quoted && (c == '\n' || (c == '\r' && i + 1 < text.size() && text[i + 1] == '\n'));
-    if (!ends_line && IsControlCharacter(c)) {
-      // Nothing the sweep writes holds one (CsvField), and a line break or an escape in a
-      // name would end a line of gnuplot's scripts or rewrite the terminal.
-      return absl::DataLossError(absl::StrFormat(
-          "%s line %d holds %s in field %d; the file is damaged: mend or remove that line, or "
-          "pass another --out",
-          path, line,
-          c == '\0'   ? std::string("a NUL byte")
-          : c == '\n' ? std::string("a line break")
-                      : absl::StrFormat("a control character (byte 0x%02x)", c),
-          row.size() + 1));
+    if (!ends_line && i >= checked_to) {
+      // Nothing the sweep writes holds one (CsvField), and a line break or an escape in a name
+      // would end a line of gnuplot's scripts or rewrite the terminal.
+      const int length = PrintableCharacterLength(text, i);
+      if (length == 0) {
+        return absl::DataLossError(absl::StrFormat(
+            "%s line %d holds %s in field %d; the file is damaged: mend or remove that line, or "
+            "pass another --out",
+            path, line, DescribeUnprintable(text, static_cast<int>(i)), row.size() + 1));
+      }
+      checked_to = i + length;
     }
     if (quoted) {
       if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') {

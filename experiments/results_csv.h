@@ -14,8 +14,9 @@ namespace ckpt {
 // The largest CSV file read back (a results.csv of the paper preset is a few KiB).
 inline constexpr int64_t kMaxCsvBytes = int64_t{64} << 20;
 
-// A field as written: control characters (a LibTorch message's line breaks) as spaces, then
-// quoted if it holds a comma or a quote (RFC 4180).
+// A field as written: line breaks and tabs (a LibTorch message's) as spaces, every other control
+// character or byte that is not UTF-8 escaped (core/printable.h), then quoted if it holds a comma
+// or a quote (RFC 4180).
 std::string CsvField(const std::string& value);
 // The fields as one line, with its newline.
 std::string CsvLine(const std::vector<std::string>& fields);
@@ -23,7 +24,8 @@ std::string CsvLine(const std::vector<std::string>& fields);
 // Parses a CSV file (RFC 4180: quoted fields may hold commas and quotes), and if `lines` is
 // given, the line each row starts on. ReadRegularFile's errors (a missing file, a directory, a
 // FIFO, a device, a file past kMaxCsvBytes); DataLoss naming the line for a control character
-// in a field (a NUL byte, a line break inside quotes, an escape) or a last row cut short.
+// in a field (a NUL byte, a line break inside quotes, an escape, a C1 control), a byte that is
+// not UTF-8, or a last row cut short.
 absl::StatusOr<std::vector<std::vector<std::string>>> ReadCsv(const std::string& path,
                                                               std::vector<int>* lines = nullptr);
 

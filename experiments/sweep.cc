@@ -456,7 +456,7 @@ WorkloadOptions WorkloadOptionsFor(const SweepOptions& options) {
     workload.rank = options.group->rank();
     workload.world_size = options.group->world_size();
   }
-  workload.profile.link_bytes_per_ms = options.link_bytes_per_ms;
+  workload.profile.link_bytes_per_ms = static_cast<double>(options.link_bytes_per_s) / 1000.0;
   return workload;
 }
 

@@ -42,12 +42,12 @@ struct SweepOptions {
   // sweep's own work (building, profiling and planning each model, the gradient check's
   // reference copy) runs under the meter's cap in force, not this one.
   std::optional<int64_t> memory_cap;
-  // > 0: the offload copies' rate, bytes per ms each way, of a link the time model and the
+  // > 0: the offload copies' rate, bytes per second each way, of a link the time model and the
   // planners assume (a GPU's, on a CPU run) instead of the measured copies (--link_bandwidth).
-  double link_bytes_per_ms = 0;
-  int steps = 5;           // timed rounds
-  int warmup = 1;          // untimed rounds before them
-  ComputeThreads threads;  // as the pools run them: recorded in every row
+  int64_t link_bytes_per_s = 0;  // 0: none (measured)
+  int steps = 5;                 // timed rounds
+  int warmup = 1;                // untimed rounds before them
+  ComputeThreads threads;        // as the pools run them: recorded in every row
   uint64_t seed = 0;
   // Wall-clock budget in seconds, 0 for none: once it is spent no further model starts (the
   // first one to run always does), so a bounded run still ends with rows, a report and a

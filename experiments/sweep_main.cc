@@ -54,6 +54,7 @@
 #include "core/memory_meter.h"
 #include "core/memory_model.h"
 #include "core/plan_text.h"
+#include "core/printable.h"
 #include "core/spec.h"
 #include "core/stage.h"
 #include "core/status_macros.h"
@@ -136,17 +137,26 @@ namespace {
 // early ends them too, and says which rank failed first.
 RankProcesses* started_ranks = nullptr;
 
+// A line on standard error, "sweep: " and `text`, which is escaped (core/printable.h): whatever a
+// path, a spec, a file or a library's message holds, it is one line and rewrites no terminal.
+void Say(absl::string_view text) { std::fprintf(stderr, "sweep: %s\n", Printable(text).c_str()); }
+
+// Text on standard output (tables, plans, the closing line), escaped but for its line breaks.
+void PrintOut(absl::string_view text) {
+  std::fputs(Printable(text, LineBreaks::kKeep).c_str(), stdout);
+}
+
 // Ends the ranks this process started, if any, naming the first that failed on its own.
 void EndStartedRanks() {
   if (started_ranks == nullptr) return;
   const std::string failed = DescribeFailure(started_ranks->Stop());
   started_ranks = nullptr;
-  if (!failed.empty()) std::fprintf(stderr, "sweep: %s\n", failed.c_str());
+  if (!failed.empty()) Say(failed);
 }
 
 // Bad input: one line, exit status 2, before anything is measured or written.
 [[noreturn]] void Die(const absl::Status& status) {
-  std::fprintf(stderr, "sweep: %s\n", std::string(status.message()).c_str());
+  Say(status.message());
   EndStartedRanks();
   std::exit(2);
 }
@@ -154,7 +164,7 @@ void EndStartedRanks() {
 // An output that could not be written or a rank that failed, once work has begun: exit
 // status 1.
 [[noreturn]] void Fail(const absl::Status& status) {
-  std::fprintf(stderr, "sweep: %s\n", std::string(status.message()).c_str());
+  Say(status.message());
   EndStartedRanks();
   std::exit(1);
 }
@@ -170,7 +180,7 @@ T OrDie(absl::StatusOr<T> value) {
 int FinishStdout() {
   if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
     const int error = errno;
-    std::fprintf(stderr, "sweep: cannot write to standard output: %s\n", std::strerror(error));
+    Say(absl::StrCat("cannot write to standard output: ", std::strerror(error)));
     return 1;
   }
   return 0;
@@ -193,9 +203,10 @@ absl::StatusOr<std::optional<int64_t>> ParseCap(const std::string& text) {
   return std::optional<int64_t>(*bytes);
 }
 
-// A rate as --link_bandwidth takes it, in bytes per ms; 0 for none.
-absl::StatusOr<double> ParseLinkBandwidth(const std::string& text) {
-  if (text.empty()) return 0.0;
+// A rate as --link_bandwidth takes it, in bytes per second, kept whole (run.csv records it); 0 for
+// none.
+absl::StatusOr<int64_t> ParseLinkBandwidth(const std::string& text) {
+  if (text.empty()) return 0;
   absl::string_view size = text;
   absl::StatusOr<int64_t> bytes = absl::ConsumeSuffix(&size, "/s")
                                       ? ParseByteSize(size)
@@ -205,7 +216,7 @@ absl::StatusOr<double> ParseLinkBandwidth(const std::string& text) {
         absl::StrCat("--link_bandwidth=", text,
                      " is not a rate; accepted: a positive size per second (25GB/s, 12GiB/s)"));
   }
-  return static_cast<double>(*bytes) / 1000.0;
+  return *bytes;
 }
 
 absl::StatusOr<std::vector<int>> ParseDepths(const std::string& text) {
@@ -231,6 +242,53 @@ std::string CommandOf(int argc, char** argv) {
   std::vector<std::string> command(argv, argv + argc);
   command[0] = "sweep";
   return absl::StrJoin(command, " ");
+}
+
+// A mode that does less than a sweep, and the flags it uses: any other flag given with it is
+// refused (exit 2), so that no flag is silently ignored in any mode.
+struct Mode {
+  const char* flag;
+  const char* why;  // "--predict runs no step": why the other flags cannot go with it
+  std::vector<std::string> uses;
+};
+
+// The first of these whose flag is given decides the mode; with none, the sweep uses every flag.
+const std::vector<Mode>& ModesThatDoLess() {
+  static const auto* modes = new std::vector<Mode>{
+      {"list", "--list prints what this build offers and exits", {}},
+      {"predict",
+       "--predict runs no step",
+       {"preset", "models", "strategies", "budgets", "link_bandwidth", "device", "seed", "threads",
+        "blas_threads", "out"}},
+      {"report_only",
+       "--report_only runs nothing",
+       {"preset", "models", "strategies", "budgets", "out"}},
+      {"explain",
+       "--explain prints plans and exits",
+       {"preset", "models", "strategies", "budgets", "link_bandwidth", "device", "seed", "threads",
+        "blas_threads"}},
+  };
+  return *modes;
+}
+
+// InvalidArgument naming the first flag given that the mode does not use, and those it does.
+absl::Status CheckFlagsOfMode(const std::set<std::string>& given) {
+  for (const Mode& mode : ModesThatDoLess()) {
+    if (!given.count(mode.flag)) continue;
+    for (const std::string& flag : given) {
+      if (flag == mode.flag ||
+          std::find(mode.uses.begin(), mode.uses.end(), flag) != mode.uses.end()) {
+        continue;
+      }
+      std::vector<std::string> accepted;
+      for (const std::string& use : mode.uses) accepted.push_back(absl::StrCat("--", use));
+      return absl::InvalidArgumentError(
+          absl::StrCat(mode.why, ", so --", flag, " cannot go with it; accepted with --", mode.flag,
+                       ": ", accepted.empty() ? "no other flag" : absl::StrJoin(accepted, ", ")));
+    }
+    return absl::OkStatus();
+  }
+  return absl::OkStatus();
 }
 
 // What the flags ask for, parsed and checked, before anything runs.
@@ -330,11 +388,12 @@ void ParseRanks(const ParsedCommandLine& parsed, Request& r) {
                       : absl::StrCat("would share its ", VisibleGpus(), " GPU(s)"),
         "; accepted: --dist_backend=gloo, or --device=cuda with at most one rank per GPU")));
   }
-  if (r.world_size > 1 && r.predict) {
-    Die(absl::InvalidArgumentError("--predict runs no step, so it takes no ranks (--nproc)"));
-  }
-  if (r.world_size > 1 && r.use == FolderUse::kReportOnly) {
-    Die(absl::InvalidArgumentError("--report_only runs nothing, so it takes no ranks (--nproc)"));
+  // A launcher's ranks (no --nproc given) for a mode that runs no step.
+  if (r.world_size > 1 && (r.predict || r.use == FolderUse::kReportOnly)) {
+    Die(absl::InvalidArgumentError(
+        absl::StrCat(r.predict ? "--predict runs no step" : "--report_only runs nothing",
+                     ", so it takes no ranks: the environment sets WORLD_SIZE=", r.world_size,
+                     "; accepted: one process, outside a launcher")));
   }
 }
 
@@ -371,7 +430,7 @@ Request ParseRequest(const ParsedCommandLine& parsed) {
   options.seed = absl::GetFlag(FLAGS_seed);
   options.time_limit_s = absl::GetFlag(FLAGS_time_limit_s);
   options.memory_cap = OrDie(ParseCap(absl::GetFlag(FLAGS_memory_cap)));
-  options.link_bytes_per_ms = OrDie(ParseLinkBandwidth(absl::GetFlag(FLAGS_link_bandwidth)));
+  options.link_bytes_per_s = OrDie(ParseLinkBandwidth(absl::GetFlag(FLAGS_link_bandwidth)));
   options = OrDie(CanonicalSweep(options));
   r.depths = OrDie(ParseDepths(absl::GetFlag(FLAGS_depths)));
   for (const std::string& model : options.models) {
@@ -392,26 +451,6 @@ Request ParseRequest(const ParsedCommandLine& parsed) {
   r.explain = absl::GetFlag(FLAGS_explain);
   r.predict = absl::GetFlag(FLAGS_predict);
   const bool report_only = absl::GetFlag(FLAGS_report_only);
-  if (r.predict && (r.explain || report_only || absl::GetFlag(FLAGS_resume) ||
-                    training.steps != 0 || !r.depths.empty() || r.options.memory_cap.has_value())) {
-    Die(absl::InvalidArgumentError(absl::StrCat(
-        "--predict runs no step, so ",
-        r.explain                          ? "--explain"
-        : report_only                      ? "--report_only"
-        : absl::GetFlag(FLAGS_resume)      ? "--resume"
-        : training.steps != 0              ? "--train_steps"
-        : r.options.memory_cap.has_value() ? "--memory_cap (--budgets plans to a peak)"
-                                           : "--depths",
-        " cannot go with it; accepted with --predict: --models, --strategies, --budgets, "
-        "--device, --seed, --threads, --blas_threads, --out")));
-  }
-  if (report_only && (training.steps != 0 || !r.depths.empty() || r.explain)) {
-    Die(absl::InvalidArgumentError(absl::StrCat("--report_only runs nothing, so ",
-                                                training.steps != 0 ? "--train_steps"
-                                                : !r.depths.empty() ? "--depths"
-                                                                    : "--explain",
-                                                " cannot go with it")));
-  }
   r.use = report_only                   ? FolderUse::kReportOnly
           : absl::GetFlag(FLAGS_resume) ? FolderUse::kResume
                                         : FolderUse::kNew;
@@ -440,11 +479,10 @@ Machine SetUpMachine(const Request& r) {
   m.threads = OrDie(SetComputeThreads(r.threads));
   if (r.rank == 0 && m.threads.intra_op > 1 && m.threads.blas > 1 &&
       std::getenv("OMP_WAIT_POLICY") == nullptr) {
-    std::fprintf(stderr,
-                 "sweep: note: LibTorch's OpenMP threads spin between parallel regions and "
-                 "contend with OpenBLAS's; with --threads=%d export OMP_WAIT_POLICY=PASSIVE "
-                 "(README, Performance)\n",
-                 m.threads.intra_op);
+    Say(absl::StrFormat(
+        "note: LibTorch's OpenMP threads spin between parallel regions and contend with "
+        "OpenBLAS's; with --threads=%d export OMP_WAIT_POLICY=PASSIVE (README, Performance)",
+        m.threads.intra_op));
   }
   if (absl::Status s = UseDevice(r.options.device); !s.ok()) Die(s);
   m.meter = OrDie(MemoryMeterFor(r.options.device));
@@ -460,9 +498,7 @@ Machine SetUpMachine(const Request& r) {
 
 // --link_bandwidth as run.csv records it: "25000000000B/s", or "measured".
 std::string LinkSetting(const SweepOptions& o) {
-  return o.link_bytes_per_ms > 0
-             ? absl::StrCat(static_cast<int64_t>(o.link_bytes_per_ms * 1000), "B/s")
-             : "measured";
+  return o.link_bytes_per_s > 0 ? absl::StrCat(o.link_bytes_per_s, "B/s") : "measured";
 }
 
 // What changes the rows besides their models and strategies: a --resume must match it.
@@ -541,7 +577,8 @@ std::string DescribeRecordedCaps(const std::optional<RunRecord>& record) {
 // Where the offload copies' times come from, in words, from the run.csv setting RecordOf writes.
 std::string DescribeCopies(absl::string_view link_bandwidth) {
   int64_t rate = 0;
-  if (absl::ConsumeSuffix(&link_bandwidth, "B/s") && absl::SimpleAtoi(link_bandwidth, &rate)) {
+  if (absl::ConsumeSuffix(&link_bandwidth, "B/s") && absl::SimpleAtoi(link_bandwidth, &rate) &&
+      rate > 0) {
     return absl::StrFormat(
         "an assumed link of %.1f GB/s each way, beside the compute: predicted step times of "
         "offloading plans are for that link, not measured on this device",
@@ -557,27 +594,28 @@ absl::Status Explain(const SweepOptions& options, MemoryMeter& meter) {
     ASSIGN_OR_RETURN(Workload workload, Workload::Build(model_spec, WorkloadOptionsFor(options)));
     ASSIGN_OR_RETURN(const ModelProfile* measured, workload.Profile(meter));
     ModelProfile profile = *measured;
-    std::printf("%s (%d stages)\n", profile.model.c_str(), profile.num_stages());
+    std::string out = absl::StrFormat("%s (%d stages)\n", profile.model, profile.num_stages());
     for (const std::string& strategy_spec : StrategyOrder(options.strategies)) {
       absl::StatusOr<PlannedRun> run = workload.Plan(strategy_spec, profile, meter);
       if (!run.ok()) {
-        std::printf("  %s: %s\n", strategy_spec.c_str(),
-                    std::string(run.status().message()).c_str());
+        absl::StrAppend(&out, "  ", strategy_spec, ": ", Printable(run.status().message()), "\n");
         continue;
       }
-      std::printf(
+      absl::StrAppendFormat(
+          &out,
           "  %s: %s\n    predicted: %.2f MiB of activations after forward, peak %.2f "
           "MiB above the baseline; %lld stage forwards rerun in backward\n",
-          run->plan.strategy.c_str(), run->plan.summary.c_str(),
-          run->predicted.activation_bytes / 1048576.0, run->predicted.peak_bytes / 1048576.0,
+          run->plan.strategy, run->plan.summary, run->predicted.activation_bytes / 1048576.0,
+          run->predicted.peak_bytes / 1048576.0,
           static_cast<long long>(run->executor.program().RecomputedStages()));
       // The plan as text (a plan file can hold it: docs/plans.md), then as a tree.
-      std::printf("    plan: %s\n", PlanToText(run->plan, profile.stages).c_str());
+      absl::StrAppend(&out, "    plan: ", PlanToText(run->plan, profile.stages), "\n");
       for (absl::string_view line :
            absl::StrSplit(PlanToTree(run->plan, profile.stages), '\n', absl::SkipEmpty())) {
-        std::printf("    %s\n", std::string(line).c_str());
+        absl::StrAppend(&out, "    ", line, "\n");
       }
     }
+    PrintOut(out);
   }
   return absl::OkStatus();
 }
@@ -622,7 +660,7 @@ class Outputs {
       written_.push_back(name);
       return;
     }
-    std::fprintf(stderr, "sweep: %s\n", std::string(status.message()).c_str());
+    Say(status.message());
     if (status.code() != absl::StatusCode::kUnavailable) failed_ = true;
   }
   bool failed() const { return failed_; }
@@ -706,7 +744,7 @@ void Measure(const SweepOptions& options, MemoryMeter& meter, const std::string&
       [&](const ConfigResult& r) { return csv ? csv->Write(ResultCells(r)) : absl::OkStatus(); },
       writes ? std::cerr : quiet);
   if (!results.ok()) Fail(results.status());
-  if (writes) std::printf("%s\n", FormatTable(*results).c_str());
+  if (writes) PrintOut(absl::StrCat(FormatTable(*results), "\n"));
 }
 
 // The (model, strategy) pairs as text and back, for rank 0 to give them to the others.
@@ -813,8 +851,8 @@ std::string ReportOnlyNote(bool report_only, const std::string& csv_path) {
 std::string IncompleteNote(const SweepOptions& options, const std::vector<std::string>& missing,
                            bool report_only, const std::string& dir) {
   if (missing.empty()) return "";
-  std::fprintf(stderr, "sweep: incomplete, %zu model(s) not run; continue with --resume --out=%s\n",
-               missing.size(), dir.c_str());
+  Say(absl::StrCat("incomplete, ", missing.size(),
+                   " model(s) not run; continue with --resume --out=", dir));
   const std::string why =
       report_only ? "results.csv has no complete rows for "
                   : absl::StrCat("The time limit (--time_limit_s=", options.time_limit_s,
@@ -841,10 +879,8 @@ bool Train(const SweepOptions& options, const TrainingOptions& training, MemoryM
   for (const LossCurve& c : *curves) {
     ok = ok && !c.departs;
     if (c.strategy == "store_all" && c.status != "ok") {
-      std::fprintf(stderr,
-                   "sweep: training: store_all's curve of %s is %s (%s); the other curves of the "
-                   "model were not compared\n",
-                   c.model.c_str(), c.status.c_str(), c.message.c_str());
+      Say(absl::StrCat("training: store_all's curve of ", c.model, " is ", c.status, " (",
+                       c.message, "); the other curves of the model were not compared"));
     }
   }
   return ok;
@@ -863,12 +899,12 @@ int Main(int argc, char** argv) {
     Die(absl::InvalidArgumentError(absl::StrCat("unexpected argument '", parsed.positional[0],
                                                 "'; flags are --name=value (see --help)")));
   }
+  if (absl::Status s = CheckFlagsOfMode(parsed.given); !s.ok()) Die(s);
   if (absl::GetFlag(FLAGS_list)) {
-    std::printf(
-        "presets: %s\n\nstrategies:\n%s\nmodels:\n%s\npart actions (plan text: "
-        "PART=ACTION @ STAGES):\n%s",
-        absl::StrJoin(PresetNames(), ", ").c_str(), Strategies().Describe().c_str(),
-        Models().Describe().c_str(), DescribePartActions().c_str());
+    PrintOut(absl::StrCat("presets: ", absl::StrJoin(PresetNames(), ", "), "\n\nstrategies:\n",
+                          Strategies().Describe(), "\nmodels:\n", Models().Describe(),
+                          "\npart actions (plan text: PART=ACTION @ STAGES):\n",
+                          DescribePartActions()));
     return FinishStdout();
   }
 
@@ -896,9 +932,10 @@ int Main(int argc, char** argv) {
     for (const auto& [name, text] :
          {std::pair<std::string, std::string>{"predict.csv", PredictionCsv(*rows)},
           {"predict.md", PredictionReport(*rows, request.published, CommandOf(argc, argv))}}) {
-      if (absl::Status s = WriteFileAtomically(folder.Path(name), text); !s.ok()) Fail(s);
+      const std::string written = name == "predict.md" ? Printable(text, LineBreaks::kKeep) : text;
+      if (absl::Status s = WriteFileAtomically(folder.Path(name), written); !s.ok()) Fail(s);
     }
-    std::printf("%s\nresults: %s (predict.csv, predict.md)\n", table.c_str(), folder.dir().c_str());
+    PrintOut(absl::StrCat(table, "\nresults: ", folder.dir(), " (predict.csv, predict.md)\n"));
     return FinishStdout();
   }
   // Static: its destructor also runs when Die or Fail exit, ending the ranks and removing their
@@ -929,11 +966,10 @@ int Main(int argc, char** argv) {
   RunInfo info;
   if (writes) {
     info = DescribeRun(options, machine, *folder, report_only, argc, argv);
-    std::cerr << "sweep: " << info.runtime << "; memory: " << info.meter
-              << (request.world_size > 1 ? absl::StrCat("; ", request.world_size, " ranks (",
-                                                        options.group->backend(), ")")
-                                         : "")
-              << "\n";
+    Say(absl::StrCat(info.runtime, "; memory: ", info.meter,
+                     request.world_size > 1 ? absl::StrCat("; ", request.world_size, " ranks (",
+                                                           options.group->backend(), ")")
+                                            : ""));
   }
   const std::string csv_path = writes ? folder->Path("results.csv") : "";
   Outputs outputs;
@@ -983,8 +1019,8 @@ int Main(int argc, char** argv) {
         DescribeFailure(ranks.started->Wait(/*grace_s=*/10, /*timeout_s=*/60));
     if (!failed.empty()) Fail(absl::AbortedError(failed));
   }
-  std::printf("%s\n", outputs.Line(folder->dir()).c_str());
-  if (!curves_ok) std::fprintf(stderr, "sweep: a loss curve departs from store_all's\n");
+  PrintOut(absl::StrCat(outputs.Line(folder->dir()), "\n"));
+  if (!curves_ok) Say("a loss curve departs from store_all's");
   const int printed = FinishStdout();
   return outputs.failed() || !curves_ok ? 1 : printed;
 }

@@ -211,14 +211,5 @@ TEST(ScratchFolder, GoesWhenTheProcessIsTerminated) {
   EXPECT_EQ(Entries(parent), std::vector<std::string>{});
 }
 
-TEST(FindControlCharacter, FindsTheFirstOne) {
-  EXPECT_EQ(FindControlCharacter("heavy_mlp:depth=2"), -1);
-  EXPECT_EQ(FindControlCharacter("a\nb"), 1);
-  EXPECT_EQ(FindControlCharacter(std::string("ab\0", 3)), 2);
-  EXPECT_EQ(FindControlCharacter("x\x1b[2J"), 1);
-  EXPECT_EQ(FindControlCharacter("\x7f"), 0);
-  EXPECT_EQ(FindControlCharacter("caf\xc3\xa9"), -1);  // UTF-8 is text
-}
-
 }  // namespace
 }  // namespace ckpt

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "core/files.h"
+#include "core/printable.h"
 #include "gtest/gtest.h"
 #include "rapidcheck.h"
 #include "rapidcheck/gtest.h"
@@ -28,17 +29,14 @@ rc::Gen<std::string> HostileText() {
   return rc::gen::map(
       rc::gen::container<std::vector<std::string>>(rc::gen::element<std::string>(
           "`touch PWNED`", "'", "''", "\"", "\\", "\n", "system('touch PWNED')", "$(touch PWNED)",
-          ";", "#", ":", "a", "heavy_mlp:depth=4", std::string(1, '\0'), "\x1b[2J", "\xc3\xa9")),
+          ";", "#", ":", "a", "heavy_mlp:depth=4", std::string(1, '\0'), "\x1b[2J", "\xc3\xa9",
+          "\xc2\x9b", "\xff")),
       [](const std::vector<std::string>& pieces) { return absl::StrJoin(pieces, ""); });
 }
 
-// `text` as the functions promise gnuplot reads it back: control characters as '?'.
-std::string Cleaned(std::string text) {
-  for (char& c : text) {
-    if (IsControlCharacter(c)) c = '?';
-  }
-  return text;
-}
+// `text` as the functions promise gnuplot reads it back: control characters and bytes that are
+// not UTF-8 as visible escapes.
+std::string Cleaned(const std::string& text) { return Printable(text); }
 
 // Runs `script` with gnuplot in a fresh folder and returns what it printed to printed.txt.
 std::string RunScript(const std::string& script, const std::string& data = "") {

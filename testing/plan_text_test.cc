@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/printable.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rapidcheck.h"
@@ -201,6 +203,110 @@ TEST(PlanText, EveryErrorNamesWhereAndWhatWasExpected) {
   EXPECT_EQ(error("[0,4) stored; core=recompute @ 0-9"),
             "line 1, column 15: stage 9 is past the chain's last (4 stages, 0..3)");
   EXPECT_EQ(error("[0,4) stored; core=recompute @ 2-0"), "line 1, column 15: range 2-0 is empty");
+}
+
+// `depth` checkpointed segments, each the inner plan of the one before, over stage 0 of the chain.
+std::string Nested(int depth) {
+  std::string text;
+  for (int i = 0; i < depth; ++i) absl::StrAppend(&text, i == 0 ? "" : " {", "[0,1) checkpointed");
+  text.append(std::max(depth - 1, 0), '}');
+  return absl::StrCat(text, ", [1,4) stored");
+}
+
+TEST(PlanText, NestingIsBoundedNotACrash) {
+  const std::vector<StageInfo> stages = Chain();
+  // kMaxPlanTextDepth braces within one another read; one more is refused where it opens.
+  absl::StatusOr<Plan> deepest = ParsePlan(Nested(kMaxPlanTextDepth + 1), stages, "p");
+  ASSERT_TRUE(deepest.ok()) << deepest.status();
+  EXPECT_EQ(deepest->Depth(), kMaxPlanTextDepth + 1);
+  absl::StatusOr<Plan> deeper = ParsePlan(Nested(kMaxPlanTextDepth + 2), stages, "p");
+  EXPECT_EQ(deeper.status().message(),
+            absl::StrCat("line 1, column ", 20 * (kMaxPlanTextDepth + 1),
+                         ": inner plans nested deeper than ", kMaxPlanTextDepth,
+                         " levels; accepted: at most ", kMaxPlanTextDepth));
+  // A million braces (what overflowed the stack of the recursive reader): the same error.
+  std::string braces = "[0,1) checkpointed";
+  for (int i = 0; i < 1000000 / 20; ++i) braces.append(" {[0,1) checkpointed");
+  EXPECT_THAT(std::string(ParsePlan(braces, stages, "p").status().message()),
+              HasSubstr("nested deeper than"));
+}
+
+TEST(PlanText, ErrorsQuoteTheTextEscapedAndShort) {
+  const std::vector<StageInfo> stages = Chain();
+  auto message = [&](const std::string& text) {
+    return std::string(ParsePlan(text, stages, "p").status().message());
+  };
+  EXPECT_EQ(message("[0,4) stored \x1b"),
+            "line 1, column 14: expected ';' before a policy, or the end of the plan, found "
+            "'\\x1b'");
+  EXPECT_EQ(message(std::string("[0,4) stored \0", 15)),
+            "line 1, column 14: expected ';' before a policy, or the end of the plan, found "
+            "'\\x00'");
+  // A C1 character (CSI, U+009B) is one character, escaped whole; é is printable as it is.
+  EXPECT_EQ(message("[0,4) stored \xc2\x9b"),
+            "line 1, column 14: expected ';' before a policy, or the end of the plan, found "
+            "'\\u009b'");
+  EXPECT_EQ(message("[0,4) stored \xc3\xa9"),
+            "line 1, column 14: expected ';' before a policy, or the end of the plan, found "
+            "'\xc3\xa9'");
+  EXPECT_EQ(message(absl::StrCat("[0,4) ", std::string(100, 'k'))),
+            absl::StrCat("line 1, column 7: expected a mode (stored, checkpointed, recompute-all, "
+                         "offloaded), found '",
+                         std::string(40, 'k'), "...'"));
+  EXPECT_EQ(message(absl::StrCat("[", std::string(100, '9'))),
+            absl::StrCat("line 1, column 2: expected the segment's first stage, an integer, "
+                         "found '",
+                         std::string(40, '9'), "...'"));
+}
+
+// Text near the grammar, and bytes: every input gives a plan or an InvalidArgument error whose
+// message is printable, never a crash or a hang.
+rc::Gen<std::string> PlanishText() {
+  return rc::gen::map(
+      rc::gen::container<std::vector<std::string>>(rc::gen::oneOf(
+          rc::gen::element<std::string>(
+              "[", "]", "(", ")", "{", "}", ",", ";", "@", "=", "-", ":", "#", "\n", " ", "0", "1",
+              "2", "4", "99999999999", "-1", "stored", "checkpointed", "offloaded", "recompute-all",
+              "core", "hidden", "norm", "sequence", "recompute", "chunk", "fused", "store", "\x1b",
+              std::string(1, '\0'), "\xc2\x9b", "\xff", "\xe2\x82"),
+          rc::gen::map(rc::gen::arbitrary<std::vector<unsigned char>>(),
+                       [](const std::vector<unsigned char>& b) {
+                         return std::string(b.begin(), b.end());
+                       }))),
+      [](const std::vector<std::string>& pieces) { return absl::StrJoin(pieces, ""); });
+}
+
+RC_GTEST_PROP(PlanText, AnyTextIsAPlanOrAnError, ()) {
+  const std::vector<StageInfo> stages = *GeneratedStages();
+  // Half the cases: a valid plan's text with a few bytes changed, inserted or cut.
+  std::string text;
+  if (*rc::gen::arbitrary<bool>()) {
+    text = *PlanishText();
+  } else {
+    text = PlanToText(GeneratedPlan(stages), stages);
+    const int edits = *rc::gen::inRange(1, 4);
+    for (int e = 0; e < edits && !text.empty(); ++e) {
+      const size_t at = *rc::gen::inRange<size_t>(0, text.size());
+      const std::string piece = *PlanishText();
+      switch (*rc::gen::inRange(0, 3)) {
+        case 0:
+          text.replace(at, 1, piece);
+          break;
+        case 1:
+          text.insert(at, piece);
+          break;
+        default:
+          text.erase(at, *rc::gen::inRange<size_t>(1, text.size() - at + 1));
+      }
+    }
+  }
+  absl::StatusOr<Plan> plan = ParsePlan(text, stages, "plan:file=fuzz");
+  if (plan.ok()) {
+    RC_ASSERT(ValidatePlan(*plan, stages).ok());
+  } else {
+    RC_ASSERT(plan.status().code() == absl::StatusCode::kInvalidArgument);
+    RC_ASSERT(FindUnprintable(plan.status().message()) == -1);
+  }
 }
 
 }  // namespace

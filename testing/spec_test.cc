@@ -1,8 +1,15 @@
 // The spec grammar and parameter binding, including every error path.
 #include "core/spec.h"
 
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "core/printable.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rapidcheck.h"
+#include "rapidcheck/gtest.h"
 
 namespace ckpt {
 namespace {
@@ -128,6 +135,42 @@ TEST(ParamValuesDeathTest, UndeclaredKeyIsAProgrammingError) {
   ASSERT_TRUE(v.ok());
   EXPECT_DEATH(v->Int("width"), "mlp has no declared parameter 'width'");
   EXPECT_DEATH(v->Int("segments"), "parameter 'segments' is not an integer here");
+}
+
+// Text near the grammar, and bytes.
+rc::Gen<std::string> SpecishText() {
+  return rc::gen::map(
+      rc::gen::container<std::vector<std::string>>(rc::gen::oneOf(
+          rc::gen::element<std::string>(
+              "heavy_mlp", "uniform", ":", "=", ",", " ", "depth", "hidden", "act", "segments",
+              "relu", "auto", "0", "1", "-1", "+4", "1.5", "1e308", "nan", "inf", "0x1p-3",
+              "99999999999999999999", "9223372036854775807", "GiB", "MiB", "kB", "B", "/s",
+              "\x1b", std::string(1, '\0'), "\n", "\xc2\x9b", "\xff", "\xe2\x82"),
+          rc::gen::map(rc::gen::arbitrary<std::vector<unsigned char>>(),
+                       [](const std::vector<unsigned char>& b) {
+                         return std::string(b.begin(), b.end());
+                       }))),
+      [](const std::vector<std::string>& pieces) { return absl::StrJoin(pieces, ""); });
+}
+
+// Every text is a spec, a size and bound parameters, or an error whose message is printable:
+// no crash, no overflow to a negative size.
+RC_GTEST_PROP(Spec, AnyTextIsAValueOrAnError, ()) {
+  const std::string text = *SpecishText();
+  absl::StatusOr<Spec> spec = ParseSpec(text);
+  if (!spec.ok()) {
+    RC_ASSERT(FindUnprintable(spec.status().message()) == -1);
+  } else {
+    RC_ASSERT(FindUnprintable(spec->name) == -1);
+    absl::StatusOr<ParamValues> bound = BindParams(*spec, MlpParams());
+    if (!bound.ok()) RC_ASSERT(FindUnprintable(bound.status().message()) == -1);
+  }
+  absl::StatusOr<int64_t> bytes = ParseByteSize(text);
+  if (bytes.ok()) {
+    RC_ASSERT(*bytes >= 0);
+  } else {
+    RC_ASSERT(FindUnprintable(bytes.status().message()) == -1);
+  }
 }
 
 }  // namespace

@@ -5,6 +5,14 @@
 set -euo pipefail
 # On the CPU wherever it runs (a GPU host's ctest too): the checks below are the CPU's bytes.
 sweep=("${SWEEP:-$TEST_SRCDIR/ckptlab/experiments/sweep}" --device=cpu)
+# The sweep with the flags given, on the CPU where the mode uses a device: --list and
+# --report_only run nothing on one and refuse --device like every flag they do not use.
+run_sweep() {
+  case " $* " in
+    *" --list "* | *" --report_only "*) "${sweep[0]}" "$@" ;;
+    *) "${sweep[@]}" "$@" ;;
+  esac
+}
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
@@ -98,7 +106,7 @@ rows_before=$(($(wc -l <"$tmp/kill/results.csv") - 1))
 # The killed sweep wrote no report; --report_only writes it from the rows there, running
 # nothing, and names the models that have none.
 [[ ! -e "$tmp/kill/report.md" ]] || fail "the killed sweep wrote report.md"
-"${sweep[@]}" --models="$models" --strategies=uniform --out="$tmp/kill" --report_only \
+run_sweep --models="$models" --strategies=uniform --out="$tmp/kill" --report_only \
   >/dev/null 2>"$tmp/report_only.stderr" ||
   fail "--report_only exited $?: $(cat "$tmp/report_only.stderr")"
 [[ $(($(wc -l <"$tmp/kill/results.csv") - 1)) -eq $rows_before ]] ||
@@ -154,12 +162,16 @@ check_bad() {
   local out="$tmp/bad"
   rm -rf "$out"
   set +e
-  "${sweep[@]}" "$@" --out="$out" >/dev/null 2>"$tmp/bad.stderr"
+  run_sweep "$@" --out="$out" >/dev/null 2>"$tmp/bad.stderr"
   local rc=$?
   set -e
   [[ $rc -eq 2 ]] || fail "$*: exit $rc, expected 2"
   grep -q -- "$expect" "$tmp/bad.stderr" || fail "$*: stderr lacks '$expect': $(cat "$tmp/bad.stderr")"
   [[ $(wc -l <"$tmp/bad.stderr") -eq 1 ]] || fail "$*: more than one line: $(cat "$tmp/bad.stderr")"
+  # No control character but the line's end, C1 (UTF-8 0xc2 0x80..0x9f) included.
+  if LC_ALL=C grep -q $'[\x01-\x09\x0b-\x1f\x7f]\|\xc2[\x80-\x9f]' "$tmp/bad.stderr"; then
+    fail "$*: a control character reached stderr: $(od -c "$tmp/bad.stderr" | head -3)"
+  fi
   [[ ! -e "$out" ]] || fail "$*: wrote $out"
 }
 check_bad "unknown strategy 'checkmate'; known: .*store_all, uniform" --strategies=checkmate
@@ -181,9 +193,23 @@ check_bad "--preset=seed004 holds models no machine here can run; accepted: --pr
   --preset=seed004
 check_bad "--predict runs no step, so --explain cannot go with it" --predict --explain
 check_bad "--predict runs no step, so --train_steps cannot go with it" --predict --train_steps=2
-check_bad "--predict runs no step, so --memory_cap (--budgets plans to a peak) cannot go with it" \
+check_bad "--predict runs no step, so --memory_cap cannot go with it; accepted with --predict: --preset, --models, --strategies, --budgets" \
   --predict --memory_cap=1GiB
-check_bad "--predict runs no step, so it takes no ranks" --predict --nproc=2
+check_bad "--predict runs no step, so --nproc cannot go with it" --predict --nproc=2
+# Every flag is used or refused in every mode (round 3): these were accepted and ignored.
+for flag in --steps=3 --warmup=1 --time_limit_s=60 --dist_backend=gloo --resume; do
+  check_bad "--predict runs no step, so ${flag%%=*} cannot go with it" --predict "$flag"
+done
+check_bad "--report_only runs nothing, so --seed cannot go with it" --report_only --seed=3
+check_bad "--explain prints plans and exits, so --out cannot go with it" --explain
+set +e
+run_sweep --explain --steps=3 >/dev/null 2>"$tmp/explain.stderr"
+rc=$?
+set -e
+[[ $rc -eq 2 ]] && grep -q -- "--explain prints plans and exits, so --steps cannot go with it" \
+  "$tmp/explain.stderr" || fail "--explain --steps=3: exit $rc, $(cat "$tmp/explain.stderr")"
+check_bad "--list prints what this build offers and exits, so --models cannot go with it; accepted with --list: no other flag" \
+  --list --models=heavy_mlp
 check_bad "--depths: 'x' is not accepted" --depths=4,x
 check_bad "time limit -5 s is not accepted" --time_limit_s=-5
 check_bad "unexpected argument 'stray'" stray
@@ -229,9 +255,11 @@ check_damaged() {  # $1: expected message, $2: folder, then the flags
   shift 2
   local before
   before=$(md5sum <"$dir/results.csv" 2>/dev/null || echo dir)
+  local measuring=()  # what --report_only would refuse
+  [[ "$*" == *--report_only* ]] || measuring=(--steps=2 --warmup=0)
   set +e
-  "${sweep[@]}" --models=heavy_mlp:depth=4:hidden=8:batch=2 --strategies=store_all,uniform \
-    --steps=2 --warmup=0 --out="$dir" "$@" >/dev/null 2>"$tmp/damaged.stderr"
+  run_sweep --models=heavy_mlp:depth=4:hidden=8:batch=2 --strategies=store_all,uniform \
+    "${measuring[@]}" --out="$dir" "$@" >/dev/null 2>"$tmp/damaged.stderr"
   local rc=$?
   set -e
   [[ $rc -eq 2 ]] || fail "damaged results.csv ($*): exit $rc, expected 2"
@@ -318,6 +346,14 @@ grep -q '^heavy_mlp:depth=2:hidden=1048576:batch=4,uniform:segments=auto:budget=
   fail "a model too large for the machine: $(cat "$tmp/huge/results.csv")"
 awk -F, '$4 == "oom" && ($16 != "" || $17 != "" || $18 != "") {exit 1}' \
   "$tmp/huge/results.csv" || fail "a failed model has ratio cells: $(cat "$tmp/huge/results.csv")"
+# --predict likewise: the model's rows are oom, and the model after it is still answered.
+"${sweep[@]}" --predict --models=heavy_mlp:depth=2:hidden=1048576:batch=4,heavy_mlp:depth=2:hidden=4:batch=2 \
+  --strategies=uniform --out="$tmp/huge-predict" >/dev/null 2>"$tmp/huge-predict.stderr" ||
+  fail "--predict with a model too large for the machine: exit $?: $(cat "$tmp/huge-predict.stderr")"
+grep -q '^heavy_mlp:depth=2:hidden=1048576:batch=4,heavy_mlp:depth=2:hidden=1048576:batch=4,store_all,oom,' \
+  "$tmp/huge-predict/predict.csv" && grep -q '^heavy_mlp:depth=2:hidden=4:batch=2,.*,uniform:[^,]*,ok,' \
+  "$tmp/huge-predict/predict.csv" ||
+  fail "--predict with a model too large for the machine: $(cat "$tmp/huge-predict/predict.csv")"
 "${sweep[@]}" --models=heavy_mlp:depth=2:hidden=4:batch=2 --strategies=uniform --steps=1 \
   --warmup=0 --out="$tmp/alone" >/dev/null 2>&1 || fail "the small model alone exited $?"
 [[ "$(grep '^heavy_mlp:depth=2:hidden=4:batch=2,store_all' "$tmp/huge/results.csv" | cut -d, -f5)" == \
@@ -408,13 +444,25 @@ expect_exit() {
   local want="$1" text="$2"
   shift 2
   set +e
-  "${sweep[@]}" "$@" >"$tmp/expect.stdout" 2>"$tmp/expect.stderr"
+  run_sweep "$@" >"$tmp/expect.stdout" 2>"$tmp/expect.stderr"
   local rc=$?
   set -e
   [[ $rc -eq $want ]] || fail "$*: exit $rc, expected $want: $(cat "$tmp/expect.stderr")"
   grep -qF -- "$text" "$tmp/expect.stderr" ||
     fail "$*: stderr lacks '$text': $(cat "$tmp/expect.stderr")"
 }
+# An older sweep's folder (no run.csv): --report_only reports on it; with a file of the user's
+# beside it, it is refused as before, the file unchanged.
+finished "$tmp/older"
+rm "$tmp/older/run.csv" "$tmp/older/report.md"
+run_sweep --report_only --out="$tmp/older" >/dev/null 2>"$tmp/older.stderr" ||
+  fail "--report_only on an older sweep's folder: exit $?: $(cat "$tmp/older.stderr")"
+grep -q "the caps of the run are not recorded" "$tmp/older/report.md" ||
+  fail "--report_only on an older sweep's folder: $(head -20 "$tmp/older/report.md")"
+rm "$tmp/older/report.md" && echo mine >"$tmp/older/notes.txt"
+expect_exit 2 "holds files the sweep did not write (notes.txt" --report_only --out="$tmp/older"
+[[ ! -e "$tmp/older/report.md" && "$(cat "$tmp/older/notes.txt")" == mine ]] ||
+  fail "--report_only wrote into a folder with a user's file"
 # Waits at most $2 seconds for process $1 (a child of this shell), then ends it; its exit status
 # in $waited (124: ended).
 wait_bounded() {
@@ -452,7 +500,7 @@ no_temporaries() {
 # drawn as text; a cell with a line break (which would end gnuplot's command) is refused.
 finished "$tmp/gp"
 set_model_cell "$tmp/gp" 1 'x`touch '"$tmp"'/PWNED_BACKQUOTE`'
-"${sweep[@]}" --out="$tmp/gp" --report_only --models=heavy_mlp:depth=2:hidden=4:batch=2 \
+run_sweep --out="$tmp/gp" --report_only --models=heavy_mlp:depth=2:hidden=4:batch=2 \
   >/dev/null 2>"$tmp/gp.stderr" || fail "--report_only with a backquote in a cell: $(cat "$tmp/gp.stderr")"
 [[ ! -e "$tmp/PWNED_BACKQUOTE" ]] || fail "a backquote in results.csv ran a command in gnuplot"
 grep -qF "set title (('x\`touch" "$tmp/gp/pareto.gp" || fail "the cell is not a literal title"
@@ -464,7 +512,16 @@ expect_exit 2 "results.csv line 3 holds a line break in field 1" \
 [[ ! -e "$tmp/PWNED_NEWLINE" ]] || fail "a line break in results.csv ran a command in gnuplot"
 [[ "$(md5sum <"$tmp/gp2/results.csv")" == "$before" ]] || fail "the refused file was changed"
 check_bad "holds a control character (byte 0x1b)" --models=$'heavy_mlp:depth=2\x1b[2J'
-check_bad "holds a control character (byte 0x0a)" --strategies=$'uniform:segments=2\nx'
+check_bad "holds a line break at position 19" --strategies=$'uniform:segments=2\nx'
+check_bad "holds a C1 control character (U+009B)" --models=$'heavy_mlp:depth=2\xc2\x9b2J'
+# The largest link rate is recorded as given, not through a double that overflows to a negative.
+"${sweep[@]}" --models=heavy_mlp:depth=2:hidden=4:batch=2 --strategies=store_all --steps=1 \
+  --warmup=0 --link_bandwidth=9223372036854775807B/s --out="$tmp/link" >/dev/null 2>&1 ||
+  fail "the largest --link_bandwidth exited $?"
+grep -qx 'link_bandwidth,9223372036854775807B/s' "$tmp/link/run.csv" ||
+  fail "run.csv's link rate: $(grep link "$tmp/link/run.csv")"
+if grep -q -- '-[0-9.]* GB/s' "$tmp/link/report.md"; then fail "report.md: a negative link rate"; fi
+check_bad "holds a byte that is not UTF-8 (0xff)" --models=$'heavy_mlp:depth=2\xff'
 
 # 2. Outputs whole or not at all. A file size limit stands in for a full disk (the same failed
 # write(2)); the sweep's own messages go through a pipe, which the limit does not cover.
@@ -524,14 +581,14 @@ grep "^results: " "$tmp/limit.out" | grep -q "pareto.png" &&
   fail "resume on a full disk lists pareto.png: $(grep '^results: ' "$tmp/limit.out")"
 no_temporaries "$tmp/full2"
 # --list names the part actions plan text takes, fused attention with whether this build has it.
-"${sweep[@]}" --list >"$tmp/list.out" || fail "--list exited $?"
+run_sweep --list >"$tmp/list.out" || fail "--list exited $?"
 grep -q '^  recompute: attention core, MLP hidden, norm$' "$tmp/list.out" ||
   fail "--list has no part actions: $(tail -5 "$tmp/list.out")"
 grep -qE '^  fused: attention core without dropout \(scaled_dot_product_attention\)($|; unavailable here: LibTorch 1\.)' \
   "$tmp/list.out" || fail "--list: $(grep fused "$tmp/list.out")"
 # Standard output is an output too.
 set +e
-"${sweep[@]}" --list >/dev/full 2>"$tmp/full.stderr"
+run_sweep --list >/dev/full 2>"$tmp/full.stderr"
 rc=$?
 set -e
 [[ $rc -eq 1 ]] || fail "--list > /dev/full: exit $rc, expected 1"
@@ -825,7 +882,7 @@ time.sleep(120)' "$tmp/port" &
   unset RANK WORLD_SIZE MASTER_ADDR MASTER_PORT
   kill "$listener" 2>/dev/null || true
   check_bad "--nproc=0 is not accepted; accepted: 1..64" --nproc=0
-  check_bad "--report_only runs nothing, so it takes no ranks" --report_only --nproc=2
+  check_bad "--report_only runs nothing, so --nproc cannot go with it" --report_only --nproc=2
   # A backend that cannot reduce the device's tensors, with ranks or alone: exit 2, naming it.
   check_bad "--dist_backend=nccl: backend 'nccl' cannot reduce cpu tensors in this build; accepted: auto, gloo" \
     --device=cpu --nproc=2 --dist_backend=nccl

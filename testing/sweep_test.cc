@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "c10/core/Device.h"
 #include "core/memory_meter.h"
+#include "core/printable.h"
 #include "core/profiler.h"
 #include "experiments/presets.h"
 #include "experiments/report.h"
@@ -24,6 +25,8 @@
 #include "experiments/results_csv.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rapidcheck.h"
+#include "rapidcheck/gtest.h"
 
 namespace ckpt {
 namespace {
@@ -116,7 +119,7 @@ TEST(Sweep, AnOffloadingRowHasItsCopiesAloneAndExposed) {
   EXPECT_FALSE(std::isnan(offloading.copy_exposed_ms));
   EXPECT_EQ(offloading.max_grad_diff_vs_store_all, 0.0);
 
-  o.link_bytes_per_ms = 25e6;  // 25 GB/s, beside the compute
+  o.link_bytes_per_s = 25000000000;  // 25 GB/s, beside the compute
   rows = RunTiny(o, &streamed);
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_DOUBLE_EQ(rows[1].to_host_gbps, 25);
@@ -472,6 +475,38 @@ TEST(ParetoFront, KeepsThePointsNothingBeatsOnBothAxes) {
   EXPECT_TRUE(ParetoFront({}).empty());
 }
 
+// Bytes near CSV (quotes, separators, line breaks, control bytes, C1, ill-formed UTF-8), sometimes
+// under results.csv's own header: ReadCsv and ReadResults give rows whose cells are printable, or
+// an error whose message is, never a crash.
+RC_GTEST_PROP(ReadCsv, AnyBytesAreRowsOrAnError, ()) {
+  const std::vector<std::string> pieces = *rc::gen::container<std::vector<std::string>>(
+      rc::gen::oneOf(rc::gen::element<std::string>(",", "\"", "\"\"", "\n", "\r\n", "\r", "a", "1",
+                                                   "-1", "1e999", "nan", "ok", "oom", "\x1b[2J",
+                                                   std::string(1, '\0'), "\x7f", "\xc2\x9b",
+                                                   "\xff", "\xc3\xa9", "\xe2\x82"),
+                     rc::gen::map(rc::gen::arbitrary<std::vector<unsigned char>>(),
+                                  [](const std::vector<unsigned char>& b) {
+                                    return std::string(b.begin(), b.end());
+                                  })));
+  std::string text = absl::StrJoin(pieces, "");
+  if (*rc::gen::arbitrary<bool>()) text = CsvLine(ResultColumnNames()) + text;
+  const std::string path = ::testing::TempDir() + "/fuzz.csv";
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << text;
+  }
+  absl::StatusOr<std::vector<std::vector<std::string>>> rows = ReadCsv(path);
+  if (rows.ok()) {
+    for (const std::vector<std::string>& row : *rows) {
+      for (const std::string& cell : row) RC_ASSERT(FindUnprintable(cell) == -1);
+    }
+  } else {
+    RC_ASSERT(FindUnprintable(rows.status().message()) == -1);
+  }
+  absl::StatusOr<std::vector<ConfigResult>> results = ReadResults(path);
+  if (!results.ok()) RC_ASSERT(FindUnprintable(results.status().message()) == -1);
+}
+
 TEST(ReadCsv, ReadsBackWhatTheAppenderWrote) {
   const std::string path = ::testing::TempDir() + "/roundtrip.csv";
   {
@@ -504,7 +539,11 @@ TEST(ReadCsv, ReadsBackWhatTheAppenderWrote) {
   // a gnuplot script) or an escape, named by line and field.
   for (const auto& [text, what] : std::vector<std::pair<std::string, std::string>>{
            {"a,b\n1,\"x\nsystem('touch y')\"\n", "line 2 holds a line break in field 2"},
-           {"a,b\n1,x\x1b[2J\n", "line 2 holds a control character (byte 0x1b) in field 2"}}) {
+           {"a,b\n1,x\x1b[2J\n", "line 2 holds a control character (byte 0x1b) in field 2"},
+           {"a,b\n1,x\xc2\x9b"
+            "2J\n",
+            "line 2 holds a C1 control character (U+009B) in field 2"},
+           {"a,b\n\xff,x\n", "line 2 holds a byte that is not UTF-8 (0xff) in field 1"}}) {
     f = std::fopen(other.c_str(), "w");
     std::fputs(text.c_str(), f);
     std::fclose(f);

@@ -27,17 +27,25 @@ absl::StatusOr<Plan> ChunkedSequence::MakePlan(const ModelProfile& profile) cons
     const int64_t extent = part >= 0 ? stage.parts[part].extent : 0;
     const int chunks = extent > 0 ? static_cast<int>(std::min<int64_t>(chunks_, extent)) : chunks_;
     plan.stage_policies.push_back(
-        PolicyFor(stage, PartKind::kSequence, {PartAction::Chunk(), chunks}));
+        chunks < 2 ? StagePolicy()  // one position, or chunks=1: the stage runs whole
+                   : PolicyFor(stage, PartKind::kSequence, {PartAction::Chunk(), chunks}));
     if (!plan.stage_policies.back().IsDefault()) {
       ++chunked;
       most = std::max(most, chunks);
     }
   }
-  const int ran = chunked > 0 ? most : chunks_;
+  // The label says what ran: no stage chunked (no sequence, or one position) runs whole, 1 chunk.
+  const int ran = chunked > 0 ? most : 1;
   plan.strategy = absl::StrCat(kId, ":chunks=", ran);
-  plan.summary = absl::StrCat(
-      chunked, " of ", n, " stages run in ", ran, " sequence chunks, each recomputed in backward",
-      ran < chunks_ ? absl::StrCat(" (", chunks_, " asked; no more chunks than positions)") : "");
+  plan.summary =
+      chunked == 0
+          ? absl::StrCat("no stage of ", n, " has a sequence of two or more positions to chunk: ",
+                         "every stage runs whole (", chunks_, " chunks asked)")
+          : absl::StrCat(chunked, " of ", n, " stages run in ", ran,
+                         " sequence chunks, each recomputed in backward",
+                         ran < chunks_
+                             ? absl::StrCat(" (", chunks_, " asked; no more chunks than positions)")
+                             : "");
   return plan;
 }
 

@@ -267,10 +267,13 @@ if [[ "$steps" == *" sweep "* ]]; then
   # A killed sweep leaves its finished models' rows and no report: write it from them.
   if [[ ! -f "$sweep_out/report.md" && -f "$sweep_out/results.csv" ]]; then
     log "writing report.md from the rows in results.csv (sweep --report_only)"
+    # --report_only takes only the flags that say which rows to expect (it refuses the others).
+    report_args=(--preset=paper --out="$sweep_out")
+    for arg in ${CKPT_SWEEP_ARGS:-}; do
+      case "$arg" in --preset=* | --models=* | --strategies=* | --budgets=*) report_args+=("$arg") ;; esac
+    done
     set +e
-    # shellcheck disable=SC2086
-    "$build/sweep" "${sweep_args[@]}" --report_only ${CKPT_SWEEP_ARGS:-} \
-      >>"$out/sweep.txt" 2>>"$out/sweep.stderr"
+    "$build/sweep" "${report_args[@]}" --report_only >>"$out/sweep.txt" 2>>"$out/sweep.stderr"
     report_status=$?
     set -e
     ((report_status == 0)) || log "sweep --report_only exited $report_status (sweep.stderr)"
