@@ -144,8 +144,8 @@ rc::Gen<std::string> SpecishText() {
           rc::gen::element<std::string>(
               "heavy_mlp", "uniform", ":", "=", ",", " ", "depth", "hidden", "act", "segments",
               "relu", "auto", "0", "1", "-1", "+4", "1.5", "1e308", "nan", "inf", "0x1p-3",
-              "99999999999999999999", "9223372036854775807", "GiB", "MiB", "kB", "B", "/s",
-              "\x1b", std::string(1, '\0'), "\n", "\xc2\x9b", "\xff", "\xe2\x82"),
+              "99999999999999999999", "9223372036854775807", "GiB", "MiB", "kB", "B", "/s", "\x1b",
+              std::string(1, '\0'), "\n", "\xc2\x9b", "\xff", "\xe2\x82"),
           rc::gen::map(rc::gen::arbitrary<std::vector<unsigned char>>(),
                        [](const std::vector<unsigned char>& b) {
                          return std::string(b.begin(), b.end());

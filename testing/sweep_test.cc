@@ -479,15 +479,15 @@ TEST(ParetoFront, KeepsThePointsNothingBeatsOnBothAxes) {
 // under results.csv's own header: ReadCsv and ReadResults give rows whose cells are printable, or
 // an error whose message is, never a crash.
 RC_GTEST_PROP(ReadCsv, AnyBytesAreRowsOrAnError, ()) {
-  const std::vector<std::string> pieces = *rc::gen::container<std::vector<std::string>>(
-      rc::gen::oneOf(rc::gen::element<std::string>(",", "\"", "\"\"", "\n", "\r\n", "\r", "a", "1",
-                                                   "-1", "1e999", "nan", "ok", "oom", "\x1b[2J",
-                                                   std::string(1, '\0'), "\x7f", "\xc2\x9b",
-                                                   "\xff", "\xc3\xa9", "\xe2\x82"),
-                     rc::gen::map(rc::gen::arbitrary<std::vector<unsigned char>>(),
-                                  [](const std::vector<unsigned char>& b) {
-                                    return std::string(b.begin(), b.end());
-                                  })));
+  const std::vector<std::string> pieces =
+      *rc::gen::container<std::vector<std::string>>(rc::gen::oneOf(
+          rc::gen::element<std::string>(
+              ",", "\"", "\"\"", "\n", "\r\n", "\r", "a", "1", "-1", "1e999", "nan", "ok", "oom",
+              "\x1b[2J", std::string(1, '\0'), "\x7f", "\xc2\x9b", "\xff", "\xc3\xa9", "\xe2\x82"),
+          rc::gen::map(rc::gen::arbitrary<std::vector<unsigned char>>(),
+                       [](const std::vector<unsigned char>& b) {
+                         return std::string(b.begin(), b.end());
+                       })));
   std::string text = absl::StrJoin(pieces, "");
   if (*rc::gen::arbitrary<bool>()) text = CsvLine(ResultColumnNames()) + text;
   const std::string path = ::testing::TempDir() + "/fuzz.csv";
