@@ -32,6 +32,12 @@ absl::StatusOr<std::string> CanonicalStrategySpec(const std::string& spec_text) 
   return values.Canonical();
 }
 
+absl::StatusOr<std::string> BoundStrategySpec(const std::string& spec_text) {
+  ASSIGN_OR_RETURN(Spec spec, ParseSpec(spec_text));
+  ASSIGN_OR_RETURN(ParamValues values, Strategies().Bind(spec));
+  return values.Canonical();
+}
+
 absl::StatusOr<Plan> PlanFor(const std::string& spec_text, const ModelProfile& profile) {
   ASSIGN_OR_RETURN(std::unique_ptr<Strategy> strategy, CreateStrategy(spec_text));
   ASSIGN_OR_RETURN(Plan plan, strategy->MakePlan(profile));

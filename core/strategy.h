@@ -77,6 +77,11 @@ absl::StatusOr<std::unique_ptr<Strategy>> CreateStrategy(const std::string& spec
 // canonical specs are equal.
 absl::StatusOr<std::string> CanonicalStrategySpec(const std::string& spec_text);
 
+// The canonical spec of `spec_text` with its parameters bound and checked, creating nothing: how
+// rows already measured are keyed, so that reading them needs no strategy's inputs (a plan file
+// that is gone since).
+absl::StatusOr<std::string> BoundStrategySpec(const std::string& spec_text);
+
 // CreateStrategy, then its plan for `profile`, validated against the profile's stages (an
 // invalid one is Internal: a strategy bug): the first error.
 absl::StatusOr<Plan> PlanFor(const std::string& spec_text, const ModelProfile& profile);

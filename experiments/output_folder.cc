@@ -237,7 +237,10 @@ absl::Status OutputFolder::Adopt(const RunRecord& record) {
       if (recorded_setting == setting) theirs = recorded_value;
     }
     if (theirs != value) {
-      differences.push_back(absl::StrCat("--", setting, " (", value, " now, ", theirs, " there)"));
+      // Every setting is a flag's but plan_files: what the plan files of --strategies held.
+      differences.push_back(absl::StrCat(setting == "plan_files" ? "the plan files" : "--",
+                                         setting == "plan_files" ? "" : setting, " (", value,
+                                         " now, ", theirs, " there)"));
     }
   }
   if (differences.empty()) return absl::OkStatus();

@@ -519,7 +519,7 @@ absl::StatusOr<SweepOptions> CanonicalSweep(const SweepOptions& options) {
   }
   for (const auto& [model, strategy] : options.completed) {
     ASSIGN_OR_RETURN(std::string model_spec, CanonicalModelSpec(model));
-    ASSIGN_OR_RETURN(std::string strategy_spec, CanonicalStrategySpec(strategy));
+    ASSIGN_OR_RETURN(std::string strategy_spec, BoundStrategySpec(strategy));
     canonical.completed.emplace(model_spec, strategy_spec);
   }
   return canonical;

@@ -69,6 +69,7 @@
 #include "experiments/sweep.h"
 #include "experiments/training.h"
 #include "models/layers.h"
+#include "strategies/plan/plan.h"
 
 ABSL_FLAG(std::string, preset, "quick",
           "quick (CPU-sized, the default) or paper (the classic sizes); --models and "
@@ -306,11 +307,12 @@ struct Request {
   int rank = 0;
   int world_size = 1;
   std::optional<Rendezvous> rendezvous;
-  int local_rank = 0;        // this rank's place on its host, which picks its GPU
-  int local_ranks = 1;       // the ranks on this host, which share its cores and memory
-  std::string device_asked;  // --device as given: each rank resolves it to its own GPU
-  std::string backend;       // what the ranks reduce with (ChooseBackend), with ranks
-  std::string temp_parent;   // with ranks to start: $TMPDIR (or /tmp), where they meet
+  int local_rank = 0;                   // this rank's place on its host, which picks its GPU
+  int local_ranks = 1;                  // the ranks on this host, which share its cores and memory
+  std::string device_asked;             // --device as given: each rank resolves it to its own GPU
+  std::string backend;                  // what the ranks reduce with (ChooseBackend), with ranks
+  std::string temp_parent;              // with ranks to start: $TMPDIR (or /tmp), where they meet
+  std::vector<std::string> plan_files;  // the plan files the strategies read, with digests
 };
 
 // The folder the ranks --nproc starts meet in goes into: $TMPDIR, or /tmp. Checked before anything
@@ -515,7 +517,8 @@ RunRecord RecordOf(const Request& r, const Machine& m) {
           {"accumulate", absl::StrCat(r.training.accumulate)},
           {"amp", r.training.amp ? "true" : "false"},
           {"link_bandwidth", LinkSetting(o)},
-          {"world_size", absl::StrCat(r.world_size)}};
+          {"world_size", absl::StrCat(r.world_size)},
+          {"plan_files", r.plan_files.empty() ? "none" : absl::StrJoin(r.plan_files, ";")}};
 }
 
 // What every rank must have been started with alike, compared when they meet: the record a
@@ -627,7 +630,7 @@ std::set<std::pair<std::string, std::string>> PairsOf(const std::string& path,
   std::set<std::pair<std::string, std::string>> pairs;
   for (const ConfigResult& r : rows) {
     const absl::StatusOr<std::string> model = CanonicalModelSpec(r.model_spec);
-    const absl::StatusOr<std::string> strategy = CanonicalStrategySpec(r.strategy_spec);
+    const absl::StatusOr<std::string> strategy = BoundStrategySpec(r.strategy_spec);
     for (const absl::Status& s : {model.status(), strategy.status()}) {
       if (!s.ok()) {
         Die(absl::InvalidArgumentError(
@@ -908,8 +911,11 @@ int Main(int argc, char** argv) {
     return FinishStdout();
   }
 
-  // Everything is checked before anything is written or any tensor is made.
+  // Everything is checked before anything is written or any tensor is made. The plan files
+  // --strategies names are read there, once for the whole run.
+  static PlanFileSnapshots plan_files;
   Request request = ParseRequest(parsed);
+  request.plan_files = plan_files.Digests();
   // A rank that --nproc started does not outlive rank 0.
   if (request.rendezvous.has_value()) {
     if (absl::Status s = EndWithLauncher(); !s.ok()) Die(s);

@@ -397,6 +397,23 @@ grep -qF ",plan:file=$tmp/plan.txt,cpu,ok," "$tmp/plan/results.csv" ||
   fail "a written plan: no ok row: $(cat "$tmp/plan/results.csv")"
 grep -qF "[0,2) checkpointed, [2,4) stored; rows=chunk:2 @ 3" "$tmp/plan/results.csv" ||
   fail "a written plan: its row does not hold its text"
+# The plan file is fixed at the run's start: run.csv records its digest, a resume after it
+# changed is refused naming it, and --report_only needs no plan file (it reads the rows).
+grep -q "^plan_files,$tmp/plan.txt=[0-9a-f]\{16\}$" "$tmp/plan/run.csv" ||
+  fail "run.csv records no plan file digest: $(cat "$tmp/plan/run.csv")"
+cp "$tmp/plan.txt" "$tmp/plan.txt.kept"
+printf '[0,4) stored\n' >"$tmp/plan.txt"
+set +e
+"${sweep[@]}" --models=heavy_mlp:depth=4:hidden=8:batch=2 --strategies="plan:file=$tmp/plan.txt" \
+  --steps=1 --warmup=0 --out="$tmp/plan" --resume >/dev/null 2>"$tmp/plan-resume.stderr"
+rc=$?
+set -e
+[[ $rc -eq 2 ]] && grep -qF "holds rows measured with other settings: the plan files ($tmp/plan.txt=" \
+  "$tmp/plan-resume.stderr" || fail "a resume with a changed plan file: exit $rc, $(cat "$tmp/plan-resume.stderr")"
+rm "$tmp/plan.txt" "$tmp/plan/report.md"
+run_sweep --report_only --out="$tmp/plan" >/dev/null 2>"$tmp/plan-report.stderr" ||
+  fail "--report_only with the plan file gone: exit $?: $(cat "$tmp/plan-report.stderr")"
+mv "$tmp/plan.txt.kept" "$tmp/plan.txt"
 bad_plan() {  # $1: expected message, $2: the file's text
   printf '%b' "$2" >"$tmp/bad_plan.txt"
   check_bad "$1" --models=heavy_mlp:depth=4:hidden=8:batch=2 \

@@ -1,6 +1,10 @@
 #include "strategies/plan/plan.h"
 
+#include <map>
+#include <mutex>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/files.h"
 #include "core/plan_text.h"
 #include "core/status_macros.h"
@@ -10,7 +14,57 @@ namespace {
 const StrategyRegistration<PlanFile> registration;
 
 constexpr int64_t kMaxPlanBytes = int64_t{1} << 20;
+
+// The texts of the live PlanFileSnapshots, by path as given; null while none is alive.
+std::mutex snapshots_mutex;
+std::map<std::string, std::string>* snapshots = nullptr;
+
+uint64_t Fnv1a64(const std::string& text) {
+  uint64_t hash = 14695981039346656037ull;
+  for (const char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 1099511628211ull;
+  }
+  return hash;
+}
+
+// The text of `path`: while a snapshot is alive, as its first read there.
+absl::StatusOr<std::string> ReadPlanFile(const std::string& path) {
+  std::lock_guard<std::mutex> lock(snapshots_mutex);
+  if (snapshots != nullptr) {
+    auto it = snapshots->find(path);
+    if (it != snapshots->end()) return it->second;
+  }
+  absl::StatusOr<std::string> text = ReadRegularFile(path, kMaxPlanBytes);
+  if (text.ok() && snapshots != nullptr) snapshots->emplace(path, *text);
+  return text;
+}
 }  // namespace
+
+PlanFileSnapshots::PlanFileSnapshots() {
+  std::lock_guard<std::mutex> lock(snapshots_mutex);
+  if (snapshots == nullptr) {
+    snapshots = new std::map<std::string, std::string>;
+    outermost_ = true;
+  }
+}
+
+PlanFileSnapshots::~PlanFileSnapshots() {
+  std::lock_guard<std::mutex> lock(snapshots_mutex);
+  if (!outermost_) return;
+  delete snapshots;
+  snapshots = nullptr;
+}
+
+std::vector<std::string> PlanFileSnapshots::Digests() const {
+  std::lock_guard<std::mutex> lock(snapshots_mutex);
+  std::vector<std::string> out;
+  if (snapshots == nullptr) return out;
+  for (const auto& [path, text] : *snapshots) {
+    out.push_back(absl::StrFormat("%s=%016x", path, Fnv1a64(text)));
+  }
+  return out;
+}
 
 std::vector<ParamDef> PlanFile::Params() {
   return {TextParam("file", "", "the path of a file holding one plan (docs/plans.md)")};
@@ -18,7 +72,7 @@ std::vector<ParamDef> PlanFile::Params() {
 
 absl::StatusOr<std::unique_ptr<Strategy>> PlanFile::Create(const ParamValues& params) {
   const std::string& path = params.Text("file");
-  absl::StatusOr<std::string> text = ReadRegularFile(path, kMaxPlanBytes);
+  absl::StatusOr<std::string> text = ReadPlanFile(path);
   if (!text.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("plan:file=", path, ": ",
                                                    text.status().message(),

@@ -4,7 +4,9 @@
 //   --strategies=plan:file=my_schedule.txt
 //
 // Keeps and recomputes what the plan says. The file is read when the strategy is made (a file
-// that is missing, not a regular file or over 1 MiB is refused then) and checked against each
+// that is missing, not a regular file or over 1 MiB is refused then), and while a
+// PlanFileSnapshots is alive only the first time: a run holds one, so that a file changed
+// mid-run changes no later model's plan. It is checked against each
 // model's stages before anything runs (CheckStages): a plan that does not fit (ranges, parts a
 // stage does not declare, actions a part does not allow, chunk counts past an axis) is an error
 // naming the file, the line and the column, and what was expected there.
@@ -35,6 +37,26 @@ class PlanFile : public Strategy {
 
   std::string path_;
   std::string text_;
+};
+
+// A run's plan files, fixed at its start: while one is alive (the outermost, where they nest),
+// each path is read once and every later strategy of that path plans from the same text.
+//
+//   PlanFileSnapshots snapshots;  // in main, before the strategies are made
+//   record.emplace_back("plan_files", absl::StrJoin(snapshots.Digests(), ";"));
+class PlanFileSnapshots {
+ public:
+  PlanFileSnapshots();
+  ~PlanFileSnapshots();
+  PlanFileSnapshots(const PlanFileSnapshots&) = delete;
+  PlanFileSnapshots& operator=(const PlanFileSnapshots&) = delete;
+
+  // Each plan file read so far, as "PATH=DIGEST" (FNV-1a 64 of its text, in hex), sorted by path:
+  // what a run's record holds, so that a resume with a changed file is refused.
+  std::vector<std::string> Digests() const;
+
+ private:
+  bool outermost_ = false;
 };
 
 }  // namespace ckpt
