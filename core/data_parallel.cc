@@ -128,11 +128,12 @@ absl::StatusOr<std::string> ChooseBackend(c10::Device device, absl::string_view 
         "data parallel on ", device.str(), " is not built: ", NoBackendReason(device),
         "; accepted: ", devices.empty() ? "none in this build" : absl::StrJoin(devices, ", ")));
   }
-  if (asked.empty() || asked == "auto") return built.front();
+  if (asked == "auto") return built.front();
   if (std::find(built.begin(), built.end(), asked) != built.end()) return std::string(asked);
   return absl::InvalidArgumentError(
-      absl::StrCat("backend '", asked, "' cannot reduce ", device.str(),
-                   " tensors in this build; accepted: ", "auto, ", absl::StrJoin(built, ", ")));
+      absl::StrCat(asked.empty() ? "an empty backend name" : absl::StrCat("backend '", asked, "'"),
+                   " cannot reduce ", device.str(), " tensors in this build; accepted: ", "auto, ",
+                   absl::StrJoin(built, ", ")));
 }
 
 #if CKPT_HAS_C10D

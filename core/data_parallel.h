@@ -46,8 +46,8 @@ struct Rendezvous {
   // picks a GPU (ResolveDevice), and the host's cores and memory are shared among its ranks.
   int local_rank = 0;
   int local_world_size = 1;
-  // What the ranks reduce with: one of DataParallelBackends(device), or empty for its first.
-  std::string backend;
+  // What the ranks reduce with: one of DataParallelBackends(device), or auto for its first.
+  std::string backend = "auto";
 };
 
 // Whether this build can form a process group (it has LibTorch's Gloo or NCCL backend), and
@@ -60,8 +60,8 @@ std::string DataParallelUnavailableReason();
 // "gloo" (Gloo's CUDA path, which stages the tensors through the host). Empty where none is.
 std::vector<std::string> DataParallelBackends(c10::Device device);
 
-// The backend `asked` names for `device`: "auto" (or empty) is DataParallelBackends' first.
-// InvalidArgument naming `asked` and the accepted ones when it is not one of them;
+// The backend `asked` names for `device`: "auto" is DataParallelBackends' first.
+// InvalidArgument naming `asked` (an empty name too) and the accepted ones when it is not one;
 // Unimplemented, with the reason, when this build has none for `device`.
 absl::StatusOr<std::string> ChooseBackend(c10::Device device, absl::string_view asked);
 

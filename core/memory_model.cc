@@ -1,6 +1,7 @@
 #include "core/memory_model.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -11,6 +12,8 @@
 #include "absl/strings/string_view.h"
 #include "core/profile.h"
 #include "core/schedule.h"
+#include "core/status_macros.h"
+#include "core/time_model.h"
 
 namespace ckpt {
 namespace {
@@ -19,8 +22,12 @@ namespace {
 // live bytes above the baseline.
 class StepReplay {
  public:
-  StepReplay(const ModelProfile& profile, const Plan& plan, std::vector<std::string>* timeline)
-      : profile_(profile), plan_(plan), timeline_(timeline) {}
+  StepReplay(const ModelProfile& profile, const Plan& plan, std::vector<std::string>* timeline,
+             int64_t limit = std::numeric_limits<int64_t>::max())
+      : profile_(profile), plan_(plan), timeline_(timeline), limit_(limit) {}
+
+  // Whether the last Run stopped because the peak passed the limit.
+  bool passed_limit() const { return peak_ > limit_; }
 
   absl::StatusOr<MemoryPrediction> Run() {
     const int n = profile_.num_stages();
@@ -81,6 +88,7 @@ class StepReplay {
           host_live_ -= host_bytes_[op.host];
           break;
       }
+      if (peak_ > limit_) break;  // ruled out: the rest cannot lower a peak
     }
     p.peak_bytes = peak_;
     p.host_peak_bytes = host_peak_;
@@ -233,6 +241,7 @@ class StepReplay {
   int64_t grad_ = 0;  // the gradient flowing backward, w.r.t. the current boundary
   int64_t live_ = 0;
   int64_t peak_ = 0;
+  int64_t limit_;
   std::vector<int64_t> host_bytes_;  // by host buffer
   int64_t host_live_ = 0;
   int64_t host_peak_ = 0;
@@ -243,6 +252,46 @@ class StepReplay {
 absl::StatusOr<MemoryPrediction> PredictMemory(const ModelProfile& profile, const Plan& plan,
                                                std::vector<std::string>* timeline) {
   return StepReplay(profile, plan, timeline).Run();
+}
+
+absl::StatusOr<std::optional<MemoryPrediction>> PredictMemoryWithin(const ModelProfile& profile,
+                                                                    const Plan& plan,
+                                                                    int64_t limit) {
+  StepReplay replay(profile, plan, nullptr, limit);
+  ASSIGN_OR_RETURN(MemoryPrediction predicted, replay.Run());
+  if (replay.passed_limit()) return std::optional<MemoryPrediction>();
+  return std::optional<MemoryPrediction>(predicted);
+}
+
+absl::StatusOr<std::optional<BudgetChoice>> FastestWithinBudget(const ModelProfile& profile,
+                                                                std::vector<Plan> candidates,
+                                                                int64_t budget, int64_t* least) {
+  std::vector<double> ms(candidates.size());
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (profile.timed) {
+      ASSIGN_OR_RETURN(ms[i], PredictStepMs(profile, candidates[i]));
+    } else {
+      ms[i] = static_cast<double>(RecomputedStages(candidates[i], profile.num_stages()));
+    }
+  }
+  std::vector<size_t> order(candidates.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ms[a] < ms[b]; });
+  for (const size_t i : order) {
+    ASSIGN_OR_RETURN(std::optional<MemoryPrediction> predicted,
+                     PredictMemoryWithin(profile, candidates[i], budget - kBudgetSlackBytes));
+    if (predicted.has_value()) {
+      return std::optional<BudgetChoice>(BudgetChoice{std::move(candidates[i]), *predicted, ms[i]});
+    }
+  }
+  if (least != nullptr) {  // none fits: how far off, from every candidate's whole replay
+    *least = std::numeric_limits<int64_t>::max();
+    for (const Plan& plan : candidates) {
+      ASSIGN_OR_RETURN(MemoryPrediction predicted, PredictMemory(profile, plan));
+      *least = std::min(*least, predicted.peak_bytes + kBudgetSlackBytes);
+    }
+  }
+  return std::optional<BudgetChoice>();
 }
 
 }  // namespace ckpt

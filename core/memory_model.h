@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,5 +48,26 @@ struct MemoryPrediction {
 // ("backward block3.mlp: live 1234, peak 5678").
 absl::StatusOr<MemoryPrediction> PredictMemory(const ModelProfile& profile, const Plan& plan,
                                                std::vector<std::string>* timeline = nullptr);
+
+// PredictMemory's prediction when the peak stays at or below `limit`; nullopt as soon as the
+// replay passes it (the rest is not replayed): how a planner rules a candidate out cheaply.
+absl::StatusOr<std::optional<MemoryPrediction>> PredictMemoryWithin(const ModelProfile& profile,
+                                                                    const Plan& plan,
+                                                                    int64_t limit);
+
+// The fastest of `candidates` whose predicted peak plus kBudgetSlackBytes is within `budget`: by
+// PredictStepMs where the profile is timed, else by stage forwards rerun; the first of equals.
+// Every candidate's time is predicted, then memory is replayed in order of time, each candidate
+// only until it passes the budget, up to the first that fits. nullopt when none fits, with
+// `least` (if given) the least peak plus slack of them all: what the budget would have to be.
+struct BudgetChoice {
+  Plan plan;
+  MemoryPrediction predicted;
+  double ms = 0;  // PredictStepMs, or the stage forwards rerun where the profile has no times
+};
+absl::StatusOr<std::optional<BudgetChoice>> FastestWithinBudget(const ModelProfile& profile,
+                                                                std::vector<Plan> candidates,
+                                                                int64_t budget,
+                                                                int64_t* least = nullptr);
 
 }  // namespace ckpt

@@ -26,7 +26,7 @@ constexpr char kRecord[] = "run.csv";
 
 // Takes an exclusive lock on the folder `dir` for the rest of the process (flock on the folder
 // itself, so nothing is written into it): Unavailable when another sweep holds it.
-absl::Status LockFolder(const std::string& dir) {
+absl::Status LockFolder(const std::string& dir, FolderUse use) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {
     return absl::FailedPreconditionError(
@@ -37,8 +37,9 @@ absl::Status LockFolder(const std::string& dir) {
     ::close(fd);
     return error == EWOULDBLOCK
                ? absl::UnavailableError(absl::StrCat(
-                     "another sweep is using --out='", dir,
-                     "' now; wait for it to finish (then --resume), or pass another --out"))
+                     "another sweep is using --out='", dir, "' now; wait for it to finish",
+                     use == FolderUse::kNew || use == FolderUse::kResume ? " (then --resume)" : "",
+                     ", or pass another --out"))
                : absl::FailedPreconditionError(
                      absl::StrCat("--out='", dir, "' cannot be locked: ", std::strerror(error)));
   }
@@ -167,7 +168,7 @@ absl::StatusOr<OutputFolder> OutputFolder::Open(const std::string& dir_flag,
   }
   // Locked first, and only then looked into: two sweeps on one folder would otherwise both find
   // results.csv absent and truncate each other's rows, or both resume it and add rows twice.
-  RETURN_IF_ERROR(LockFolder(dir));
+  RETURN_IF_ERROR(LockFolder(dir, use));
 
   std::vector<std::string> foreign;    // every name, but the temporaries of the sweep's files
   std::vector<std::string> strangers;  // of those, the names no sweep writes
@@ -204,6 +205,12 @@ absl::StatusOr<OutputFolder> OutputFolder::Open(const std::string& dir_flag,
   if (use == FolderUse::kReportOnly && !has_results) {
     return absl::NotFoundError(absl::StrCat("--report_only: no results.csv in --out='", dir,
                                             "'; give the folder of the sweep to report on"));
+  }
+  if (use == FolderUse::kPredict && has_results) {
+    return absl::AlreadyExistsError(
+        absl::StrCat(dir, "/", kResults,
+                     " exists: --out is a sweep's measured rows, and --predict writes "
+                     "into a folder of its own; pass another --out"));
   }
   if (use == FolderUse::kNew && has_results) {
     return absl::AlreadyExistsError(absl::StrCat(

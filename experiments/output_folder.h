@@ -31,6 +31,7 @@ enum class FolderUse {
   kNew,         // results.csv must not exist yet
   kResume,      // results.csv is continued when it exists (--resume)
   kReportOnly,  // results.csv must exist; nothing is measured (--report_only)
+  kPredict,     // as kNew, for --predict, which continues no folder: no advice names --resume
 };
 
 class OutputFolder {

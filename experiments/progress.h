@@ -35,6 +35,11 @@ class Progress {
                             Printable(what), elapsed, eta);
     last_line_ = std::chrono::steady_clock::now();
   }
+  // `what` as a line where the last was a few seconds ago or more: the start of a piece of work
+  // that is usually quick (a plan), said where the work before it was not.
+  void Lazily(const std::string& what) {
+    if (Elapsed(last_line_) >= kSecondsBetweenLines) Line(what);
+  }
   // A profile's progress (ProfileOptions::progress), a line at most every few seconds.
   std::function<void(const char*, int, int)> Profiling(const std::string& model) {
     return [this, model](const char* phase, int done, int stages) {

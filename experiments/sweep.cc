@@ -125,11 +125,14 @@ void PlanTwin(ProcessGroup* group, Workload& workload, const Plan& plan, ModelPr
 // cannot plan (its budget is too small, say) fails alone. With a group, every rank plans from
 // the ranks' mean profile and must arrive at the same plan.
 absl::Status PlanConfigs(ProcessGroup* group, Workload& workload, const ModelProfile& measured,
-                         MemoryMeter& meter, std::vector<Config>& configs) {
+                         MemoryMeter& meter, Progress& progress, std::vector<Config>& configs) {
   ModelProfile profile = measured;  // plans may extend it with the policies they use
   RETURN_IF_ERROR(ShareProfileTimes(group, profile));
   const double step_flops = 3 * ForwardFlops(profile.stages);
-  for (Config& c : configs) {
+  for (size_t i = 0; i < configs.size(); ++i) {
+    Config& c = configs[i];
+    progress.Lazily(absl::StrFormat("%s: planning %s (%d of %d)", workload.model()->spec(),
+                                    c.result.strategy, i + 1, configs.size()));
     c.result.model = workload.model()->spec();
     c.result.step_gflop = step_flops / 1e9;
     absl::StatusOr<PlannedRun> run = workload.Plan(c.result.strategy, profile, meter);
@@ -429,7 +432,7 @@ absl::StatusOr<std::vector<ConfigResult>> SweepModel(const SweepOptions& options
     for (Config& c : configs) Fail(c.result, profiled.status());
     return Summarize(configs);
   }
-  RETURN_IF_ERROR(PlanConfigs(options.group, *workload, **profiled, meter, configs));
+  RETURN_IF_ERROR(PlanConfigs(options.group, *workload, **profiled, meter, progress, configs));
   if (options.group == nullptr) {
     MeasureRounds(options, model_spec, workload->batch(), meter, progress, configs);
   } else {

@@ -454,6 +454,7 @@ Request ParseRequest(const ParsedCommandLine& parsed) {
   r.predict = absl::GetFlag(FLAGS_predict);
   const bool report_only = absl::GetFlag(FLAGS_report_only);
   r.use = report_only                   ? FolderUse::kReportOnly
+          : r.predict                   ? FolderUse::kPredict
           : absl::GetFlag(FLAGS_resume) ? FolderUse::kResume
                                         : FolderUse::kNew;
   ParseRanks(parsed, r);

@@ -222,7 +222,12 @@ std::string TrainingReport(const TrainingOptions& options, const std::vector<Los
                         : absl::StrFormat("%g", c.max_diff_vs_store_all),
                     " | ", absl::StrFormat("%g", c.tolerance), " | ", c.skipped_steps, " |\n");
   }
-  absl::StrAppend(&md, "\n![loss curves](loss.png)\n");
+  // The picture is drawn where some curve has a loss (WriteLossCurves).
+  const bool drawn = std::any_of(curves.begin(), curves.end(),
+                                 [](const LossCurve& c) { return !c.losses.empty(); });
+  absl::StrAppend(&md, drawn ? "\n![loss curves](loss.png)\n"
+                             : "\nNo curve has a loss to draw (every one failed), so there is "
+                               "no picture.\n");
   return md;
 }
 
@@ -271,8 +276,8 @@ absl::Status WriteLossCurves(const std::string& dir, const std::vector<LossCurve
   RETURN_IF_ERROR(WriteFileAtomically(dir + "/losses.csv", csv));
   RETURN_IF_ERROR(WriteFileAtomically(dir + "/loss.dat", data));
   RETURN_IF_ERROR(WriteFileAtomically(dir + "/loss.gp", gp));
-  if (models.empty()) {
-    return absl::FailedPreconditionError(
+  if (models.empty()) {  // not a failure of the run: its rows and report say why
+    return absl::UnavailableError(
         "no curve has a loss to draw (every one failed; see report.md): loss.png not drawn");
   }
   return RenderPlot(dir, "loss.gp", "loss.png");

@@ -72,10 +72,11 @@ absl::StatusOr<std::vector<LossCurve>> RunTraining(const SweepOptions& sweep,
                                                    MemoryMeter& meter, std::ostream& progress);
 
 // The training section of report.md: per model, each strategy's final loss and its largest
-// departure from store_all's curve.
+// departure from store_all's curve; loss.png where some curve has a loss to draw.
 std::string TrainingReport(const TrainingOptions& options, const std::vector<LossCurve>& curves);
 
-// losses.csv (model,strategy,step,loss), loss.gp and, with gnuplot, loss.png.
+// losses.csv (model,strategy,step,loss), loss.gp and, with gnuplot, loss.png. Unavailable, with
+// the rest written, where no curve has a loss to draw (every one failed: the report says so).
 absl::Status WriteLossCurves(const std::string& dir, const std::vector<LossCurve>& curves);
 
 }  // namespace ckpt

@@ -12,6 +12,8 @@
 //   - Where the profile knows copy rates, `optimal` with offload is never slower than without it
 //     at the same budget, and fits every budget that fits without it.
 #include <algorithm>
+#include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -105,6 +107,53 @@ rc::Gen<ModelProfile> GeneratedProfile(int max_stages) {
 
 std::string SegmentsAndPolicies(const Plan& plan, const ModelProfile& profile) {
   return PlanToText(plan, profile.stages);
+}
+
+// The shared budget search against the rule it stands for: of every candidate (the registered
+// strategies' default plans, on a generated profile) the fastest whose full replay fits, the
+// first of equals; the early-stopping replay agrees with the full one on either side of a limit.
+RC_GTEST_PROP(StrategyProperties, FastestWithinBudgetIsTheFastestThatFits, ()) {
+  const ModelProfile profile = *GeneratedProfile(200);
+  std::vector<Plan> candidates;
+  for (const std::string& id : DefaultStrategies()) {
+    absl::StatusOr<Plan> plan = PlanFor(id, profile);
+    if (plan.ok()) candidates.push_back(*plan);
+  }
+  std::vector<MemoryPrediction> full;
+  std::vector<double> ms;
+  for (const Plan& plan : candidates) {
+    full.push_back(*PredictMemory(profile, plan));
+    ms.push_back(*PredictStepMs(profile, plan));
+    const int64_t limit = *rc::gen::inRange<int64_t>(0, 2 * full.back().peak_bytes + 2);
+    absl::StatusOr<std::optional<MemoryPrediction>> within =
+        PredictMemoryWithin(profile, plan, limit);
+    RC_ASSERT(within.ok());
+    RC_ASSERT(within->has_value() == (full.back().peak_bytes <= limit));
+    if (within->has_value()) RC_ASSERT((*within)->peak_bytes == full.back().peak_bytes);
+  }
+  int64_t highest = 0;
+  for (const MemoryPrediction& p : full) highest = std::max(highest, p.peak_bytes);
+  const int64_t budget = *rc::gen::inRange<int64_t>(0, highest + kBudgetSlackBytes + 2);
+  int expected = -1;  // brute force
+  int64_t least = std::numeric_limits<int64_t>::max();
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    least = std::min(least, full[i].peak_bytes + kBudgetSlackBytes);
+    if (full[i].peak_bytes + kBudgetSlackBytes > budget) continue;
+    if (expected < 0 || ms[i] < ms[expected]) expected = static_cast<int>(i);
+  }
+  int64_t reported_least = 0;
+  absl::StatusOr<std::optional<BudgetChoice>> chosen =
+      FastestWithinBudget(profile, candidates, budget, &reported_least);
+  RC_ASSERT(chosen.ok());
+  RC_ASSERT(chosen->has_value() == (expected >= 0));
+  if (expected >= 0) {
+    RC_ASSERT((*chosen)->plan.segments == candidates[expected].segments);
+    RC_ASSERT((*chosen)->plan.stage_policies == candidates[expected].stage_policies);
+    RC_ASSERT((*chosen)->ms == ms[expected]);
+    RC_ASSERT((*chosen)->predicted.peak_bytes == full[expected].peak_bytes);
+  } else {
+    RC_ASSERT(reported_least == least);
+  }
 }
 
 RC_GTEST_PROP(StrategyProperties, EveryStrategyPlansValidlyAndDeterministically, ()) {

@@ -201,6 +201,8 @@ for flag in --steps=3 --warmup=1 --time_limit_s=60 --dist_backend=gloo --resume;
   check_bad "--predict runs no step, so ${flag%%=*} cannot go with it" --predict "$flag"
 done
 check_bad "--report_only runs nothing, so --seed cannot go with it" --report_only --seed=3
+check_bad "--dist_backend=: an empty backend name cannot reduce cpu tensors in this build; accepted: auto" \
+  --dist_backend=
 check_bad "--explain prints plans and exits, so --out cannot go with it" --explain
 set +e
 run_sweep --explain --steps=3 >/dev/null 2>"$tmp/explain.stderr"
@@ -375,6 +377,17 @@ grep -q "store_all's curve of .* is oom" "$tmp/capped_training.stderr" ||
   fail "training under a cap: $(cat "$tmp/capped_training.stderr")"
 grep -q "not compared: store_all's curve is oom" "$tmp/capped_training/report.md" ||
   fail "training under a cap: the report does not say the curves were not compared"
+# A cap no curve fits: every curve oom, still exit 0, and no link to a picture not drawn.
+"${sweep[@]}" --models=heavy_mlp:depth=2:hidden=4:batch=2 --strategies=uniform --steps=1 \
+  --warmup=0 --train_steps=2 --memory_cap=1 --out="$tmp/all_oom_training" \
+  >/dev/null 2>"$tmp/all_oom_training.stderr" ||
+  fail "training where no curve fits: exit $?: $(cat "$tmp/all_oom_training.stderr")"
+if grep -q "loss.png" "$tmp/all_oom_training/report.md"; then
+  fail "training where no curve fits: report.md links loss.png"
+fi
+grep -q "no picture" "$tmp/all_oom_training/report.md" ||
+  fail "training where no curve fits: the report does not say why there is no picture"
+[[ ! -e "$tmp/all_oom_training/loss.png" ]] || fail "training where no curve fits: a loss.png"
 
 # An output directory that cannot be created.
 set +e
@@ -468,6 +481,10 @@ expect_exit() {
   grep -qF -- "$text" "$tmp/expect.stderr" ||
     fail "$*: stderr lacks '$text': $(cat "$tmp/expect.stderr")"
 }
+# --predict into a sweep's folder: refused with advice it takes (another --out, not --resume).
+expect_exit 2 "--predict writes into a folder of its own; pass another --out" --predict \
+  --models=heavy_mlp:depth=2:hidden=4:batch=2 --out="$tmp/ok"
+if grep -q -- "--resume" "$tmp/expect.stderr"; then fail "--predict advised --resume"; fi
 # An older sweep's folder (no run.csv): --report_only reports on it; with a file of the user's
 # beside it, it is refused as before, the file unchanged.
 finished "$tmp/older"

@@ -102,25 +102,13 @@ absl::StatusOr<Plan> Optimal::MakePlan(const ModelProfile& profile) const {
     if (chain.offload) candidates.push_back(Uniform::PlanWith(k, profile.num_stages(), true));
   }
   // The fastest candidate the memory model fits in the budget (the first of equals).
-  int64_t least = std::numeric_limits<int64_t>::max();
-  std::optional<Plan> best;
-  double best_ms = std::numeric_limits<double>::infinity();
-  MemoryPrediction best_predicted;
-  for (Plan& plan : candidates) {
-    ASSIGN_OR_RETURN(MemoryPrediction predicted, PredictMemory(profile, plan));
-    least = std::min(least, predicted.peak_bytes + kBudgetSlackBytes);
-    if (predicted.peak_bytes + kBudgetSlackBytes > budget) continue;
-    const double ms = profile.timed
-                          ? PredictStepMs(profile, plan).value_or(0)
-                          : static_cast<double>(RecomputedStages(plan, profile.num_stages()));
-    if (ms < best_ms) {
-      best_ms = ms;
-      best_predicted = predicted;
-      best = std::move(plan);
-    }
-  }
+  int64_t least = 0;
+  ASSIGN_OR_RETURN(std::optional<BudgetChoice> best,
+                   FastestWithinBudget(profile, std::move(candidates), budget, &least));
   if (best.has_value()) {
-    Plan& plan = *best;
+    Plan& plan = best->plan;
+    const MemoryPrediction& best_predicted = best->predicted;
+    const double best_ms = best->ms;
     plan.strategy = absl::StrCat(kId, ":budget=", budget_.has_value() ? budget_text : "auto",
                                  offload_ ? "" : ":offload=no");
     const int offloaded = Compile(plan, profile.stages).num_host;  // the copies it makes
@@ -138,7 +126,7 @@ absl::StatusOr<Plan> Optimal::MakePlan(const ModelProfile& profile) const {
         chain.stages.size() < static_cast<size_t>(profile.num_stages())
             ? absl::StrCat(" (planned over ", chain.stages.size(), " groups of stages)")
             : std::string());
-    return plan;
+    return std::move(plan);
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "optimal: budget=", budget_text, " is below the least peak the planner reaches on ",

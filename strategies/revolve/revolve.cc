@@ -136,24 +136,15 @@ absl::StatusOr<Plan> Revolve::MakePlan(const ModelProfile& profile) const {
   const int n = profile.num_stages();
   if (n == 0) return PlanWith(0, 1);
   if (budget_.has_value()) {
-    int64_t least = std::numeric_limits<int64_t>::max();
-    std::optional<Plan> best;
-    double best_ms = std::numeric_limits<double>::infinity();
+    std::vector<Plan> candidates;
     for (int c = 1; c <= n; ++c) {
       // Counts past kMaxBudgetCounts: only the last, where every stage is its own checkpoint.
       if (c > kMaxBudgetCounts && c < n) continue;
-      Plan plan = PlanWith(n, c);
-      ASSIGN_OR_RETURN(MemoryPrediction predicted, PredictMemory(profile, plan));
-      least = std::min(least, predicted.peak_bytes + kBudgetSlackBytes);
-      if (predicted.peak_bytes + kBudgetSlackBytes > *budget_) continue;
-      const double ms = profile.timed
-                            ? PredictStepMs(profile, plan).value_or(0)
-                            : static_cast<double>(RecomputedStages(plan, profile.num_stages()));
-      if (ms < best_ms) {
-        best_ms = ms;
-        best = std::move(plan);
-      }
+      candidates.push_back(PlanWith(n, c));
     }
+    int64_t least = 0;
+    ASSIGN_OR_RETURN(std::optional<BudgetChoice> best,
+                     FastestWithinBudget(profile, std::move(candidates), *budget_, &least));
     if (!best.has_value()) {
       return absl::InvalidArgumentError(absl::StrCat("revolve: budget=", FormatByteSize(*budget_),
                                                      " is below the least peak any "
@@ -161,9 +152,10 @@ absl::StatusOr<Plan> Revolve::MakePlan(const ModelProfile& profile) const {
                                                      profile.model, ", ", DescribeBytes(least),
                                                      "; accepted: a budget of at least that"));
     }
-    absl::StrAppend(&best->summary, "; the fastest count that fits ", FormatByteSize(*budget_));
-    best->strategy = absl::StrCat(kId, ":budget=", FormatByteSize(*budget_));
-    return *best;
+    Plan& plan = best->plan;
+    absl::StrAppend(&plan.summary, "; the fastest count that fits ", FormatByteSize(*budget_));
+    plan.strategy = absl::StrCat(kId, ":budget=", FormatByteSize(*budget_));
+    return std::move(plan);
   }
   int c = snapshots_.value_or(static_cast<int>(std::ceil(std::sqrt(static_cast<double>(n)))) + 1);
   if (!snapshots_.has_value()) c = std::min(c, n);
