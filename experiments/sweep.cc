@@ -129,6 +129,10 @@ absl::Status PlanConfigs(ProcessGroup* group, Workload& workload, const ModelPro
   ModelProfile profile = measured;  // plans may extend it with the policies they use
   RETURN_IF_ERROR(ShareProfileTimes(group, profile));
   const double step_flops = 3 * ForwardFlops(profile.stages);
+  // The phase, then each plan where the one before it took seconds (a budget planner on a long
+  // chain can).
+  progress.Line(absl::StrFormat("%s: profiled; planning %d strategies", workload.model()->spec(),
+                                configs.size()));
   for (size_t i = 0; i < configs.size(); ++i) {
     Config& c = configs[i];
     progress.Lazily(absl::StrFormat("%s: planning %s (%d of %d)", workload.model()->spec(),
@@ -437,6 +441,10 @@ absl::StatusOr<std::vector<ConfigResult>> SweepModel(const SweepOptions& options
     MeasureRounds(options, model_spec, workload->batch(), meter, progress, configs);
   } else {
     RETURN_IF_ERROR(MeasureEachInTurn(options, model_spec, *workload, meter, progress, configs));
+  }
+  if (configs.size() > 1) {  // a step each: on a long chain, seconds
+    progress.Line(absl::StrFormat("%s: comparing %d strategies' gradients with store_all's",
+                                  model_spec, configs.size() - 1));
   }
   RETURN_IF_ERROR(CheckGradients(options, *workload->model(), workload->batch(), configs));
   return Summarize(configs);
