@@ -92,6 +92,12 @@ absl::StatusOr<std::string> MakeNewFolder(const std::string& parent,
       absl::StrCat("no free folder name after ", base, "-1000; pass --out"));
 }
 
+// How a message names a recorded setting: the flag that sets it, or, for the one no flag sets,
+// what it is (plan_files: the texts of the plan files --strategies names).
+std::string SettingName(const std::string& setting) {
+  return setting == "plan_files" ? "the plan files" : absl::StrCat("--", setting);
+}
+
 // Whether `name` is a temporary of one of the sweep's files (left by a kill mid-write).
 bool IsOurTemporary(const std::string& name) {
   for (const std::string& file : OutputFolder::SweepFiles()) {
@@ -244,10 +250,8 @@ absl::Status OutputFolder::Adopt(const RunRecord& record) {
       if (recorded_setting == setting) theirs = recorded_value;
     }
     if (theirs != value) {
-      // Every setting is a flag's but plan_files: what the plan files of --strategies held.
-      differences.push_back(absl::StrCat(setting == "plan_files" ? "the plan files" : "--",
-                                         setting == "plan_files" ? "" : setting, " (", value,
-                                         " now, ", theirs, " there)"));
+      differences.push_back(
+          absl::StrCat(SettingName(setting), " (", value, " now, ", theirs, " there)"));
     }
   }
   if (differences.empty()) return absl::OkStatus();
