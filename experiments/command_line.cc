@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "core/printable.h"
+#include "core/base/printable.h"
 
 namespace ckpt {
 namespace {

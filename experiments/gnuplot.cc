@@ -12,8 +12,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "core/files.h"
-#include "core/printable.h"
+#include "core/base/files.h"
+#include "core/base/printable.h"
 
 namespace ckpt {
 namespace {

@@ -29,7 +29,7 @@ namespace ckpt {
 
 // `text` as a gnuplot string expression of single-quoted pieces, ('it' . "'" . 's'), with its
 // control characters (a line break would end the command line) and bytes that are not UTF-8
-// escaped (core/printable.h), which single quotes keep as they are.
+// escaped (core/base/printable.h), which single quotes keep as they are.
 std::string GpLiteral(absl::string_view text);
 
 // `text` broken after its ':' separators into lines of at most `width` characters where it
@@ -37,8 +37,9 @@ std::string GpLiteral(absl::string_view text);
 std::string GpTitle(absl::string_view text, size_t width = 60);
 
 // `text` as a double-quoted label field of a gnuplot data file, whose reader runs no commands:
-// control characters and bytes that are not UTF-8 escaped (core/printable.h), then double quotes
-// and backslashes (which that reader takes as escapes, not always as documented) written as '?'.
+// control characters and bytes that are not UTF-8 escaped (core/base/printable.h), then double
+// quotes and backslashes (which that reader takes as escapes, not always as documented) written as
+// '?'.
 std::string GpDataLabel(absl::string_view text);
 
 // The lines a script starts with: a pngcairo terminal of `width` x `height` pixels writing to

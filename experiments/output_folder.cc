@@ -14,8 +14,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/files.h"
-#include "core/status_macros.h"
+#include "core/base/files.h"
+#include "core/base/status_macros.h"
 #include "experiments/results_csv.h"
 
 namespace ckpt {
@@ -228,7 +228,7 @@ absl::StatusOr<OutputFolder> OutputFolder::Open(const std::string& dir_flag,
     ASSIGN_OR_RETURN(recorded, ReadRecord(absl::StrCat(dir, "/", kRecord)));
   }
   for (const std::string& name : outputs) {
-    // results.csv is appended to; the others are replaced whole (core/files.h).
+    // results.csv is appended to; the others are replaced whole (core/base/files.h).
     RETURN_IF_ERROR(CheckWritableFile(absl::StrCat(dir, "/", name), name == kResults));
   }
   RETURN_IF_ERROR(CheckWritableFolder(dir));

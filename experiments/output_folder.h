@@ -10,7 +10,7 @@
 // into a new folder, an empty one or a sweep's, and refuses any other (it would overwrite a
 // user's report.md). Every file the run will write is checked first: a regular file or none,
 // writable, in a folder where files can be made (each output is written to a temporary there
-// and renamed, core/files.h).
+// and renamed, core/base/files.h).
 #pragma once
 
 #include <optional>

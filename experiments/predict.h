@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/memory_meter.h"
+#include "core/run/memory_meter.h"
 #include "experiments/presets.h"
 #include "experiments/sweep.h"
 

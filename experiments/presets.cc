@@ -2,8 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/chain_model.h"
-#include "core/strategy.h"
+#include "core/plan/strategy.h"
+#include "core/run/chain_model.h"
 
 namespace ckpt {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
-#include "core/printable.h"
+#include "core/base/printable.h"
 
 namespace ckpt {
 
@@ -27,7 +27,7 @@ class Progress {
   void Steps(int64_t n) { done_ += n; }
   // Steps found once planning showed them (an offloading plan's twin), or dropped (negative).
   void AddToTotal(int64_t n) { total_ += n; }
-  // `what` as a line, escaped (core/printable.h).
+  // `what` as a line, escaped (core/base/printable.h).
   void Line(const std::string& what) {
     const double elapsed = Elapsed(start_);
     const double eta = done_ > 0 ? elapsed / done_ * (total_ - done_) : 0;

@@ -16,9 +16,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
-#include "core/files.h"
-#include "core/printable.h"
-#include "core/status_macros.h"
+#include "core/base/files.h"
+#include "core/base/printable.h"
+#include "core/base/status_macros.h"
 #include "experiments/gnuplot.h"
 #include "experiments/results.h"
 #include "experiments/results_csv.h"
@@ -65,7 +65,7 @@ std::string FrontierFamily(const std::string& strategy_spec) {
 }
 
 std::string ReadFirstMatch(const std::string& path, const std::string& key) {
-  // A system file, read as every file is (core/files.h): /proc/cpuinfo is a regular file.
+  // A system file, read as every file is (core/base/files.h): /proc/cpuinfo is a regular file.
   absl::StatusOr<std::string> text = ReadRegularFile(path, int64_t{16} << 20);
   if (!text.ok()) return "unknown";
   for (absl::string_view line : absl::StrSplit(*text, '\n')) {
@@ -185,8 +185,8 @@ absl::Status WriteReport(const std::string& dir, const std::vector<ConfigResult>
                   "Savings and overheads are against store_all on the same model, measured "
                   "side by side (timing interleaved, ratio per round, median). Peak = highest "
                   "live tensor bytes above the baseline (parameters, batch) during a step. "
-                  "Predicted = the analytical memory model (core/memory_model.h) and the time "
-                  "model (core/time_model.h). Raw data: results.csv.\n\n");
+                  "Predicted = the analytical memory model (core/plan/memory_model.h) and the time "
+                  "model (core/plan/time_model.h). Raw data: results.csv.\n\n");
   for (const std::string& model : ModelsOf(rows)) {
     absl::StrAppend(&md, "## ", model, "\n\n");
     for (const ConfigResult& r : rows) {

@@ -27,7 +27,7 @@ struct RunInfo {
 // The machine: CPU model, cores, memory, OS (from /proc and uname).
 std::string DescribeMachine();
 
-// Writes `dir`/report.md (whole or not at all: core/files.h), with `appendix`
+// Writes `dir`/report.md (whole or not at all: core/base/files.h), with `appendix`
 // (more markdown, e.g. the training section) at the end.
 absl::Status WriteReport(const std::string& dir, const std::vector<ConfigResult>& rows,
                          const RunInfo& info, const std::string& appendix = "");

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/memory_model.h"
+#include "core/plan/memory_model.h"
 #include "experiments/results_csv.h"
 
 namespace ckpt {
@@ -37,7 +37,7 @@ struct ConfigResult {
   // unless --warmup=0), started with its cache emptied: what this configuration alone makes
   // the process occupy (CUDA); = peak_bytes on CPU.
   int64_t peak_reserved_bytes = 0;
-  double predicted_step_ms = kUnknown;  // the time model's (core/time_model.h)
+  double predicted_step_ms = kUnknown;  // the time model's (core/plan/time_model.h)
   double step_ms_median = kUnknown;     // over the timed rounds
   double step_ms_min = kUnknown;
   double step_ms_max = kUnknown;
@@ -46,7 +46,7 @@ struct ConfigResult {
   double activation_vs_store_all = kUnknown;
   double peak_vs_store_all = kUnknown;  // of peak_bytes - baseline_bytes
   int64_t recompute_forwards = 0;
-  // The host pool's (core/host_pool.h): its highest bytes above its own baseline during a step,
+  // The host pool's (core/run/host_pool.h): its highest bytes above its own baseline during a step,
   // and the bytes copied to it each step (as many come back). 0 without offloading.
   int64_t host_peak_bytes = 0;
   int64_t offloaded_bytes = 0;
@@ -72,7 +72,7 @@ struct ConfigResult {
   double achieved_gflops = kUnknown;  // step_gflop over the median step
   int threads = 0;                    // LibTorch's intra-op threads, as run
   int blas_threads = 0;               // OpenBLAS's, as run (0: not OpenBLAS, unknown)
-  // Data parallel (core/data_parallel.h): the ranks that ran it together and their backend
+  // Data parallel (core/dist/data_parallel.h): the ranks that ran it together and their backend
   // ("none" for one process). Bytes are then per rank (the largest rank's), step times the
   // slowest rank's in each round, the loss the mean of the ranks' (the global batch's).
   int world_size = 1;
@@ -87,7 +87,7 @@ struct ConfigResult {
   // matches, whatever writing a later command line uses.
   std::string model_spec;
   std::string strategy_spec;
-  std::string plan;  // the plan as text (core/plan_text.h)
+  std::string plan;  // the plan as text (core/plan/plan_text.h)
   std::string message;
 
   // Not in results.csv: the timed rounds' step times, from which the sweep computes the

@@ -11,9 +11,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "core/files.h"
-#include "core/printable.h"
-#include "core/status_macros.h"
+#include "core/base/files.h"
+#include "core/base/printable.h"
+#include "core/base/status_macros.h"
 
 namespace ckpt {
 

@@ -15,8 +15,8 @@ namespace ckpt {
 inline constexpr int64_t kMaxCsvBytes = int64_t{64} << 20;
 
 // A field as written: line breaks and tabs (a LibTorch message's) as spaces, every other control
-// character or byte that is not UTF-8 escaped (core/printable.h), then quoted if it holds a comma
-// or a quote (RFC 4180).
+// character or byte that is not UTF-8 escaped (core/base/printable.h), then quoted if it holds a
+// comma or a quote (RFC 4180).
 std::string CsvField(const std::string& value);
 // The fields as one line, with its newline.
 std::string CsvLine(const std::vector<std::string>& fields);
@@ -31,7 +31,7 @@ absl::StatusOr<std::vector<std::vector<std::string>>> ReadCsv(const std::string&
 
 class CsvAppender {
  public:
-  // Creates (or replaces) `path` holding `header` alone, atomically (core/files.h): the header
+  // Creates (or replaces) `path` holding `header` alone, atomically (core/base/files.h): the header
   // whole, or no file. Errors name the path and the reason.
   static absl::StatusOr<CsvAppender> Create(const std::string& path,
                                             const std::vector<std::string>& header);

@@ -10,17 +10,17 @@
 #include "ATen/Context.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/chain_model.h"
-#include "core/executor.h"
-#include "core/memory_model.h"
-#include "core/plan_text.h"
-#include "core/profiler.h"
-#include "core/spec.h"
-#include "core/status_macros.h"
-#include "core/strategy.h"
-#include "core/time_model.h"
-#include "core/torch_status.h"
-#include "core/workload.h"
+#include "core/base/status_macros.h"
+#include "core/plan/memory_model.h"
+#include "core/plan/plan_text.h"
+#include "core/plan/spec.h"
+#include "core/plan/strategy.h"
+#include "core/plan/time_model.h"
+#include "core/run/chain_model.h"
+#include "core/run/executor.h"
+#include "core/run/profiler.h"
+#include "core/run/torch_status.h"
+#include "core/run/workload.h"
 #include "experiments/progress.h"
 #include "experiments/report.h"
 #include "experiments/results_csv.h"
@@ -286,7 +286,7 @@ absl::Status MeasureEachInTurn(const SweepOptions& options, const std::string& m
           SeedRound(options.seed + round);
           StepOptions step_options;
           step_options.release_cached = round == 0 && with != nullptr;
-          step_options.reducer = with;
+          step_options.hooks = with;
           absl::StatusOr<StepResult> r = c.executor->Step(workload.batch(), step_options);
           RETURN_IF_ERROR(AgreeOnOutcome(&group, r.status()));
           if (!r.ok()) {
@@ -336,7 +336,7 @@ absl::Status CheckGradients(const SweepOptions& options, ChainModel& model, cons
     }
     SeedRound(options.seed);
     StepOptions step_options;
-    step_options.reducer = reducer.get();
+    step_options.hooks = reducer.get();
     stepped = c.executor->Step(batch, step_options).status();
     return AgreeOnOutcome(group, stepped);
   };

@@ -21,11 +21,11 @@
 #include "ATen/core/Tensor.h"
 #include "absl/status/statusor.h"
 #include "c10/core/Device.h"
-#include "core/data_parallel.h"
-#include "core/device.h"
-#include "core/memory_meter.h"
-#include "core/memory_model.h"
-#include "core/workload.h"
+#include "core/dist/data_parallel.h"
+#include "core/plan/memory_model.h"
+#include "core/run/device.h"
+#include "core/run/memory_meter.h"
+#include "core/run/workload.h"
 #include "experiments/report.h"
 #include "experiments/results.h"
 
@@ -53,7 +53,7 @@ struct SweepOptions {
   // first one to run always does), so a bounded run still ends with rows, a report and a
   // results.csv that --resume continues. A model that has started runs to its end.
   double time_limit_s = 0;
-  // Data parallel: this rank's process group (core/data_parallel.h), or none for one process.
+  // Data parallel: this rank's process group (core/dist/data_parallel.h), or none for one process.
   // Every rank runs the sweep alike on its share of each batch (WorkloadOptions::rank), and
   // every rank gets the rows, each combining all ranks' figures (ConfigResult::world_size);
   // `completed` must be the same on every rank. The ranks act on profiles averaged over them

@@ -20,7 +20,7 @@
 // Exit status: 0 when every output was written; 2 for bad input (a one-line error naming the
 // value and the accepted ones, before anything is measured or written); 1 when an output
 // could not be written (the file and the system's reason named; every file is written whole or
-// not at all, core/files.h), a loss curve departs from store_all's, or a rank failed (named).
+// not at all, core/base/files.h), a loss curve departs from store_all's, or a rank failed (named).
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -46,20 +46,20 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "core/chain_model.h"
-#include "core/data_parallel.h"
-#include "core/device.h"
-#include "core/files.h"
-#include "core/launcher.h"
-#include "core/memory_meter.h"
-#include "core/memory_model.h"
-#include "core/plan_text.h"
-#include "core/printable.h"
-#include "core/spec.h"
-#include "core/stage.h"
-#include "core/status_macros.h"
-#include "core/strategy.h"
-#include "core/workload.h"
+#include "core/base/files.h"
+#include "core/base/printable.h"
+#include "core/base/status_macros.h"
+#include "core/dist/data_parallel.h"
+#include "core/dist/launcher.h"
+#include "core/plan/memory_model.h"
+#include "core/plan/plan_text.h"
+#include "core/plan/spec.h"
+#include "core/plan/stage.h"
+#include "core/plan/strategy.h"
+#include "core/run/chain_model.h"
+#include "core/run/device.h"
+#include "core/run/memory_meter.h"
+#include "core/run/workload.h"
 #include "experiments/command_line.h"
 #include "experiments/output_folder.h"
 #include "experiments/predict.h"
@@ -138,8 +138,9 @@ namespace {
 // early ends them too, and says which rank failed first.
 RankProcesses* started_ranks = nullptr;
 
-// A line on standard error, "sweep: " and `text`, which is escaped (core/printable.h): whatever a
-// path, a spec, a file or a library's message holds, it is one line and rewrites no terminal.
+// A line on standard error, "sweep: " and `text`, which is escaped (core/base/printable.h):
+// whatever a path, a spec, a file or a library's message holds, it is one line and rewrites no
+// terminal.
 void Say(absl::string_view text) { std::fprintf(stderr, "sweep: %s\n", Printable(text).c_str()); }
 
 // Text on standard output (tables, plans, the closing line), escaped but for its line breaks.

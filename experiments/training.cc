@@ -9,17 +9,17 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "core/chain_model.h"
-#include "core/data_parallel.h"
-#include "core/executor.h"
-#include "core/files.h"
-#include "core/loss_scaler.h"
-#include "core/profiler.h"
-#include "core/status_macros.h"
-#include "core/strategy.h"
-#include "core/torch_status.h"
-#include "core/trainer.h"
-#include "core/workload.h"
+#include "core/base/files.h"
+#include "core/base/status_macros.h"
+#include "core/dist/data_parallel.h"
+#include "core/plan/strategy.h"
+#include "core/run/chain_model.h"
+#include "core/run/executor.h"
+#include "core/run/profiler.h"
+#include "core/run/torch_status.h"
+#include "core/run/workload.h"
+#include "core/train/loss_scaler.h"
+#include "core/train/trainer.h"
 #include "experiments/gnuplot.h"
 #include "experiments/report.h"
 #include "experiments/results_csv.h"
@@ -28,8 +28,8 @@ namespace ckpt {
 namespace {
 
 // One strategy's curve on a fresh model, planned from `profile` (of the same model spec), trained
-// by core/trainer.h. Data parallel: the ranks' gradients are averaged by a reducer, each step's
-// loss is the mean of the ranks', and `aborted` is set when the ranks cannot go on together.
+// by core/train/trainer.h. Data parallel: the ranks' gradients are averaged by a reducer, each
+// step's loss is the mean of the ranks', and `aborted` is set when the ranks cannot go on together.
 LossCurve Train(const std::string& model_spec, const std::string& strategy_spec,
                 ModelProfile& profile, const SweepOptions& sweep, const TrainingOptions& options,
                 MemoryMeter& meter, bool* reassociates, absl::Status* aborted) {
@@ -71,7 +71,7 @@ LossCurve Train(const std::string& model_spec, const std::string& strategy_spec,
       return fail(*aborted);
     }
     reducer = *std::move(made);
-    trainer_options.reducer = reducer.get();
+    trainer_options.hooks = reducer.get();
   }
   absl::StatusOr<Trainer> trainer =
       Trainer::Create(&run->executor, model->Parameters(), trainer_options);

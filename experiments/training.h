@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/loss_scaler.h"
-#include "core/memory_meter.h"
+#include "core/run/memory_meter.h"
+#include "core/train/loss_scaler.h"
 #include "experiments/sweep.h"
 
 namespace ckpt {
@@ -25,7 +25,7 @@ struct TrainingOptions {
   bool amp = false;    // mixed precision (see above)
   double learning_rate = 1e-3;
   double clip_norm = 1.0;  // gradient clipping (global L2 norm)
-  // Dynamic loss scaling (core/loss_scaler.h). Unset: on exactly when training in
+  // Dynamic loss scaling (core/train/loss_scaler.h). Unset: on exactly when training in
   // float16 (amp on CUDA). It can be forced on in float32, where scaling by powers of two is
   // exact, which is how the tests check it on CPU.
   std::optional<bool> loss_scaling;

@@ -17,7 +17,7 @@
 #include "ATen/ops/softmax.h"
 #include "ATen/ops/where.h"
 #include "absl/strings/str_cat.h"
-#include "core/torch_compat.h"
+#include "core/run/torch_compat.h"
 #include "torch/version.h"
 #if CKPT_TORCH_VERSION_AT_LEAST(2, 0)
 #include "ATen/ops/scaled_dot_product_attention.h"

@@ -15,9 +15,9 @@
 
 #include "ATen/core/Tensor.h"
 #include "c10/core/Device.h"
-#include "core/chain_model.h"
-#include "core/parts.h"
-#include "core/stage.h"
+#include "core/plan/stage.h"
+#include "core/run/chain_model.h"
+#include "core/run/parts.h"
 #include "torch/nn/module.h"
 #include "torch/nn/modules/linear.h"
 #include "torch/nn/modules/normalization.h"
@@ -37,7 +37,7 @@ at::Tensor CounterDropout(const at::Tensor& x, double p, int64_t seed, int64_t d
 // Why an attention core cannot run by a fused kernel (scaled_dot_product_attention), empty when
 // it can: the LibTorch in use has none (before 2.0), or the core drops probabilities (`dropout`),
 // which a fused kernel does with the generator inside it, where chunks and reruns, replaying no
-// RNG (parts draw none, core/parts.h), would draw other masks.
+// RNG (parts draw none, core/run/parts.h), would draw other masks.
 std::string FusedAttentionUnavailable(bool dropout);
 
 // Multi-head self-attention, in the pieces strategies act on. Queries, keys and values have

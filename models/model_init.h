@@ -5,7 +5,7 @@
 #include <mutex>
 
 #include "ATen/Context.h"
-#include "core/rng.h"
+#include "core/run/rng.h"
 
 namespace ckpt {
 

@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/chain_model.h"
-#include "core/spec.h"
+#include "core/plan/spec.h"
+#include "core/run/chain_model.h"
 
 namespace ckpt {
 

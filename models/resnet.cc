@@ -9,7 +9,7 @@
 #include "ATen/ops/randn.h"
 #include "ATen/ops/relu.h"
 #include "absl/strings/str_cat.h"
-#include "core/checkpoint.h"
+#include "core/run/checkpoint.h"
 #include "models/model_init.h"
 
 namespace ckpt {

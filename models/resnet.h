@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/chain_model.h"
-#include "core/spec.h"
+#include "core/plan/spec.h"
+#include "core/run/chain_model.h"
 #include "models/module_model.h"
 #include "torch/nn/module.h"
 #include "torch/nn/modules/batchnorm.h"

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/chain_model.h"
-#include "core/spec.h"
+#include "core/plan/spec.h"
+#include "core/run/chain_model.h"
 #include "models/layers.h"
 #include "models/module_model.h"
 #include "torch/nn/module.h"

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/schedule.h"
+#include "core/plan/schedule.h"
 #include "gtest/gtest.h"
 #include "rapidcheck.h"
 #include "rapidcheck/gtest.h"

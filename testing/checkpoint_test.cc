@@ -1,6 +1,6 @@
 // The checkpoint primitive against plain autograd: several inputs and outputs, inputs without
 // grad, outputs without grad, RNG replay of dropout, and the recompute count.
-#include "core/checkpoint.h"
+#include "core/run/checkpoint.h"
 
 #include <torch/torch.h>
 

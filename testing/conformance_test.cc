@@ -33,7 +33,7 @@
 // stage output plus 1 KiB. A stage-level profile cannot see the order of events inside one
 // stage's backward: which frees come before a rerun stage's peak (at most one boundary
 // tensor), and when in the tied embedding's backward the autograd engine sums its gradient
-// with the head's (core/memory_model.cc). 1 KiB covers the small tensors a stage-level profile
+// with the head's (core/plan/memory_model.cc). 1 KiB covers the small tensors a stage-level profile
 // does not place exactly (loss scalars, gradient seeds, the index and count scratch of an
 // embedding's backward). GPT-2 vocabularies are generated far larger than the sequence too, as
 // GPT-2's is, so that a parameter-sized error (the model once missed that sum: 151 MB of the
@@ -46,15 +46,15 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/chain_model.h"
-#include "core/files.h"
-#include "core/parts.h"
-#include "core/plan_text.h"
-#include "core/schedule.h"
-#include "core/spec.h"
-#include "core/strategy.h"
-#include "core/trainer.h"
-#include "core/workload.h"
+#include "core/base/files.h"
+#include "core/plan/plan_text.h"
+#include "core/plan/schedule.h"
+#include "core/plan/spec.h"
+#include "core/plan/strategy.h"
+#include "core/run/chain_model.h"
+#include "core/run/parts.h"
+#include "core/run/workload.h"
+#include "core/train/trainer.h"
 #include "experiments/sweep.h"
 #include "gtest/gtest.h"
 #include "rapidcheck.h"

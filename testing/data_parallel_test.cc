@@ -1,7 +1,7 @@
-// Data parallel on c10d (core/data_parallel.h): two ranks, started as processes of this machine
-// (core/launcher.h) and meeting through a file store, train like one process that takes both
-// their batches at once, under every strategy and under generated plans of every kind (nested
-// checkpoints, recomputation, chunked parts, offload).
+// Data parallel on c10d (core/dist/data_parallel.h): two ranks, started as processes of this
+// machine (core/dist/launcher.h) and meeting through a file store, train like one process that
+// takes both their batches at once, under every strategy and under generated plans of every kind
+// (nested checkpoints, recomputation, chunked parts, offload).
 //
 // The parent generates the cases (a small model of every registered kind without dropout, a
 // plan from a generated strategy spec or a random plan), writes them to a folder and starts
@@ -19,7 +19,7 @@
 // GPT-2 ties its embedding to its head, so under a plan that puts them in different runs
 // backward reaches that parameter twice: a reducer that marked it ready at the first would
 // reduce half its gradient (a wrong value here) or fail "marked ready twice" (a failed rank).
-#include "core/data_parallel.h"
+#include "core/dist/data_parallel.h"
 
 #include <signal.h>
 #include <sys/stat.h>
@@ -38,14 +38,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/device.h"
-#include "core/files.h"
-#include "core/launcher.h"
-#include "core/memory_meter.h"
-#include "core/plan_text.h"
-#include "core/status_macros.h"
-#include "core/strategy.h"
-#include "core/workload.h"
+#include "core/base/files.h"
+#include "core/base/status_macros.h"
+#include "core/dist/launcher.h"
+#include "core/plan/plan_text.h"
+#include "core/plan/strategy.h"
+#include "core/run/device.h"
+#include "core/run/memory_meter.h"
+#include "core/run/workload.h"
 #include "experiments/sweep.h"
 #include "gtest/gtest.h"
 #include "testing/model_cases.h"
@@ -133,7 +133,7 @@ TEST(DataParallelRank, RunsTheCasesItIsGiven) {
         GradientReducer::Create(**group, w->model()->Parameters());
     ASSERT_TRUE(reducer.ok()) << reducer.status();
     StepOptions step_options;
-    step_options.reducer = reducer->get();
+    step_options.hooks = reducer->get();
     for (int step = 0; step < kSteps; ++step) {
       absl::StatusOr<StepResult> result = run->executor.Step(w->batch(), step_options);
       ASSERT_TRUE(result.ok()) << "step " << step << ": " << result.status();

@@ -9,10 +9,10 @@
 #include <optional>
 
 #include "absl/status/status.h"
-#include "core/host_pool.h"
-#include "core/memory_meter.h"
-#include "core/torch_compat.h"
-#include "core/torch_status.h"
+#include "core/run/host_pool.h"
+#include "core/run/memory_meter.h"
+#include "core/run/torch_compat.h"
+#include "core/run/torch_status.h"
 #include "gtest/gtest.h"
 #include "testing/model_cases.h"
 #include "torch/torch.h"

@@ -1,6 +1,6 @@
-// core/files: outputs are written whole or not at all, and only regular files of bounded size
+// core/base/files: outputs are written whole or not at all, and only regular files of bounded size
 // are read, without blocking on anything else.
-#include "core/files.h"
+#include "core/base/files.h"
 
 #include <signal.h>
 #include <sys/stat.h>

@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/parts.h"
-#include "core/strategy.h"
-#include "core/torch_compat.h"
-#include "core/workload.h"
+#include "core/plan/strategy.h"
+#include "core/run/parts.h"
+#include "core/run/torch_compat.h"
+#include "core/run/workload.h"
 #include "experiments/sweep.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

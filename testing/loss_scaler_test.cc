@@ -1,6 +1,6 @@
 // The dynamic loss scaler's rules, step by step on generated sequences of good and overflowing
 // steps (no tensors: training_test checks it inside real training).
-#include "core/loss_scaler.h"
+#include "core/train/loss_scaler.h"
 
 #include <cmath>
 #include <string>

@@ -3,11 +3,11 @@
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
-#include "core/chain_model.h"
-#include "core/profiler.h"
-#include "core/schedule.h"
-#include "core/strategy.h"
-#include "core/workload.h"
+#include "core/plan/schedule.h"
+#include "core/plan/strategy.h"
+#include "core/run/chain_model.h"
+#include "core/run/profiler.h"
+#include "core/run/workload.h"
 #include "experiments/sweep.h"
 #include "gtest/gtest.h"
 #include "rapidcheck.h"

@@ -8,13 +8,13 @@
 #include <utility>
 #include <vector>
 
-#include "core/chain_model.h"
-#include "core/executor.h"
-#include "core/memory_meter.h"
-#include "core/memory_model.h"
-#include "core/profiler.h"
-#include "core/strategy.h"
-#include "core/torch_status.h"
+#include "core/plan/memory_model.h"
+#include "core/plan/strategy.h"
+#include "core/run/chain_model.h"
+#include "core/run/executor.h"
+#include "core/run/memory_meter.h"
+#include "core/run/profiler.h"
+#include "core/run/torch_status.h"
 #include "gtest/gtest.h"
 
 namespace ckpt {

@@ -9,10 +9,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/memory_meter.h"
-#include "core/profiler.h"
-#include "core/spec.h"
-#include "core/strategy.h"
+#include "core/plan/spec.h"
+#include "core/plan/strategy.h"
+#include "core/run/memory_meter.h"
+#include "core/run/profiler.h"
 
 namespace ckpt::testing {
 

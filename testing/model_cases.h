@@ -12,12 +12,12 @@
 #include "absl/status/statusor.h"
 #include "c10/core/DefaultDtype.h"
 #include "c10/core/Device.h"
-#include "core/chain_model.h"
-#include "core/executor.h"
-#include "core/memory_model.h"
-#include "core/plan.h"
-#include "core/profile.h"
-#include "core/workload.h"
+#include "core/plan/memory_model.h"
+#include "core/plan/plan.h"
+#include "core/plan/profile.h"
+#include "core/run/chain_model.h"
+#include "core/run/executor.h"
+#include "core/run/workload.h"
 #include "rapidcheck.h"
 
 namespace ckpt::testing {

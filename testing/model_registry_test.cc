@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "core/chain_model.h"
+#include "core/run/chain_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/model_cases.h"

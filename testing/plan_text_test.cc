@@ -1,7 +1,7 @@
-// Plans as text (core/plan_text.h): printing then parsing gives the plan back, on generated
+// Plans as text (core/plan/plan_text.h): printing then parsing gives the plan back, on generated
 // chains, trees and part policies; every way a plan file can be wrong is an error that names
 // the line, the column and what was expected. No tensors.
-#include "core/plan_text.h"
+#include "core/plan/plan_text.h"
 
 #include <algorithm>
 #include <string>
@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/printable.h"
+#include "core/base/printable.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rapidcheck.h"

@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "core/memory_meter.h"
-#include "core/plan_text.h"
-#include "core/strategy.h"
-#include "core/workload.h"
+#include "core/plan/plan_text.h"
+#include "core/plan/strategy.h"
+#include "core/run/memory_meter.h"
+#include "core/run/workload.h"
 #include "experiments/sweep.h"
 #include "gtest/gtest.h"
 #include "testing/model_cases.h"

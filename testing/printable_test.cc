@@ -1,6 +1,6 @@
-// core/printable: every control character (C0, DEL, C1) and every byte that is not UTF-8 is
+// core/base/printable: every control character (C0, DEL, C1) and every byte that is not UTF-8 is
 // found and escaped; printable text, UTF-8 included, is left alone.
-#include "core/printable.h"
+#include "core/base/printable.h"
 
 #include <string>
 #include <vector>

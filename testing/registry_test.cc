@@ -2,7 +2,7 @@
 // unknown ids fail with the known ids, duplicates are fatal, bad parameters are errors.
 #include <algorithm>
 
-#include "core/strategy.h"
+#include "core/plan/strategy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "strategies/store_all/store_all.h"

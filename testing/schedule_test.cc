@@ -1,17 +1,17 @@
-// The plan compiler (core/schedule.h): the offload rule's program, exactly, and what the time
+// The plan compiler (core/plan/schedule.h): the offload rule's program, exactly, and what the time
 // model charges for its copies; on generated plans the invariants its three readers rely on: values
 // are read only while live and released once, every host buffer is copied out once and fetched once
 // after it, and offloading changes where inputs wait, never what is computed.
-#include "core/schedule.h"
+#include "core/plan/schedule.h"
 
 #include <set>
 #include <string>
 #include <vector>
 
-#include "core/plan.h"
-#include "core/plan_text.h"
-#include "core/profile.h"
-#include "core/time_model.h"
+#include "core/plan/plan.h"
+#include "core/plan/plan_text.h"
+#include "core/plan/profile.h"
+#include "core/plan/time_model.h"
 #include "gtest/gtest.h"
 #include "rapidcheck.h"
 #include "rapidcheck/gtest.h"

@@ -1,11 +1,11 @@
 // The spec grammar and parameter binding, including every error path.
-#include "core/spec.h"
+#include "core/plan/spec.h"
 
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_join.h"
-#include "core/printable.h"
+#include "core/base/printable.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rapidcheck.h"

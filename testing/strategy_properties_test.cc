@@ -7,7 +7,7 @@
 //   - It is deterministic: the same profile gives the same plan.
 //   - The memory and time models can predict it (every policy it uses is in the profile).
 //   - A strategy that plans to a budget (StrategyTraits::budget_param) keeps its promise: the
-//     predicted peak fits the budget less the slack (core/memory_model.h), a budget that fits
+//     predicted peak fits the budget less the slack (core/plan/memory_model.h), a budget that fits
 //     stays fit when it grows, and a larger budget never makes the predicted step slower.
 //   - Where the profile knows copy rates, `optimal` with offload is never slower than without it
 //     at the same budget, and fits every budget that fits without it.
@@ -18,11 +18,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/memory_model.h"
-#include "core/plan_text.h"
-#include "core/profile.h"
-#include "core/strategy.h"
-#include "core/time_model.h"
+#include "core/plan/memory_model.h"
+#include "core/plan/plan_text.h"
+#include "core/plan/profile.h"
+#include "core/plan/strategy.h"
+#include "core/plan/time_model.h"
 #include "gtest/gtest.h"
 #include "rapidcheck.h"
 #include "rapidcheck/gtest.h"

@@ -832,7 +832,7 @@ PY
 
   # Rank 0 killed: the rank it started ends too, within seconds (its collectives fail when
   # rank 0's sockets close; for a rank in a long computation, the kernel's signal on its
-  # starter's death, core/launcher.h's EndWithLauncher, ends it).
+  # starter's death, core/dist/launcher.h's EndWithLauncher, ends it).
   rm -rf "$tmp/dpkill0"
   "${sweep[@]}" "${dp_flags[@]}" --out="$tmp/dpkill0" >/dev/null 2>"$tmp/dpkill0.stderr" &
   pid=$!

@@ -14,9 +14,9 @@
 
 #include "ATen/Context.h"
 #include "c10/core/Device.h"
-#include "core/device.h"
-#include "core/host_pool.h"
-#include "core/memory_meter.h"
+#include "core/run/device.h"
+#include "core/run/host_pool.h"
+#include "core/run/memory_meter.h"
 #include "gtest/gtest.h"
 #include "testing/model_cases.h"
 

@@ -3,11 +3,11 @@
 // values, so every parameter's and the input's gradient must be identical to the last bit.
 #include <torch/torch.h>
 
-#include "core/chain_model.h"
-#include "core/executor.h"
-#include "core/memory_meter.h"
-#include "core/profiler.h"
-#include "core/strategy.h"
+#include "core/plan/strategy.h"
+#include "core/run/chain_model.h"
+#include "core/run/executor.h"
+#include "core/run/memory_meter.h"
+#include "core/run/profiler.h"
 #include "gtest/gtest.h"
 #include "rapidcheck.h"
 #include "rapidcheck/gtest.h"

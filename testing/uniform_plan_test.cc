@@ -2,10 +2,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/plan.h"
-#include "core/plan_text.h"
-#include "core/schedule.h"
-#include "core/strategy.h"
+#include "core/plan/plan.h"
+#include "core/plan/plan_text.h"
+#include "core/plan/schedule.h"
+#include "core/plan/strategy.h"
 #include "gtest/gtest.h"
 #include "rapidcheck.h"
 #include "rapidcheck/gtest.h"

@@ -46,5 +46,5 @@ def ckpt_strategy(name, deps = []):
         hdrs = [name + ".h"],
         alwayslink = 1,
         visibility = ["//visibility:public"],
-        deps = ["//core:strategy", "@absl//:strings"] + deps,
+        deps = ["//core/plan:strategy", "@absl//:strings"] + deps,
     )

@@ -4,7 +4,7 @@
 Reads README.md and docs/*.md (not docs/results/, which holds published runs as they were) and
 collects:
   - relative Markdown link targets, [text](path), resolved against the page's folder;
-  - code spans that name a path under one of the project's top-level folders (`core/plan.h`,
+  - code spans that name a path under one of the project's top-level folders (`core/plan/plan.h`,
     `tools/bazel`, `docs/sweep.md`) or a top-level file (`WORKSPACE`, `.bazelrc`);
   - Bazel labels (`//experiments:sweep`, `//testing/...`): the package's BUILD file, and for a
     named target, that the BUILD file mentions it;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds and tests ckptlab against the LibTorch 2.x of newer Debian releases, on this Debian 12
 # machine whose own LibTorch is 1.13 and CPU-only. Everything else here builds against 1.13, so
-# without this the 2.x branches of core/torch_compat.h (the CPU allocator interface, the
+# without this the 2.x branches of core/run/torch_compat.h (the CPU allocator interface, the
 # autocast functions, the CUDA allocator's statistics) and every link against a CUDA LibTorch
 # would first be tried on a GPU host (torch 2.11), in a device session with a 30-minute budget.
 #
@@ -150,7 +150,7 @@ install_cuda_torch() {
   local torch_pkg
   torch_pkg=$(apt-cache depends "libtorch-cuda-dev=$1" | grep -o 'libtorch-cuda-[0-9.]*$' | head -1)
   extract_deb "$torch_pkg=$1" /tmp/torch-deb && install_cudnn_stub /tmp/torch-deb || return 1
-  # libgloo-cuda-dev: Gloo's headers for data parallel (core/data_parallel); it replaces the
+  # libgloo-cuda-dev: Gloo's headers for data parallel (core/dist/data_parallel); it replaces the
   # libgloo-dev the root was made with, which conflicts with the CUDA LibTorch's Gloo.
   # libnccl-dev: NCCL's nccl.h, for the NCCL route (the CUDA LibTorch links libnccl2 already).
   apt-get install -y -qq --no-install-recommends "libtorch-cuda-dev=$1" libgloo-cuda-dev \

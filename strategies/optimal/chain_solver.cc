@@ -158,7 +158,7 @@ class Evaluator {
     }
     std::vector<Segment> inner = *el.inner;
     if (inner.empty()) inner.push_back({el.begin, el.end, SegmentMode::kStored, {}});
-    // An offloaded segment moves its input only where nothing else holds it (core/schedule.h).
+    // An offloaded segment moves its input only where nothing else holds it (core/plan/schedule.h).
     const int64_t moved = el.offloaded && offloadable ? model_.X(el.begin) : 0;
     absl::StatusOr<Cost> rest = FromElement(elements, e + 1, el.end, b, rerun, {moved, false},
                                             /*offloadable=*/true);

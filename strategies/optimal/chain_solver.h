@@ -11,15 +11,15 @@
 // parameters' gradients g_i (first created: a parameter a later stage shares counts there;
 // summing the two contributions adds s_i for a moment, where both arrive in one pass). A schedule
 // is a plan tree of stored stages and checkpointed segments whose inner plans are schedules of
-// their rerun; the executor runs it as the memory model replays it (core/memory_model.h), which the
-// chain model follows in outline: it does not see RNG snapshots, whether a graph really keeps its
-// input, or the order of frees inside one stage's backward, and it holds a rerun's output and
-// incoming gradient until the whole rerun ends, where the executor drops them once the rerun's
-// last backward call returns (core/schedule.h): on nested plans it is conservative, and `optimal`
-// checks every candidate with the exact memory model. Its events, for a list of elements over
-// [a, b) in a context that is either the step's own pass ("top": the loss comes after stage b-1) or
-// a checkpoint's rerun ("rerun": the incoming gradient d_b and the rerun's output x_b are held
-// until the rerun ends), all relative to what the list's caller holds:
+// their rerun; the executor runs it as the memory model replays it (core/plan/memory_model.h),
+// which the chain model follows in outline: it does not see RNG snapshots, whether a graph really
+// keeps its input, or the order of frees inside one stage's backward, and it holds a rerun's output
+// and incoming gradient until the whole rerun ends, where the executor drops them once the rerun's
+// last backward call returns (core/plan/schedule.h): on nested plans it is conservative, and
+// `optimal` checks every candidate with the exact memory model. Its events, for a list of elements
+// over [a, b) in a context that is either the step's own pass ("top": the loss comes after stage
+// b-1) or a checkpoint's rerun ("rerun": the incoming gradient d_b and the rerun's output x_b are
+// held until the rerun ends), all relative to what the list's caller holds:
 //
 //   net(c, b)     what [c, b) leaves when done: G[c,b) + d_c (+ x_b in a rerun); for c == b
 //                 the loss's gradient d_n at the top, nothing in a rerun. It does not depend
@@ -41,7 +41,7 @@
 //                 schedule.
 //
 // A fetch of p bytes pending on a list is placed before the list's last backward call
-// (core/schedule.h), which adds p to that call's events: a stored head's backward and those of
+// (core/plan/schedule.h), which adds p to that call's events: a stored head's backward and those of
 // the stored stages after it (one run, one call; at the top the loss's too, which is in it, or
 // is the call itself when the list is empty); a checkpointed head passes the fetch on to its
 // rerun's list; an empty rerun list drops it (the fetch then waits for the rerun that needs it).
@@ -96,8 +96,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/plan.h"
-#include "core/profile.h"
+#include "core/plan/plan.h"
+#include "core/plan/profile.h"
 
 namespace ckpt::chain {
 

@@ -8,11 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/memory_model.h"
-#include "core/schedule.h"
-#include "core/spec.h"
-#include "core/status_macros.h"
-#include "core/time_model.h"
+#include "core/base/status_macros.h"
+#include "core/plan/memory_model.h"
+#include "core/plan/schedule.h"
+#include "core/plan/spec.h"
+#include "core/plan/time_model.h"
 #include "strategies/optimal/chain_solver.h"
 #include "strategies/uniform/uniform.h"
 

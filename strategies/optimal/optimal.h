@@ -8,11 +8,11 @@
 // Keeps, recomputes and offloads: whatever the fastest plan within the budget does; its result is
 // a plan tree, checkpoints nested in checkpoints where that is faster than recomputing more, some
 // offloaded (their inputs in host memory until their reruns) where the profile knows the copy
-// rates (measured, or a link assumed: core/profile.h) and that is faster still; offload=no
+// rates (measured, or a link assumed: core/plan/profile.h) and that is faster still; offload=no
 // plans keep-or-recompute alone. Host bytes do not count against the budget.
 // Memory: its peak, as the memory model predicts it, is within `budget` bytes above the
-// baseline (parameters, batch), less kBudgetSlackBytes (core/memory_model.h). Compute: the
-// least predicted step time (core/time_model.h, the solver's objective, so that its error is
+// baseline (parameters, batch), less kBudgetSlackBytes (core/plan/memory_model.h). Compute: the
+// least predicted step time (core/plan/time_model.h, the solver's objective, so that its error is
 // this strategy's error) among the candidates that fit: the solver's plan at every budget of
 // its grid, and uniform's plan with every segment count (so that where the chain model
 // misjudges a plan's peak, the answer is still never slower than that heuristic's; with
@@ -32,7 +32,7 @@
 #include <optional>
 #include <vector>
 
-#include "core/strategy.h"
+#include "core/plan/strategy.h"
 
 namespace ckpt {
 

@@ -5,9 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/files.h"
-#include "core/plan_text.h"
-#include "core/status_macros.h"
+#include "core/base/files.h"
+#include "core/base/status_macros.h"
+#include "core/plan/plan_text.h"
 
 namespace ckpt {
 namespace {

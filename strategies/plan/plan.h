@@ -1,5 +1,5 @@
-// plan: a plan written down, read from a file (core/plan_text.h; docs/plans.md): a schedule from
-// a paper, another tool's, or one a researcher tries by hand, without writing a strategy.
+// plan: a plan written down, read from a file (core/plan/plan_text.h; docs/plans.md): a schedule
+// from a paper, another tool's, or one a researcher tries by hand, without writing a strategy.
 //
 //   --strategies=plan:file=my_schedule.txt
 //
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "core/strategy.h"
+#include "core/plan/strategy.h"
 
 namespace ckpt {
 

@@ -14,8 +14,8 @@
 // It reads only the chain's length: optimal for equal stages, a classic heuristic otherwise.
 // snapshots=auto: ceil(sqrt(L)) + 1 (uniform's default count of segment inputs, and the
 // input). With budget=SIZE instead: of the counts 1 to 64 and L, the fastest plan (by the time
-// model, core/time_model.h) whose peak the memory model predicts within SIZE bytes above the
-// baseline, less kBudgetSlackBytes (core/memory_model.h); an error names the least peak any
+// model, core/plan/time_model.h) whose peak the memory model predicts within SIZE bytes above the
+// baseline, less kBudgetSlackBytes (core/plan/memory_model.h); an error names the least peak any
 // count reaches.
 // Memory: c checkpointed inputs and one stage's activations at a time. Compute: t(l, c) extra
 // stage forwards (the recompute count).
@@ -26,7 +26,7 @@
 #include <optional>
 #include <vector>
 
-#include "core/strategy.h"
+#include "core/plan/strategy.h"
 
 namespace ckpt {
 

@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/strategy.h"
+#include "core/plan/strategy.h"
 
 namespace ckpt {
 

@@ -5,9 +5,9 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "core/memory_model.h"
-#include "core/spec.h"
-#include "core/status_macros.h"
+#include "core/base/status_macros.h"
+#include "core/plan/memory_model.h"
+#include "core/plan/spec.h"
 
 namespace ckpt {
 namespace {

@@ -30,7 +30,7 @@
 #include <optional>
 #include <vector>
 
-#include "core/strategy.h"
+#include "core/plan/strategy.h"
 
 namespace ckpt {
 
@@ -45,7 +45,7 @@ class Uniform : public Strategy {
   static absl::StatusOr<std::unique_ptr<Strategy>> Create(const ParamValues& params);
 
   // `segments` empty means ceil(sqrt(L)), unless `budget` is given. `offload`: the checkpoints
-  // are offloaded segments (core/plan.h).
+  // are offloaded segments (core/plan/plan.h).
   Uniform(std::optional<int> segments, std::optional<int64_t> budget, bool offload = false)
       : segments_(segments), budget_(budget), offload_(offload) {}
 

@@ -5,7 +5,7 @@ Where LibTorch comes from, first match wins:
      distribution or the directory of a pip `torch` package (both have include/ and lib/).
   2. Debian's libtorch-dev: headers under /usr/include, libraries in the multiarch lib dir.
 
-Data parallelism (core/data_parallel) needs c10d's Gloo backend, whose headers include Gloo's
+Data parallelism (core/dist/data_parallel) needs c10d's Gloo backend, whose headers include Gloo's
 own: include/gloo beside LibTorch's headers (for Debian's LibTorch, /usr/include: libgloo-dev).
 Where they are, the target defines CKPT_HAS_GLOO=1 (and links Debian's libgloo when LibTorch is
 Debian's, whose libtorch_cpu uses it as a shared library); elsewhere 0. Debian's 1.13 lacks one

@@ -1,0 +1,297 @@
+#include "core/plan/memory_model.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "core/base/status_macros.h"
+#include "core/plan/profile.h"
+#include "core/plan/schedule.h"
+#include "core/plan/time_model.h"
+
+namespace ckpt {
+namespace {
+
+// Replays one training step over the profile, op by op through the plan's program, tracking
+// live bytes above the baseline.
+class StepReplay {
+ public:
+  StepReplay(const ModelProfile& profile, const Plan& plan, std::vector<std::string>* timeline,
+             int64_t limit = std::numeric_limits<int64_t>::max())
+      : profile_(profile), plan_(plan), timeline_(timeline), limit_(limit) {}
+
+  // Whether the last Run stopped because the peak passed the limit.
+  bool passed_limit() const { return peak_ > limit_; }
+
+  absl::StatusOr<MemoryPrediction> Run() {
+    const int n = profile_.num_stages();
+    for (int j = 0; j < n; ++j) {
+      const StageProfile* s = profile_.Find(j, plan_.PolicyOf(j));
+      if (s == nullptr) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the profile of ", profile_.model, " has no measurement of stage ", j, " (",
+            profile_.stages[j].name, ") with ",
+            DescribePolicy(profile_.stages[j], plan_.PolicyOf(j)), ", which the plan of ",
+            plan_.strategy, " uses; extend the profile with the plan's policies first"));
+      }
+      stages_.push_back(s);
+      rng_bytes_ = std::max(rng_bytes_, s->rng_state_bytes);
+    }
+    const Program program = Compile(plan_, profile_.stages);
+    values_.assign(program.num_values, Boundary{});
+    values_[0] = Boundary{0, 1};  // the batch: in the baseline, the caller's throughout
+    runs_.assign(program.num_runs, RunFrame{});
+    host_bytes_.assign(program.num_host, 0);
+    MemoryPrediction p;
+    const size_t forward_end = program.ForwardEnd();
+    for (size_t i = 0; i < program.ops.size(); ++i) {
+      if (i == forward_end) p.activation_bytes = live_;
+      const Op& op = program.ops[i];
+      switch (op.code) {
+        case OpCode::kForward:
+          if (op.run >= 0) {
+            RecordedForward(op);
+          } else {
+            NoGradForward(op.begin, op.end);
+            values_[op.output] = Boundary{stages_[op.end - 1]->output_bytes, 1};
+          }
+          break;
+        case OpCode::kBackward:
+          Backward(op);
+          break;
+        case OpCode::kRelease:
+          Release(values_[op.input]);
+          break;
+        case OpCode::kSaveRng:    // a snapshot kept for the rerun
+        case OpCode::kReplayRng:  // the current state, set aside while the rerun replays
+          Add(rng_bytes_);
+          break;
+        case OpCode::kEndReplay:
+        case OpCode::kDropRng:
+          Add(-rng_bytes_);
+          break;
+        case OpCode::kOffload:
+          host_bytes_[op.host] = values_[op.input].bytes;
+          host_live_ += host_bytes_[op.host];
+          host_peak_ = std::max(host_peak_, host_live_);
+          p.offloaded_bytes += host_bytes_[op.host];
+          break;
+        case OpCode::kFetch:  // the device copy is made before the host's is freed
+          Add(host_bytes_[op.host]);
+          values_[op.output] = Boundary{host_bytes_[op.host], 1};
+          host_live_ -= host_bytes_[op.host];
+          break;
+      }
+      if (peak_ > limit_) break;  // ruled out: the rest cannot lower a peak
+    }
+    p.peak_bytes = peak_;
+    p.host_peak_bytes = host_peak_;
+    return p;
+  }
+
+ private:
+  // Tensors at a boundary: alive while anything holds them (the executor, a graph, a loop).
+  struct Boundary {
+    int64_t bytes = 0;
+    int holders = 0;
+  };
+  // A recorded run: its boundaries inside [begin, end] (the first and the last are values the
+  // executor holds, but for a run that ends in the loss), and the backward pass it gets.
+  struct RunFrame {
+    int begin = 0, end = 0;
+    int input = -1, output = -1;
+    std::vector<Boundary> inside;  // boundaries begin+1 .. end (end's when it ends in the loss)
+  };
+
+  void Add(int64_t bytes) {
+    live_ += bytes;
+    peak_ = std::max(peak_, live_);
+  }
+  // A transient `bytes` above the current state.
+  void Touch(int64_t bytes) { peak_ = std::max(peak_, live_ + bytes); }
+  void Note(absl::string_view event, int j) {
+    if (timeline_ != nullptr) {
+      timeline_->push_back(
+          absl::StrCat(event, " ", profile_.stages[j].name, ": live ", live_, ", peak ", peak_));
+    }
+  }
+  void Hold(Boundary& b) { ++b.holders; }
+  void Release(Boundary& b) {
+    if (--b.holders == 0) live_ -= b.bytes;
+  }
+  bool ChunkedStage(int j) const { return plan_.PolicyOf(j).Chunks() > 1; }
+  // Boundary j of run `r`: the executor's values at its ends, its own inside.
+  Boundary& At(RunFrame& r, int j) {
+    if (j == r.begin) return values_[r.input];
+    if (j == r.end && r.output >= 0) return values_[r.output];
+    return r.inside[j - r.begin - 1];
+  }
+
+  // Stage j with its graph, reading `in` and writing `out` (held by the executor's loop or
+  // table). `in_held`: the executor's table holds `in` (a value), so moving on does not drop it.
+  void StoredForward(int j, Boundary& in, Boundary& out, bool in_held) {
+    const StageProfile& s = *stages_[j];
+    Note("forward", j);
+    Touch(s.retained_bytes + s.output_bytes + s.forward_transient_bytes);
+    Add(s.retained_bytes + s.output_bytes);
+    out = Boundary{s.output_bytes, 1};
+    if (s.keeps_output) Hold(out);
+    if (s.keeps_input) Hold(in);
+    if (!in_held) Release(in);  // the loop moves on
+  }
+
+  // `held`: the stage's input, output and incoming gradient stay referenced throughout (the
+  // last stage of a run the executor backpropagates from its outputs), so its held transient
+  // applies. `graph`: the backward pass (autograd call) that delivers its parameter gradients.
+  void StoredBackward(int j, Boundary& in, Boundary& out, bool held, int graph) {
+    const StageProfile& s = *stages_[j];
+    Note("backward", j);
+    // A gradient that exists already (a tied embedding's) is accumulated into: the stage's
+    // freshly computed one is then a temporary, alive at the stage's peak as the isolated
+    // measurement saw it, but not kept afterwards (below).
+    Touch(held ? s.backward_held_transient_bytes : s.backward_transient_bytes);
+    Add(-s.retained_bytes);
+    if (s.keeps_output) Release(out);
+    if (s.keeps_input) Release(in);
+    // The incoming gradient is freed, unless the executor holds it (below).
+    Add(s.input_grad_bytes - (held ? 0 : grad_));
+    grad_ = s.input_grad_bytes;
+    // A chunked stage computes its gradients inside each chunk's checkpoint, whose own
+    // backward pass delivers them.
+    if (ChunkedStage(j)) graph = next_graph_++;
+    int64_t summed = 0;
+    for (const auto& [param, bytes] : s.param_grads) {
+      const bool first = grads_.insert(param).second;
+      if (first) Add(bytes);
+      // Two contributions to one parameter in one backward pass meet in the autograd
+      // engine's input buffer, not in .grad: the engine holds the first until the last
+      // arrives. It adds in place only into a contiguous tensor that it alone references,
+      // and a linear layer's weight gradient (the tied head's contribution) is a transposed
+      // product, so the sum is a new tensor: for a moment the waiting gradient, the stage's
+      // fresh one and their sum are all alive, after the stage's own temporaries are freed.
+      // The sum is contiguous and the engine's alone: a third contribution adds in place.
+      // Contributions from different passes (other runs) go to .grad in turn, the later ones
+      // added in place.
+      if (++contributions_[{param, graph}] == 2) summed += 2 * bytes;
+    }
+    Touch(summed);
+  }
+
+  // Stages [begin, end) without a graph: one boundary alive at a time, the last kept.
+  void NoGradForward(int begin, int end) {
+    int64_t previous = 0;
+    for (int j = begin; j < end; ++j) {
+      const StageProfile& s = *stages_[j];
+      Touch(s.output_bytes + s.nograd_transient_bytes);
+      Add(s.output_bytes - previous);
+      previous = s.output_bytes;
+    }
+  }
+
+  void RecordedForward(const Op& op) {
+    RunFrame& r = runs_[op.run];
+    r = RunFrame{op.begin, op.end, op.input, op.output, std::vector<Boundary>(op.end - op.begin)};
+    for (int j = op.begin; j < op.end; ++j) {
+      StoredForward(j, At(r, j), At(r, j + 1), /*in_held=*/j == op.begin);
+    }
+    if (!op.loss) return;
+    const LossProfile& loss = profile_.loss;
+    Boundary& last = At(r, op.end);
+    Add(loss.retained_bytes + loss.output_bytes);
+    if (loss.keeps_input) Hold(last);
+    if (op.begin < op.end) Release(last);  // the loop's; a value (a loss alone) is the table's
+  }
+
+  void Backward(const Op& op) {
+    RunFrame& r = runs_[op.run];
+    const int graph = next_graph_++;
+    const int64_t incoming = grad_;
+    if (op.loss) {
+      // LibTorch allocates the seed gradient, the loss's backward runs and leaves the gradient
+      // of the last stage's output.
+      const LossProfile& loss = profile_.loss;
+      Touch(loss.backward_transient_bytes);
+      Add(loss.backward_net_bytes);
+      if (loss.keeps_input) Release(At(r, op.end));
+      grad_ = loss.input_grad_bytes;
+    }
+    for (int j = op.end - 1; j >= op.begin; --j) {
+      StoredBackward(j, At(r, j), At(r, j + 1), /*held=*/!op.loss && j == op.end - 1, graph);
+    }
+    if (!op.loss) Add(-incoming);  // the gradient the executor held, dropped once the call returns
+  }
+
+  const ModelProfile& profile_;
+  const Plan& plan_;
+  std::vector<std::string>* timeline_;
+  std::vector<const StageProfile*> stages_;  // each stage under the plan's policy
+  int64_t rng_bytes_ = 0;
+  std::vector<Boundary> values_;  // by value id
+  std::vector<RunFrame> runs_;    // by run id
+  int next_graph_ = 0;            // ids of backward calls, and of chunks' own passes
+  std::set<int> grads_;           // parameters whose gradient exists
+  // Gradient contributions so far per (parameter, backward pass).
+  std::map<std::pair<int, int>, int> contributions_;
+  int64_t grad_ = 0;  // the gradient flowing backward, w.r.t. the current boundary
+  int64_t live_ = 0;
+  int64_t peak_ = 0;
+  int64_t limit_;
+  std::vector<int64_t> host_bytes_;  // by host buffer
+  int64_t host_live_ = 0;
+  int64_t host_peak_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<MemoryPrediction> PredictMemory(const ModelProfile& profile, const Plan& plan,
+                                               std::vector<std::string>* timeline) {
+  return StepReplay(profile, plan, timeline).Run();
+}
+
+absl::StatusOr<std::optional<MemoryPrediction>> PredictMemoryWithin(const ModelProfile& profile,
+                                                                    const Plan& plan,
+                                                                    int64_t limit) {
+  StepReplay replay(profile, plan, nullptr, limit);
+  ASSIGN_OR_RETURN(MemoryPrediction predicted, replay.Run());
+  if (replay.passed_limit()) return std::optional<MemoryPrediction>();
+  return std::optional<MemoryPrediction>(predicted);
+}
+
+absl::StatusOr<std::optional<BudgetChoice>> FastestWithinBudget(const ModelProfile& profile,
+                                                                std::vector<Plan> candidates,
+                                                                int64_t budget, int64_t* least) {
+  std::vector<double> ms(candidates.size());
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (profile.timed) {
+      ASSIGN_OR_RETURN(ms[i], PredictStepMs(profile, candidates[i]));
+    } else {
+      ms[i] = static_cast<double>(RecomputedStages(candidates[i], profile.num_stages()));
+    }
+  }
+  std::vector<size_t> order(candidates.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ms[a] < ms[b]; });
+  for (const size_t i : order) {
+    ASSIGN_OR_RETURN(std::optional<MemoryPrediction> predicted,
+                     PredictMemoryWithin(profile, candidates[i], budget - kBudgetSlackBytes));
+    if (predicted.has_value()) {
+      return std::optional<BudgetChoice>(BudgetChoice{std::move(candidates[i]), *predicted, ms[i]});
+    }
+  }
+  if (least != nullptr) {  // none fits: how far off, from every candidate's whole replay
+    *least = std::numeric_limits<int64_t>::max();
+    for (const Plan& plan : candidates) {
+      ASSIGN_OR_RETURN(MemoryPrediction predicted, PredictMemory(profile, plan));
+      *least = std::min(*least, predicted.peak_bytes + kBudgetSlackBytes);
+    }
+  }
+  return std::optional<BudgetChoice>();
+}
+
+}  // namespace ckpt

@@ -1,0 +1,125 @@
+// What a strategy sees of a model: its stages, and what each stage costs under each policy it
+// offers, measured once (core/run/profiler.h). Needs no LibTorch, so strategies and their tests
+// are pure functions over these types.
+//
+// Two views of one measurement per (stage, policy):
+//   StageCosts   what a planner reads: Rotor's chain quantities (Beaumont et al., "Optimal
+//                checkpointing for heterogeneous chains") and the stage's times;
+//   StageProfile the memory model's detailed trace (core/plan/memory_model.h), from which it
+//                predicts any plan's activation and peak bytes exactly.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/plan/stage.h"
+
+namespace ckpt {
+
+// One stage under one policy, as a planner needs it. Bytes are tensor bytes; times are
+// medians of repeated runs on the run's device.
+struct StageCosts {
+  double forward_ms = 0;         // forward with autograd recording
+  double nograd_forward_ms = 0;  // forward without (a checkpointed segment's first pass)
+  double backward_ms = 0;        // backward through the recorded graph
+  int64_t input_bytes = 0;       // x: the tensors the stage takes
+  int64_t output_bytes = 0;      // the tensors it returns (the next stage's x)
+  // x-bar: what running it with a graph adds until its backward: what the graph keeps besides
+  // its input, and its output.
+  int64_t kept_bytes = 0;
+  int64_t forward_transient_bytes = 0;   // tmp_f: the forward's peak above input + kept
+  int64_t nograd_transient_bytes = 0;    // the same without a graph, above input + output
+  int64_t backward_transient_bytes = 0;  // tmp_b: the backward's peak above its start
+  int64_t param_grad_bytes = 0;          // the parameter gradients its backward creates
+};
+
+// One stage under one policy, as the memory model needs it: measured in isolation but as the
+// stage sits in the chain, on the input the chain gives it, with its input and output tensors
+// owned by the caller as the executor owns them.
+struct StageProfile {
+  StagePolicy policy;
+  int64_t input_bytes = 0;              // the tensors it takes (owned by the previous stage)
+  int64_t output_bytes = 0;             // the tensors it returns
+  int64_t retained_bytes = 0;           // what its graph keeps besides its input and output tensors
+  bool keeps_input = false;             // its graph keeps its input tensors alive
+  bool keeps_output = false;            // its graph keeps its output tensors alive
+  int64_t forward_transient_bytes = 0;  // forward peak above (input + retained + output)
+  int64_t nograd_transient_bytes = 0;   // same without grad, above (input + output)
+  // The gradients its backward creates: (index in ChainModel::Parameters(), bytes). A
+  // parameter used by several stages (a tied embedding) is listed by each.
+  std::vector<std::pair<int, int64_t>> param_grads;
+  int64_t input_grad_bytes = 0;          // the gradient it passes to its input
+  int64_t backward_transient_bytes = 0;  // backward peak above its start (graph + grad in)
+  // The same when its input, output and incoming gradient stay referenced for the whole
+  // backward, as when a checkpoint reruns it and backpropagates from its outputs.
+  int64_t backward_held_transient_bytes = 0;
+  int64_t rng_state_bytes = 0;  // a checkpoint's RNG snapshot, for stochastic stages
+  StageCosts costs;             // the planner's view, with the measured times
+};
+
+// The loss, profiled like a stage (its input is the last stage's output).
+struct LossProfile {
+  int64_t retained_bytes = 0;  // besides its input and the scalar
+  bool keeps_input = false;
+  int64_t output_bytes = 0;              // the scalar
+  int64_t backward_transient_bytes = 0;  // above its start; includes the input's gradient
+  // Live bytes after its backward minus before: its input's gradient and the seed gradient
+  // LibTorch allocates, less what its graph retained.
+  int64_t backward_net_bytes = 0;
+  int64_t input_grad_bytes = 0;
+  double forward_ms = 0;
+  double backward_ms = 0;
+};
+
+struct ModelProfile {
+  std::string model;  // canonical model spec
+  std::vector<StageInfo> stages;
+  // Per stage, one entry per measured policy; the first is every part stored.
+  std::vector<std::vector<StageProfile>> measured;
+  LossProfile loss;
+  int64_t input_bytes = 0;  // bytes of the chain's inputs (the batch holds them)
+  int64_t param_bytes = 0;  // bytes of the model's parameters
+  bool timed = false;       // whether the times were measured (or are zeros)
+  int menu_chunks = 4;      // the chunk count of the chunking policies in the stages' menus
+  // Offload copies between the device and the host pool (core/run/host_pool.h), in bytes per ms
+  // each way: measured by the profiler (timed) on the largest stage boundary, or assumed (a link
+  // the run does not have, as --link_bandwidth sets: then `link_assumed`). 0: unknown.
+  double to_host_bytes_per_ms = 0;
+  double from_host_bytes_per_ms = 0;
+  bool link_assumed = false;
+  // Whether a copy runs beside the compute (a GPU's copy stream, or an assumed link), so that
+  // the time model charges only what the compute running meanwhile does not hide; false: the
+  // copy is part of the step's own work (a CPU's memcpy), charged in full.
+  bool copies_overlap = false;
+
+  int num_stages() const { return static_cast<int>(stages.size()); }
+  // Stage `stage` under `policy`, or nullptr when that policy was not measured.
+  const StageProfile* Find(int stage, const StagePolicy& policy) const;
+  // Stage `stage` with every part stored (always measured).
+  const StageProfile& Stored(int stage) const { return measured[stage].front(); }
+};
+
+// The profile of model `model`, whose stages are `stages`, from `shallow`: the profile of a
+// shallower instance of the same model (fewer repeated stages, built and measured for what the
+// deep one would cost: a 7B model's profile from two of its blocks). Each stage takes the
+// measurements of the shallow stage of its name; else, with a repeat key (StageInfo::repeat_key:
+// same code, same shapes), of the shallow model's last stage of that key other than its first
+// stage (whose input is the batch); else of the one as far from the end (a head named by its
+// index). A shallow stage's first taker keeps its parameters' indices; every further one gets
+// fresh indices after the shallow model's, as a model of that depth would number its own
+// parameters, and adds their bytes to param_bytes.
+// InvalidArgument naming the stage when one has no counterpart, or one that differs from it
+// in kind, parts or FLOPs (then the shallow model is not a shallower copy). `counterparts`, if
+// given, receives each stage's shallow stage.
+absl::StatusOr<ModelProfile> ExpandProfile(const ModelProfile& shallow, std::string model,
+                                           const std::vector<StageInfo>& stages,
+                                           std::vector<int>* counterparts = nullptr);
+
+// A profile of the stages' structure alone (every byte and time zero): enough for strategies
+// that plan from the chain's structure, without running anything.
+ModelProfile StructureOnlyProfile(std::string model, const std::vector<StageInfo>& stages);
+
+}  // namespace ckpt

@@ -1,0 +1,108 @@
+// The strategy plugin interface and its registry.
+//
+// A strategy turns a model profile (core/plan/profile.h: the stages, their parts, and what each
+// stage costs under each policy it offers) into a plan (core/plan/plan.h); it never runs a tensor.
+// To add one, create strategies/<id>/ with a class like this and add its id to
+// strategies/strategies.bzl:
+//
+//   class MyStrategy : public Strategy {
+//    public:
+//     static constexpr char kId[] = "my_strategy";
+//     static constexpr char kSummary[] = "what it keeps and what it recomputes";
+//     static std::vector<ParamDef> Params() { return {IntParam("k", "2", "...").Min(1)}; }
+//     static absl::StatusOr<std::unique_ptr<Strategy>> Create(const ParamValues& params);
+//     absl::StatusOr<Plan> MakePlan(const ModelProfile& profile) const override;
+//   };
+//   // in my_strategy.cc, in an anonymous namespace:
+//   const StrategyRegistration<MyStrategy> registration;
+//
+// A strategy that plans to a memory budget names the parameter that holds it:
+//   static constexpr char kBudgetParam[] = "budget";
+// (a kBytes parameter: the peak bytes above the baseline its plans must fit); the sweep's
+// --budgets sets it, and the property tests hold it to its promise: every plan's predicted peak
+// fits its budget, and a larger budget never makes the predicted step slower.
+//
+// Needs no LibTorch.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/plan/plan.h"
+#include "core/plan/profile.h"
+#include "core/plan/registry.h"
+#include "core/plan/spec.h"
+
+namespace ckpt {
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  // The plan for this model. Errors: InvalidArgument when the strategy's parameters do not
+  // fit the model (e.g. more segments than stages), naming the value and the accepted range.
+  virtual absl::StatusOr<Plan> MakePlan(const ModelProfile& profile) const = 0;
+
+  // What can be checked of the strategy against a model's stages before anything runs (a
+  // written plan's fit): InvalidArgument naming what does not fit. Most strategies fit any chain
+  // (OK) and find out the rest from the profile.
+  virtual absl::Status CheckStages(const std::vector<StageInfo>& stages) const {
+    return absl::OkStatus();
+  }
+};
+
+// What a strategy declares about itself besides its parameters.
+struct StrategyTraits {
+  std::string budget_param;  // the kBytes parameter holding its memory budget, or empty
+};
+
+using StrategyRegistry = Registry<std::unique_ptr<Strategy>, StrategyTraits>;
+
+// The process-wide strategy registry.
+StrategyRegistry& Strategies();
+
+// The registered strategies that can be made from their defaults, in id order: every one but
+// those with a parameter that must be given (plan's file). What the presets, the benchmarks and
+// the generated test suites run.
+std::vector<std::string> DefaultStrategies();
+
+// Parses and binds a spec such as "uniform:segments=4" and creates the strategy.
+absl::StatusOr<std::unique_ptr<Strategy>> CreateStrategy(const std::string& spec_text);
+
+// The spec's one writing, as bound (every parameter in declaration order, defaults filled in,
+// "auto" left unresolved: "uniform" is "uniform:segments=auto:budget=none"), after checking
+// that the strategy can be created from it. Two texts name the same strategy exactly when their
+// canonical specs are equal.
+absl::StatusOr<std::string> CanonicalStrategySpec(const std::string& spec_text);
+
+// The canonical spec of `spec_text` with its parameters bound and checked, creating nothing: how
+// rows already measured are keyed, so that reading them needs no strategy's inputs (a plan file
+// that is gone since).
+absl::StatusOr<std::string> BoundStrategySpec(const std::string& spec_text);
+
+// CreateStrategy, then its plan for `profile`, validated against the profile's stages (an
+// invalid one is Internal: a strategy bug): the first error.
+absl::StatusOr<Plan> PlanFor(const std::string& spec_text, const ModelProfile& profile);
+
+namespace internal {
+template <typename T, typename = void>
+struct BudgetParamOf {
+  static std::string Get() { return ""; }
+};
+template <typename T>
+struct BudgetParamOf<T, std::void_t<decltype(T::kBudgetParam)>> {
+  static std::string Get() { return T::kBudgetParam; }
+};
+}  // namespace internal
+
+template <typename T>
+struct StrategyRegistration {
+  StrategyRegistration() {
+    Strategies().Register({T::kId, T::kSummary, T::Params(), &T::Create,
+                           StrategyTraits{internal::BudgetParamOf<T>::Get()}});
+  }
+};
+
+}  // namespace ckpt

@@ -1,0 +1,133 @@
+// The model interface the executor runs: an ordered chain of stages.
+//
+// Stage i takes the tensors stage i-1 returned (stage 0 takes the batch's inputs) and
+// returns the tensors stage i+1 takes; the loss takes the last stage's outputs and the
+// batch's targets. A model declares its stages (kind, named parts, stochastic, FLOPs;
+// core/plan/stage.h) to the planner and runs any of them on demand, each named part through the
+// StageParts it is handed (core/run/parts.h), so a strategy can store, recompute or chunk them
+// without the model knowing plans. Models register like strategies (see models/heavy_mlp.cc),
+// one package and one line in models/models.bzl:
+//
+//   const ModelRegistration<HeavyMlpModel> registration;
+//
+// besides kId, kSummary, Params() and Create(), a model class declares its stages from its
+// parameters (StagesFor) and the sizes the presets and tests use (see ModelTraits).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "ATen/core/Tensor.h"
+#include "absl/status/statusor.h"
+#include "c10/core/Device.h"
+#include "core/plan/registry.h"
+#include "core/plan/spec.h"
+#include "core/plan/stage.h"
+#include "core/run/parts.h"
+
+namespace ckpt {
+
+struct Batch {
+  std::vector<at::Tensor> inputs;   // stage 0's inputs; floating ones require grad
+  std::vector<at::Tensor> targets;  // what the loss compares against (may be empty)
+};
+
+class ChainModel {
+ public:
+  virtual ~ChainModel() = default;
+
+  // The canonical model spec, every parameter filled in ("heavy_mlp:depth=20:...").
+  virtual std::string spec() const = 0;
+  virtual std::vector<StageInfo> Stages() const = 0;
+  // Runs stage `index` with autograd as the caller's grad mode says, each of its named parts
+  // through `parts`, which applies the policy the plan chose; `batch` gives stages that need
+  // them the targets (an LM head that computes its own loss).
+  virtual std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
+                                           const StageParts& parts, const Batch& batch) = 0;
+  // A scalar, from the last stage's outputs (which may already be the loss).
+  virtual at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) = 0;
+  // A synthetic batch on the model's device; the same seed gives the same batch.
+  virtual Batch MakeBatch(uint64_t seed) = 0;
+  virtual std::vector<at::Tensor> Parameters() = 0;
+  // The state a training forward updates besides the parameters (BatchNorm's running
+  // statistics and batch counters), updated in place; empty for a model without any.
+  virtual std::vector<at::Tensor> State() { return {}; }
+  virtual void SetTraining(bool training) = 0;
+};
+
+// Sets the gradient of every tensor that has one to none (PyTorch's zero_grad(set_to_none)),
+// so each step allocates its gradients afresh and steps are alike.
+void ClearGradients(const std::vector<at::Tensor>& tensors);
+
+// What every model factory gets besides its parameters.
+struct ModelContext {
+  c10::Device device = c10::Device(c10::DeviceType::CPU);
+  uint64_t init_seed = 0;  // parameters are initialised from this seed
+};
+
+// What a model declares besides its parameters: the sizes the presets run and the tests
+// generate. In the model class:
+//   static constexpr char kQuickSpec[] = "heavy_mlp:depth=16:hidden=1024:batch=64";  // or ""
+//   static std::vector<std::string> PaperSpecs();
+//   static std::string SmallSpec(const SpecChooser& choose);
+struct ModelTraits {
+  // Checks what a spec's parameters must satisfy together (hidden a multiple of heads), so a
+  // sweep refuses a bad spec before it runs anything. Optional: static absl::Status
+  // Check(const ParamValues&) in the model class.
+  std::function<absl::Status(const ParamValues&)> check;
+  std::string quick_spec;                // the quick preset's size ("": not in it)
+  std::vector<std::string> paper_specs;  // the paper preset's sizes
+  // A small instance for the conformance and training tests, its sizes picked through the
+  // chooser, fast enough for hundreds of steps on a CPU; every spec it returns must be valid.
+  std::function<std::string(const SpecChooser&)> small_spec;
+  // The stages of the model these parameters make, declared without making it: what a plan
+  // file is checked against before anything runs. Instances return the same (Stages()).
+  std::function<std::vector<StageInfo>(const ParamValues&)> stages;
+};
+
+using ModelRegistry = Registry<std::shared_ptr<ChainModel>, ModelTraits, const ModelContext&>;
+
+// The process-wide model registry.
+ModelRegistry& Models();
+
+// Parses the spec and builds the model (LibTorch errors become a Status).
+absl::StatusOr<std::shared_ptr<ChainModel>> CreateModel(const std::string& spec_text,
+                                                        const ModelContext& context);
+
+// Parses and binds `spec_text` and runs the model's Check, creating nothing: the errors
+// CreateModel would give for the spec itself, before any tensor exists.
+absl::Status CheckModelSpec(const std::string& spec_text);
+
+// The stages of the model of `spec_text` (CheckModelSpec's errors otherwise), without making it.
+absl::StatusOr<std::vector<StageInfo>> ModelStages(const std::string& spec_text);
+
+// The spec's one writing (CheckModelSpec's errors otherwise): every parameter in declaration
+// order, defaults filled in, numbers canonical. Two texts name the same model exactly when
+// their canonical specs are equal ("heavy_mlp:batch=2:depth=+4" is "heavy_mlp:depth=4:...").
+absl::StatusOr<std::string> CanonicalModelSpec(const std::string& spec_text);
+
+namespace internal {
+template <typename T, typename = void>
+struct CheckOf {
+  static std::function<absl::Status(const ParamValues&)> Get() { return nullptr; }
+};
+template <typename T>
+struct CheckOf<T, std::void_t<decltype(&T::Check)>> {
+  static std::function<absl::Status(const ParamValues&)> Get() { return &T::Check; }
+};
+}  // namespace internal
+
+template <typename T>
+struct ModelRegistration {
+  ModelRegistration() {
+    Models().Register({T::kId, T::kSummary, T::Params(), &T::Create,
+                       ModelTraits{internal::CheckOf<T>::Get(), T::kQuickSpec, T::PaperSpecs(),
+                                   &T::SmallSpec, &T::StagesFor}});
+  }
+};
+
+}  // namespace ckpt

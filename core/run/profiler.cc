@@ -1,0 +1,519 @@
+#include "core/run/profiler.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ATen/core/grad_mode.h"
+#include "ATen/ops/ones_like.h"
+#include "ATen/ops/randn_like.h"
+#include "absl/strings/str_cat.h"
+#include "core/run/checkpoint.h"
+#include "core/run/device.h"
+#include "core/run/host_pool.h"
+#include "core/run/rng.h"
+#include "core/run/torch_status.h"
+#include "torch/csrc/autograd/autograd.h"
+#include "torch/csrc/autograd/function.h"
+#include "torch/csrc/autograd/functions/accumulate_grad.h"
+
+namespace ckpt {
+namespace {
+
+// Bytes of the storage behind a tensor: a view (a reduction's scalar can be one) keeps all
+// of it alive.
+int64_t StorageBytes(const at::Tensor& t) {
+  return t.defined() && t.has_storage() ? static_cast<int64_t>(t.storage().nbytes()) : 0;
+}
+
+int64_t Bytes(const std::vector<at::Tensor>& tensors) {
+  int64_t n = 0;
+  for (const at::Tensor& t : tensors) n += StorageBytes(t);
+  return n;
+}
+
+// The parameters (indices by their TensorImpl) whose gradients a backward through `outputs`
+// would accumulate: the AccumulateGrad leaves of their graph, in index order.
+std::vector<int> GraphLeaves(const std::vector<at::Tensor>& outputs,
+                             const std::unordered_map<const c10::TensorImpl*, int>& index) {
+  std::set<int> found;
+  std::vector<torch::autograd::Node*> stack;
+  std::unordered_set<torch::autograd::Node*> seen;
+  auto visit_leaf = [&](const at::Tensor& t) {
+    auto it = index.find(t.unsafeGetTensorImpl());
+    if (it != index.end()) found.insert(it->second);
+  };
+  for (const at::Tensor& t : outputs) {
+    if (!t.defined() || !t.requires_grad()) continue;
+    if (t.grad_fn() == nullptr) {
+      visit_leaf(t);  // the stage returns a parameter itself
+    } else if (seen.insert(t.grad_fn().get()).second) {
+      stack.push_back(t.grad_fn().get());
+    }
+  }
+  while (!stack.empty()) {
+    torch::autograd::Node* node = stack.back();
+    stack.pop_back();
+    for (const torch::autograd::Edge& edge : node->next_edges()) {
+      torch::autograd::Node* next = edge.function.get();
+      if (next == nullptr || !seen.insert(next).second) continue;
+      if (auto* leaf = dynamic_cast<torch::autograd::AccumulateGrad*>(next)) {
+        visit_leaf(leaf->variable);
+      } else {
+        stack.push_back(next);
+      }
+    }
+  }
+  return std::vector<int>(found.begin(), found.end());
+}
+
+// Shapes and types of `tensors`, for comparing stages.
+std::string ShapesOf(const std::vector<at::Tensor>& tensors) {
+  std::string out;
+  for (const at::Tensor& t : tensors) {
+    if (!t.defined()) {
+      out += "undefined;";
+      continue;
+    }
+    out += std::string(t.dtype().name());
+    for (const int64_t d : t.sizes()) out += absl::StrCat(",", d);
+    out += absl::StrCat(t.requires_grad() ? "g" : "", ";");
+  }
+  return out;
+}
+
+// Live bytes freed by running `drop` (which releases some references).
+template <typename Fn>
+int64_t FreedBy(MemoryMeter& meter, Fn&& drop) {
+  const int64_t before = meter.Stats().live_bytes;
+  drop();
+  return before - meter.Stats().live_bytes;
+}
+
+// Puts a model's state (ChainModel::State) back as it was when made, also when measuring
+// throws: the profiler runs stages that update it (StageInfo::updates_state) many times.
+class StateRestorer {
+ public:
+  StateRestorer(ChainModel& model, const std::vector<StageInfo>& stages) {
+    const bool updates = std::any_of(stages.begin(), stages.end(),
+                                     [](const StageInfo& s) { return s.updates_state; });
+    if (!updates) return;
+    at::NoGradGuard no_grad;
+    state_ = model.State();
+    for (const at::Tensor& t : state_) saved_.push_back(t.clone());
+  }
+  ~StateRestorer() {
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < state_.size(); ++i) state_[i].copy_(saved_[i]);
+  }
+
+ private:
+  std::vector<at::Tensor> state_, saved_;
+};
+
+class Profiler {
+ public:
+  Profiler(ChainModel& model, const Batch& batch, MemoryMeter& meter, c10::Device device,
+           const ProfileOptions& options)
+      : model_(model),
+        batch_(batch),
+        meter_(meter),
+        device_(device),
+        options_(options),
+        stages_(model.Stages()),
+        params_(model.Parameters()),
+        timer_(MakeStepTimer(device)) {}
+
+  ModelProfile Run() {
+    const StateRestorer restore_state(model_, stages_);
+    ModelProfile profile;
+    profile.model = model_.spec();
+    profile.stages = stages_;
+    profile.input_bytes = Bytes(batch_.inputs);
+    profile.param_bytes = Bytes(params_);
+    profile.timed = options_.timed;
+    profile.menu_chunks = options_.chunks;
+    profile.measured.resize(stages_.size());
+    ClearGradients(params_);
+    if (options_.warm_up == ProfileWarmUp::kAlways || device_.is_cuda()) WarmUp();
+    ComputeInputs();
+    const int n = static_cast<int>(stages_.size());
+    for (int i = 0; i < n; ++i) {
+      if (twin_[i] != i) {  // measured already, as its earlier twin
+        for (const StageProfile& measured : profile.measured[twin_[i]]) {
+          profile.measured[i].push_back(CopyOfTwin(measured, i));
+        }
+      } else {
+        for (const StagePolicy& policy : PolicyMenu(stages_[i], options_.chunks)) {
+          profile.measured[i].push_back(Measure(i, policy));
+        }
+      }
+      Report("measuring", i + 1);
+    }
+    MeasureLoss(inputs_.back(), profile.loss);
+    if (options_.link_bytes_per_ms > 0) {
+      profile.to_host_bytes_per_ms = profile.from_host_bytes_per_ms = options_.link_bytes_per_ms;
+      profile.link_assumed = profile.copies_overlap = true;
+    } else if (options_.timed) {
+      MeasureCopyRates(profile);
+    }
+    return profile;
+  }
+
+  void Extend(const Plan& plan, ModelProfile& profile) {
+    const StateRestorer restore_state(model_, stages_);
+    ClearGradients(params_);
+    for (size_t i = 0; i < stages_.size(); ++i) {
+      const StagePolicy& policy = plan.PolicyOf(static_cast<int>(i));
+      if (profile.Find(static_cast<int>(i), policy) != nullptr) continue;
+      if (inputs_.empty()) ComputeInputs();
+      const int twin = twin_[i];
+      const StageProfile* measured = profile.Find(twin, policy);
+      profile.measured[i].push_back(measured != nullptr ? CopyOfTwin(*measured, i)
+                                                        : Measure(i, policy));
+    }
+  }
+
+ private:
+  std::vector<at::Tensor> Run(size_t i, const std::vector<at::Tensor>& x,
+                              const StagePolicy& policy = {}) {
+    return model_.RunStage(static_cast<int>(i), x, StageParts(stages_[i], policy), batch_);
+  }
+
+  // The input of every stage (and the last stage's output), its own parameters and its twin
+  // (the first stage measured for it), from one forward of the chain. Each stage runs with a
+  // graph, whose leaves are its parameters; its outputs are kept detached, the graph dropped.
+  void ComputeInputs() {
+    std::unordered_map<const c10::TensorImpl*, int> index;
+    for (size_t k = 0; k < params_.size(); ++k) index[params_[k].unsafeGetTensorImpl()] = k;
+    const int n = static_cast<int>(stages_.size());
+    inputs_ = {batch_.inputs};
+    stage_params_.assign(n, {});
+    twin_.assign(n, 0);
+    std::map<std::string, int> first_of;  // a repeat class -> its first stage
+    at::AutoGradMode enable_grad(true);
+    for (int i = 0; i < n; ++i) {
+      std::vector<at::Tensor> outputs = Run(i, inputs_.back());
+      stage_params_[i] = GraphLeaves(outputs, index);
+      twin_[i] = i;
+      if (options_.reuse_repeated && !stages_[i].repeat_key.empty()) {
+        // Alike where the measurements could tell them apart: the code (the key), whether the
+        // input is the batch (i == 0), and the shapes and types of inputs and parameters.
+        std::vector<at::Tensor> own;
+        for (const int k : stage_params_[i]) own.push_back(params_[k]);
+        const std::string key = absl::StrCat(stages_[i].repeat_key, "|", i == 0, "|",
+                                             ShapesOf(inputs_.back()), "|", ShapesOf(own));
+        twin_[i] = first_of.emplace(key, i).first->second;
+      }
+      for (at::Tensor& t : outputs) t = t.defined() ? t.detach() : t;
+      inputs_.push_back(std::move(outputs));
+      Report("forward", i + 1);
+    }
+  }
+
+  // The measurement of stage `i`'s twin, as stage `i`'s: its parameters in the twin's places.
+  StageProfile CopyOfTwin(const StageProfile& measured, int i) const {
+    StageProfile copy = measured;
+    const std::vector<int>& theirs = stage_params_[twin_[i]];
+    const std::vector<int>& ours = stage_params_[i];
+    for (auto& [param, bytes] : copy.param_grads) {
+      const size_t at = std::lower_bound(theirs.begin(), theirs.end(), param) - theirs.begin();
+      param = at < ours.size() ? ours[at] : param;
+    }
+    return copy;
+  }
+
+  void Report(const char* phase, int done) const {
+    if (options_.progress) options_.progress(phase, done, static_cast<int>(stages_.size()));
+  }
+
+  // Stage i's own parameters, whose gradients its measurements clear and read.
+  std::vector<at::Tensor> StageParams(size_t i) const {
+    std::vector<at::Tensor> out;
+    for (const int k : stage_params_[i]) out.push_back(params_[k]);
+    return out;
+  }
+
+  // One unmeasured forward and backward of the whole chain, leaving no gradients and the
+  // random streams as they were. Libraries keep state in tensor memory that they make on first
+  // use and hold for the process: on CUDA, cuBLAS's workspace for each (thread, stream), and
+  // backward runs on autograd's device thread, not this one. Made inside the measurements, it
+  // would count as the first stage's activations or backward transient.
+  void WarmUp() {
+    const RngState rng = CaptureRng(CudaDevicesOf(batch_.inputs));
+    {
+      std::vector<at::Tensor> xs, leaves;
+      PrepareInputs(0, batch_.inputs, xs, leaves);
+      for (size_t i = 0; i < stages_.size(); ++i) xs = Run(i, xs);
+      at::Tensor loss = model_.Loss(xs, batch_);
+      if (loss.requires_grad()) loss.backward();
+    }
+    ClearGradients(params_);
+    RestoreRng(rng);
+    Synchronize(device_);
+  }
+
+  // Inputs as the chain has them: a floating input that needs a gradient becomes a fresh
+  // non-leaf tensor (so that dropping it frees it unless the stage keeps it), whose gradient
+  // lands in `leaves`.
+  void PrepareInputs(size_t i, const std::vector<at::Tensor>& given, std::vector<at::Tensor>& xs,
+                     std::vector<at::Tensor>& leaves) {
+    for (const at::Tensor& t : given) {
+      const bool needs_grad = IsDifferentiable(t) && (i > 0 || t.requires_grad());
+      if (needs_grad) {
+        leaves.push_back(t.detach().requires_grad_(true));
+        xs.push_back(leaves.back().clone());
+      } else {
+        xs.push_back(t);
+      }
+    }
+  }
+
+  StageProfile Measure(size_t i, const StagePolicy& policy) {
+    StageProfile p;
+    p.policy = policy;
+    const std::vector<at::Tensor>& given = inputs_[i];
+    p.input_bytes = Bytes(given);
+    if (stages_[i].stochastic) {
+      const int64_t before = meter_.Stats().live_bytes;
+      const RngState snapshot = CaptureRng(CudaDevicesOf(given));
+      p.rng_state_bytes = meter_.Stats().live_bytes - before;
+    }
+    {  // Without grad: the transient above input and output.
+      at::NoGradGuard no_grad;
+      meter_.ResetPeak();
+      std::vector<at::Tensor> out = Run(i, given, policy);
+      const MemoryStats s = meter_.Stats();
+      p.nograd_transient_bytes = s.peak_bytes - s.live_bytes;
+    }
+    const std::vector<at::Tensor> own = StageParams(i);
+    ClearGradients(own);
+    std::vector<at::Tensor> xs, leaves;
+    PrepareInputs(i, given, xs, leaves);
+    const int64_t start = meter_.Stats().live_bytes;
+    meter_.ResetPeak();
+    std::vector<at::Tensor> ys = Run(i, xs, policy);
+    const MemoryStats after = meter_.Stats();
+    p.output_bytes = Bytes(ys);
+    p.retained_bytes = after.live_bytes - start - p.output_bytes;
+    p.forward_transient_bytes = after.peak_bytes - after.live_bytes;
+
+    // The gradient source: z = sum(y * c), whose backward allocates dL/dy = c afresh, as the
+    // next stage's backward would.
+    std::vector<at::Tensor> consts;
+    at::Tensor z;
+    for (const at::Tensor& y : ys) {
+      if (!y.requires_grad()) continue;
+      consts.push_back(at::randn_like(y));
+      at::Tensor term = y.mul(consts.back()).sum();
+      z = z.defined() ? z.add(term) : term;
+    }
+    const int64_t x_bytes = Bytes(xs);
+    p.keeps_input = i > 0 && FreedBy(meter_, [&] { xs.clear(); }) < x_bytes;
+    const int64_t y_bytes = p.output_bytes;
+    p.keeps_output = FreedBy(meter_, [&] { ys.clear(); }) < y_bytes;
+    if (z.defined()) {
+      const int64_t base = meter_.Stats().live_bytes;
+      meter_.ResetPeak();
+      z.backward();
+      // Above the state at the start of the stage's backward, which already holds dL/dy (and
+      // the 4-byte seed of z's backward, which the chain does not have).
+      p.backward_transient_bytes =
+          meter_.Stats().peak_bytes - base - p.output_bytes - static_cast<int64_t>(z.nbytes());
+      for (const int k : stage_params_[i]) {
+        if (params_[k].grad().defined()) p.param_grads.emplace_back(k, params_[k].grad().nbytes());
+      }
+      for (const at::Tensor& leaf : leaves) {
+        p.input_grad_bytes += leaf.grad().defined() ? leaf.grad().nbytes() : 0;
+      }
+      ClearGradients(own);
+      z.reset();
+      consts.clear();
+      p.backward_held_transient_bytes = MeasureHeldBackward(i, given, policy);
+    }
+    p.costs = CostsOf(p);
+    if (options_.timed) Time(i, given, policy, p.costs);
+    return p;
+  }
+
+  // The planner's view of a trace (times apart).
+  static StageCosts CostsOf(const StageProfile& p) {
+    StageCosts c;
+    c.input_bytes = p.input_bytes;
+    c.output_bytes = p.output_bytes;
+    c.kept_bytes = p.retained_bytes + p.output_bytes;
+    c.forward_transient_bytes = p.forward_transient_bytes;
+    c.nograd_transient_bytes = p.nograd_transient_bytes;
+    c.backward_transient_bytes = p.backward_transient_bytes;
+    for (const auto& [param, bytes] : p.param_grads) c.param_grad_bytes += bytes;
+    return c;
+  }
+
+  // Backward from the stage's outputs while the caller holds its inputs, its outputs and the
+  // incoming gradients throughout (what Checkpoint's nested backward does).
+  int64_t MeasureHeldBackward(size_t i, const std::vector<at::Tensor>& given,
+                              const StagePolicy& policy) {
+    std::vector<at::Tensor> xs, leaves;
+    PrepareInputs(i, given, xs, leaves);
+    std::vector<at::Tensor> ys = Run(i, xs, policy);
+    std::vector<at::Tensor> roots, grads;
+    for (const at::Tensor& y : ys) {
+      if (!y.requires_grad()) continue;
+      roots.push_back(y);
+      grads.push_back(at::randn_like(y));
+    }
+    if (roots.empty()) return 0;
+    const int64_t base = meter_.Stats().live_bytes;
+    meter_.ResetPeak();
+    torch::autograd::backward(roots, grads);
+    const int64_t transient = meter_.Stats().peak_bytes - base;
+    ClearGradients(StageParams(i));
+    return transient;
+  }
+
+  // The offload copies' rates each way, on the largest stage boundary: copies to the host pool
+  // and back repeated at least min_repeats times and until they add up to min_time_ms; medians.
+  void MeasureCopyRates(ModelProfile& profile) {
+    const std::vector<at::Tensor>* largest = &inputs_.front();
+    for (const std::vector<at::Tensor>& x : inputs_) {
+      if (Bytes(x) > Bytes(*largest)) largest = &x;
+    }
+    const int64_t bytes = Bytes(*largest);
+    if (bytes == 0) return;
+    HostPool& pool = **HostPoolFor(device_);
+    at::NoGradGuard no_grad;
+    std::vector<double> out, in;
+    double total = 0;
+    while (static_cast<int>(out.size()) < options_.min_repeats || total < options_.min_time_ms) {
+      Synchronize(device_);
+      timer_->Start();
+      Transfer host = pool.ToHost(*largest);
+      host.done->Wait();
+      out.push_back(timer_->StopMs());
+      timer_->Start();
+      Transfer back = pool.ToDevice(host.tensors, device_);
+      back.done->Wait();
+      in.push_back(timer_->StopMs());
+      total += out.back() + in.back();
+    }
+    profile.to_host_bytes_per_ms = bytes / std::max(Median(out), 1e-6);
+    profile.from_host_bytes_per_ms = bytes / std::max(Median(in), 1e-6);
+    // A GPU's copies run on a stream of their own, beside the compute (core/run/host_pool.h); a
+    // CPU's are memcpys the step waits for.
+    profile.copies_overlap = device_.is_cuda();
+  }
+
+  // The stage's forward with and without a graph, and its backward, each timed alone: runs of
+  // the three repeated at least min_repeats times and until forward and backward add up to
+  // min_time_ms; medians.
+  void Time(size_t i, const std::vector<at::Tensor>& given, const StagePolicy& policy,
+            StageCosts& c) {
+    std::vector<double> forward, backward, nograd;
+    const std::vector<at::Tensor> own = StageParams(i);
+    double total = 0;
+    while (static_cast<int>(forward.size()) < options_.min_repeats ||
+           total < options_.min_time_ms) {
+      std::vector<at::Tensor> xs, leaves;
+      PrepareInputs(i, given, xs, leaves);
+      Synchronize(device_);
+      timer_->Start();
+      std::vector<at::Tensor> ys = Run(i, xs, policy);
+      forward.push_back(timer_->StopMs());
+      std::vector<at::Tensor> roots, grads;
+      for (const at::Tensor& y : ys) {
+        if (!y.requires_grad()) continue;
+        roots.push_back(y);
+        grads.push_back(at::ones_like(y));
+      }
+      xs.clear();
+      ys.clear();
+      timer_->Start();
+      if (!roots.empty()) torch::autograd::backward(roots, grads);
+      backward.push_back(timer_->StopMs());
+      roots.clear();
+      grads.clear();
+      ClearGradients(own);
+      {
+        at::NoGradGuard no_grad;
+        timer_->Start();
+        std::vector<at::Tensor> out = Run(i, given, policy);
+        nograd.push_back(timer_->StopMs());
+      }
+      total += forward.back() + backward.back();
+      if (forward.size() > 10000) break;  // a stage that takes no time at all
+    }
+    c.forward_ms = Median(forward);
+    c.backward_ms = Median(backward);
+    c.nograd_forward_ms = Median(nograd);
+  }
+
+  void MeasureLoss(const std::vector<at::Tensor>& given, LossProfile& p) {
+    std::vector<at::Tensor> xs, leaves;
+    PrepareInputs(1, given, xs, leaves);
+    const int64_t start = meter_.Stats().live_bytes;
+    timer_->Start();
+    at::Tensor loss = model_.Loss(xs, batch_);
+    p.forward_ms = timer_->StopMs();
+    const bool aliases_input = !xs.empty() && loss.is_same(xs[0]);
+    p.output_bytes = aliases_input ? 0 : StorageBytes(loss);
+    p.retained_bytes = meter_.Stats().live_bytes - start - p.output_bytes;
+    const int64_t x_bytes = Bytes(xs);
+    p.keeps_input = aliases_input || FreedBy(meter_, [&] { xs.clear(); }) < x_bytes;
+    xs.clear();
+    if (!loss.requires_grad()) return;
+    const int64_t base = meter_.Stats().live_bytes;
+    meter_.ResetPeak();
+    timer_->Start();
+    loss.backward();
+    p.backward_ms = timer_->StopMs();
+    p.backward_transient_bytes = meter_.Stats().peak_bytes - base;
+    // Without the release of its input (the model releases boundaries itself).
+    p.backward_net_bytes =
+        meter_.Stats().live_bytes - base + (p.keeps_input && !aliases_input ? x_bytes : 0);
+    for (const at::Tensor& leaf : leaves) {
+      p.input_grad_bytes += leaf.grad().defined() ? leaf.grad().nbytes() : 0;
+    }
+    ClearGradients(params_);
+  }
+
+  ChainModel& model_;
+  const Batch& batch_;
+  MemoryMeter& meter_;
+  c10::Device device_;
+  const ProfileOptions& options_;
+  std::vector<StageInfo> stages_;
+  std::vector<at::Tensor> params_;
+  std::unique_ptr<StepTimer> timer_;
+  std::vector<std::vector<at::Tensor>> inputs_;  // per stage, then the last stage's output
+  std::vector<std::vector<int>> stage_params_;   // per stage, its parameters' indices
+  std::vector<int> twin_;  // per stage, the stage whose measurements it takes (itself)
+};
+
+}  // namespace
+
+ModelProfile StructureOnlyProfile(const ChainModel& model) {
+  return StructureOnlyProfile(model.spec(), model.Stages());
+}
+
+absl::StatusOr<ModelProfile> ProfileModel(ChainModel& model, const Batch& batch, MemoryMeter& meter,
+                                          c10::Device device, const ProfileOptions& options) {
+  return RunTorch([&] { return Profiler(model, batch, meter, device, options).Run(); });
+}
+
+absl::Status ExtendProfile(ChainModel& model, const Batch& batch, MemoryMeter& meter,
+                           c10::Device device, const Plan& plan, ModelProfile& profile,
+                           const ProfileOptions& options) {
+  if (profile.model != model.spec() ||
+      profile.num_stages() != static_cast<int>(model.Stages().size())) {
+    return absl::InvalidArgumentError(absl::StrCat("ExtendProfile: the profile of ", profile.model,
+                                                   " is not one of ", model.spec()));
+  }
+  return RunTorch([&] { Profiler(model, batch, meter, device, options).Extend(plan, profile); });
+}
+
+}  // namespace ckpt

@@ -1,0 +1,76 @@
+// The profiler: what each stage of a model costs under each policy it offers, measured once,
+// for the strategies (which plan from it) and the analytical memory model (which predicts from
+// it). See core/plan/profile.h for the quantities.
+//
+//   ASSIGN_OR_RETURN(ModelProfile profile, ProfileModel(model, batch, *meter, device));
+//   ...
+//   RETURN_IF_ERROR(ExtendProfile(model, batch, *meter, device, plan, profile));
+//
+// Each stage is measured in isolation but as it sits in the chain: on the input the chain
+// gives it, with the input and output tensors owned by the caller as the executor owns them,
+// and its backward fed a gradient freshly allocated the way the next stage's backward would.
+// Its times are medians of repeated runs on the run's device (CUDA events on a GPU), repeated
+// until they add up to a minimum duration, so that noise stays small. The work is linear in the
+// number of stages: one forward of each to find its input and its own parameters (the leaves of
+// its graph), then the measurements of each distinct stage, which touch only its parameters.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "c10/core/Device.h"
+#include "core/plan/plan.h"
+#include "core/plan/profile.h"
+#include "core/run/chain_model.h"
+#include "core/run/memory_meter.h"
+
+namespace ckpt {
+
+// Whether profiling first runs the chain forward and backward once, unmeasured, so that
+// state libraries make on first use and keep in tensor memory is not measured as the first
+// stage's. CUDA has such state (cuBLAS's workspace for each thread and stream); the CPU's
+// counted memory has none (docs/memory-model.md), so by default only CUDA profiles take it.
+enum class ProfileWarmUp { kOnCuda, kAlways };
+
+struct ProfileOptions {
+  // The chunk count of the chunking policies in every stage's menu (PolicyMenu).
+  int chunks = 4;
+  // Time each stage (StageCosts' times); without it only bytes are measured.
+  bool timed = true;
+  // Each stage's forward and backward are repeated at least `min_repeats` times and until
+  // they add up to `min_time_ms`.
+  int min_repeats = 3;
+  double min_time_ms = 20;
+  ProfileWarmUp warm_up = ProfileWarmUp::kOnCuda;
+  // Stages with the same StageInfo::repeat_key whose inputs and parameters have the same
+  // shapes and types are measured once, the others given copies of those measurements (their
+  // own parameters' indices): profiling then costs a forward of every stage plus the
+  // measurement of each distinct one. Off: every stage is measured (tests compare the two).
+  bool reuse_repeated = true;
+  // > 0: offload copies are taken at this rate each way, beside the compute (an assumed link,
+  // ModelProfile::link_assumed), instead of being measured on the device in use.
+  double link_bytes_per_ms = 0;
+  // If set, called after each stage of each phase ("forward": the pass that finds every
+  // stage's input; "measuring") with the stages done and their number.
+  std::function<void(const char* phase, int done, int stages)> progress;
+};
+
+// The model's stages without measurements (zero bytes, zero time): enough for strategies that
+// plan from the chain's structure alone, without running anything.
+ModelProfile StructureOnlyProfile(const ChainModel& model);
+
+// The profile of every stage under every policy of its menu (PolicyMenu with
+// `options.chunks`), and of the loss. Leaves no graph and no gradients behind, and the model's
+// state (ChainModel::State) as it found it. LibTorch errors become a Status.
+absl::StatusOr<ModelProfile> ProfileModel(ChainModel& model, const Batch& batch, MemoryMeter& meter,
+                                          c10::Device device, const ProfileOptions& options = {});
+
+// Measures the policies `plan` gives stages that `profile` (of this model) has not measured
+// yet, so that the memory model can predict the plan.
+absl::Status ExtendProfile(ChainModel& model, const Batch& batch, MemoryMeter& meter,
+                           c10::Device device, const Plan& plan, ModelProfile& profile,
+                           const ProfileOptions& options = {});
+
+}  // namespace ckpt

@@ -1,0 +1,113 @@
+// The LibTorch C++ API differences between the versions ckptlab builds against, in one place:
+// Debian 12's LibTorch 1.13 and the 2.x of official distributions and pip packages.
+//
+// - c10::Allocator: since 2.3 `allocate` is no longer const and `copy_data` is pure virtual
+//   (absent in 1.13). Allocators declare `allocate(...) CKPT_ALLOCATE_CONST override` and
+//   define copy_data without `override` (core/run/memory_meter.cc).
+// - CUDA caching-allocator statistics: the stat-type enum moved from
+//   c10::cuda::CUDACachingAllocator::StatType (1.13) to c10::CachingAllocator::StatType (2.x)
+//   and DeviceStats to c10::CachingDeviceAllocator (2.6+). Both keep `getDeviceStats` in
+//   c10::cuda::CUDACachingAllocator and index the stat arrays by the enum's value, with
+//   AGGREGATE = 0; kAggregateStat names that index so no version's type name is spelled.
+// - Autocast state: per-device functions (is_cpu_enabled, get_autocast_cpu_dtype, ...) in
+//   1.13, one function taking a device type (is_autocast_enabled(kCPU), ...) since 2.4.
+//   GetAutocast/SetAutocast below hide the difference.
+// - The caching allocator counts the bytes tensors requested (requested_bytes) since 2.1;
+//   1.13 has only allocated_bytes, rounded up to its 512-byte blocks. RequestedBytes picks the
+//   first where it exists, so CUDA live and peak bytes are exact, as on CPU.
+// - scaled_dot_product_attention (fused attention kernels) exists since 2.0: kHasFusedAttention.
+#pragma once
+
+#include <cstddef>
+
+#include "ATen/autocast_mode.h"
+#include "c10/core/ScalarType.h"
+#include "torch/version.h"
+
+#define CKPT_TORCH_VERSION_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||               \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+#if CKPT_TORCH_VERSION_AT_LEAST(2, 3)
+#define CKPT_ALLOCATE_CONST
+#else
+#define CKPT_ALLOCATE_CONST const
+#endif
+
+namespace ckpt::compat {
+
+// Whether at::scaled_dot_product_attention exists (LibTorch 2.0 and newer).
+inline constexpr bool kHasFusedAttention = CKPT_TORCH_VERSION_AT_LEAST(2, 0);
+
+// Index of the AGGREGATE entry (all pool types together) in the CUDA allocator's StatArray.
+inline constexpr std::size_t kAggregateStat = 0;
+
+// Whether the CUDA allocator's statistics have requested_bytes (exact) or only allocated_bytes.
+inline constexpr bool kRequestedBytesExact = CKPT_TORCH_VERSION_AT_LEAST(2, 1);
+
+// The AGGREGATE requested-bytes Stat of a CUDA DeviceStats (allocated bytes before 2.1).
+template <typename DeviceStats>
+const auto& RequestedBytes(const DeviceStats& stats) {
+#if CKPT_TORCH_VERSION_AT_LEAST(2, 1)
+  return stats.requested_bytes[kAggregateStat];
+#else
+  return stats.allocated_bytes[kAggregateStat];
+#endif
+}
+
+// Autocast's thread-local state for CPU and CUDA.
+struct AutocastState {
+  bool cpu = false;
+  c10::ScalarType cpu_dtype = c10::ScalarType::BFloat16;
+  bool cuda = false;
+  c10::ScalarType cuda_dtype = c10::ScalarType::Half;
+};
+
+inline AutocastState GetAutocast() {
+#if CKPT_TORCH_VERSION_AT_LEAST(2, 4)
+  return {at::autocast::is_autocast_enabled(c10::DeviceType::CPU),
+          at::autocast::get_autocast_dtype(c10::DeviceType::CPU),
+          at::autocast::is_autocast_enabled(c10::DeviceType::CUDA),
+          at::autocast::get_autocast_dtype(c10::DeviceType::CUDA)};
+#else
+  return {at::autocast::is_cpu_enabled(), at::autocast::get_autocast_cpu_dtype(),
+          at::autocast::is_enabled(), at::autocast::get_autocast_gpu_dtype()};
+#endif
+}
+
+inline void SetAutocast(const AutocastState& s) {
+#if CKPT_TORCH_VERSION_AT_LEAST(2, 4)
+  at::autocast::set_autocast_enabled(c10::DeviceType::CPU, s.cpu);
+  at::autocast::set_autocast_dtype(c10::DeviceType::CPU, s.cpu_dtype);
+  at::autocast::set_autocast_enabled(c10::DeviceType::CUDA, s.cuda);
+  at::autocast::set_autocast_dtype(c10::DeviceType::CUDA, s.cuda_dtype);
+#else
+  at::autocast::set_cpu_enabled(s.cpu);
+  at::autocast::set_autocast_cpu_dtype(s.cpu_dtype);
+  at::autocast::set_enabled(s.cuda);
+  at::autocast::set_autocast_gpu_dtype(s.cuda_dtype);
+#endif
+  if (!s.cpu && !s.cuda) at::autocast::clear_cache();
+}
+
+// Sets an autocast state for a scope and restores the previous one after it.
+class ScopedAutocast {
+ public:
+  explicit ScopedAutocast(const AutocastState& state)
+      : saved_(GetAutocast()), saved_cache_(at::autocast::is_autocast_cache_enabled()) {
+    at::autocast::set_autocast_cache_enabled(false);
+    SetAutocast(state);
+  }
+  ~ScopedAutocast() {
+    SetAutocast(saved_);
+    at::autocast::set_autocast_cache_enabled(saved_cache_);
+  }
+  ScopedAutocast(const ScopedAutocast&) = delete;
+  ScopedAutocast& operator=(const ScopedAutocast&) = delete;
+
+ private:
+  AutocastState saved_;
+  bool saved_cache_;
+};
+
+}  // namespace ckpt::compat

@@ -1,0 +1,157 @@
+#include "core/run/workload.h"
+
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
+#include "core/plan/spec.h"
+#include "core/plan/strategy.h"
+#include "core/run/torch_status.h"
+
+namespace ckpt {
+
+absl::StatusOr<std::string> ScaledBatchSpec(const std::string& model_spec, int factor) {
+  ASSIGN_OR_RETURN(std::string spec, CanonicalModelSpec(model_spec));
+  ASSIGN_OR_RETURN(Spec parsed, ParseSpec(spec));
+  std::string out = parsed.name;
+  bool found = false;
+  for (const auto& [key, value] : parsed.params) {
+    std::string v = value;
+    if (key == "batch") {
+      int64_t rows = 0;
+      if (!absl::SimpleAtoi(value, &rows)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("batch=", value, " in ", spec, " is not an integer"));
+      }
+      v = absl::StrCat(rows * factor);
+      found = true;
+    }
+    absl::StrAppend(&out, ":", key, "=", v);
+  }
+  if (!found) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model ", spec, " has no batch parameter, so its batch cannot be shared among ", factor,
+        " ranks"));
+  }
+  return out;
+}
+
+namespace {
+
+// Whether every tensor of `batch` has a first dimension `world_size` ranks can share.
+absl::Status CheckShareable(const Batch& batch, int world_size) {
+  for (const auto* tensors : {&batch.inputs, &batch.targets}) {
+    for (const at::Tensor& t : *tensors) {
+      if (t.dim() == 0 || t.size(0) % world_size != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("a batch tensor of shape ", c10::str(t.sizes()), " has no first ",
+                         "dimension that ", world_size, " ranks can share"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Rows [rank b, (rank + 1) b) of every tensor of `global` (world_size b rows), as tensors of
+// their own, the floating inputs requiring grad as the global batch's do. Throws LibTorch's.
+Batch Share(const Batch& global, int rank, int world_size) {
+  const auto rows = [&](const std::vector<at::Tensor>& from) {
+    std::vector<at::Tensor> to;
+    for (const at::Tensor& t : from) {
+      const int64_t b = t.size(0) / world_size;
+      to.push_back(t.detach().narrow(0, rank * b, b).clone().requires_grad_(t.requires_grad()));
+    }
+    return to;
+  };
+  return Batch{rows(global.inputs), rows(global.targets)};
+}
+
+// `model_spec`'s model on the context's device, and the model its batches are drawn from: itself
+// for one rank, else one of the global batch's spec.
+absl::StatusOr<std::shared_ptr<ChainModel>> MakeDrawer(const std::shared_ptr<ChainModel>& model,
+                                                       const ModelContext& context,
+                                                       int world_size) {
+  if (world_size == 1) return model;
+  ASSIGN_OR_RETURN(std::string global, ScaledBatchSpec(model->spec(), world_size));
+  return CreateModel(global, context);
+}
+
+// The batch `drawer` draws from `seed`, rows [rank b, (rank + 1) b) of it.
+absl::StatusOr<Batch> Draw(ChainModel& drawer, uint64_t seed, int rank, int world_size) {
+  ASSIGN_OR_RETURN(Batch batch, RunTorch([&] { return drawer.MakeBatch(seed); }));
+  if (world_size == 1) return batch;
+  RETURN_IF_ERROR(CheckShareable(batch, world_size));
+  return RunTorch([&] { return Share(batch, rank, world_size); });
+}
+
+ModelContext ContextOf(const WorkloadOptions& options) {
+  ModelContext context;
+  context.device = options.device;
+  context.init_seed = options.seed;
+  return context;
+}
+
+}  // namespace
+
+absl::StatusOr<Workload> Workload::Build(const std::string& model_spec,
+                                         const WorkloadOptions& options) {
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", options.rank, " of world size ", options.world_size,
+                     " is not accepted; accepted: world size >= 1 and 0 <= rank < world size"));
+  }
+  const ModelContext context = ContextOf(options);
+  ASSIGN_OR_RETURN(std::shared_ptr<ChainModel> model, CreateModel(model_spec, context));
+  RETURN_IF_ERROR(RunTorch([&] { model->SetTraining(options.training); }));
+  // Drawn with a drawer of its own, not kept: the measured baseline holds this model alone.
+  ASSIGN_OR_RETURN(std::shared_ptr<ChainModel> drawer,
+                   MakeDrawer(model, context, options.world_size));
+  ASSIGN_OR_RETURN(Batch batch, Draw(*drawer, options.seed, options.rank, options.world_size));
+  return Workload(std::move(model), std::move(batch), options);
+}
+
+absl::StatusOr<Batch> Workload::MakeBatch(uint64_t seed) {
+  if (drawer_ == nullptr) {
+    ASSIGN_OR_RETURN(drawer_, MakeDrawer(model_, ContextOf(options_), options_.world_size));
+  }
+  return Draw(*drawer_, seed, options_.rank, options_.world_size);
+}
+
+absl::StatusOr<const ModelProfile*> Workload::Profile(MemoryMeter& meter) {
+  if (profile_ == nullptr) {
+    ASSIGN_OR_RETURN(ModelProfile profile,
+                     ProfileModel(*model_, batch_, meter, options_.device, options_.profile));
+    profile_ = std::make_unique<ModelProfile>(std::move(profile));
+  }
+  return profile_.get();
+}
+
+absl::StatusOr<PlannedRun> Workload::Plan(const std::string& strategy_spec, ModelProfile& profile,
+                                          MemoryMeter& meter) {
+  ASSIGN_OR_RETURN(ckpt::Plan plan, PlanFor(strategy_spec, profile));  // validated
+  return PrepareValid(std::move(plan), profile, meter);
+}
+
+absl::StatusOr<PlannedRun> Workload::Prepare(ckpt::Plan plan, ModelProfile& profile,
+                                             MemoryMeter& meter) {
+  RETURN_IF_ERROR(ValidatePlan(plan, profile.stages));
+  return PrepareValid(std::move(plan), profile, meter);
+}
+
+absl::StatusOr<PlannedRun> Workload::PrepareValid(ckpt::Plan plan, ModelProfile& profile,
+                                                  MemoryMeter& meter) {
+  RETURN_IF_ERROR(
+      ExtendProfile(*model_, batch_, meter, options_.device, plan, profile, options_.profile));
+  ASSIGN_OR_RETURN(MemoryPrediction predicted, PredictMemory(profile, plan));
+  ASSIGN_OR_RETURN(ChainExecutor executor,
+                   ChainExecutor::Create(model_, plan, &meter, options_.device));
+  return PlannedRun{std::move(plan), predicted, std::move(executor)};
+}
+
+absl::StatusOr<PlannedRun> Workload::Plan(const std::string& strategy_spec, MemoryMeter& meter) {
+  RETURN_IF_ERROR(Profile(meter).status());
+  return Plan(strategy_spec, *profile_, meter);
+}
+
+}  // namespace ckpt
