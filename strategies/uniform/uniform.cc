@@ -28,8 +28,8 @@ std::vector<ParamDef> Uniform::Params() {
               .Min(1)
               .AllowAuto(),
           BytesParam("budget", "none",
-                     "peak bytes above the baseline: the fewest segments whose predicted peak "
-                     "fits (instead of segments)")
+                     "peak bytes above the baseline: the fastest segment count whose "
+                     "predicted peak fits (instead of segments)")
               .AllowNone(),
           ChoiceParam("offload", {"no", "yes"}, "no",
                       "yes: the checkpoints keep their inputs in host memory, all but the first "
@@ -84,24 +84,23 @@ std::vector<int> Uniform::SegmentCounts(int n) {
 absl::StatusOr<Plan> Uniform::MakePlan(const ModelProfile& profile) const {
   const int n = profile.num_stages();
   if (budget_.has_value()) {
-    int64_t least = std::numeric_limits<int64_t>::max();
-    for (const int k : SegmentCounts(n)) {
-      Plan plan = PlanWith(k, n, offload_);
-      ASSIGN_OR_RETURN(MemoryPrediction predicted, PredictMemory(profile, plan));
-      if (predicted.peak_bytes + kBudgetSlackBytes <= *budget_) {
-        plan.strategy =
-            absl::StrCat(kId, ":budget=", FormatByteSize(*budget_), offload_ ? ":offload=yes" : "");
-        absl::StrAppend(&plan.summary, " (the fewest whose predicted peak, ",
-                        DescribeBytes(predicted.peak_bytes), ", fits)");
-        return plan;
-      }
-      least = std::min(least, predicted.peak_bytes + kBudgetSlackBytes);
+    std::vector<Plan> candidates;
+    for (const int k : SegmentCounts(n)) candidates.push_back(PlanWith(k, n, offload_));
+    int64_t least = 0;
+    ASSIGN_OR_RETURN(std::optional<BudgetChoice> best,
+                     FastestWithinBudget(profile, std::move(candidates), *budget_, &least));
+    if (!best.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("uniform: budget=", FormatByteSize(*budget_),
+                       " is below the least peak any segment count reaches on ", profile.model,
+                       ", ", DescribeBytes(least), "; accepted: a budget of at least that"));
     }
-    return absl::InvalidArgumentError(absl::StrCat("uniform: budget=", FormatByteSize(*budget_),
-                                                   " is below the least peak any segment "
-                                                   "count reaches on ",
-                                                   profile.model, ", ", DescribeBytes(least),
-                                                   "; accepted: a budget of at least that"));
+    Plan& plan = best->plan;
+    plan.strategy =
+        absl::StrCat(kId, ":budget=", FormatByteSize(*budget_), offload_ ? ":offload=yes" : "");
+    absl::StrAppend(&plan.summary, " (the fastest count whose predicted peak, ",
+                    DescribeBytes(best->predicted.peak_bytes), ", fits)");
+    return std::move(plan);
   }
   const int k = segments_.value_or(CeilSqrt(n));
   if (k > n) {

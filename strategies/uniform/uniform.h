@@ -12,14 +12,14 @@
 // it, so it would be recomputed right after the forward that just dropped its activations.
 // Storing it costs no extra peak memory and saves that recomputation.
 //
-// With budget=SIZE instead of a segment count: the fewest segments whose peak the memory model
-// predicts within SIZE bytes above the baseline (the heuristic at a memory budget, to compare
-// with budget planners). Fewer segments recompute fewer stages, so the fewest that fit are the
-// fastest uniform plan that fits. The counts tried are SegmentCounts(L): every count up to 128
-// and, on longer chains, counts about 3% apart up to L, ceil(sqrt(L)) among them (the peak is
-// not monotone in the count, so none is skipped by a search; each try replays the whole chain,
-// and trying every count of a 10,000-stage chain took minutes). A budget no count tried fits is
-// an error naming the least peak any reaches.
+// With budget=SIZE instead of a segment count: the fastest segment count whose peak the memory
+// model predicts within SIZE bytes above the baseline (the heuristic at a memory budget, to
+// compare with budget planners), chosen as every budget planner chooses (FastestWithinBudget:
+// by predicted step time on a timed profile, else by stages rerun, where fewer segments rerun
+// fewer stages). The counts tried are SegmentCounts(L): every count up to 128 and, on longer
+// chains, counts about 3% apart up to L, ceil(sqrt(L)) among them (the peak is not monotone in
+// the count, so none is skipped by a search; trying every count of a 10,000-stage chain took
+// minutes). A budget no count tried fits is an error naming the least peak any reaches.
 //
 // With offload=yes the checkpoints are offloaded segments: their inputs wait in host memory
 // (DeepSpeed's cpu_checkpointing), except the first's, the batch, which the caller holds.
