@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -52,13 +53,13 @@ namespace {
   std::exit(2);
 }
 
-// One training step of `model_spec` under `strategy_spec` per iteration.
+// One training step of `model_spec` under `strategy` per iteration.
 void TrainingStep(benchmark::State& state, const std::string& model_spec,
-                  const std::string& strategy_spec, c10::Device device, MemoryMeter* meter) {
+                  const BoundStrategy& strategy, c10::Device device, MemoryMeter* meter) {
   WorkloadOptions options;
   options.device = device;
   absl::StatusOr<Workload> workload = Workload::Build(model_spec, options);
-  absl::StatusOr<PlannedRun> run = workload.ok() ? workload->Plan(strategy_spec, *meter)
+  absl::StatusOr<PlannedRun> run = workload.ok() ? workload->Plan(strategy, *meter)
                                                  : absl::StatusOr<PlannedRun>(workload.status());
   if (!run.ok()) return state.SkipWithError(Printable(run.status().message()).c_str());
   ChainExecutor& exec = run->executor;
@@ -103,11 +104,22 @@ int Main(int argc, char** argv) {
   options.models = absl::GetFlag(FLAGS_models).empty()
                        ? quick->models
                        : std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_models), ','));
-  options.strategies =
+  const std::vector<std::string> strategy_texts =
       absl::GetFlag(FLAGS_strategies).empty()
           ? quick->strategies
           : std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_strategies), ','));
+  absl::StatusOr<std::vector<BoundStrategy>> bound = BindStrategies(strategy_texts);
+  if (!bound.ok()) Die(bound.status());
+  options.strategies = *std::move(bound);
   if (absl::Status s = ValidateSweep(options); !s.ok()) Die(s);
+  // The benchmarks, named by the specs as given (what --benchmark_filter matches), each bound
+  // here once.
+  std::vector<std::pair<std::string, BoundStrategy>> strategies;
+  for (const std::string& text : strategy_texts) {
+    absl::StatusOr<BoundStrategy> strategy = BoundStrategy::Bind(text);
+    if (!strategy.ok()) Die(strategy.status());
+    strategies.emplace_back(text, *std::move(strategy));
+  }
 
   benchmark::AddCustomContext(
       "libtorch",
@@ -119,10 +131,10 @@ int Main(int argc, char** argv) {
     benchmark::AddCustomContext("gemm_gflops", absl::StrFormat("%.1f", *gemm));
   }
   for (const std::string& model : options.models) {
-    for (const std::string& strategy : options.strategies) {
+    for (const auto& [name, strategy] : strategies) {
       auto* b = benchmark::RegisterBenchmark(
-          absl::StrCat(strategy, "/", model).c_str(),
-          [model, strategy, device = *device, meter = *meter](benchmark::State& state) {
+          absl::StrCat(name, "/", model).c_str(),
+          [model, strategy = strategy, device = *device, meter = *meter](benchmark::State& state) {
             TrainingStep(state, model, strategy, device, meter);
           });
       b->Unit(benchmark::kMillisecond);

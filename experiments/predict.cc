@@ -66,7 +66,7 @@ absl::StatusOr<ModelProfile> ProfileForPlan(Workload& shallow_workload, ModelPro
 
 absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options, MemoryMeter& meter,
                                                 std::ostream& progress_out) {
-  const std::vector<std::string> strategies = StrategyOrder(options.strategies);
+  const std::vector<BoundStrategy>& strategies = options.strategies;
   Progress progress(progress_out, static_cast<int64_t>(options.models.size() * strategies.size()));
   std::vector<Prediction> rows;
   for (const std::string& given : options.models) {
@@ -87,11 +87,11 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options, Mem
     absl::StatusOr<ModelProfile> full =
         stages.ok() ? ExpandProfile(**measured, model, *stages, &counterparts) : stages.status();
     if (!full.ok()) {
-      for (const std::string& strategy_spec : strategies) {
+      for (const BoundStrategy& strategy : strategies) {
         Prediction p;
         p.model = model;
         p.profiled = profiled;
-        p.strategy = strategy_spec;
+        p.strategy = strategy.spec();
         p.status = FailureStatus(full.status());
         p.error = std::string(full.status().message());
         rows.push_back(std::move(p));
@@ -101,15 +101,15 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options, Mem
       continue;
     }
     ModelProfile shallow = **measured;  // extended by the profiles the plans need
-    for (const std::string& strategy_spec : strategies) {
+    for (const BoundStrategy& strategy : strategies) {
       Prediction p;
       p.model = model;
       p.profiled = profiled;
-      p.strategy = strategy_spec;
+      p.strategy = strategy.spec();
       p.parameter_bytes = p.gradient_bytes = full->param_bytes;
       p.optimizer_bytes = 2 * full->param_bytes;
       p.batch_bytes = full->input_bytes;
-      absl::StatusOr<Plan> plan = PlanFor(strategy_spec, *full);
+      absl::StatusOr<Plan> plan = strategy.PlanFor(*full);
       absl::StatusOr<ModelProfile> profile =
           plan.ok() ? ProfileForPlan(*workload, shallow, *full, counterparts, *plan, meter,
                                      options.device)

@@ -83,7 +83,7 @@ struct ConfigResult {
   // backward.
   double allreduce_exposed_ms = kUnknown;
   double allreduce_alone_ms = kUnknown;
-  // The specs as bound, canonical (CanonicalModelSpec, CanonicalStrategySpec): what --resume
+  // The specs as bound, canonical (CanonicalModelSpec, BoundStrategy::spec): what --resume
   // matches, whatever writing a later command line uses.
   std::string model_spec;
   std::string strategy_spec;

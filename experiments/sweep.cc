@@ -38,6 +38,8 @@ void Fail(ConfigResult& r, const absl::Status& s) {
 
 // One strategy's state during a model's sweep.
 struct Config {
+  explicit Config(BoundStrategy bound) : strategy(std::move(bound)) {}
+  BoundStrategy strategy;
   ConfigResult result;
   std::optional<ChainExecutor> executor;  // empty once it failed
   // An offloading plan's twin (Plan::WithoutOffload), timed after it in each round (one
@@ -59,11 +61,10 @@ std::vector<at::Tensor> CollectGradients(ChainModel& model, const Batch& batch) 
 
 // A configuration per strategy, in strategy order (store_all first), not yet planned.
 std::vector<Config> NewConfigs(const SweepOptions& options, const std::string& model_spec) {
-  const std::vector<std::string> order = StrategyOrder(options.strategies);
-  std::vector<Config> configs(order.size());
-  for (size_t i = 0; i < order.size(); ++i) {
-    ConfigResult& r = configs[i].result;
-    r.strategy = r.strategy_spec = order[i];
+  std::vector<Config> configs;
+  for (const BoundStrategy& strategy : options.strategies) {
+    ConfigResult& r = configs.emplace_back(strategy).result;
+    r.strategy = r.strategy_spec = strategy.spec();
     r.device = options.device.str();
     r.model = r.model_spec = model_spec;
     r.threads = options.threads.intra_op;
@@ -139,7 +140,7 @@ absl::Status PlanConfigs(ProcessGroup* group, Workload& workload, const ModelPro
                                     c.result.strategy, i + 1, configs.size()));
     c.result.model = workload.model()->spec();
     c.result.step_gflop = step_flops / 1e9;
-    absl::StatusOr<PlannedRun> run = workload.Plan(c.result.strategy, profile, meter);
+    absl::StatusOr<PlannedRun> run = workload.Plan(c.strategy, profile, meter);
     RETURN_IF_ERROR(AgreeOnOutcome(group, run.status()));
     if (!run.ok()) {
       Fail(c.result, run.status());
@@ -493,9 +494,12 @@ absl::StatusOr<SweepOptions> CanonicalSweep(const SweepOptions& options) {
   }
   // Every spec as it would be built, and each once: two that say the same thing (uniform and
   // uniform:segments=auto) would measure the same configuration twice.
+  if (options.strategies.empty() || options.strategies.front().id() != "store_all") {
+    return absl::InvalidArgumentError(
+        "the strategies do not start with store_all; accepted: a list BindStrategies made");
+  }
   SweepOptions canonical = options;
   canonical.models.clear();
-  canonical.strategies.clear();
   canonical.completed.clear();
   std::map<std::string, std::string> seen;  // canonical spec -> as given
   auto once = [&](const std::string& what, const std::string& text,
@@ -511,19 +515,12 @@ absl::StatusOr<SweepOptions> CanonicalSweep(const SweepOptions& options) {
     RETURN_IF_ERROR(once("--models", text, spec));
     canonical.models.push_back(spec);
   }
-  for (const std::string& text : options.strategies) {
-    ASSIGN_OR_RETURN(std::string spec, CanonicalStrategySpec(text));
-    if (spec == "store_all") continue;  // the reference, run first whether given or not
-    RETURN_IF_ERROR(once("--strategies", text, spec));
-    canonical.strategies.push_back(spec);
-  }
   // What can be checked of a strategy against each model's stages (a written plan's fit), before
   // anything runs.
-  for (const std::string& spec : canonical.strategies) {
-    ASSIGN_OR_RETURN(std::unique_ptr<Strategy> strategy, CreateStrategy(spec));
+  for (const BoundStrategy& strategy : canonical.strategies) {
     for (const std::string& model : canonical.models) {
       ASSIGN_OR_RETURN(const std::vector<StageInfo> stages, ModelStages(model));
-      if (absl::Status s = strategy->CheckStages(stages); !s.ok()) {
+      if (absl::Status s = strategy.strategy().CheckStages(stages); !s.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(s.message(), " (on ", model, ")"));
       }
     }
@@ -569,7 +566,7 @@ absl::StatusOr<std::vector<ConfigResult>> RunSweep(
     const SweepOptions& given, MemoryMeter& meter,
     const std::function<absl::Status(const ConfigResult&)>& on_result, std::ostream& out) {
   ASSIGN_OR_RETURN(const SweepOptions options, CanonicalSweep(given));
-  const std::vector<std::string> order = StrategyOrder(options.strategies);
+  const std::vector<BoundStrategy>& order = options.strategies;
   auto is_done = [&](const std::string& model) {
     return HasEveryRow(model, options.strategies, options.completed);
   };
@@ -617,7 +614,7 @@ absl::StatusOr<std::vector<DepthPoint>> RunDepthScan(const SweepOptions& given,
                                                      const std::vector<int>& depths,
                                                      MemoryMeter& meter, std::ostream& out) {
   ASSIGN_OR_RETURN(const SweepOptions options, CanonicalSweep(given));
-  const std::vector<std::string> order = StrategyOrder(options.strategies);
+  const std::vector<BoundStrategy>& order = options.strategies;
   Progress progress(out,
                     static_cast<int64_t>(options.models.size() * depths.size() * order.size()));
   std::vector<DepthPoint> points;
@@ -645,9 +642,10 @@ absl::StatusOr<std::vector<DepthPoint>> RunDepthScan(const SweepOptions& given,
         continue;
       }
       ModelProfile profile = **profiled;
-      for (const std::string& strategy_spec : order) {
+      for (const BoundStrategy& strategy : order) {
+        const std::string& strategy_spec = strategy.spec();
         progress.Steps(1);
-        absl::StatusOr<PlannedRun> run = workload->Plan(strategy_spec, profile, meter);
+        absl::StatusOr<PlannedRun> run = workload->Plan(strategy, profile, meter);
         SeedRound(options.seed);
         absl::StatusOr<StepResult> step = run.ok() ? run->executor.Step(workload->batch())
                                                    : absl::StatusOr<StepResult>(run.status());
@@ -665,51 +663,68 @@ absl::StatusOr<std::vector<DepthPoint>> RunDepthScan(const SweepOptions& given,
   return points;
 }
 
-bool HasEveryRow(const std::string& model, const std::vector<std::string>& strategies,
+bool HasEveryRow(const std::string& model, const std::vector<BoundStrategy>& strategies,
                  const std::set<std::pair<std::string, std::string>>& rows) {
-  const std::vector<std::string> order = StrategyOrder(strategies);
-  return std::all_of(order.begin(), order.end(), [&](const std::string& strategy) {
-    return rows.count({model, strategy}) > 0;
+  return std::all_of(strategies.begin(), strategies.end(), [&](const BoundStrategy& strategy) {
+    return rows.count({model, strategy.spec()}) > 0;
   });
 }
 
-std::vector<std::string> StrategyOrder(const std::vector<std::string>& given) {
-  std::vector<std::string> order = {"store_all"};
-  for (const std::string& s : given) {
-    if (std::find(order.begin(), order.end(), s) == order.end()) order.push_back(s);
+absl::StatusOr<std::vector<BoundStrategy>> BindStrategies(const std::vector<std::string>& texts) {
+  ASSIGN_OR_RETURN(BoundStrategy store_all, BoundStrategy::Bind("store_all"));
+  std::vector<BoundStrategy> out = {store_all};
+  std::map<std::string, std::string> seen;  // spec -> as given
+  for (const std::string& text : texts) {
+    ASSIGN_OR_RETURN(BoundStrategy bound, BoundStrategy::Bind(text));
+    if (bound.spec() == store_all.spec()) continue;  // the reference, first whether given or not
+    auto [it, inserted] = seen.emplace(bound.spec(), text);
+    if (!inserted) {
+      return absl::InvalidArgumentError(absl::StrCat("--strategies lists ", bound.spec(),
+                                                     " twice (as '", it->second, "' and '", text,
+                                                     "'); accepted: each once"));
+    }
+    out.push_back(std::move(bound));
   }
-  return order;
+  return out;
 }
 
-absl::StatusOr<std::vector<std::string>> WithBudgets(const std::vector<std::string>& strategies,
-                                                     const std::vector<std::string>& budgets) {
-  std::vector<std::string> out = strategies;
+absl::StatusOr<std::vector<BoundStrategy>> WithBudgets(const std::vector<BoundStrategy>& strategies,
+                                                       const std::vector<std::string>& budgets) {
+  std::vector<BoundStrategy> out = strategies;
   if (budgets.empty()) return out;
-  for (const std::string& text : strategies) {
-    ASSIGN_OR_RETURN(Spec spec, ParseSpec(text));
-    ASSIGN_OR_RETURN(const StrategyRegistry::Entry* entry, Strategies().Find(spec.name));
-    const std::string& param = entry->traits.budget_param;
+  for (const BoundStrategy& strategy : strategies) {
+    const std::string& param = strategy.budget_param();
     if (param.empty()) continue;
-    // The strategy at each budget with the parameters it was given that the budget does not
-    // choose: those that take `auto` do (uniform's segments, revolve's snapshots), the others
-    // (offload) say how it plans, so `optimal,optimal:offload=no` draws two frontiers.
+    ASSIGN_OR_RETURN(const StrategyRegistry::Entry* entry, Strategies().Find(strategy.id()));
+    // The strategy at each budget with the parameters that the budget does not choose: those
+    // that take `auto` do (uniform's segments, revolve's snapshots), the others (offload) say how
+    // it plans, so `optimal,optimal:offload=no` draws two frontiers.
     std::string kept;
-    for (const auto& [key, value] : spec.params) {
+    for (const auto& [key, value] : strategy.values().Entries()) {
       const auto def = std::find_if(entry->params.begin(), entry->params.end(),
                                     [&key = key](const ParamDef& d) { return d.key == key; });
       if (key == param || (def != entry->params.end() && def->auto_allowed)) continue;
       absl::StrAppend(&kept, ":", key, "=", value);
     }
     for (const std::string& budget : budgets) {
-      absl::StatusOr<std::string> budgeted =
-          CanonicalStrategySpec(absl::StrCat(spec.name, ":", param, "=", budget, kept));
+      absl::StatusOr<BoundStrategy> budgeted =
+          BoundStrategy::Bind(absl::StrCat(strategy.id(), ":", param, "=", budget, kept));
       if (!budgeted.ok()) {
         return absl::InvalidArgumentError(absl::StrCat("--budgets: ", budgeted.status().message()));
       }
-      if (std::find(out.begin(), out.end(), *budgeted) == out.end()) out.push_back(*budgeted);
+      const bool listed = std::any_of(out.begin(), out.end(), [&](const BoundStrategy& s) {
+        return s.spec() == budgeted->spec();
+      });
+      if (!listed) out.push_back(*std::move(budgeted));
     }
   }
   return out;
+}
+
+std::vector<std::string> SpecsOf(const std::vector<BoundStrategy>& strategies) {
+  std::vector<std::string> specs;
+  for (const BoundStrategy& strategy : strategies) specs.push_back(strategy.spec());
+  return specs;
 }
 
 std::string FailureStatus(const absl::Status& status) {

@@ -23,6 +23,7 @@
 #include "c10/core/Device.h"
 #include "core/dist/data_parallel.h"
 #include "core/plan/memory_model.h"
+#include "core/plan/strategy.h"
 #include "core/run/device.h"
 #include "core/run/memory_meter.h"
 #include "core/run/workload.h"
@@ -32,10 +33,12 @@
 namespace ckpt {
 
 struct SweepOptions {
-  // Specs in any writing: RunSweep, RunTraining and RunDepthScan work on their canonical ones
-  // (CanonicalSweep), which the rows record.
-  std::vector<std::string> models;      // model specs
-  std::vector<std::string> strategies;  // strategy specs; store_all is added first if absent
+  // Model specs in any writing: RunSweep, RunTraining and RunDepthScan work on their canonical
+  // ones (CanonicalSweep), which the rows record.
+  std::vector<std::string> models;
+  // The strategies, bound where the request was read (BindStrategies: store_all first, each
+  // once); rows record their specs.
+  std::vector<BoundStrategy> strategies;
   c10::Device device = c10::Device(c10::DeviceType::CPU);
   // Cap on live tensor bytes (absolute, as peak_bytes) for the configurations' own steps: the
   // timed rounds and their warm-up, in which a configuration past it fails as "oom". The
@@ -71,10 +74,12 @@ struct SweepOptions {
 // How the sweep's workloads are built: its device, seed, and the profile's assumed link.
 WorkloadOptions WorkloadOptionsFor(const SweepOptions& options);
 
-// Checks every spec against the registries, each model's own checks and the numbers for sense,
-// and that no model or strategy is listed twice (by canonical spec), touching no tensor:
-// InvalidArgument / NotFound naming the offending value and the accepted ones. Returns the
-// options with every spec (of models, strategies and completed pairs) canonical.
+// Checks every model spec against the registry and the model's own checks, each strategy
+// against each model's stages (CheckStages: a written plan's fit), the numbers for sense, and
+// that no model is listed twice (by canonical spec), touching no tensor: InvalidArgument /
+// NotFound naming the offending value and the accepted ones. Returns the options with the specs
+// of models and completed pairs canonical. The strategies must be as BindStrategies returns
+// them (store_all first, each once): InvalidArgument otherwise.
 absl::StatusOr<SweepOptions> CanonicalSweep(const SweepOptions& options);
 inline absl::Status ValidateSweep(const SweepOptions& options) {
   return CanonicalSweep(options).status();
@@ -104,21 +109,26 @@ absl::StatusOr<std::vector<DepthPoint>> RunDepthScan(const SweepOptions& options
 // drift that hits a whole round (another process, clock changes). NaN without rounds.
 double OverheadRatio(const std::vector<double>& step_ms, const std::vector<double>& reference_ms);
 
-// The strategies a sweep runs: store_all first (the reference), then the given ones in order,
-// without repeats.
-std::vector<std::string> StrategyOrder(const std::vector<std::string>& given);
+// The strategies a sweep runs, each spec bound once: store_all first (the reference, whether
+// given or not), then the given ones in order. A strategy given twice (by canonical spec, as
+// "uniform" and "uniform:segments=auto") is InvalidArgument naming both writings; a spec that
+// does not bind is its error.
+absl::StatusOr<std::vector<BoundStrategy>> BindStrategies(const std::vector<std::string>& texts);
 
-// `strategies`, then for every one of them that plans to a budget (StrategyTraits::
-// budget_param), that strategy at each of `budgets`, sizes as a user writes them
-// ("optimal:budget=12MiB"; its other parameters dropped), canonical, in order, without repeats.
-// The budgets are parsed there, once, by the spec's binder: its errors, after "--budgets: ".
-absl::StatusOr<std::vector<std::string>> WithBudgets(const std::vector<std::string>& strategies,
-                                                     const std::vector<std::string>& budgets);
+// `strategies`, then for every one of them that plans to a budget (budget_param), that strategy
+// at each of `budgets`, sizes as a user writes them ("optimal:budget=12MiB"; the parameters the
+// budget chooses, those that take auto, dropped), in order, without repeats. The budgets are
+// parsed there, once, by the spec's binder: its errors, after "--budgets: ".
+absl::StatusOr<std::vector<BoundStrategy>> WithBudgets(const std::vector<BoundStrategy>& strategies,
+                                                       const std::vector<std::string>& budgets);
+
+// The specs of `strategies`, in order.
+std::vector<std::string> SpecsOf(const std::vector<BoundStrategy>& strategies);
 
 // Whether `rows` ((model, strategy) canonical specs, as in results.csv) holds a row of `model`
-// for every strategy a sweep over `strategies` (canonical) runs: what --resume skips, and what a
-// time limit left out when it does not.
-bool HasEveryRow(const std::string& model, const std::vector<std::string>& strategies,
+// for every one of `strategies`: what --resume skips, and what a time limit left out when it does
+// not.
+bool HasEveryRow(const std::string& model, const std::vector<BoundStrategy>& strategies,
                  const std::set<std::pair<std::string, std::string>>& rows);
 
 // A row's status for a failure: "oom" for ResourceExhausted, else "error".

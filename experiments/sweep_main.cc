@@ -421,13 +421,15 @@ Request ParseRequest(const ParsedCommandLine& parsed) {
   SweepOptions& options = r.options;
   options.models =
       absl::GetFlag(FLAGS_models).empty() ? preset.models : SplitList(absl::GetFlag(FLAGS_models));
-  options.strategies = absl::GetFlag(FLAGS_strategies).empty()
-                           ? preset.strategies
-                           : SplitList(absl::GetFlag(FLAGS_strategies));
+  // Each strategy spec is bound here, once: everything after carries what this made.
   const std::vector<std::string> budgets = absl::GetFlag(FLAGS_budgets).empty()
                                                ? std::vector<std::string>()
                                                : SplitList(absl::GetFlag(FLAGS_budgets));
-  options.strategies = OrDie(WithBudgets(options.strategies, budgets));
+  options.strategies =
+      OrDie(WithBudgets(OrDie(BindStrategies(absl::GetFlag(FLAGS_strategies).empty()
+                                                 ? preset.strategies
+                                                 : SplitList(absl::GetFlag(FLAGS_strategies)))),
+                        budgets));
   options.steps = absl::GetFlag(FLAGS_steps);
   options.warmup = absl::GetFlag(FLAGS_warmup);
   options.seed = absl::GetFlag(FLAGS_seed);
@@ -533,7 +535,7 @@ std::string ConfigurationOf(const Request& r, const Machine& m) {
   }
   absl::StrAppend(
       &text, "dist_backend=", r.backend, "\n", "models=", absl::StrJoin(r.options.models, ","),
-      "\n", "strategies=", absl::StrJoin(r.options.strategies, ","), "\n",
+      "\n", "strategies=", absl::StrJoin(SpecsOf(r.options.strategies), ","), "\n",
       "depths=", absl::StrJoin(r.depths, ","), "\n", "time_limit_s=", r.options.time_limit_s, "\n");
   return text;
 }
@@ -600,8 +602,9 @@ absl::Status Explain(const SweepOptions& options, MemoryMeter& meter) {
     ASSIGN_OR_RETURN(const ModelProfile* measured, workload.Profile(meter));
     ModelProfile profile = *measured;
     std::string out = absl::StrFormat("%s (%d stages)\n", profile.model, profile.num_stages());
-    for (const std::string& strategy_spec : StrategyOrder(options.strategies)) {
-      absl::StatusOr<PlannedRun> run = workload.Plan(strategy_spec, profile, meter);
+    for (const BoundStrategy& strategy : options.strategies) {
+      const std::string& strategy_spec = strategy.spec();
+      absl::StatusOr<PlannedRun> run = workload.Plan(strategy, profile, meter);
       if (!run.ok()) {
         absl::StrAppend(&out, "  ", strategy_spec, ": ", Printable(run.status().message()), "\n");
         continue;

@@ -30,12 +30,12 @@ namespace {
 // One strategy's curve on a fresh model, planned from `profile` (of the same model spec), trained
 // by core/train/trainer.h. Data parallel: the ranks' gradients are averaged by a reducer, each
 // step's loss is the mean of the ranks', and `aborted` is set when the ranks cannot go on together.
-LossCurve Train(const std::string& model_spec, const std::string& strategy_spec,
-                ModelProfile& profile, const SweepOptions& sweep, const TrainingOptions& options,
-                MemoryMeter& meter, bool* reassociates, absl::Status* aborted) {
+LossCurve Train(const std::string& model_spec, const BoundStrategy& strategy, ModelProfile& profile,
+                const SweepOptions& sweep, const TrainingOptions& options, MemoryMeter& meter,
+                bool* reassociates, absl::Status* aborted) {
   LossCurve curve;
   curve.model = model_spec;
-  curve.strategy = strategy_spec;
+  curve.strategy = strategy.spec();
   auto fail = [&](const absl::Status& s) {
     curve.status = FailureStatus(s);
     curve.message = std::string(s.message());
@@ -44,7 +44,7 @@ LossCurve Train(const std::string& model_spec, const std::string& strategy_spec,
   WorkloadOptions workload_options = WorkloadOptionsFor(sweep);
   workload_options.profile.timed = false;
   absl::StatusOr<Workload> workload = Workload::Build(model_spec, workload_options);
-  absl::StatusOr<PlannedRun> run = workload.ok() ? workload->Plan(strategy_spec, profile, meter)
+  absl::StatusOr<PlannedRun> run = workload.ok() ? workload->Plan(strategy, profile, meter)
                                                  : absl::StatusOr<PlannedRun>(workload.status());
   *aborted = AgreeOnOutcome(sweep.group, run.status());
   if (!aborted->ok()) return fail(*aborted);
@@ -143,7 +143,6 @@ absl::StatusOr<std::vector<LossCurve>> RunTraining(const SweepOptions& sweep,
                                                    MemoryMeter& meter, std::ostream& progress) {
   RETURN_IF_ERROR(ValidateSweep(sweep));
   RETURN_IF_ERROR(ValidateTraining(options));
-  const std::vector<std::string> order = StrategyOrder(sweep.strategies);
   std::vector<LossCurve> curves;
   for (const std::string& model_spec : sweep.models) {
     // One profile per model, for the strategies to plan from (bytes only: training reads
@@ -158,18 +157,17 @@ absl::StatusOr<std::vector<LossCurve>> RunTraining(const SweepOptions& sweep,
     }
 
     const size_t first = curves.size();
-    for (const std::string& strategy_spec : order) {
+    for (const BoundStrategy& strategy : sweep.strategies) {
       bool reassociates = false;
       absl::Status aborted;
       absl::StatusOr<LossCurve> curve = RunTorch([&] {
-        return Train(model_spec, strategy_spec, profile, sweep, options, meter, &reassociates,
-                     &aborted);
+        return Train(model_spec, strategy, profile, sweep, options, meter, &reassociates, &aborted);
       });
       RETURN_IF_ERROR(aborted);
       if (!curve.ok()) {
         LossCurve failed;
         failed.model = model_spec;
-        failed.strategy = strategy_spec;
+        failed.strategy = strategy.spec();
         failed.status = FailureStatus(curve.status());
         failed.message = std::string(curve.status().message());
         curve = failed;

@@ -37,11 +37,11 @@ TEST(Predict, ShallowProfilesPredictTheFullModelExactly) {
     ++expanded;
     SweepOptions options;
     options.models = {deep->front()};
-    options.strategies = DefaultStrategies();
+    options.strategies = BindStrategies(DefaultStrategies()).value();
     std::ostringstream progress;
     absl::StatusOr<std::vector<Prediction>> rows = Predict(options, Cpu(), progress);
     ASSERT_TRUE(rows.ok()) << rows.status();
-    ASSERT_EQ(rows->size(), StrategyOrder(options.strategies).size());
+    ASSERT_EQ(rows->size(), options.strategies.size());
     EXPECT_EQ(rows->front().profiled, *ShallowSpec(deep->front()));
     EXPECT_NE(rows->front().profiled, rows->front().model);
 

@@ -38,7 +38,7 @@ MemoryMeter& Cpu() { return **MemoryMeterFor(c10::Device(c10::DeviceType::CPU));
 SweepOptions Tiny() {
   SweepOptions o;
   o.models = {"heavy_mlp:depth=6:hidden=16:batch=4"};
-  o.strategies = {"uniform", "uniform:segments=9", "uniform:segments=3"};
+  o.strategies = BindStrategies({"uniform", "uniform:segments=9", "uniform:segments=3"}).value();
   o.steps = 3;
   o.warmup = 1;
   return o;
@@ -100,7 +100,7 @@ TEST(Sweep, OneRowPerConfigurationStoreAllFirst) {
 // have none, and so does an offloading row against an assumed link.
 TEST(Sweep, AnOffloadingRowHasItsCopiesAloneAndExposed) {
   SweepOptions o = Tiny();
-  o.strategies = {"uniform:segments=3:offload=yes"};
+  o.strategies = BindStrategies({"uniform:segments=3:offload=yes"}).value();
   std::vector<ConfigResult> streamed;
   std::vector<ConfigResult> rows = RunTiny(o, &streamed);
   ASSERT_EQ(rows.size(), 2u);
@@ -130,7 +130,7 @@ TEST(Sweep, AnOffloadingRowHasItsCopiesAloneAndExposed) {
 TEST(Sweep, OutOfMemoryIsARowAndTheSweepGoesOn) {
   SweepOptions o = Tiny();
   o.models = {"heavy_mlp:depth=6:hidden=64:batch=64", "heavy_mlp:depth=2:hidden=8:batch=2"};
-  o.strategies = {"uniform"};
+  o.strategies = BindStrategies({"uniform"}).value();
   // The first model's parameters and batch fit (6*(64*64+64)*4 + 64*64*4 = 115,712 bytes),
   // but store_all's 6 activations of 16 KiB do not; the second model fits entirely.
   const int64_t live = Cpu().Stats().live_bytes;
@@ -156,7 +156,9 @@ TEST(Sweep, OutOfMemoryIsARowAndTheSweepGoesOn) {
 TEST(Sweep, ACapBetweenTwoPeaksMakesExactlyTheConfigurationsAboveItOom) {
   SweepOptions o;
   o.models = {"transformer:depth=2:hidden=16:heads=2:seq=48:batch=2"};
-  o.strategies = {"uniform", "recompute_all", "selective_attention", "chunked_sequence"};
+  o.strategies =
+      BindStrategies({"uniform", "recompute_all", "selective_attention", "chunked_sequence"})
+          .value();
   o.steps = 1;
   o.warmup = 1;
   auto run = [&](std::optional<int64_t> cap) {
@@ -234,7 +236,7 @@ TEST(Sweep, ReservedPeakIsEachConfigurationsOwnUnderACachingAllocator) {
   // Activations (64 x 16 floats, 4 KiB each) outweigh the parameters, so recompute_all's
   // peak is well below store_all's; the second model is smaller than the first.
   o.models = {"heavy_mlp:depth=6:hidden=16:batch=64", "heavy_mlp:depth=2:hidden=8:batch=2"};
-  o.strategies = {"recompute_all"};
+  o.strategies = BindStrategies({"recompute_all"}).value();
   std::ostringstream progress;
   absl::StatusOr<std::vector<ConfigResult>> rows = RunSweep(
       o, meter, [](const ConfigResult&) { return absl::OkStatus(); }, progress);
@@ -251,8 +253,10 @@ TEST(Sweep, ReservedPeakIsEachConfigurationsOwnUnderACachingAllocator) {
 
 TEST(Sweep, RejectsBadInputBeforeRunning) {
   SweepOptions o = Tiny();
-  o.strategies = {"uniform:segmnets=2"};
-  EXPECT_THAT(std::string(ValidateSweep(o).message()), HasSubstr("unknown parameter 'segmnets'"));
+  EXPECT_THAT(std::string(BindStrategies({"uniform:segmnets=2"}).status().message()),
+              HasSubstr("unknown parameter 'segmnets'"));
+  EXPECT_THAT(std::string(BindStrategies({"uniform", "uniform:segments=auto"}).status().message()),
+              HasSubstr("twice (as 'uniform' and 'uniform:segments=auto')"));
   o = Tiny();
   o.models = {"convnext"};
   EXPECT_EQ(ValidateSweep(o).code(), absl::StatusCode::kNotFound);
@@ -268,15 +272,18 @@ TEST(Sweep, RejectsBadInputBeforeRunning) {
 // --budgets adds each budget planner at each budget, keeping what says how it plans (offload)
 // and dropping what the budget chooses (uniform's segments).
 TEST(WithBudgets, KeepsHowAPlannerPlansAndDropsWhatTheBudgetChooses) {
-  absl::StatusOr<std::vector<std::string>> out = WithBudgets(
-      {"store_all", "optimal", "optimal:offload=no", "uniform:segments=4:offload=yes"}, {"8MiB"});
+  absl::StatusOr<std::vector<BoundStrategy>> out = WithBudgets(
+      BindStrategies({"optimal", "optimal:offload=no", "uniform:segments=4:offload=yes"}).value(),
+      {"8MiB"});
   ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_THAT(*out, testing::ElementsAre("store_all", "optimal", "optimal:offload=no",
-                                         "uniform:segments=4:offload=yes",
-                                         "optimal:budget=8MiB:offload=yes",
-                                         "optimal:budget=8MiB:offload=no",
-                                         "uniform:segments=auto:budget=8MiB:offload=yes"));
-  EXPECT_FALSE(WithBudgets({"optimal"}, {"lots"}).ok());
+  EXPECT_THAT(SpecsOf(*out),
+              testing::ElementsAre("store_all", *BoundStrategySpec("optimal"),
+                                   *BoundStrategySpec("optimal:offload=no"),
+                                   *BoundStrategySpec("uniform:segments=4:offload=yes"),
+                                   *BoundStrategySpec("optimal:budget=8MiB:offload=yes"),
+                                   *BoundStrategySpec("optimal:budget=8MiB:offload=no"),
+                                   *BoundStrategySpec("uniform:budget=8MiB:offload=yes")));
+  EXPECT_FALSE(WithBudgets(BindStrategies({"optimal"}).value(), {"lots"}).ok());
 }
 
 // The offload section: a row per offloading plan, its hidden share where its copies take enough
@@ -558,7 +565,7 @@ TEST(Presets, EveryPresetExistsAndValidates) {
     ASSERT_TRUE(preset.ok());
     SweepOptions o;
     o.models = preset->models;
-    o.strategies = preset->strategies;
+    o.strategies = BindStrategies(preset->strategies).value();
     EXPECT_TRUE(ValidateSweep(o).ok()) << name << ": " << ValidateSweep(o);
   }
   EXPECT_EQ(PresetNames(), (std::vector<std::string>{"quick", "paper", "seed004"}));
@@ -579,7 +586,7 @@ TEST(Presets, EveryPresetExistsAndValidates) {
 TEST(Sweep, ResumeSkipsCompletedModelsAndReportsOnlyMissingRows) {
   SweepOptions o = Tiny();
   o.models = {"heavy_mlp:depth=2:hidden=4:batch=2", "heavy_mlp:depth=3:hidden=4:batch=2"};
-  o.strategies = {"uniform"};
+  o.strategies = BindStrategies({"uniform"}).value();
   // Rows written under other spellings of the same specs count: specs compare canonically.
   o.completed = {{"heavy_mlp:depth=2:hidden=4:batch=2", "store_all"},
                  {"heavy_mlp:batch=2:hidden=4:depth=+2", "uniform:segments=auto"},
@@ -605,7 +612,7 @@ TEST(Sweep, TimeLimitStopsStartingModelsButAlwaysRunsTheFirst) {
   SweepOptions o = Tiny();
   o.models = {"heavy_mlp:depth=2:hidden=4:batch=2", "heavy_mlp:depth=3:hidden=4:batch=2",
               "heavy_mlp:depth=4:hidden=4:batch=2"};
-  o.strategies = {"uniform"};
+  o.strategies = BindStrategies({"uniform"}).value();
   o.time_limit_s = 1e-9;  // spent by the time the first model is done
   std::ostringstream progress;
   absl::StatusOr<std::vector<ConfigResult>> rows = RunSweep(

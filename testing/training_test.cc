@@ -27,7 +27,7 @@ SweepOptions EveryModelAndStrategy() {
   SweepOptions o;
   for (const std::string& id : ckpt::Models().Ids())
     o.models.push_back(testing::FixedSmallSpec(id));
-  o.strategies = DefaultStrategies();
+  o.strategies = BindStrategies(DefaultStrategies()).value();
   return o;
 }
 
@@ -37,7 +37,7 @@ std::vector<LossCurve> Train(const TrainingOptions& training) {
   absl::StatusOr<std::vector<LossCurve>> curves = RunTraining(o, training, Cpu(), progress);
   EXPECT_TRUE(curves.ok()) << curves.status();
   if (!curves.ok()) return {};
-  EXPECT_EQ(curves->size(), o.models.size() * StrategyOrder(o.strategies).size());
+  EXPECT_EQ(curves->size(), o.models.size() * o.strategies.size());
   return *std::move(curves);
 }
 
@@ -143,7 +143,7 @@ TEST(Training, GradientsThatNeverFitEndTheCurveWithAnError) {
 TEST(Training, TheLossChangesAsTheModelTrains) {
   SweepOptions o;
   o.models = {"heavy_mlp:depth=2:hidden=8:batch=4"};
-  o.strategies = {"uniform"};
+  o.strategies = BindStrategies({"uniform"}).value();
   TrainingOptions training;
   training.steps = 5;
   training.learning_rate = 0.05;
@@ -203,7 +203,8 @@ TEST(Training, ReportAndCurvesFiles) {
 TEST(Trainer, HandsTheMeanGradientToAfterBackwardBeforeTheUpdate) {
   absl::StatusOr<testing::Case> c = testing::BuildCase("heavy_mlp:depth=3:hidden=4:batch=2", 1);
   ASSERT_TRUE(c.ok()) << c.status();
-  absl::StatusOr<PlannedRun> run = c->workload->Plan("uniform", c->profile, Cpu());
+  absl::StatusOr<PlannedRun> run =
+      c->workload->Plan(BoundStrategy::Bind("uniform").value(), c->profile, Cpu());
   ASSERT_TRUE(run.ok()) << run.status();
   const std::shared_ptr<ChainModel>& model = c->workload->model();
   const std::vector<Batch> batches = {model->MakeBatch(11), model->MakeBatch(12)};

@@ -93,8 +93,8 @@ struct Plan {
 // range exactly; only checkpointed and offloaded segments have inner plans; and its policies are
 // for parts the stages declare, with actions that apply to them and chunk counts their axes allow.
 // InvalidArgument naming the element (with its line and column when plan text wrote it) and
-// what was expected. Plans are validated once, where they enter: a strategy's (PlanFor), a
-// file's (ParsePlan).
+// what was expected. Plans are validated once, where they enter: a strategy's
+// (BoundStrategy::PlanFor), a file's (ParsePlan).
 absl::Status ValidatePlan(const Plan& plan, const std::vector<StageInfo>& stages);
 
 }  // namespace ckpt

@@ -120,6 +120,8 @@ class ParamValues {
   // `name:key=value:...` with every declared parameter in declaration order.
   std::string Canonical() const;
   const std::string& name() const { return name_; }
+  // Every parameter as (key, canonical value), in declaration order.
+  const std::vector<std::pair<std::string, std::string>>& Entries() const { return values_; }
 
  private:
   friend absl::StatusOr<ParamValues> BindParams(const Spec&, const std::vector<ParamDef>&);

@@ -1,5 +1,7 @@
 #include "core/plan/strategy.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
 
@@ -20,16 +22,33 @@ std::vector<std::string> DefaultStrategies() {
   return ids;
 }
 
+BoundStrategy::BoundStrategy(ParamValues values, std::shared_ptr<const Strategy> strategy,
+                             std::string budget_param)
+    : values_(std::move(values)),
+      spec_(values_.Canonical()),
+      strategy_(std::move(strategy)),
+      budget_param_(std::move(budget_param)) {}
+
+absl::StatusOr<BoundStrategy> BoundStrategy::Bind(const std::string& spec_text) {
+  ASSIGN_OR_RETURN(Spec spec, ParseSpec(spec_text));
+  ASSIGN_OR_RETURN(const StrategyRegistry::Entry* entry, Strategies().Find(spec.name));
+  ASSIGN_OR_RETURN(ParamValues values, BindParams(spec, entry->params));
+  ASSIGN_OR_RETURN(std::unique_ptr<Strategy> strategy, entry->factory(values));
+  return BoundStrategy(std::move(values), std::move(strategy), entry->traits.budget_param);
+}
+
+absl::StatusOr<Plan> BoundStrategy::PlanFor(const ModelProfile& profile) const {
+  ASSIGN_OR_RETURN(Plan plan, strategy_->MakePlan(profile));
+  if (absl::Status s = ValidatePlan(plan, profile.stages); !s.ok()) {
+    // A strategy's own plan that is not valid is a bug in the strategy, not bad input.
+    return absl::InternalError(absl::StrCat("strategy bug: ", s.message()));
+  }
+  return plan;
+}
+
 absl::StatusOr<std::unique_ptr<Strategy>> CreateStrategy(const std::string& spec_text) {
   ASSIGN_OR_RETURN(Spec spec, ParseSpec(spec_text));
   return Strategies().Create(spec);
-}
-
-absl::StatusOr<std::string> CanonicalStrategySpec(const std::string& spec_text) {
-  ASSIGN_OR_RETURN(Spec spec, ParseSpec(spec_text));
-  ASSIGN_OR_RETURN(ParamValues values, Strategies().Bind(spec));
-  RETURN_IF_ERROR(Strategies().Create(spec).status());
-  return values.Canonical();
 }
 
 absl::StatusOr<std::string> BoundStrategySpec(const std::string& spec_text) {
@@ -39,13 +58,8 @@ absl::StatusOr<std::string> BoundStrategySpec(const std::string& spec_text) {
 }
 
 absl::StatusOr<Plan> PlanFor(const std::string& spec_text, const ModelProfile& profile) {
-  ASSIGN_OR_RETURN(std::unique_ptr<Strategy> strategy, CreateStrategy(spec_text));
-  ASSIGN_OR_RETURN(Plan plan, strategy->MakePlan(profile));
-  if (absl::Status s = ValidatePlan(plan, profile.stages); !s.ok()) {
-    // A strategy's own plan that is not valid is a bug in the strategy, not bad input.
-    return absl::InternalError(absl::StrCat("strategy bug: ", s.message()));
-  }
-  return plan;
+  ASSIGN_OR_RETURN(BoundStrategy strategy, BoundStrategy::Bind(spec_text));
+  return strategy.PlanFor(profile);
 }
 
 }  // namespace ckpt

@@ -68,22 +68,53 @@ StrategyRegistry& Strategies();
 // the generated test suites run.
 std::vector<std::string> DefaultStrategies();
 
-// Parses and binds a spec such as "uniform:segments=4" and creates the strategy.
-absl::StatusOr<std::unique_ptr<Strategy>> CreateStrategy(const std::string& spec_text);
+// A strategy spec bound once, where a request is read: its canonical writing, its parameters'
+// values and the strategy made from them, shared and immutable (cheap to copy). It is what the
+// sweep, its workloads and its rows carry from the command line to the executor; nothing after
+// the request parses the spec again.
+//
+//   ASSIGN_OR_RETURN(BoundStrategy uniform, BoundStrategy::Bind("uniform:segments=4"));
+//   ASSIGN_OR_RETURN(Plan plan, uniform.PlanFor(profile));
+class BoundStrategy {
+ public:
+  // Parses, binds and creates: NotFound naming an unknown id, InvalidArgument naming a bad
+  // parameter, or the strategy's own error (a plan file that cannot be read).
+  static absl::StatusOr<BoundStrategy> Bind(const std::string& spec_text);
 
-// The spec's one writing, as bound (every parameter in declaration order, defaults filled in,
-// "auto" left unresolved: "uniform" is "uniform:segments=auto:budget=none"), after checking
-// that the strategy can be created from it. Two texts name the same strategy exactly when their
-// canonical specs are equal.
-absl::StatusOr<std::string> CanonicalStrategySpec(const std::string& spec_text);
+  // The spec's one writing (every parameter in declaration order, defaults filled in, "auto"
+  // left unresolved: "uniform" is "uniform:segments=auto:budget=none:offload=no"). Two texts
+  // name the same strategy exactly when their specs are equal.
+  const std::string& spec() const { return spec_; }
+  const std::string& id() const { return values_.name(); }
+  const ParamValues& values() const { return values_; }
+  const Strategy& strategy() const { return *strategy_; }
+  // The kBytes parameter that holds its memory budget (StrategyTraits), or empty.
+  const std::string& budget_param() const { return budget_param_; }
+
+  // The strategy's plan for `profile`, validated against the profile's stages (an invalid one
+  // is Internal: a strategy bug).
+  absl::StatusOr<Plan> PlanFor(const ModelProfile& profile) const;
+
+ private:
+  BoundStrategy(ParamValues values, std::shared_ptr<const Strategy> strategy,
+                std::string budget_param);
+
+  ParamValues values_;
+  std::string spec_;
+  std::shared_ptr<const Strategy> strategy_;
+  std::string budget_param_;
+};
+
+// BoundStrategy::Bind's strategy alone.
+absl::StatusOr<std::unique_ptr<Strategy>> CreateStrategy(const std::string& spec_text);
 
 // The canonical spec of `spec_text` with its parameters bound and checked, creating nothing: how
 // rows already measured are keyed, so that reading them needs no strategy's inputs (a plan file
 // that is gone since).
 absl::StatusOr<std::string> BoundStrategySpec(const std::string& spec_text);
 
-// CreateStrategy, then its plan for `profile`, validated against the profile's stages (an
-// invalid one is Internal: a strategy bug): the first error.
+// Bind, then PlanFor: for a spec written once in code or a test, not for one carried through a
+// run (bind it where it is read).
 absl::StatusOr<Plan> PlanFor(const std::string& spec_text, const ModelProfile& profile);
 
 namespace internal {

@@ -127,9 +127,9 @@ absl::StatusOr<const ModelProfile*> Workload::Profile(MemoryMeter& meter) {
   return profile_.get();
 }
 
-absl::StatusOr<PlannedRun> Workload::Plan(const std::string& strategy_spec, ModelProfile& profile,
+absl::StatusOr<PlannedRun> Workload::Plan(const BoundStrategy& strategy, ModelProfile& profile,
                                           MemoryMeter& meter) {
-  ASSIGN_OR_RETURN(ckpt::Plan plan, PlanFor(strategy_spec, profile));  // validated
+  ASSIGN_OR_RETURN(ckpt::Plan plan, strategy.PlanFor(profile));  // validated
   return PrepareValid(std::move(plan), profile, meter);
 }
 
@@ -149,9 +149,9 @@ absl::StatusOr<PlannedRun> Workload::PrepareValid(ckpt::Plan plan, ModelProfile&
   return PlannedRun{std::move(plan), predicted, std::move(executor)};
 }
 
-absl::StatusOr<PlannedRun> Workload::Plan(const std::string& strategy_spec, MemoryMeter& meter) {
+absl::StatusOr<PlannedRun> Workload::Plan(const BoundStrategy& strategy, MemoryMeter& meter) {
   RETURN_IF_ERROR(Profile(meter).status());
-  return Plan(strategy_spec, *profile_, meter);
+  return Plan(strategy, *profile_, meter);
 }
 
 }  // namespace ckpt

@@ -5,7 +5,8 @@
 //
 //   ASSIGN_OR_RETURN(Workload w, Workload::Build("gpt2:depth=4", {device, /*seed=*/0}));
 //   ASSIGN_OR_RETURN(const ModelProfile* profile, w.Profile(meter));
-//   ASSIGN_OR_RETURN(PlannedRun run, w.Plan("uniform", *profile, meter));
+//   ASSIGN_OR_RETURN(BoundStrategy uniform, BoundStrategy::Bind("uniform"));
+//   ASSIGN_OR_RETURN(PlannedRun run, w.Plan(uniform, *profile, meter));
 //   ASSIGN_OR_RETURN(StepResult r, run.executor.Step(w.batch()));
 #pragma once
 
@@ -19,6 +20,7 @@
 #include "core/plan/memory_model.h"
 #include "core/plan/plan.h"
 #include "core/plan/profile.h"
+#include "core/plan/strategy.h"
 #include "core/run/chain_model.h"
 #include "core/run/executor.h"
 #include "core/run/memory_meter.h"
@@ -63,14 +65,14 @@ class Workload {
   // The model's profile, measured on first call (under the meter's cap in force) and kept.
   absl::StatusOr<const ModelProfile*> Profile(MemoryMeter& meter);
 
-  // `strategy_spec`'s plan from `profile` (this workload's, or one of the same model spec:
+  // `strategy`'s plan from `profile` (this workload's, or one of the same model spec:
   // training plans fresh copies of a model from one profile), validated; the profile is
   // extended with the plan's policies where it lacks them, the memory predicted, and the
   // executor created.
-  absl::StatusOr<PlannedRun> Plan(const std::string& strategy_spec, ModelProfile& profile,
+  absl::StatusOr<PlannedRun> Plan(const BoundStrategy& strategy, ModelProfile& profile,
                                   MemoryMeter& meter);
   // The same from this workload's own profile (measured first if need be).
-  absl::StatusOr<PlannedRun> Plan(const std::string& strategy_spec, MemoryMeter& meter);
+  absl::StatusOr<PlannedRun> Plan(const BoundStrategy& strategy, MemoryMeter& meter);
   // A plan made elsewhere (a test's generated one): validated (ValidatePlan's error), the
   // profile extended, the memory predicted, the executor created.
   absl::StatusOr<PlannedRun> Prepare(ckpt::Plan plan, ModelProfile& profile, MemoryMeter& meter);

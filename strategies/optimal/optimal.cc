@@ -77,7 +77,8 @@ absl::StatusOr<Plan> Optimal::MakePlan(const ModelProfile& profile) const {
     budget = *budget_;
     budget_text = FormatByteSize(budget);
   } else {
-    ASSIGN_OR_RETURN(Plan uniform, PlanFor("uniform", profile));
+    // uniform's default (sqrt(L) segments), made directly rather than through a spec.
+    ASSIGN_OR_RETURN(Plan uniform, Uniform(std::nullopt, std::nullopt).MakePlan(profile));
     ASSIGN_OR_RETURN(MemoryPrediction predicted, PredictMemory(profile, uniform));
     budget = predicted.peak_bytes + kBudgetSlackBytes;  // so that uniform's plan itself fits
     budget_text = absl::StrCat("auto (", DescribeBytes(budget), ", uniform's predicted peak)");
