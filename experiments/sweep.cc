@@ -498,6 +498,13 @@ absl::StatusOr<SweepOptions> CanonicalSweep(const SweepOptions& options) {
     return absl::InvalidArgumentError(
         "the strategies do not start with store_all; accepted: a list BindStrategies made");
   }
+  std::set<std::string> strategy_specs;
+  for (const BoundStrategy& strategy : options.strategies) {
+    if (!strategy_specs.insert(strategy.spec()).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the strategies list ", strategy.spec(), " twice; accepted: a list BindStrategies made"));
+    }
+  }
   SweepOptions canonical = options;
   canonical.models.clear();
   canonical.completed.clear();

@@ -257,6 +257,13 @@ TEST(Sweep, RejectsBadInputBeforeRunning) {
               HasSubstr("unknown parameter 'segmnets'"));
   EXPECT_THAT(std::string(BindStrategies({"uniform", "uniform:segments=auto"}).status().message()),
               HasSubstr("twice (as 'uniform' and 'uniform:segments=auto')"));
+  // Options not made by BindStrategies: without store_all first, or with a strategy twice.
+  o = Tiny();
+  o.strategies.erase(o.strategies.begin());
+  EXPECT_THAT(std::string(ValidateSweep(o).message()), HasSubstr("do not start with store_all"));
+  o = Tiny();
+  o.strategies.push_back(o.strategies.back());
+  EXPECT_THAT(std::string(ValidateSweep(o).message()), HasSubstr("twice"));
   o = Tiny();
   o.models = {"convnext"};
   EXPECT_EQ(ValidateSweep(o).code(), absl::StatusCode::kNotFound);
