@@ -108,18 +108,18 @@ int Main(int argc, char** argv) {
       absl::GetFlag(FLAGS_strategies).empty()
           ? quick->strategies
           : std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_strategies), ','));
-  absl::StatusOr<std::vector<BoundStrategy>> bound = BindStrategies(strategy_texts);
-  if (!bound.ok()) Die(bound.status());
-  options.strategies = *std::move(bound);
-  if (absl::Status s = ValidateSweep(options); !s.ok()) Die(s);
-  // The benchmarks, named by the specs as given (what --benchmark_filter matches), each bound
-  // here once.
+  // Each bound here once; the benchmarks are named by the specs as given (what
+  // --benchmark_filter matches), and the sweep's order of them is only for its checks.
   std::vector<std::pair<std::string, BoundStrategy>> strategies;
   for (const std::string& text : strategy_texts) {
     absl::StatusOr<BoundStrategy> strategy = BoundStrategy::Bind(text);
     if (!strategy.ok()) Die(strategy.status());
     strategies.emplace_back(text, *std::move(strategy));
   }
+  absl::StatusOr<std::vector<BoundStrategy>> ordered = SweepOrder(strategies);
+  if (!ordered.ok()) Die(ordered.status());
+  options.strategies = *std::move(ordered);
+  if (absl::Status s = ValidateSweep(options); !s.ok()) Die(s);
 
   benchmark::AddCustomContext(
       "libtorch",

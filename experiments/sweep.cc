@@ -678,11 +678,20 @@ bool HasEveryRow(const std::string& model, const std::vector<BoundStrategy>& str
 }
 
 absl::StatusOr<std::vector<BoundStrategy>> BindStrategies(const std::vector<std::string>& texts) {
+  std::vector<std::pair<std::string, BoundStrategy>> given;
+  for (const std::string& text : texts) {
+    ASSIGN_OR_RETURN(BoundStrategy bound, BoundStrategy::Bind(text));
+    given.emplace_back(text, std::move(bound));
+  }
+  return SweepOrder(given);
+}
+
+absl::StatusOr<std::vector<BoundStrategy>> SweepOrder(
+    const std::vector<std::pair<std::string, BoundStrategy>>& given) {
   ASSIGN_OR_RETURN(BoundStrategy store_all, BoundStrategy::Bind("store_all"));
   std::vector<BoundStrategy> out = {store_all};
   std::map<std::string, std::string> seen;  // spec -> as given
-  for (const std::string& text : texts) {
-    ASSIGN_OR_RETURN(BoundStrategy bound, BoundStrategy::Bind(text));
+  for (const auto& [text, bound] : given) {
     if (bound.spec() == store_all.spec()) continue;  // the reference, first whether given or not
     auto [it, inserted] = seen.emplace(bound.spec(), text);
     if (!inserted) {
@@ -690,7 +699,7 @@ absl::StatusOr<std::vector<BoundStrategy>> BindStrategies(const std::vector<std:
                                                      " twice (as '", it->second, "' and '", text,
                                                      "'); accepted: each once"));
     }
-    out.push_back(std::move(bound));
+    out.push_back(bound);
   }
   return out;
 }

@@ -114,6 +114,10 @@ double OverheadRatio(const std::vector<double>& step_ms, const std::vector<doubl
 // "uniform" and "uniform:segments=auto") is InvalidArgument naming both writings; a spec that
 // does not bind is its error.
 absl::StatusOr<std::vector<BoundStrategy>> BindStrategies(const std::vector<std::string>& texts);
+// The same for strategies bound already, each with the text it was bound from (for the
+// message naming a repeat): what BindStrategies returns after binding each text.
+absl::StatusOr<std::vector<BoundStrategy>> SweepOrder(
+    const std::vector<std::pair<std::string, BoundStrategy>>& given);
 
 // `strategies`, then for every one of them that plans to a budget (budget_param), that strategy
 // at each of `budgets`, sizes as a user writes them ("optimal:budget=12MiB"; the parameters the

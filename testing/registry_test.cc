@@ -28,7 +28,7 @@ TEST(StrategyRegistry, EveryAggregatedStrategyIsRegistered) {
 TEST(StrategyRegistry, EveryStrategyCreatesWithDefaultsOrNamesWhatMustBeGiven) {
   const std::vector<std::string> defaults = DefaultStrategies();
   for (const std::string& id : Strategies().Ids()) {
-    absl::StatusOr<std::unique_ptr<Strategy>> s = CreateStrategy(id);
+    absl::StatusOr<BoundStrategy> s = BoundStrategy::Bind(id);
     if (std::find(defaults.begin(), defaults.end(), id) != defaults.end()) {
       EXPECT_TRUE(s.ok()) << id << ": " << s.status();
       continue;
@@ -41,7 +41,7 @@ TEST(StrategyRegistry, EveryStrategyCreatesWithDefaultsOrNamesWhatMustBeGiven) {
 }
 
 TEST(StrategyRegistry, UnknownIdListsTheKnownOnes) {
-  absl::StatusOr<std::unique_ptr<Strategy>> s = CreateStrategy("checkmate");
+  absl::StatusOr<BoundStrategy> s = BoundStrategy::Bind("checkmate");
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(s.status().message()), HasSubstr("unknown strategy 'checkmate'"));
@@ -53,7 +53,7 @@ TEST(StrategyRegistry, UnknownIdListsTheKnownOnes) {
 TEST(StrategyRegistry, BadParametersAreInvalidArgument) {
   for (const char* text : {"uniform:segments=0", "uniform:segment=4", "uniform:segments=x",
                            "store_all:segments=2", "uniform:segments"}) {
-    absl::StatusOr<std::unique_ptr<Strategy>> s = CreateStrategy(text);
+    absl::StatusOr<BoundStrategy> s = BoundStrategy::Bind(text);
     ASSERT_FALSE(s.ok()) << text;
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << text;
   }

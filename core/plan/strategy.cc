@@ -46,11 +46,6 @@ absl::StatusOr<Plan> BoundStrategy::PlanFor(const ModelProfile& profile) const {
   return plan;
 }
 
-absl::StatusOr<std::unique_ptr<Strategy>> CreateStrategy(const std::string& spec_text) {
-  ASSIGN_OR_RETURN(Spec spec, ParseSpec(spec_text));
-  return Strategies().Create(spec);
-}
-
 absl::StatusOr<std::string> BoundStrategySpec(const std::string& spec_text) {
   ASSIGN_OR_RETURN(Spec spec, ParseSpec(spec_text));
   ASSIGN_OR_RETURN(ParamValues values, Strategies().Bind(spec));

@@ -105,9 +105,6 @@ class BoundStrategy {
   std::string budget_param_;
 };
 
-// BoundStrategy::Bind's strategy alone.
-absl::StatusOr<std::unique_ptr<Strategy>> CreateStrategy(const std::string& spec_text);
-
 // The canonical spec of `spec_text` with its parameters bound and checked, creating nothing: how
 // rows already measured are keyed, so that reading them needs no strategy's inputs (a plan file
 // that is gone since).
