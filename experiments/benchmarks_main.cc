@@ -53,12 +53,12 @@ namespace {
   std::exit(2);
 }
 
-// One training step of `model_spec` under `strategy` per iteration.
-void TrainingStep(benchmark::State& state, const std::string& model_spec,
-                  const BoundStrategy& strategy, c10::Device device, MemoryMeter* meter) {
+// One training step of `model` under `strategy` per iteration.
+void TrainingStep(benchmark::State& state, const BoundModel& model, const BoundStrategy& strategy,
+                  c10::Device device, MemoryMeter* meter) {
   WorkloadOptions options;
   options.device = device;
-  absl::StatusOr<Workload> workload = Workload::Build(model_spec, options);
+  absl::StatusOr<Workload> workload = Workload::Build(model, options);
   absl::StatusOr<PlannedRun> run = workload.ok() ? workload->Plan(strategy, *meter)
                                                  : absl::StatusOr<PlannedRun>(workload.status());
   if (!run.ok()) return state.SkipWithError(Printable(run.status().message()).c_str());
@@ -83,7 +83,9 @@ void TrainingStep(benchmark::State& state, const std::string& model_spec,
 
 int Main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);  // takes the --benchmark_* flags
-  const ParsedCommandLine parsed = ParseCommandLineOrExit(argc, argv, "benchmarks");  // ours
+  absl::StatusOr<ParsedCommandLine> read = ReadCommandLine(argc, argv);  // ours
+  if (!read.ok()) Die(read.status());
+  const ParsedCommandLine& parsed = *read;
   if (!parsed.positional.empty()) {
     Die(absl::InvalidArgumentError(absl::StrCat("unexpected argument '", parsed.positional[0],
                                                 "'; flags are --name=value (see --help)")));
@@ -101,15 +103,19 @@ int Main(int argc, char** argv) {
   absl::StatusOr<Preset> quick = FindPreset("quick");
   if (!quick.ok()) Die(quick.status());
   SweepOptions options;  // for its validation of every spec before anything runs
-  options.models = absl::GetFlag(FLAGS_models).empty()
-                       ? quick->models
-                       : std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_models), ','));
+  const std::vector<std::string> model_texts =
+      absl::GetFlag(FLAGS_models).empty()
+          ? quick->models
+          : std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_models), ','));
+  absl::StatusOr<std::vector<BoundModel>> models = BindModels(model_texts);
+  if (!models.ok()) Die(models.status());
+  options.models = *std::move(models);
   const std::vector<std::string> strategy_texts =
       absl::GetFlag(FLAGS_strategies).empty()
           ? quick->strategies
           : std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_strategies), ','));
-  // Each bound here once; the benchmarks are named by the specs as given (what
-  // --benchmark_filter matches), and the sweep's order of them is only for its checks.
+  // Each spec bound here once; the benchmarks are named by the specs as given (what
+  // --benchmark_filter matches), and the sweep's order of the strategies is only for its checks.
   std::vector<std::pair<std::string, BoundStrategy>> strategies;
   for (const std::string& text : strategy_texts) {
     absl::StatusOr<BoundStrategy> strategy = BoundStrategy::Bind(text);
@@ -130,10 +136,11 @@ int Main(int argc, char** argv) {
   if (absl::StatusOr<double> gemm = MeasureGemmGflops(*device); gemm.ok()) {
     benchmark::AddCustomContext("gemm_gflops", absl::StrFormat("%.1f", *gemm));
   }
-  for (const std::string& model : options.models) {
+  for (size_t m = 0; m < model_texts.size(); ++m) {
+    const BoundModel& model = options.models[m];
     for (const auto& [name, strategy] : strategies) {
       auto* b = benchmark::RegisterBenchmark(
-          absl::StrCat(name, "/", model).c_str(),
+          absl::StrCat(name, "/", model_texts[m]).c_str(),
           [model, strategy = strategy, device = *device, meter = *meter](benchmark::State& state) {
             TrainingStep(state, model, strategy, device, meter);
           });

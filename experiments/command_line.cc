@@ -12,15 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "core/base/printable.h"
 
 namespace ckpt {
 namespace {
-
-[[noreturn]] void Exit(const char* program, const std::string& message) {
-  std::fprintf(stderr, "%s: %s\n", program, Printable(message).c_str());
-  std::exit(2);
-}
 
 std::string TypeOf(const absl::CommandLineFlag& flag) {
   if (flag.IsOfType<bool>()) return "true or false";
@@ -42,7 +36,7 @@ std::string OwnFlags(const std::string& main_file) {
 
 }  // namespace
 
-ParsedCommandLine ParseCommandLineOrExit(int argc, char** argv, const char* program) {
+absl::StatusOr<ParsedCommandLine> ReadCommandLine(int argc, char** argv) {
   ParsedCommandLine parsed;
   // Abseil's flags that read flags from elsewhere (a file, the environment): refused wherever
   // they stand, before anything else reads the command line, --help included.
@@ -59,9 +53,10 @@ ParsedCommandLine ParseCommandLineOrExit(int argc, char** argv, const char* prog
     name = name.substr(0, name.find('='));
     for (const char* elsewhere : {"flagfile", "fromenv", "tryfromenv", "undefok"}) {
       if (name == elsewhere || name == absl::StrCat("no", elsewhere)) {
-        Exit(program, absl::StrCat("--", name,
-                                   " is not supported; accepted: every flag on the command line "
-                                   "(--name=value; see --help)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", name,
+                         " is not supported; accepted: every flag on the command line "
+                         "(--name=value; see --help)"));
       }
     }
     for (const char* help :
@@ -104,20 +99,23 @@ ParsedCommandLine ParseCommandLineOrExit(int argc, char** argv, const char* prog
       // Name the program's flags: those defined in the same file as its --help text's, which
       // is the file of any of them; find one through a flag every main here defines.
       absl::CommandLineFlag* device = absl::FindCommandLineFlag("device");
-      Exit(program, absl::StrCat("unknown flag --", name, "; accepted: ",
-                                 device != nullptr ? OwnFlags(device->Filename()) : "see --help"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown flag --", name,
+          "; accepted: ", device != nullptr ? OwnFlags(device->Filename()) : "see --help"));
     }
     if (!has_value && value.empty()) {
       if (!flag->IsOfType<bool>()) {
-        Exit(program, absl::StrCat("--", name, " needs a value: --", name, "=VALUE (",
-                                   TypeOf(*flag), ": ", flag->Help(), ")"));
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value: --", name,
+                                                       "=VALUE (", TypeOf(*flag), ": ",
+                                                       flag->Help(), ")"));
       }
       value = "true";
     }
     std::string error;
     if (!flag->ParseFrom(value, &error)) {
-      Exit(program, absl::StrCat("--", name, "='", value, "' is not accepted; accepted: ",
-                                 TypeOf(*flag), " (", flag->Help(), ")"));
+      return absl::InvalidArgumentError(absl::StrCat("--", name, "='", value,
+                                                     "' is not accepted; accepted: ", TypeOf(*flag),
+                                                     " (", flag->Help(), ")"));
     }
     parsed.given.insert(name);
   }

@@ -18,21 +18,21 @@
 
 namespace ckpt {
 
-absl::StatusOr<std::string> ShallowSpec(const std::string& model_spec) {
-  ASSIGN_OR_RETURN(std::string full, CanonicalModelSpec(model_spec));
-  ASSIGN_OR_RETURN(std::vector<StageInfo> full_stages, ModelStages(full));
+absl::StatusOr<BoundModel> ShallowModel(const BoundModel& model) {
+  const std::vector<StageInfo> full_stages = model.Stages();
   for (int depth = 2; depth <= 4; ++depth) {
-    absl::StatusOr<std::vector<std::string>> shallow = DepthScanModels(full, {depth});
-    if (!shallow.ok()) return full;  // no depth parameter: built whole
-    ASSIGN_OR_RETURN(std::vector<StageInfo> shallow_stages, ModelStages(shallow->front()));
-    if (shallow_stages.size() >= full_stages.size()) return full;
+    absl::StatusOr<std::vector<BoundModel>> shallow = DepthScanModels(model, {depth});
+    if (!shallow.ok()) return model;  // no depth parameter: built whole
+    const std::vector<StageInfo> shallow_stages = shallow->front().Stages();
+    if (shallow_stages.size() >= full_stages.size()) return model;
     // Deep enough when every stage of the full model has its counterpart.
-    if (ExpandProfile(StructureOnlyProfile(shallow->front(), shallow_stages), full, full_stages)
+    if (ExpandProfile(StructureOnlyProfile(shallow->front().spec(), shallow_stages), model.spec(),
+                      full_stages)
             .ok()) {
-      return CanonicalModelSpec(shallow->front());
+      return shallow->front();
     }
   }
-  return full;
+  return model;
 }
 
 namespace {
@@ -69,20 +69,21 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options, Mem
   const std::vector<BoundStrategy>& strategies = options.strategies;
   Progress progress(progress_out, static_cast<int64_t>(options.models.size() * strategies.size()));
   std::vector<Prediction> rows;
-  for (const std::string& given : options.models) {
-    ASSIGN_OR_RETURN(std::string model, CanonicalModelSpec(given));
-    ASSIGN_OR_RETURN(std::string profiled, ShallowSpec(model));
+  for (const BoundModel& bound : options.models) {
+    const std::string& model = bound.spec();
+    ASSIGN_OR_RETURN(const BoundModel shallow_model, ShallowModel(bound));
+    const std::string& profiled = shallow_model.spec();
     progress.Line(absl::StrCat("profiling ", profiled, model == profiled ? "" : " for ",
                                model == profiled ? "" : model));
     WorkloadOptions workload_options = WorkloadOptionsFor(options);
     workload_options.profile.progress = progress.Profiling(profiled);
     // The model's own failure (its shallow copy does not fit, say) is its rows', one a strategy:
     // the other models are still answered.
-    absl::StatusOr<Workload> workload = Workload::Build(profiled, workload_options);
+    absl::StatusOr<Workload> workload = Workload::Build(shallow_model, workload_options);
     absl::StatusOr<const ModelProfile*> measured =
         workload.ok() ? workload->Profile(meter) : workload.status();
     absl::StatusOr<std::vector<StageInfo>> stages =
-        measured.ok() ? ModelStages(model) : measured.status();
+        measured.ok() ? absl::StatusOr<std::vector<StageInfo>>(bound.Stages()) : measured.status();
     std::vector<int> counterparts;
     absl::StatusOr<ModelProfile> full =
         stages.ok() ? ExpandProfile(**measured, model, *stages, &counterparts) : stages.status();

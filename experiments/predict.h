@@ -5,7 +5,7 @@
 //   std::cout << PredictionTable(rows);
 //
 // A model with a `depth` parameter is built and profiled at depth 2 (its parameters' memory is
-// that of two blocks; more where the first or last blocks differ: ShallowSpec), and the profile
+// that of two blocks; more where the first or last blocks differ: ShallowModel), and the profile
 // extended to the full depth by giving every further block the measurements of its twin
 // (ExpandProfile: the same code on the same shapes costs the same); a model without one is built
 // whole. Every strategy then plans on the full-depth profile, and the memory and time models
@@ -46,10 +46,10 @@ struct Prediction {
   double step_ms = 0;  // the time model's, from the measured stage times
 };
 
-// `model_spec` at the least depth from 2 to 4 whose stages hold a counterpart of every stage
-// of the full model (ExpandProfile), where the model has a depth parameter and that spec has
-// fewer stages; `model_spec` itself otherwise (canonical either way).
-absl::StatusOr<std::string> ShallowSpec(const std::string& model_spec);
+// `model` at the least depth from 2 to 4 whose stages hold a counterpart of every stage of the
+// full model (ExpandProfile), where the model has a depth parameter and that depth has fewer
+// stages; `model` itself otherwise.
+absl::StatusOr<BoundModel> ShallowModel(const BoundModel& model);
 
 // A prediction per model and strategy of `options` (store_all first), profiling each model's
 // shallow spec once on options.device. Progress lines go to `progress`. Errors of building and

@@ -24,6 +24,15 @@ ResultColumn Text(std::string name, std::string Row::*field) {
           }};
 }
 
+// `column` combining across ranks as `across` says, through `field`.
+template <typename Number>
+ResultColumn Across(ResultColumn column, Number Row::*field, AcrossRanks across) {
+  column.across = across;
+  column.get = [field](const Row& r) { return static_cast<double>(r.*field); };
+  column.set = [field](Row& r, double v) { r.*field = static_cast<Number>(v); };
+  return column;
+}
+
 // An integer column, empty where the row failed (`only_ok`) or where it is 0 (`zero_empty`).
 template <typename Int>
 ResultColumn Integer(std::string name, Int Row::*field, bool only_ok, bool zero_empty = false) {
@@ -69,15 +78,21 @@ ResultColumn Real(std::string name, double Row::*field, int decimals, bool only_
           }};
 }
 
+template <typename Number>
+ResultColumn Largest(ResultColumn column, Number Row::*field) {
+  return Across(std::move(column), field, AcrossRanks::kLargest);
+}
+
 const std::vector<ResultColumn>& Columns() {
   static const auto* columns = new std::vector<ResultColumn>{
       Text("model", &Row::model),
       Text("strategy", &Row::strategy),
       Text("device", &Row::device),
       Text("status", &Row::status),
-      Integer("baseline_bytes", &Row::baseline_bytes, /*only_ok=*/true),
-      Integer("activation_bytes", &Row::activation_bytes, true),
-      Integer("peak_bytes", &Row::peak_bytes, true),
+      Largest(Integer("baseline_bytes", &Row::baseline_bytes, /*only_ok=*/true),
+              &Row::baseline_bytes),
+      Largest(Integer("activation_bytes", &Row::activation_bytes, true), &Row::activation_bytes),
+      Largest(Integer("peak_bytes", &Row::peak_bytes, true), &Row::peak_bytes),
       // Derived from the two before it: written for readers of the file, not read back.
       {"peak_above_baseline_bytes",
        [](const Row& r) { return r.ok() ? absl::StrCat(r.peak_bytes - r.baseline_bytes) : ""; },
@@ -99,7 +114,8 @@ const std::vector<ResultColumn>& Columns() {
          r.predicted.peak_bytes = absolute - r.baseline_bytes;
          return true;
        }},
-      Integer("peak_reserved_bytes", &Row::peak_reserved_bytes, true),
+      Largest(Integer("peak_reserved_bytes", &Row::peak_reserved_bytes, true),
+              &Row::peak_reserved_bytes),
       Real("predicted_step_ms", &Row::predicted_step_ms, 3, true),
       Real("step_ms_median", &Row::step_ms_median, 3, true),
       Real("step_ms_min", &Row::step_ms_min, 3, true),
@@ -108,20 +124,20 @@ const std::vector<ResultColumn>& Columns() {
       Real("activation_vs_store_all", &Row::activation_vs_store_all, 4, false),
       Real("peak_vs_store_all", &Row::peak_vs_store_all, 4, false),
       Integer("recompute_forwards", &Row::recompute_forwards, true),
-      Integer("host_peak_bytes", &Row::host_peak_bytes, true),
+      Largest(Integer("host_peak_bytes", &Row::host_peak_bytes, true), &Row::host_peak_bytes),
       {"predicted_host_peak_bytes",
        [](const Row& r) { return r.ok() ? absl::StrCat(r.predicted.host_peak_bytes) : ""; },
        [](const std::string& cell, Row& r) {
          return cell.empty() || absl::SimpleAtoi(cell, &r.predicted.host_peak_bytes);
        }},
-      Integer("offloaded_bytes", &Row::offloaded_bytes, true),
+      Largest(Integer("offloaded_bytes", &Row::offloaded_bytes, true), &Row::offloaded_bytes),
       Real("to_host_gbps", &Row::to_host_gbps, 3, true),
       Real("from_host_gbps", &Row::from_host_gbps, 3, true),
       Real("copy_ms", &Row::copy_ms, 3, true),
       Real("predicted_copy_exposed_ms", &Row::predicted_copy_exposed_ms, 3, true),
       Real("copy_exposed_ms", &Row::copy_exposed_ms, 3, true),
       Real("max_grad_diff_vs_store_all", &Row::max_grad_diff_vs_store_all, -1, true),
-      Real("loss", &Row::loss, -2, true),
+      Across(Real("loss", &Row::loss, -2, true), &Row::loss, AcrossRanks::kMean),
       Integer("steps", &Row::steps, false),
       Real("step_gflop", &Row::step_gflop, 4, false, /*zero_empty=*/true),
       Real("achieved_gflops", &Row::achieved_gflops, 2, true),
@@ -130,7 +146,8 @@ const std::vector<ResultColumn>& Columns() {
       Integer("world_size", &Row::world_size, false),
       Text("backend", &Row::backend),
       Real("allreduce_exposed_ms", &Row::allreduce_exposed_ms, 3, true),
-      Real("allreduce_alone_ms", &Row::allreduce_alone_ms, 3, true),
+      Largest(Real("allreduce_alone_ms", &Row::allreduce_alone_ms, 3, true),
+              &Row::allreduce_alone_ms),
       Text("model_spec", &Row::model_spec),
       Text("strategy_spec", &Row::strategy_spec),
       Text("plan", &Row::plan),

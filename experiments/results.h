@@ -74,7 +74,8 @@ struct ConfigResult {
   int blas_threads = 0;               // OpenBLAS's, as run (0: not OpenBLAS, unknown)
   // Data parallel (core/dist/data_parallel.h): the ranks that ran it together and their backend
   // ("none" for one process). Bytes are then per rank (the largest rank's), step times the
-  // slowest rank's in each round, the loss the mean of the ranks' (the global batch's).
+  // slowest rank's in each round, the loss the mean of the ranks' (the global batch's): each
+  // column's AcrossRanks says which.
   int world_size = 1;
   std::string backend = "none";
   // With world_size > 1: the median over rounds of what the gradients' all-reduce added to the
@@ -83,7 +84,7 @@ struct ConfigResult {
   // backward.
   double allreduce_exposed_ms = kUnknown;
   double allreduce_alone_ms = kUnknown;
-  // The specs as bound, canonical (CanonicalModelSpec, BoundStrategy::spec): what --resume
+  // The specs as bound, canonical (BoundModel::spec, BoundStrategy::spec): what --resume
   // matches, whatever writing a later command line uses.
   std::string model_spec;
   std::string strategy_spec;
@@ -100,12 +101,24 @@ struct ConfigResult {
   }
 };
 
+// How a column's value combines across the ranks of a data-parallel run (experiments/cohort.h).
+enum class AcrossRanks {
+  kAlike,    // the same on every rank (a spec, a plan, a prediction from the ranks' mean
+             // profile), or derived after combining (medians and ratios of the rounds)
+  kLargest,  // the largest rank's: bytes, and times that the slowest rank sets
+  kMean,     // the ranks' mean: the loss, which is then the global batch's
+};
+
 // A column: its name, its cell for a row, and how a cell read back sets the row (false: the
-// cell is not what the column writes).
+// cell is not what the column writes). A column that combines across ranks (not kAlike) is a
+// number, read and set through `get` and `set`.
 struct ResultColumn {
   std::string name;
   std::function<std::string(const ConfigResult&)> write;
   std::function<bool(const std::string&, ConfigResult&)> read;
+  AcrossRanks across = AcrossRanks::kAlike;
+  std::function<double(const ConfigResult&)> get;
+  std::function<void(ConfigResult&, double)> set;
 };
 
 // results.csv's columns, in order.

@@ -21,6 +21,7 @@
 #include "core/run/profiler.h"
 #include "core/run/torch_status.h"
 #include "core/run/workload.h"
+#include "experiments/cohort.h"
 #include "experiments/progress.h"
 #include "experiments/report.h"
 #include "experiments/results_csv.h"
@@ -36,16 +37,23 @@ void Fail(ConfigResult& r, const absl::Status& s) {
   r.message = std::string(s.message());
 }
 
+// What a configuration's rounds time beside its plan, right after it in each round at the same
+// seed, for the rows to report the difference: the part of the step that the variant leaves out.
+enum class Variant {
+  kNone,
+  kTwin,            // the plan without its copies (Plan::WithoutOffload): what the copies expose
+  kWithoutReducer,  // with ranks, the same step without the gradients' all-reduce
+};
+
 // One strategy's state during a model's sweep.
 struct Config {
   explicit Config(BoundStrategy bound) : strategy(std::move(bound)) {}
   BoundStrategy strategy;
   ConfigResult result;
   std::optional<ChainExecutor> executor;  // empty once it failed
-  // An offloading plan's twin (Plan::WithoutOffload), timed after it in each round (one
-  // process only), and the rounds' differences, the plan's step less the twin's.
-  std::optional<ChainExecutor> twin;
-  std::vector<double> exposed_ms;
+  Variant variant = Variant::kNone;
+  std::optional<ChainExecutor> twin;  // kTwin's executor
+  std::vector<double> variant_ms;     // the variant's step in each timed round
 };
 
 // Seeds the default generators of CPU and the device so every strategy sees the same random
@@ -60,13 +68,13 @@ std::vector<at::Tensor> CollectGradients(ChainModel& model, const Batch& batch) 
 }
 
 // A configuration per strategy, in strategy order (store_all first), not yet planned.
-std::vector<Config> NewConfigs(const SweepOptions& options, const std::string& model_spec) {
+std::vector<Config> NewConfigs(const SweepOptions& options, const BoundModel& model) {
   std::vector<Config> configs;
   for (const BoundStrategy& strategy : options.strategies) {
     ConfigResult& r = configs.emplace_back(strategy).result;
     r.strategy = r.strategy_spec = strategy.spec();
     r.device = options.device.str();
-    r.model = r.model_spec = model_spec;
+    r.model = r.model_spec = model.spec();
     r.threads = options.threads.intra_op;
     r.blas_threads = options.threads.blas;
     if (options.group != nullptr) {
@@ -79,8 +87,8 @@ std::vector<Config> NewConfigs(const SweepOptions& options, const std::string& m
 
 // The profile's measured times (and copy rates) replaced by their mean over the ranks, so that
 // every rank's planners see the same profile and make the same plans.
-absl::Status ShareProfileTimes(ProcessGroup* group, ModelProfile& profile) {
-  if (group == nullptr) return absl::OkStatus();
+absl::Status ShareProfileTimes(const Cohort& cohort, ModelProfile& profile) {
+  if (cohort.alone()) return absl::OkStatus();
   std::vector<double*> fields = {&profile.loss.forward_ms, &profile.loss.backward_ms,
                                  &profile.to_host_bytes_per_ms, &profile.from_host_bytes_per_ms};
   std::string shape;  // which policies were measured: the same on every rank, or a bug
@@ -93,18 +101,17 @@ absl::Status ShareProfileTimes(ProcessGroup* group, ModelProfile& profile) {
     }
     absl::StrAppend(&shape, "|");
   }
-  RETURN_IF_ERROR(SameOnEveryRank(group, shape, "profiled policies"));
+  RETURN_IF_ERROR(cohort.Same(shape, "profiled policies"));
   std::vector<double> values;
   for (const double* f : fields) values.push_back(*f);
-  absl::StatusOr<std::vector<double>> mean = group->Mean(values);
-  if (!mean.ok()) return RankError(*group, "lost the other ranks", mean.status());
-  for (size_t i = 0; i < fields.size(); ++i) *fields[i] = (*mean)[i];
+  ASSIGN_OR_RETURN(const std::vector<double> mean, cohort.Mean(values));
+  for (size_t i = 0; i < fields.size(); ++i) *fields[i] = mean[i];
   return absl::OkStatus();
 }
 
 // An offloading configuration's copy figures that need no step, and (one process only) its
 // twin without the copies, to time it against.
-void PlanTwin(ProcessGroup* group, Workload& workload, const Plan& plan, ModelProfile& profile,
+void PlanTwin(const Cohort& cohort, Workload& workload, const Plan& plan, ModelProfile& profile,
               MemoryMeter& meter, Config& c) {
   ConfigResult& r = c.result;
   const double bytes = static_cast<double>(r.predicted.offloaded_bytes);
@@ -117,18 +124,21 @@ void PlanTwin(ProcessGroup* group, Workload& workload, const Plan& plan, ModelPr
   absl::StatusOr<double> twin_ms = PredictStepMs(profile, twin);
   if (twin_ms.ok()) r.predicted_copy_exposed_ms = r.predicted_step_ms - *twin_ms;
   // Against an assumed link a measured step says nothing of that link's copies.
-  if (group != nullptr || profile.link_assumed) return;
+  // With ranks, the variant timed is the step without its reducer.
+  if (!cohort.alone() || profile.link_assumed) return;
   absl::StatusOr<PlannedRun> run = workload.Prepare(twin, profile, meter);
-  if (run.ok()) c.twin.emplace(std::move(run->executor));  // else the measured figure is unknown
+  if (!run.ok()) return;  // the measured figure stays unknown
+  c.twin.emplace(std::move(run->executor));
+  c.variant = Variant::kTwin;
 }
 
 // Plans every configuration on the profiled workload and builds its executor; a strategy that
 // cannot plan (its budget is too small, say) fails alone. With a group, every rank plans from
 // the ranks' mean profile and must arrive at the same plan.
-absl::Status PlanConfigs(ProcessGroup* group, Workload& workload, const ModelProfile& measured,
+absl::Status PlanConfigs(const Cohort& cohort, Workload& workload, const ModelProfile& measured,
                          MemoryMeter& meter, Progress& progress, std::vector<Config>& configs) {
   ModelProfile profile = measured;  // plans may extend it with the policies they use
-  RETURN_IF_ERROR(ShareProfileTimes(group, profile));
+  RETURN_IF_ERROR(ShareProfileTimes(cohort, profile));
   const double step_flops = 3 * ForwardFlops(profile.stages);
   // The phase, then each plan where the one before it took seconds (a budget planner on a long
   // chain can).
@@ -141,21 +151,22 @@ absl::Status PlanConfigs(ProcessGroup* group, Workload& workload, const ModelPro
     c.result.model = workload.model()->spec();
     c.result.step_gflop = step_flops / 1e9;
     absl::StatusOr<PlannedRun> run = workload.Plan(c.strategy, profile, meter);
-    RETURN_IF_ERROR(AgreeOnOutcome(group, run.status()));
+    RETURN_IF_ERROR(cohort.AgreeOn(run.status()));
     if (!run.ok()) {
       Fail(c.result, run.status());
       continue;
     }
-    RETURN_IF_ERROR(ShareProfileTimes(group, profile));  // the policies the plan added
+    RETURN_IF_ERROR(ShareProfileTimes(cohort, profile));  // the policies the plan added
     c.result.strategy = run->plan.strategy;
     c.result.plan = PlanToText(run->plan, profile.stages);
-    RETURN_IF_ERROR(SameOnEveryRank(group, c.result.plan, "plans"));
+    RETURN_IF_ERROR(cohort.Same(c.result.plan, "plans"));
     c.result.predicted = run->predicted;
     c.result.predicted_step_ms = PredictStepMs(profile, run->plan).value_or(kNaN);
     if (run->predicted.offloaded_bytes > 0) {
-      PlanTwin(group, workload, run->plan, profile, meter, c);
+      PlanTwin(cohort, workload, run->plan, profile, meter, c);
     }
     c.executor.emplace(std::move(run->executor));
+    if (!cohort.alone()) c.variant = Variant::kWithoutReducer;
   }
   return absl::OkStatus();
 }
@@ -172,148 +183,110 @@ void Record(const StepResult& r, ConfigResult& result) {
   result.loss = r.loss;
 }
 
-// Timing and memory: interleaved rounds, warm-up first, under the measured cap. A
-// configuration that fails a step (out of memory) is out of the later rounds.
-void MeasureRounds(const SweepOptions& options, const std::string& model_spec, const Batch& batch,
-                   MemoryMeter& meter, Progress& progress, std::vector<Config>& configs) {
+// A configuration's steps in one round: its plan's (with the turn's `reducer`, if any), then
+// its variant's, each seeded alike and agreed on by the ranks. A plan that fails a step (out of
+// memory) is out of the later rounds; a variant that fails leaves its difference unknown.
+absl::Status StepRound(const SweepOptions& options, const Cohort& cohort, const Batch& batch,
+                       int round, GradientReducer* reducer, Progress& progress, Config& c) {
   const int rounds = options.warmup + options.steps;
-  for (const Config& c : configs) {
-    if (c.twin) progress.AddToTotal(rounds);
+  const bool timed = round >= options.warmup;
+  SeedRound(options.seed + round);
+  // The first round starts each configuration from an empty allocator cache, so its reserved
+  // peak is this configuration's own: on CUDA the blocks that store_all (or the model before)
+  // left cached would otherwise count for every strategy after it.
+  StepOptions step_options;
+  step_options.release_cached = round == 0;
+  step_options.hooks = reducer;
+  absl::StatusOr<StepResult> r = c.executor->Step(batch, step_options);
+  progress.Steps(1);
+  RETURN_IF_ERROR(cohort.AgreeOn(r.status()));
+  const bool has_variant = c.variant != Variant::kNone;
+  if (!r.ok()) {
+    Fail(c.result, r.status());
+    c.executor.reset();
+    // Its later rounds, and its variant's from this one, will not run.
+    progress.AddToTotal(-(rounds - round - 1) - (has_variant ? rounds - round : 0));
+    return absl::OkStatus();
   }
-  ScopedMemoryCap cap(meter, options.memory_cap);
-  for (int round = 0; round < rounds; ++round) {
-    // Forward in even rounds, backward in odd ones: what a configuration's place in a round
-    // costs or gains (running right after another's allocations, say) falls on every one alike.
-    for (size_t k = 0; k < configs.size(); ++k) {
-      Config& c = configs[round % 2 == 0 ? k : configs.size() - 1 - k];
-      if (!c.executor) continue;
-      SeedRound(options.seed + round);
-      // The first round starts each configuration from an empty allocator cache, so its
-      // reserved peak is this configuration's own: on CUDA the blocks that store_all (or the
-      // model before) left cached would otherwise count for every strategy after it.
-      StepOptions step_options;
-      step_options.release_cached = round == 0;
-      absl::StatusOr<StepResult> r = c.executor->Step(batch, step_options);
-      progress.Steps(1);
-      if (!r.ok()) {
-        Fail(c.result, r.status());
-        c.executor.reset();
-        // Its later rounds, and its twin's from this one, will not run.
-        progress.AddToTotal(-(rounds - round - 1) - (c.twin ? rounds - round : 0));
-        c.twin.reset();
-        continue;
-      }
-      if (round == 0) c.result.peak_reserved_bytes = r->peak_reserved_bytes;
-      if (round >= options.warmup) Record(*r, c.result);
-      if (c.twin) {
-        SeedRound(options.seed + round);
-        absl::StatusOr<StepResult> twin = c.twin->Step(batch, StepOptions());
-        progress.Steps(1);
-        if (!twin.ok()) {
-          c.twin.reset();  // the copies' exposure stays unknown; the plan's figures stand
-          c.exposed_ms.clear();
-          progress.AddToTotal(-(rounds - round - 1));
-        } else if (round >= options.warmup) {
-          c.exposed_ms.push_back(r->step_ms - twin->step_ms);
-        }
-      }
-    }
-    progress.Line(absl::StrFormat("%s: round %d/%d%s", model_spec, round + 1, rounds,
-                                  round < options.warmup ? " (warm-up)" : ""));
+  if (round == 0) c.result.peak_reserved_bytes = r->peak_reserved_bytes;
+  if (timed) Record(*r, c.result);
+  if (!has_variant) return absl::OkStatus();
+  SeedRound(options.seed + round);
+  ChainExecutor& variant = c.variant == Variant::kTwin ? *c.twin : *c.executor;
+  absl::StatusOr<StepResult> v = variant.Step(batch, StepOptions());
+  progress.Steps(1);
+  RETURN_IF_ERROR(cohort.AgreeOn(v.status()));
+  if (!v.ok()) {
+    c.variant = Variant::kNone;
+    c.twin.reset();
+    c.variant_ms.clear();
+    progress.AddToTotal(-(rounds - round - 1));
+  } else if (timed) {
+    c.variant_ms.push_back(v->step_ms);
   }
-}
-
-// The ranks' figures of one configuration combined into its row, on every rank: bytes the
-// largest rank's, each round's step time the slowest rank's (with and without the reducer),
-// the loss the mean of the ranks' (the global batch's).
-absl::Status CombineRanks(ProcessGroup& group, ConfigResult& r,
-                          const std::vector<double>& compute_ms, double alone_ms) {
-  std::vector<double> most = {static_cast<double>(r.baseline_bytes),
-                              static_cast<double>(r.activation_bytes),
-                              static_cast<double>(r.peak_bytes),
-                              static_cast<double>(r.peak_reserved_bytes),
-                              static_cast<double>(r.host_peak_bytes),
-                              static_cast<double>(r.offloaded_bytes),
-                              alone_ms};
-  most.insert(most.end(), r.step_ms.begin(), r.step_ms.end());
-  most.insert(most.end(), compute_ms.begin(), compute_ms.end());
-  absl::StatusOr<std::vector<double>> top = group.Max(most);
-  absl::StatusOr<std::vector<double>> loss =
-      top.ok() ? group.Mean({r.loss}) : absl::StatusOr<std::vector<double>>(top.status());
-  if (!loss.ok()) return RankError(group, "lost the other ranks", loss.status());
-  const std::vector<double>& m = *top;
-  r.baseline_bytes = static_cast<int64_t>(m[0]);
-  r.activation_bytes = static_cast<int64_t>(m[1]);
-  r.peak_bytes = static_cast<int64_t>(m[2]);
-  r.peak_reserved_bytes = static_cast<int64_t>(m[3]);
-  r.host_peak_bytes = static_cast<int64_t>(m[4]);
-  r.offloaded_bytes = static_cast<int64_t>(m[5]);
-  r.allreduce_alone_ms = m[6];
-  const size_t rounds = r.step_ms.size();
-  std::vector<double> exposed;
-  for (size_t i = 0; i < rounds; ++i) {
-    r.step_ms[i] = m[7 + i];
-    exposed.push_back(m[7 + i] - m[7 + rounds + i]);
-  }
-  r.allreduce_exposed_ms = Median(exposed);
-  r.loss = (*loss)[0];
   return absl::OkStatus();
 }
 
-// Data parallel timing and memory: one configuration at a time, with a reducer of its own for
-// its rounds (so the baseline holds one reducer's buckets), each timed step followed by the
-// same step without the reducer. Ranks agree after every step; a configuration that fails on
-// every rank (out of memory) is out of the later rounds, anything else ends the sweep.
-absl::Status MeasureEachInTurn(const SweepOptions& options, const std::string& model_spec,
-                               Workload& workload, MemoryMeter& meter, Progress& progress,
-                               std::vector<Config>& configs) {
-  ProcessGroup& group = *options.group;
+// Timing and memory, under the measured cap, warm-up rounds first. The configurations run in
+// turns: for one process a single turn of them all, interleaved (A B C C B A A B C ...) so that
+// machine drift and a place in the round hit them alike; with ranks, each configuration a turn
+// of its own with a reducer of its own (c10d's learns its plan in its first step, and the
+// baseline then holds one reducer's buckets). Each round steps a configuration's plan and then
+// its variant. At a turn's end the ranks' rows are combined (Cohort::Combine).
+absl::Status MeasureRounds(const SweepOptions& options, const Cohort& cohort, Workload& workload,
+                           MemoryMeter& meter, Progress& progress, std::vector<Config>& configs) {
   const int rounds = options.warmup + options.steps;
+  std::vector<std::vector<Config*>> turns(cohort.alone() ? 1 : 0);
   for (Config& c : configs) {
     if (!c.executor) {
-      progress.Steps(rounds);
+      progress.AddToTotal(-rounds);
       continue;
     }
-    absl::StatusOr<std::unique_ptr<GradientReducer>> reducer =
-        GradientReducer::Create(group, workload.model()->Parameters(), workload.model()->State());
-    if (!reducer.ok()) return RankError(group, "could not make a reducer", reducer.status());
-    std::vector<double> compute_ms;
+    if (c.variant != Variant::kNone) progress.AddToTotal(rounds);
+    if (cohort.alone()) {
+      turns[0].push_back(&c);
+    } else {
+      turns.push_back({&c});
+    }
+  }
+  for (const std::vector<Config*>& turn : turns) {
+    std::unique_ptr<GradientReducer> reducer;
+    if (!cohort.alone()) {
+      absl::StatusOr<std::unique_ptr<GradientReducer>> made = GradientReducer::Create(
+          *cohort.group(), workload.model()->Parameters(), workload.model()->State());
+      if (!made.ok()) return RankError(*cohort.group(), "could not make a reducer", made.status());
+      reducer = *std::move(made);
+    }
     {
       ScopedMemoryCap cap(meter, options.memory_cap);
-      for (int round = 0; round < rounds && c.executor; ++round) {
-        const bool timed = round >= options.warmup;
-        for (GradientReducer* with : {reducer->get(), static_cast<GradientReducer*>(nullptr)}) {
-          if (with == nullptr && !timed) continue;
-          SeedRound(options.seed + round);
-          StepOptions step_options;
-          step_options.release_cached = round == 0 && with != nullptr;
-          step_options.hooks = with;
-          absl::StatusOr<StepResult> r = c.executor->Step(workload.batch(), step_options);
-          RETURN_IF_ERROR(AgreeOnOutcome(&group, r.status()));
-          if (!r.ok()) {
-            Fail(c.result, r.status());
-            c.executor.reset();
-            break;
-          }
-          if (with == nullptr) {
-            compute_ms.push_back(r->step_ms);
-            continue;
-          }
-          if (round == 0) c.result.peak_reserved_bytes = r->peak_reserved_bytes;
-          if (timed) Record(*r, c.result);
+      for (int round = 0; round < rounds; ++round) {
+        // Forward in even rounds, backward in odd ones: what a configuration's place in a round
+        // costs or gains (running right after another's allocations, say) falls on each alike.
+        for (size_t k = 0; k < turn.size(); ++k) {
+          Config& c = *turn[round % 2 == 0 ? k : turn.size() - 1 - k];
+          if (!c.executor) continue;
+          RETURN_IF_ERROR(
+              StepRound(options, cohort, workload.batch(), round, reducer.get(), progress, c));
         }
-        progress.Steps(1);
+        if (cohort.alone()) {
+          progress.Line(absl::StrFormat("%s: round %d/%d%s", workload.model()->spec(), round + 1,
+                                        rounds, round < options.warmup ? " (warm-up)" : ""));
+        }
       }
     }
-    double alone_ms = kNaN;
-    if (c.executor) {
-      absl::StatusOr<double> alone = (*reducer)->AllReduceAloneMs();
-      if (!alone.ok()) return RankError(group, "lost the other ranks", alone.status());
-      alone_ms = *alone;
-      RETURN_IF_ERROR(CombineRanks(group, c.result, compute_ms, alone_ms));
+    for (Config* c : turn) {
+      if (!c->executor) continue;
+      if (reducer != nullptr) {
+        absl::StatusOr<double> alone = reducer->AllReduceAloneMs();
+        if (!alone.ok()) return RankError(*cohort.group(), "lost the other ranks", alone.status());
+        c->result.allreduce_alone_ms = *alone;
+      }
+      RETURN_IF_ERROR(cohort.Combine(c->result, c->variant_ms));
     }
-    progress.Line(absl::StrFormat("%s %s: %d rounds on %d ranks", model_spec, c.result.strategy,
-                                  rounds, group.world_size()));
+    if (!cohort.alone()) {
+      progress.Line(absl::StrFormat("%s %s: %d rounds on %d ranks", workload.model()->spec(),
+                                    turn[0]->result.strategy, rounds, cohort.world_size()));
+    }
   }
   return absl::OkStatus();
 }
@@ -323,23 +296,22 @@ absl::Status MeasureEachInTurn(const SweepOptions& options, const std::string& m
 // figures, and outside the measured cap, which it would count against. With a group, each
 // step has a reducer of its own (its first step reduces after backward), so the gradients
 // compared are the ranks' mean, and the difference is the largest rank's.
-absl::Status CheckGradients(const SweepOptions& options, ChainModel& model, const Batch& batch,
-                            std::vector<Config>& configs) {
-  ProcessGroup* group = options.group;
+absl::Status CheckGradients(const SweepOptions& options, const Cohort& cohort, ChainModel& model,
+                            const Batch& batch, std::vector<Config>& configs) {
   // The step's own outcome into `stepped`; an error when the sweep cannot go on.
   auto seeded_step = [&](Config& c, absl::Status& stepped) -> absl::Status {
     std::unique_ptr<GradientReducer> reducer;
-    if (group != nullptr) {
+    if (!cohort.alone()) {
       absl::StatusOr<std::unique_ptr<GradientReducer>> made =
-          GradientReducer::Create(*group, model.Parameters(), model.State());
-      if (!made.ok()) return RankError(*group, "could not make a reducer", made.status());
+          GradientReducer::Create(*cohort.group(), model.Parameters(), model.State());
+      if (!made.ok()) return RankError(*cohort.group(), "could not make a reducer", made.status());
       reducer = *std::move(made);
     }
     SeedRound(options.seed);
     StepOptions step_options;
     step_options.hooks = reducer.get();
     stepped = c.executor->Step(batch, step_options).status();
-    return AgreeOnOutcome(group, stepped);
+    return cohort.AgreeOn(stepped);
   };
   Config& reference = configs[0];
   std::vector<at::Tensor> reference_grads;
@@ -355,11 +327,10 @@ absl::Status CheckGradients(const SweepOptions& options, ChainModel& model, cons
     });
     if (!copied.ok()) reference_grads.clear();  // no reference: differences stay unknown
   }
-  ASSIGN_OR_RETURN(const bool have_reference, OnEveryRank(group, !reference_grads.empty()));
-  if (group != nullptr && have_reference) {
-    absl::StatusOr<std::vector<double>> scale = group->Max({reference_scale});
-    if (!scale.ok()) return RankError(*group, "lost the other ranks", scale.status());
-    reference_scale = (*scale)[0];
+  ASSIGN_OR_RETURN(const bool have_reference, cohort.OnEvery(!reference_grads.empty()));
+  if (have_reference) {
+    ASSIGN_OR_RETURN(const std::vector<double> scale, cohort.Max({reference_scale}));
+    reference_scale = scale[0];
   }
   for (Config& c : configs) {
     c.result.max_grad_diff_vs_store_all = kNaN;
@@ -372,14 +343,11 @@ absl::Status CheckGradients(const SweepOptions& options, ChainModel& model, cons
     }
     absl::StatusOr<double> diff = RunTorch(
         [&] { return MaxGradientDifference(CollectGradients(model, batch), reference_grads); });
-    double largest = diff.ok() ? *diff : kNaN;
-    if (group != nullptr) {  // unknown (NaN) on any rank is unknown
-      absl::StatusOr<std::vector<double>> most =
-          group->Max({std::isnan(largest) ? 1.0 : 0.0, std::isnan(largest) ? 0.0 : largest});
-      if (!most.ok()) return RankError(*group, "lost the other ranks", most.status());
-      largest = (*most)[0] > 0 ? kNaN : (*most)[1];
-    }
-    c.result.max_grad_diff_vs_store_all = largest;
+    const double local = diff.ok() ? *diff : kNaN;
+    // The largest rank's; unknown (NaN) on any rank is unknown.
+    ASSIGN_OR_RETURN(const std::vector<double> most,
+                     cohort.Max({std::isnan(local) ? 1.0 : 0.0, std::isnan(local) ? 0.0 : local}));
+    c.result.max_grad_diff_vs_store_all = most[0] > 0 ? kNaN : most[1];
     // Agreement is required up to float32 rounding relative to the gradients' scale
     // (strategies that recompute the same arithmetic are at exactly 0 on CPU).
     if (!(c.result.max_grad_diff_vs_store_all <= kGradTolerance * (1 + reference_scale))) {
@@ -409,7 +377,13 @@ std::vector<ConfigResult> Summarize(std::vector<Config>& configs) {
                             static_cast<double>(ref.peak_bytes - ref.baseline_bytes);
     }
     r.steps = static_cast<int64_t>(r.step_ms.size());
-    if (r.status == "ok" && !c.exposed_ms.empty()) r.copy_exposed_ms = Median(c.exposed_ms);
+    // What the variant leaves out of the step: the median over rounds of the difference.
+    if (r.status == "ok" && !c.variant_ms.empty() && c.variant_ms.size() == r.step_ms.size()) {
+      std::vector<double> exposed;
+      for (size_t i = 0; i < r.step_ms.size(); ++i)
+        exposed.push_back(r.step_ms[i] - c.variant_ms[i]);
+      (c.variant == Variant::kTwin ? r.copy_exposed_ms : r.allreduce_exposed_ms) = Median(exposed);
+    }
     if (!r.step_ms.empty()) {
       r.step_ms_median = Median(r.step_ms);
       r.step_ms_min = *std::min_element(r.step_ms.begin(), r.step_ms.end());
@@ -424,30 +398,28 @@ std::vector<ConfigResult> Summarize(std::vector<Config>& configs) {
 // Runs every strategy on one model. Results in strategy order, store_all first. An error only
 // when a data-parallel sweep cannot go on.
 absl::StatusOr<std::vector<ConfigResult>> SweepModel(const SweepOptions& options,
-                                                     const std::string& model_spec,
-                                                     MemoryMeter& meter, Progress& progress) {
-  std::vector<Config> configs = NewConfigs(options, model_spec);
+                                                     const BoundModel& model, MemoryMeter& meter,
+                                                     Progress& progress) {
+  const std::string& model_spec = model.spec();
+  std::vector<Config> configs = NewConfigs(options, model);
   WorkloadOptions workload_options = WorkloadOptionsFor(options);
   workload_options.profile.progress = progress.Profiling(model_spec);
-  absl::StatusOr<Workload> workload = Workload::Build(model_spec, workload_options);
+  absl::StatusOr<Workload> workload = Workload::Build(model, workload_options);
   absl::StatusOr<const ModelProfile*> profiled =
       workload.ok() ? workload->Profile(meter) : workload.status();
-  RETURN_IF_ERROR(AgreeOnOutcome(options.group, profiled.status()));
+  const Cohort cohort(options.group);
+  RETURN_IF_ERROR(cohort.AgreeOn(profiled.status()));
   if (!profiled.ok()) {
     for (Config& c : configs) Fail(c.result, profiled.status());
     return Summarize(configs);
   }
-  RETURN_IF_ERROR(PlanConfigs(options.group, *workload, **profiled, meter, progress, configs));
-  if (options.group == nullptr) {
-    MeasureRounds(options, model_spec, workload->batch(), meter, progress, configs);
-  } else {
-    RETURN_IF_ERROR(MeasureEachInTurn(options, model_spec, *workload, meter, progress, configs));
-  }
+  RETURN_IF_ERROR(PlanConfigs(cohort, *workload, **profiled, meter, progress, configs));
+  RETURN_IF_ERROR(MeasureRounds(options, cohort, *workload, meter, progress, configs));
   if (configs.size() > 1) {  // a step each: on a long chain, seconds
     progress.Line(absl::StrFormat("%s: comparing %d strategies' gradients with store_all's",
                                   model_spec, configs.size() - 1));
   }
-  RETURN_IF_ERROR(CheckGradients(options, *workload->model(), workload->batch(), configs));
+  RETURN_IF_ERROR(CheckGradients(options, cohort, *workload->model(), workload->batch(), configs));
   return Summarize(configs);
 }
 
@@ -472,7 +444,7 @@ WorkloadOptions WorkloadOptionsFor(const SweepOptions& options) {
   return workload;
 }
 
-absl::StatusOr<SweepOptions> CanonicalSweep(const SweepOptions& options) {
+absl::Status ValidateSweep(const SweepOptions& options) {
   if (options.models.empty()) return absl::InvalidArgumentError("no models given (--models)");
   // Bounded so that counts of steps never overflow (a step takes at least a millisecond).
   constexpr int kMostSteps = 1000000;
@@ -492,93 +464,95 @@ absl::StatusOr<SweepOptions> CanonicalSweep(const SweepOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat("time limit ", options.time_limit_s,
                                                    " s is not accepted; accepted: >= 0 (0: none)"));
   }
-  // Every spec as it would be built, and each once: two that say the same thing (uniform and
-  // uniform:segments=auto) would measure the same configuration twice.
+  // Each spec once: two that say the same thing (uniform and uniform:segments=auto) would
+  // measure the same configuration twice.
   if (options.strategies.empty() || options.strategies.front().id() != "store_all") {
     return absl::InvalidArgumentError(
         "the strategies do not start with store_all; accepted: a list BindStrategies made");
   }
-  std::set<std::string> strategy_specs;
+  std::set<std::string> specs;
   for (const BoundStrategy& strategy : options.strategies) {
-    if (!strategy_specs.insert(strategy.spec()).second) {
+    if (!specs.insert(strategy.spec()).second) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the strategies list ", strategy.spec(), " twice; accepted: a list BindStrategies made"));
     }
   }
-  SweepOptions canonical = options;
-  canonical.models.clear();
-  canonical.completed.clear();
-  std::map<std::string, std::string> seen;  // canonical spec -> as given
-  auto once = [&](const std::string& what, const std::string& text,
-                  const std::string& spec) -> absl::Status {
-    auto [it, inserted] = seen.emplace(spec, text);
-    if (inserted) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(what, " lists ", spec, " twice (as '",
-                                                   it->second, "' and '", text,
-                                                   "'); accepted: each once"));
-  };
-  for (const std::string& text : options.models) {
-    ASSIGN_OR_RETURN(std::string spec, CanonicalModelSpec(text));
-    RETURN_IF_ERROR(once("--models", text, spec));
-    canonical.models.push_back(spec);
+  specs.clear();
+  for (const BoundModel& model : options.models) {
+    if (!specs.insert(model.spec()).second) {
+      return absl::InvalidArgumentError(absl::StrCat("the models list ", model.spec(),
+                                                     " twice; accepted: a list BindModels made"));
+    }
   }
   // What can be checked of a strategy against each model's stages (a written plan's fit), before
   // anything runs.
-  for (const BoundStrategy& strategy : canonical.strategies) {
-    for (const std::string& model : canonical.models) {
-      ASSIGN_OR_RETURN(const std::vector<StageInfo> stages, ModelStages(model));
+  for (const BoundModel& model : options.models) {
+    const std::vector<StageInfo> stages = model.Stages();
+    for (const BoundStrategy& strategy : options.strategies) {
       if (absl::Status s = strategy.strategy().CheckStages(stages); !s.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(s.message(), " (on ", model, ")"));
+        return absl::InvalidArgumentError(absl::StrCat(s.message(), " (on ", model.spec(), ")"));
       }
     }
   }
-  for (const auto& [model, strategy] : options.completed) {
-    ASSIGN_OR_RETURN(std::string model_spec, CanonicalModelSpec(model));
-    ASSIGN_OR_RETURN(std::string strategy_spec, BoundStrategySpec(strategy));
-    canonical.completed.emplace(model_spec, strategy_spec);
-  }
-  return canonical;
+  return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::string>> DepthScanModels(const std::string& model_text,
-                                                         const std::vector<int>& depths) {
-  ASSIGN_OR_RETURN(Spec spec, ParseSpec(model_text));
-  ASSIGN_OR_RETURN(const ModelRegistry::Entry* entry, Models().Find(spec.name));
-  const ParamDef* depth_def = nullptr;
-  for (const ParamDef& p : entry->params) {
-    if (p.key == "depth") depth_def = &p;
+absl::StatusOr<std::vector<BoundModel>> BindModels(const std::vector<std::string>& texts) {
+  std::vector<BoundModel> models;
+  std::map<std::string, std::string> seen;  // canonical spec -> as given
+  for (const std::string& text : texts) {
+    ASSIGN_OR_RETURN(BoundModel model, BoundModel::Bind(text));
+    auto [it, inserted] = seen.emplace(model.spec(), text);
+    if (!inserted) {
+      return absl::InvalidArgumentError(absl::StrCat("--models lists ", model.spec(),
+                                                     " twice (as '", it->second, "' and '", text,
+                                                     "'); accepted: each once"));
+    }
+    models.push_back(std::move(model));
   }
-  if (depth_def == nullptr) {
+  return models;
+}
+
+absl::StatusOr<std::vector<BoundModel>> DepthScanModels(const BoundModel& model,
+                                                        const std::vector<int>& depths) {
+  const std::vector<ParamDef>& params = model.params();
+  const auto depth_def = std::find_if(params.begin(), params.end(),
+                                      [](const ParamDef& p) { return p.key == "depth"; });
+  if (depth_def == params.end()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--depths: model '", spec.name, "' has no depth parameter; accepted: models with one"));
+        "--depths: model '", model.id(), "' has no depth parameter; accepted: models with one"));
   }
-  std::string base = spec.name;  // the spec without its depth
-  for (const auto& [key, value] : spec.params) {
-    if (key != "depth") absl::StrAppend(&base, ":", key, "=", value);
-  }
-  std::vector<std::string> specs;
+  std::vector<BoundModel> models;
   for (const int depth : depths) {
     if (depth < depth_def->min_value || depth > depth_def->max_value) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--depths: depth ", depth, " is outside ", spec.name,
+          absl::StrCat("--depths: depth ", depth, " is outside ", model.id(),
                        "'s range; accepted: ", depth_def->min_value, "..", depth_def->max_value));
     }
-    specs.push_back(absl::StrCat(base, ":depth=", depth));
-    RETURN_IF_ERROR(CheckModelSpec(specs.back()));
+    ASSIGN_OR_RETURN(BoundModel deep, model.With("depth", absl::StrCat(depth)));
+    models.push_back(std::move(deep));
   }
-  return specs;
+  return models;
+}
+
+std::string WithoutDepth(const BoundModel& model) {
+  std::string base = model.id();
+  for (const auto& [key, value] : model.values().Entries()) {
+    if (key != "depth") absl::StrAppend(&base, ":", key, "=", value);
+  }
+  return base;
 }
 
 absl::StatusOr<std::vector<ConfigResult>> RunSweep(
-    const SweepOptions& given, MemoryMeter& meter,
+    const SweepOptions& options, MemoryMeter& meter,
     const std::function<absl::Status(const ConfigResult&)>& on_result, std::ostream& out) {
-  ASSIGN_OR_RETURN(const SweepOptions options, CanonicalSweep(given));
+  RETURN_IF_ERROR(ValidateSweep(options));
   const std::vector<BoundStrategy>& order = options.strategies;
-  auto is_done = [&](const std::string& model) {
-    return HasEveryRow(model, options.strategies, options.completed);
+  auto is_done = [&](const BoundModel& model) {
+    return HasEveryRow(model.spec(), options.strategies, options.completed);
   };
   int64_t to_run = 0;
-  for (const std::string& model : options.models) to_run += is_done(model) ? 0 : 1;
+  for (const BoundModel& model : options.models) to_run += is_done(model) ? 0 : 1;
   // Per model: every round steps every strategy, then one gradient-check step each.
   Progress progress(
       out, to_run * static_cast<int64_t>(order.size()) * (options.warmup + options.steps + 1));
@@ -586,16 +560,16 @@ absl::StatusOr<std::vector<ConfigResult>> RunSweep(
   const auto start = std::chrono::steady_clock::now();
   bool started_one = false;
   for (size_t m = 0; m < options.models.size(); ++m) {
-    const std::string& model = options.models[m];
+    const BoundModel& model = options.models[m];
     if (is_done(model)) {
       progress.Line(absl::StrFormat("model %d/%d %s: already in results.csv, skipped", m + 1,
-                                    options.models.size(), model));
+                                    options.models.size(), model.spec()));
       continue;
     }
     // Every rank stops at the same model: when the time is spent on any of them.
-    ASSIGN_OR_RETURN(const bool in_time,
-                     OnEveryRank(options.group, !started_one || options.time_limit_s <= 0 ||
-                                                    Elapsed(start) < options.time_limit_s));
+    ASSIGN_OR_RETURN(const bool in_time, Cohort(options.group)
+                                             .OnEvery(!started_one || options.time_limit_s <= 0 ||
+                                                      Elapsed(start) < options.time_limit_s));
     if (!in_time) {
       progress.Line(absl::StrFormat(
           "time limit of %.0f s reached: models %d..%d not started (--resume continues them)",
@@ -603,7 +577,7 @@ absl::StatusOr<std::vector<ConfigResult>> RunSweep(
       break;
     }
     started_one = true;
-    progress.Line(absl::StrFormat("model %d/%d %s", m + 1, options.models.size(), model));
+    progress.Line(absl::StrFormat("model %d/%d %s", m + 1, options.models.size(), model.spec()));
     ASSIGN_OR_RETURN(std::vector<ConfigResult> rows, SweepModel(options, model, meter, progress));
     for (ConfigResult& r : rows) {
       progress.Steps(1);
@@ -617,29 +591,25 @@ absl::StatusOr<std::vector<ConfigResult>> RunSweep(
   return all;
 }
 
-absl::StatusOr<std::vector<DepthPoint>> RunDepthScan(const SweepOptions& given,
+absl::StatusOr<std::vector<DepthPoint>> RunDepthScan(const SweepOptions& options,
                                                      const std::vector<int>& depths,
                                                      MemoryMeter& meter, std::ostream& out) {
-  ASSIGN_OR_RETURN(const SweepOptions options, CanonicalSweep(given));
+  RETURN_IF_ERROR(ValidateSweep(options));
   const std::vector<BoundStrategy>& order = options.strategies;
   Progress progress(out,
                     static_cast<int64_t>(options.models.size() * depths.size() * order.size()));
   std::vector<DepthPoint> points;
-  for (const std::string& model_text : options.models) {
-    ASSIGN_OR_RETURN(std::vector<std::string> specs, DepthScanModels(model_text, depths));
-    ASSIGN_OR_RETURN(Spec spec, ParseSpec(model_text));
-    std::string base = spec.name;  // the spec without its depth, naming the panel
-    for (const auto& [key, value] : spec.params) {
-      if (key != "depth") absl::StrAppend(&base, ":", key, "=", value);
-    }
+  for (const BoundModel& model : options.models) {
+    ASSIGN_OR_RETURN(std::vector<BoundModel> deep, DepthScanModels(model, depths));
+    const std::string base = WithoutDepth(model);  // naming the panel
     for (size_t d = 0; d < depths.size(); ++d) {
       const int depth = depths[d];
-      const std::string& model_spec = specs[d];
+      const std::string& model_spec = deep[d].spec();
       WorkloadOptions workload_options = WorkloadOptionsFor(options);
       // Bytes are what this scan reports; planners get one timing of each stage.
       workload_options.profile.min_repeats = 1;
       workload_options.profile.min_time_ms = 0;
-      absl::StatusOr<Workload> workload = Workload::Build(model_spec, workload_options);
+      absl::StatusOr<Workload> workload = Workload::Build(deep[d], workload_options);
       absl::StatusOr<const ModelProfile*> profiled =
           workload.ok() ? workload->Profile(meter)
                         : absl::StatusOr<const ModelProfile*>(workload.status());
@@ -675,6 +645,23 @@ bool HasEveryRow(const std::string& model, const std::vector<BoundStrategy>& str
   return std::all_of(strategies.begin(), strategies.end(), [&](const BoundStrategy& strategy) {
     return rows.count({model, strategy.spec()}) > 0;
   });
+}
+
+absl::StatusOr<std::set<std::pair<std::string, std::string>>> CompletedPairs(
+    const std::vector<ConfigResult>& rows) {
+  std::set<std::pair<std::string, std::string>> pairs;
+  for (const ConfigResult& r : rows) {
+    const absl::StatusOr<std::string> model = CanonicalModelSpec(r.model_spec);
+    const absl::StatusOr<std::string> strategy = BoundStrategySpec(r.strategy_spec);
+    for (const absl::Status& s : {model.status(), strategy.status()}) {
+      if (!s.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("holds a row whose spec is not one: ", s.message()));
+      }
+    }
+    pairs.emplace(*model, *strategy);
+  }
+  return pairs;
 }
 
 absl::StatusOr<std::vector<BoundStrategy>> BindStrategies(const std::vector<std::string>& texts) {
@@ -740,6 +727,12 @@ absl::StatusOr<std::vector<BoundStrategy>> WithBudgets(const std::vector<BoundSt
 std::vector<std::string> SpecsOf(const std::vector<BoundStrategy>& strategies) {
   std::vector<std::string> specs;
   for (const BoundStrategy& strategy : strategies) specs.push_back(strategy.spec());
+  return specs;
+}
+
+std::vector<std::string> SpecsOf(const std::vector<BoundModel>& models) {
+  std::vector<std::string> specs;
+  for (const BoundModel& model : models) specs.push_back(model.spec());
   return specs;
 }
 

@@ -24,6 +24,7 @@
 #include "core/dist/data_parallel.h"
 #include "core/plan/memory_model.h"
 #include "core/plan/strategy.h"
+#include "core/run/chain_model.h"
 #include "core/run/device.h"
 #include "core/run/memory_meter.h"
 #include "core/run/workload.h"
@@ -33,9 +34,9 @@
 namespace ckpt {
 
 struct SweepOptions {
-  // Model specs in any writing: RunSweep, RunTraining and RunDepthScan work on their canonical
-  // ones (CanonicalSweep), which the rows record.
-  std::vector<std::string> models;
+  // The models, bound where the request was read (BindModels: each once); rows record their
+  // specs.
+  std::vector<BoundModel> models;
   // The strategies, bound where the request was read (BindStrategies: store_all first, each
   // once); rows record their specs.
   std::vector<BoundStrategy> strategies;
@@ -65,31 +66,33 @@ struct SweepOptions {
   // same step without the reducer (the computation alone). A rank that fails or disagrees ends
   // the sweep with an error on every rank that can still tell.
   ProcessGroup* group = nullptr;
-  // (model spec, strategy spec) pairs already in results.csv (--resume), in any writing: a
-  // model whose pairs are all there is skipped; otherwise it runs again and only the missing
-  // rows are reported.
+  // (model spec, strategy spec) pairs already in results.csv (--resume), canonical (as
+  // BoundModel::spec and BoundStrategy::spec write them): a model whose pairs are all there is
+  // skipped; otherwise it runs again and only the missing rows are reported.
   std::set<std::pair<std::string, std::string>> completed;
 };
 
 // How the sweep's workloads are built: its device, seed, and the profile's assumed link.
 WorkloadOptions WorkloadOptionsFor(const SweepOptions& options);
 
-// Checks every model spec against the registry and the model's own checks, each strategy
-// against each model's stages (CheckStages: a written plan's fit), the numbers for sense, and
-// that no model is listed twice (by canonical spec), touching no tensor: InvalidArgument /
-// NotFound naming the offending value and the accepted ones. Returns the options with the specs
-// of models and completed pairs canonical. The strategies must be as BindStrategies returns
-// them (store_all first, each once): InvalidArgument otherwise.
-absl::StatusOr<SweepOptions> CanonicalSweep(const SweepOptions& options);
-inline absl::Status ValidateSweep(const SweepOptions& options) {
-  return CanonicalSweep(options).status();
-}
+// Checks each strategy against each model's stages (CheckStages: a written plan's fit) and the
+// numbers for sense, touching no tensor: InvalidArgument naming the offending value and the
+// accepted ones. The models must be as BindModels returns them (each once, non-empty) and the
+// strategies as BindStrategies does (store_all first, each once): InvalidArgument otherwise.
+absl::Status ValidateSweep(const SweepOptions& options);
 
-// The specs the depth scan builds of `model_text` (its depth set to each of `depths`), checked:
+// The models of `texts`, each spec bound once, in order: a model given twice (by canonical spec,
+// as "heavy_mlp:depth=4" and "heavy_mlp:depth=+4") is InvalidArgument naming both writings; a
+// spec that does not bind is its error, after "--models: " where the text names no model.
+absl::StatusOr<std::vector<BoundModel>> BindModels(const std::vector<std::string>& texts);
+
+// The models the depth scan builds of `model` (its depth set to each of `depths`), checked:
 // InvalidArgument for a model without a depth parameter, a depth outside its range, or a spec
 // the model refuses.
-absl::StatusOr<std::vector<std::string>> DepthScanModels(const std::string& model_text,
-                                                         const std::vector<int>& depths);
+absl::StatusOr<std::vector<BoundModel>> DepthScanModels(const BoundModel& model,
+                                                        const std::vector<int>& depths);
+// `model`'s spec without its depth: what names a depth scan's panel.
+std::string WithoutDepth(const BoundModel& model);
 
 // Runs the sweep. `on_result` is called as each configuration finishes (the CSV append);
 // an error from it stops the sweep. Progress lines go to `progress`. With a group, an error
@@ -126,14 +129,21 @@ absl::StatusOr<std::vector<BoundStrategy>> SweepOrder(
 absl::StatusOr<std::vector<BoundStrategy>> WithBudgets(const std::vector<BoundStrategy>& strategies,
                                                        const std::vector<std::string>& budgets);
 
-// The specs of `strategies`, in order.
+// The specs of `strategies` or `models`, in order.
 std::vector<std::string> SpecsOf(const std::vector<BoundStrategy>& strategies);
+std::vector<std::string> SpecsOf(const std::vector<BoundModel>& models);
 
 // Whether `rows` ((model, strategy) canonical specs, as in results.csv) holds a row of `model`
 // for every one of `strategies`: what --resume skips, and what a time limit left out when it does
 // not.
 bool HasEveryRow(const std::string& model, const std::vector<BoundStrategy>& strategies,
                  const std::set<std::pair<std::string, std::string>>& rows);
+
+// The (model, strategy) pairs of `rows` (as results.csv holds them) in their canonical writing:
+// what --resume skips. InvalidArgument naming a cell that is not a spec ("... holds a row whose
+// spec is not one").
+absl::StatusOr<std::set<std::pair<std::string, std::string>>> CompletedPairs(
+    const std::vector<ConfigResult>& rows);
 
 // A row's status for a failure: "oom" for ResourceExhausted, else "error".
 std::string FailureStatus(const absl::Status& status);

@@ -40,6 +40,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -60,6 +63,7 @@
 #include "core/run/device.h"
 #include "core/run/memory_meter.h"
 #include "core/run/workload.h"
+#include "experiments/cohort.h"
 #include "experiments/command_line.h"
 #include "experiments/output_folder.h"
 #include "experiments/predict.h"
@@ -134,9 +138,21 @@ ABSL_FLAG(bool, report_only, false,
 namespace ckpt {
 namespace {
 
-// The ranks this process started (--nproc), while they may be running: a rank 0 that ends
-// early ends them too, and says which rank failed first.
-RankProcesses* started_ranks = nullptr;
+// Errors travel as absl::Status to Main, which alone ends the process. Bad input, refused before
+// anything is measured or written, is marked so (BadInput) and ends with exit status 2; every
+// other error with 1.
+constexpr char kBadInput[] = "ckptlab.sweep/bad-input";
+
+absl::Status BadInput(absl::Status status) {
+  status.SetPayload(kBadInput, absl::Cord("exit 2"));
+  return status;
+}
+
+// The exit status for how the run ended.
+int ExitStatusOf(const absl::Status& status) {
+  if (status.ok()) return 0;
+  return status.GetPayload(kBadInput).has_value() ? 2 : 1;
+}
 
 // A line on standard error, "sweep: " and `text`, which is escaped (core/base/printable.h):
 // whatever a path, a spec, a file or a library's message holds, it is one line and rewrites no
@@ -148,44 +164,14 @@ void PrintOut(absl::string_view text) {
   std::fputs(Printable(text, LineBreaks::kKeep).c_str(), stdout);
 }
 
-// Ends the ranks this process started, if any, naming the first that failed on its own.
-void EndStartedRanks() {
-  if (started_ranks == nullptr) return;
-  const std::string failed = DescribeFailure(started_ranks->Stop());
-  started_ranks = nullptr;
-  if (!failed.empty()) Say(failed);
-}
-
-// Bad input: one line, exit status 2, before anything is measured or written.
-[[noreturn]] void Die(const absl::Status& status) {
-  Say(status.message());
-  EndStartedRanks();
-  std::exit(2);
-}
-
-// An output that could not be written or a rank that failed, once work has begun: exit
-// status 1.
-[[noreturn]] void Fail(const absl::Status& status) {
-  Say(status.message());
-  EndStartedRanks();
-  std::exit(1);
-}
-
-template <typename T>
-T OrDie(absl::StatusOr<T> value) {
-  if (!value.ok()) Die(value.status());
-  return *std::move(value);
-}
-
-// Exit status 0, or 1 when standard output could not be written (a closed pipe, a full disk):
-// what was printed is an output too.
-int FinishStdout() {
+// What was printed is an output too: an error when standard output could not be written (a
+// closed pipe, a full disk).
+absl::Status FlushStdout() {
   if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-    const int error = errno;
-    Say(absl::StrCat("cannot write to standard output: ", std::strerror(error)));
-    return 1;
+    return absl::DataLossError(
+        absl::StrCat("cannot write to standard output: ", std::strerror(errno)));
   }
-  return 0;
+  return absl::OkStatus();
 }
 
 std::vector<std::string> SplitList(const std::string& text) {
@@ -293,9 +279,21 @@ absl::Status CheckFlagsOfMode(const std::set<std::string>& given) {
   return absl::OkStatus();
 }
 
+// Under `bazel run` the program starts in its runfiles: paths a user gives (--out, a plan file)
+// mean what they mean in the user's own directory.
+absl::Status EnterUserDirectory() {
+  const char* user_dir = std::getenv("BUILD_WORKING_DIRECTORY");
+  if (user_dir != nullptr && ::chdir(user_dir) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot enter ", user_dir, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
 // What the flags ask for, parsed and checked, before anything runs.
 struct Request {
-  SweepOptions options;  // canonical specs
+  bool list = false;
+  SweepOptions options;  // models and strategies bound
   TrainingOptions training;
   std::vector<int> depths;
   ComputeThreads threads;  // as asked
@@ -314,6 +312,7 @@ struct Request {
   std::string backend;                  // what the ranks reduce with (ChooseBackend), with ranks
   std::string temp_parent;              // with ranks to start: $TMPDIR (or /tmp), where they meet
   std::vector<std::string> plan_files;  // the plan files the strategies read, with digests
+  std::string command;                  // as the reports record it
 };
 
 // The folder the ranks --nproc starts meet in goes into: $TMPDIR, or /tmp. Checked before anything
@@ -340,20 +339,19 @@ absl::StatusOr<std::string> TempParent() {
 
 // The data-parallel part of the request: --nproc, or a launcher's environment; then the
 // device, which on CUDA is the rank's own, and the backend.
-void ParseRanks(const ParsedCommandLine& parsed, Request& r) {
+absl::Status ParseRanks(const ParsedCommandLine& parsed, Request& r) {
   constexpr int kMostRanks = 64;
   const int nproc = absl::GetFlag(FLAGS_nproc);
   if (nproc < 1 || nproc > kMostRanks) {
-    Die(absl::InvalidArgumentError(absl::StrCat("--nproc=", nproc,
-                                                " is not accepted; accepted: 1..", kMostRanks,
-                                                " (ranks on this host)")));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--nproc=", nproc, " is not accepted; accepted: 1..", kMostRanks, " (ranks on this host)"));
   }
-  r.rendezvous = OrDie(RendezvousFromEnvironment());
+  ASSIGN_OR_RETURN(r.rendezvous, RendezvousFromEnvironment());
   if (r.rendezvous.has_value()) {
     if (parsed.given.count("nproc") && nproc != r.rendezvous->world_size) {
-      Die(absl::InvalidArgumentError(absl::StrCat(
+      return absl::InvalidArgumentError(absl::StrCat(
           "--nproc=", nproc, " but the environment sets WORLD_SIZE=", r.rendezvous->world_size,
-          "; accepted: --nproc equal to WORLD_SIZE, or no ", "--nproc under a launcher")));
+          "; accepted: --nproc equal to WORLD_SIZE, or no ", "--nproc under a launcher"));
     }
     r.rank = r.rendezvous->rank;
     r.world_size = r.rendezvous->world_size;
@@ -361,22 +359,24 @@ void ParseRanks(const ParsedCommandLine& parsed, Request& r) {
     r.local_ranks = r.rendezvous->local_world_size;
   } else {
     r.world_size = r.local_ranks = nproc;
-    if (nproc > 1) r.temp_parent = OrDie(TempParent());
+    if (nproc > 1) {
+      ASSIGN_OR_RETURN(r.temp_parent, TempParent());
+    }
   }
   const bool ranks = r.world_size > 1 || r.rendezvous.has_value();
   if (ranks && !HaveDataParallel()) {
-    Die(absl::UnimplementedError(
-        absl::StrCat("--nproc=", r.world_size, ": ", DataParallelUnavailableReason())));
+    return absl::UnimplementedError(
+        absl::StrCat("--nproc=", r.world_size, ": ", DataParallelUnavailableReason()));
   }
   r.device_asked = absl::GetFlag(FLAGS_device);
-  r.options.device = OrDie(ResolveDevice(r.device_asked, r.local_rank));
+  ASSIGN_OR_RETURN(r.options.device, ResolveDevice(r.device_asked, r.local_rank));
   // The backend is checked whenever it is named, so that a script's mistake shows on one rank.
   const std::string backend = absl::GetFlag(FLAGS_dist_backend);
   if (ranks || parsed.given.count("dist_backend")) {
     absl::StatusOr<std::string> chosen = ChooseBackend(r.options.device, backend);
     if (!chosen.ok()) {
-      Die(absl::Status(chosen.status().code(),
-                       absl::StrCat("--dist_backend=", backend, ": ", chosen.status().message())));
+      return absl::Status(chosen.status().code(), absl::StrCat("--dist_backend=", backend, ": ",
+                                                               chosen.status().message()));
     }
     if (ranks) r.backend = *chosen;
   }
@@ -385,84 +385,99 @@ void ParseRanks(const ParsedCommandLine& parsed, Request& r) {
   const bool one_gpu_named = r.device_asked.find(':') != std::string::npos;  // cuda:N
   if (r.backend == "nccl" && r.local_ranks > 1 &&
       (one_gpu_named || r.local_ranks > VisibleGpus())) {
-    Die(absl::InvalidArgumentError(absl::StrCat(
+    return absl::InvalidArgumentError(absl::StrCat(
         "--dist_backend=nccl needs a GPU per rank, and ", r.local_ranks, " ranks of this host ",
         one_gpu_named ? absl::StrCat("would share --device=", r.device_asked)
                       : absl::StrCat("would share its ", VisibleGpus(), " GPU(s)"),
-        "; accepted: --dist_backend=gloo, or --device=cuda with at most one rank per GPU")));
+        "; accepted: --dist_backend=gloo, or --device=cuda with at most one rank per GPU"));
   }
   // A launcher's ranks (no --nproc given) for a mode that runs no step.
   if (r.world_size > 1 && (r.predict || r.use == FolderUse::kReportOnly)) {
-    Die(absl::InvalidArgumentError(
+    return absl::InvalidArgumentError(
         absl::StrCat(r.predict ? "--predict runs no step" : "--report_only runs nothing",
                      ", so it takes no ranks: the environment sets WORLD_SIZE=", r.world_size,
-                     "; accepted: one process, outside a launcher")));
+                     "; accepted: one process, outside a launcher"));
   }
+  return absl::OkStatus();
 }
 
-Request ParseRequest(const ParsedCommandLine& parsed) {
-  for (const auto& [name, flag] :
-       {std::pair<const char*, std::string>{"models", absl::GetFlag(FLAGS_models)},
-        {"strategies", absl::GetFlag(FLAGS_strategies)}}) {
-    if (parsed.given.count(name) && flag.empty()) {
-      Die(absl::InvalidArgumentError(absl::StrCat(
-          "--", name, "= is empty; accepted: comma-separated specs (see --list), or no --", name,
-          " for the preset's")));
-    }
+// The specs of a list flag, or the preset's when it is not given; InvalidArgument when it is
+// given empty.
+absl::StatusOr<std::vector<std::string>> SpecsFlag(const ParsedCommandLine& parsed,
+                                                   const char* name, const std::string& value,
+                                                   const std::vector<std::string>& preset) {
+  if (!parsed.given.count(name)) return preset;
+  if (value.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", name,
+                                                   "= is empty; accepted: comma-separated specs "
+                                                   "(see --list), or no --",
+                                                   name, " for the preset's"));
   }
+  return SplitList(value);
+}
+
+// The request of the command line, every spec bound once and every value checked; its errors are
+// bad input. The plan files the strategies name are read here, once for the whole run.
+absl::StatusOr<Request> ReadRequest(const ParsedCommandLine& parsed) {
+  if (!parsed.positional.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", parsed.positional[0],
+                                                   "'; flags are --name=value (see --help)"));
+  }
+  RETURN_IF_ERROR(CheckFlagsOfMode(parsed.given));
   Request r;
-  const Preset preset = OrDie(FindPreset(absl::GetFlag(FLAGS_preset)));
+  r.list = absl::GetFlag(FLAGS_list);
+  if (r.list) return r;
+  ASSIGN_OR_RETURN(const std::vector<std::string> model_texts,
+                   SpecsFlag(parsed, "models", absl::GetFlag(FLAGS_models), {}));
+  ASSIGN_OR_RETURN(const std::vector<std::string> strategy_texts,
+                   SpecsFlag(parsed, "strategies", absl::GetFlag(FLAGS_strategies), {}));
+  ASSIGN_OR_RETURN(const Preset preset, FindPreset(absl::GetFlag(FLAGS_preset)));
   if (preset.predict_only && !absl::GetFlag(FLAGS_predict)) {
-    Die(absl::InvalidArgumentError(absl::StrCat(
+    return absl::InvalidArgumentError(absl::StrCat(
         "--preset=", preset.name, " holds models no machine here can run; accepted: --preset=",
-        preset.name, " with --predict")));
+        preset.name, " with --predict"));
   }
   r.published = preset.published;
   SweepOptions& options = r.options;
-  options.models =
-      absl::GetFlag(FLAGS_models).empty() ? preset.models : SplitList(absl::GetFlag(FLAGS_models));
-  // Each strategy spec is bound here, once: everything after carries what this made.
+  ASSIGN_OR_RETURN(options.models, BindModels(model_texts.empty() ? preset.models : model_texts));
   const std::vector<std::string> budgets = absl::GetFlag(FLAGS_budgets).empty()
                                                ? std::vector<std::string>()
                                                : SplitList(absl::GetFlag(FLAGS_budgets));
-  options.strategies =
-      OrDie(WithBudgets(OrDie(BindStrategies(absl::GetFlag(FLAGS_strategies).empty()
-                                                 ? preset.strategies
-                                                 : SplitList(absl::GetFlag(FLAGS_strategies)))),
-                        budgets));
+  ASSIGN_OR_RETURN(const std::vector<BoundStrategy> strategies,
+                   BindStrategies(strategy_texts.empty() ? preset.strategies : strategy_texts));
+  ASSIGN_OR_RETURN(options.strategies, WithBudgets(strategies, budgets));
   options.steps = absl::GetFlag(FLAGS_steps);
   options.warmup = absl::GetFlag(FLAGS_warmup);
   options.seed = absl::GetFlag(FLAGS_seed);
   options.time_limit_s = absl::GetFlag(FLAGS_time_limit_s);
-  options.memory_cap = OrDie(ParseCap(absl::GetFlag(FLAGS_memory_cap)));
-  options.link_bytes_per_s = OrDie(ParseLinkBandwidth(absl::GetFlag(FLAGS_link_bandwidth)));
-  options = OrDie(CanonicalSweep(options));
-  r.depths = OrDie(ParseDepths(absl::GetFlag(FLAGS_depths)));
-  for (const std::string& model : options.models) {
-    if (!r.depths.empty()) OrDie(DepthScanModels(model, r.depths));
+  ASSIGN_OR_RETURN(options.memory_cap, ParseCap(absl::GetFlag(FLAGS_memory_cap)));
+  ASSIGN_OR_RETURN(options.link_bytes_per_s,
+                   ParseLinkBandwidth(absl::GetFlag(FLAGS_link_bandwidth)));
+  RETURN_IF_ERROR(ValidateSweep(options));
+  ASSIGN_OR_RETURN(r.depths, ParseDepths(absl::GetFlag(FLAGS_depths)));
+  for (const BoundModel& model : options.models) {
+    if (!r.depths.empty()) RETURN_IF_ERROR(DepthScanModels(model, r.depths).status());
   }
   TrainingOptions& training = r.training;
   training.steps = absl::GetFlag(FLAGS_train_steps);
   training.accumulate = absl::GetFlag(FLAGS_accumulate);
   training.amp = absl::GetFlag(FLAGS_amp);
   if (training.steps == 0 && (training.accumulate != 1 || training.amp)) {
-    Die(absl::InvalidArgumentError(
+    return absl::InvalidArgumentError(
         absl::StrCat(training.amp ? "--amp" : absl::StrCat("--accumulate=", training.accumulate),
-                     " applies to training, which runs only with --train_steps=N (N >= 1)")));
+                     " applies to training, which runs only with --train_steps=N (N >= 1)"));
   }
-  if (training.steps != 0) {
-    if (absl::Status s = ValidateTraining(training); !s.ok()) Die(s);
-  }
+  if (training.steps != 0) RETURN_IF_ERROR(ValidateTraining(training));
   r.explain = absl::GetFlag(FLAGS_explain);
   r.predict = absl::GetFlag(FLAGS_predict);
-  const bool report_only = absl::GetFlag(FLAGS_report_only);
-  r.use = report_only                   ? FolderUse::kReportOnly
-          : r.predict                   ? FolderUse::kPredict
-          : absl::GetFlag(FLAGS_resume) ? FolderUse::kResume
-                                        : FolderUse::kNew;
-  ParseRanks(parsed, r);
-  r.threads.intra_op = OrDie(ParseThreadCount("--threads", absl::GetFlag(FLAGS_threads)));
-  r.threads.blas = OrDie(ParseThreadCount("--blas_threads", absl::GetFlag(FLAGS_blas_threads)));
+  r.use = absl::GetFlag(FLAGS_report_only) ? FolderUse::kReportOnly
+          : r.predict                      ? FolderUse::kPredict
+          : absl::GetFlag(FLAGS_resume)    ? FolderUse::kResume
+                                           : FolderUse::kNew;
+  RETURN_IF_ERROR(ParseRanks(parsed, r));
+  ASSIGN_OR_RETURN(r.threads.intra_op, ParseThreadCount("--threads", absl::GetFlag(FLAGS_threads)));
+  ASSIGN_OR_RETURN(r.threads.blas,
+                   ParseThreadCount("--blas_threads", absl::GetFlag(FLAGS_blas_threads)));
   // The ranks of one host share its cores: auto gives each its part of them.
   if (absl::GetFlag(FLAGS_blas_threads) == "auto") {
     r.threads.blas = std::max(1, r.threads.blas / r.local_ranks);
@@ -480,9 +495,10 @@ struct Machine {
   std::optional<int64_t> standing_cap;
 };
 
-Machine SetUpMachine(const Request& r) {
+// Its errors are bad input: a device, a cap or thread counts this machine refuses.
+absl::StatusOr<Machine> SetUpMachine(const Request& r) {
   Machine m;
-  m.threads = OrDie(SetComputeThreads(r.threads));
+  ASSIGN_OR_RETURN(m.threads, SetComputeThreads(r.threads));
   if (r.rank == 0 && m.threads.intra_op > 1 && m.threads.blas > 1 &&
       std::getenv("OMP_WAIT_POLICY") == nullptr) {
     Say(absl::StrFormat(
@@ -490,15 +506,15 @@ Machine SetUpMachine(const Request& r) {
         "OpenBLAS's; with --threads=%d export OMP_WAIT_POLICY=PASSIVE (README, Performance)",
         m.threads.intra_op));
   }
-  if (absl::Status s = UseDevice(r.options.device); !s.ok()) Die(s);
-  m.meter = OrDie(MemoryMeterFor(r.options.device));
+  RETURN_IF_ERROR(UseDevice(r.options.device));
+  ASSIGN_OR_RETURN(m.meter, MemoryMeterFor(r.options.device));
   // --memory_cap applies to each configuration's own steps (RunSweep); set here once to check
   // it on this device.
-  if (absl::Status s = m.meter->SetCap(r.options.memory_cap); !s.ok()) Die(s);
+  RETURN_IF_ERROR(m.meter->SetCap(r.options.memory_cap));
   if (r.options.device.is_cpu() && AvailableMemoryBytes().has_value()) {
     m.standing_cap = *AvailableMemoryBytes() / 10 * 9 / r.local_ranks;  // ranks share the host
   }
-  if (absl::Status s = m.meter->SetCap(m.standing_cap); !s.ok()) Die(s);
+  RETURN_IF_ERROR(m.meter->SetCap(m.standing_cap));
   return m;
 }
 
@@ -533,10 +549,11 @@ std::string ConfigurationOf(const Request& r, const Machine& m) {
     // The device as asked: on CUDA, ranks asked alike each resolve it to a GPU of their own.
     absl::StrAppend(&text, setting, "=", setting == "device" ? r.device_asked : value, "\n");
   }
-  absl::StrAppend(
-      &text, "dist_backend=", r.backend, "\n", "models=", absl::StrJoin(r.options.models, ","),
-      "\n", "strategies=", absl::StrJoin(SpecsOf(r.options.strategies), ","), "\n",
-      "depths=", absl::StrJoin(r.depths, ","), "\n", "time_limit_s=", r.options.time_limit_s, "\n");
+  absl::StrAppend(&text, "dist_backend=", r.backend, "\n",
+                  "models=", absl::StrJoin(SpecsOf(r.options.models), ","), "\n",
+                  "strategies=", absl::StrJoin(SpecsOf(r.options.strategies), ","), "\n",
+                  "depths=", absl::StrJoin(r.depths, ","), "\n",
+                  "time_limit_s=", r.options.time_limit_s, "\n");
   return text;
 }
 
@@ -595,93 +612,6 @@ std::string DescribeCopies(absl::string_view link_bandwidth) {
          "their own beside the compute; on a CPU, memory copies that the step waits for)";
 }
 
-// Prints each strategy's plan for each model (--explain) as a tree, with its predicted memory.
-absl::Status Explain(const SweepOptions& options, MemoryMeter& meter) {
-  for (const std::string& model_spec : options.models) {
-    ASSIGN_OR_RETURN(Workload workload, Workload::Build(model_spec, WorkloadOptionsFor(options)));
-    ASSIGN_OR_RETURN(const ModelProfile* measured, workload.Profile(meter));
-    ModelProfile profile = *measured;
-    std::string out = absl::StrFormat("%s (%d stages)\n", profile.model, profile.num_stages());
-    for (const BoundStrategy& strategy : options.strategies) {
-      const std::string& strategy_spec = strategy.spec();
-      absl::StatusOr<PlannedRun> run = workload.Plan(strategy, profile, meter);
-      if (!run.ok()) {
-        absl::StrAppend(&out, "  ", strategy_spec, ": ", Printable(run.status().message()), "\n");
-        continue;
-      }
-      absl::StrAppendFormat(
-          &out,
-          "  %s: %s\n    predicted: %.2f MiB of activations after forward, peak %.2f "
-          "MiB above the baseline; %lld stage forwards rerun in backward\n",
-          run->plan.strategy, run->plan.summary, run->predicted.activation_bytes / 1048576.0,
-          run->predicted.peak_bytes / 1048576.0,
-          static_cast<long long>(run->executor.program().RecomputedStages()));
-      // The plan as text (a plan file can hold it: docs/plans.md), then as a tree.
-      absl::StrAppend(&out, "    plan: ", PlanToText(run->plan, profile.stages), "\n");
-      for (absl::string_view line :
-           absl::StrSplit(PlanToTree(run->plan, profile.stages), '\n', absl::SkipEmpty())) {
-        absl::StrAppend(&out, "    ", line, "\n");
-      }
-    }
-    PrintOut(out);
-  }
-  return absl::OkStatus();
-}
-
-// The (model, strategy) pairs of results.csv's rows, canonical: a cell that is not a spec is
-// a damaged file (exit 2).
-std::set<std::pair<std::string, std::string>> PairsOf(const std::string& path,
-                                                      const std::vector<ConfigResult>& rows) {
-  std::set<std::pair<std::string, std::string>> pairs;
-  for (const ConfigResult& r : rows) {
-    const absl::StatusOr<std::string> model = CanonicalModelSpec(r.model_spec);
-    const absl::StatusOr<std::string> strategy = BoundStrategySpec(r.strategy_spec);
-    for (const absl::Status& s : {model.status(), strategy.status()}) {
-      if (!s.ok()) {
-        Die(absl::InvalidArgumentError(
-            absl::StrCat(path, " holds a row whose spec is not one: ", s.message(),
-                         "; the file is damaged: mend or remove that row, or pass another --out")));
-      }
-    }
-    pairs.emplace(*model, *strategy);
-  }
-  return pairs;
-}
-
-// The models of `options` that lack a row for some strategy (a time limit left them out).
-std::vector<std::string> MissingModels(const SweepOptions& options,
-                                       const std::set<std::pair<std::string, std::string>>& rows) {
-  std::vector<std::string> missing;
-  for (const std::string& model : options.models) {
-    if (!HasEveryRow(model, options.strategies, rows)) missing.push_back(model);
-  }
-  return missing;
-}
-
-// The outputs of this run, for the closing line, and whether one failed.
-class Outputs {
- public:
-  // Records `name` as written when `status` is OK; prints the failure otherwise. A picture not
-  // drawn for want of gnuplot is a note, not a failure.
-  void Add(const std::string& name, const absl::Status& status) {
-    if (status.ok()) {
-      written_.push_back(name);
-      return;
-    }
-    Say(status.message());
-    if (status.code() != absl::StatusCode::kUnavailable) failed_ = true;
-  }
-  bool failed() const { return failed_; }
-  std::string Line(const std::string& dir) const {
-    return absl::StrCat("results: ", dir, " (",
-                        written_.empty() ? "nothing written" : absl::StrJoin(written_, ", "), ")");
-  }
-
- private:
-  std::vector<std::string> written_;
-  bool failed_ = false;
-};
-
 // The part actions plan text may name (PART=ACTION @ STAGES) and the kinds of parts each applies
 // to, from PartActionTable; fusing where this LibTorch has no fused kernel, with why.
 std::string DescribePartActions() {
@@ -706,53 +636,162 @@ std::string DescribePartActions() {
   return out;
 }
 
-// Under `bazel run` the program starts in its runfiles: paths a user gives (--out, a plan file)
-// mean what they mean in the user's own directory.
-void EnterUserDirectory() {
-  const char* user_dir = std::getenv("BUILD_WORKING_DIRECTORY");
-  if (user_dir != nullptr && ::chdir(user_dir) != 0) {
-    Die(absl::FailedPreconditionError(
-        absl::StrCat("cannot enter ", user_dir, ": ", std::strerror(errno))));
+// --list: the presets, strategies, models and part actions of this build.
+absl::Status List() {
+  PrintOut(absl::StrCat("presets: ", absl::StrJoin(PresetNames(), ", "), "\n\nstrategies:\n",
+                        Strategies().Describe(), "\nmodels:\n", Models().Describe(),
+                        "\npart actions (plan text: PART=ACTION @ STAGES):\n",
+                        DescribePartActions()));
+  return FlushStdout();
+}
+
+// --explain: each strategy's plan for each model as a tree, with its predicted memory. Its errors
+// are bad input, as they were found before anything is written.
+absl::Status Explain(const SweepOptions& options, MemoryMeter& meter) {
+  for (const BoundModel& model : options.models) {
+    ASSIGN_OR_RETURN(Workload workload, Workload::Build(model, WorkloadOptionsFor(options)));
+    ASSIGN_OR_RETURN(const ModelProfile* measured, workload.Profile(meter));
+    ModelProfile profile = *measured;
+    std::string out = absl::StrFormat("%s (%d stages)\n", profile.model, profile.num_stages());
+    for (const BoundStrategy& strategy : options.strategies) {
+      absl::StatusOr<PlannedRun> run = workload.Plan(strategy, profile, meter);
+      if (!run.ok()) {
+        absl::StrAppend(&out, "  ", strategy.spec(), ": ", Printable(run.status().message()), "\n");
+        continue;
+      }
+      absl::StrAppendFormat(
+          &out,
+          "  %s: %s\n    predicted: %.2f MiB of activations after forward, peak %.2f "
+          "MiB above the baseline; %lld stage forwards rerun in backward\n",
+          run->plan.strategy, run->plan.summary, run->predicted.activation_bytes / 1048576.0,
+          run->predicted.peak_bytes / 1048576.0,
+          static_cast<long long>(run->executor.program().RecomputedStages()));
+      // The plan as text (a plan file can hold it: docs/plans.md), then as a tree.
+      absl::StrAppend(&out, "    plan: ", PlanToText(run->plan, profile.stages), "\n");
+      for (absl::string_view line :
+           absl::StrSplit(PlanToTree(run->plan, profile.stages), '\n', absl::SkipEmpty())) {
+        absl::StrAppend(&out, "    ", line, "\n");
+      }
+    }
+    PrintOut(out);
   }
+  return absl::OkStatus();
 }
 
 // The output folder the request names (or a new one), locked, with the run's record adopted
-// unless the report is all that is written.
-OutputFolder OpenOutputFolder(const Request& request, const Machine& machine) {
+// unless the report is all that is written. A folder refused, or a record that does not match
+// (--resume), is bad input.
+absl::StatusOr<OutputFolder> OpenOutputFolder(const Request& request, const Machine& machine) {
   const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
-  OutputFolder folder = OrDie(OutputFolder::Open(
+  absl::StatusOr<OutputFolder> folder = OutputFolder::Open(
       absl::GetFlag(FLAGS_out), absl::StrCat(workspace != nullptr ? workspace : ".", "/results"),
-      request.use, OutputsOf(request)));
+      request.use, OutputsOf(request));
+  if (!folder.ok()) return BadInput(folder.status());
   if (request.use != FolderUse::kReportOnly) {
-    const absl::Status adopted = folder.Adopt(RecordOf(request, machine));
-    if (adopted.code() == absl::StatusCode::kInvalidArgument) Die(adopted);
-    if (!adopted.ok()) Fail(adopted);
+    const absl::Status adopted = folder->Adopt(RecordOf(request, machine));
+    if (adopted.code() == absl::StatusCode::kInvalidArgument) return BadInput(adopted);
+    RETURN_IF_ERROR(adopted);
   }
   return folder;
 }
 
+// --predict: every strategy's memory and step time for each model at full size, into
+// predict.csv and predict.md.
+absl::Status PredictAll(const Request& request, const Machine& machine) {
+  ASSIGN_OR_RETURN(const OutputFolder folder, OpenOutputFolder(request, machine));
+  ASSIGN_OR_RETURN(const std::vector<Prediction> rows,
+                   Predict(request.options, *machine.meter, std::cerr));
+  RETURN_IF_ERROR(WriteFileAtomically(folder.Path("predict.csv"), PredictionCsv(rows)));
+  RETURN_IF_ERROR(WriteFileAtomically(
+      folder.Path("predict.md"),
+      Printable(PredictionReport(rows, request.published, request.command), LineBreaks::kKeep)));
+  PrintOut(absl::StrCat(PredictionTable(rows), "\nresults: ", folder.dir(),
+                        " (predict.csv, predict.md)\n"));
+  return FlushStdout();
+}
+
+// Where this process's outputs go. Rank 0 (or the one process) writes the folder's files, the
+// table on standard output and the progress on standard error; another rank's sink has no folder
+// and writes nothing, so that every rank runs the same code.
+class Sink {
+ public:
+  explicit Sink(std::optional<OutputFolder> folder) : folder_(std::move(folder)) {}
+
+  bool writes() const { return folder_.has_value(); }
+  const OutputFolder& folder() const { return *folder_; }  // where writes()
+  std::string dir() const { return writes() ? folder_->dir() : ""; }
+  std::ostream& progress() { return writes() ? std::cerr : quiet_; }
+  void Say(absl::string_view text) const {
+    if (writes()) ckpt::Say(text);
+  }
+  void Print(absl::string_view text) const {
+    if (writes()) PrintOut(text);
+  }
+
+  // Records `name` as written when `status` is OK, or its failure for Close. A picture not drawn
+  // for want of gnuplot is a note, said now, not a failure.
+  void Add(const std::string& name, const absl::Status& status) {
+    if (status.ok()) {
+      written_.push_back(name);
+    } else if (status.code() == absl::StatusCode::kUnavailable) {
+      Say(status.message());
+    } else {
+      failures_.emplace_back(status.message());
+    }
+  }
+  // The closing line, naming what was written; the outputs that failed as one error.
+  absl::Status Close() const {
+    Print(absl::StrCat("results: ", dir(), " (",
+                       written_.empty() ? "nothing written" : absl::StrJoin(written_, ", "),
+                       ")\n"));
+    if (!failures_.empty()) return absl::DataLossError(absl::StrJoin(failures_, "; "));
+    return writes() ? FlushStdout() : absl::OkStatus();
+  }
+
+ private:
+  std::optional<OutputFolder> folder_;
+  std::ostream quiet_{nullptr};
+  std::vector<std::string> written_;
+  std::vector<std::string> failures_;
+};
+
+// The rows of the folder's results.csv, and their (model, strategy) pairs; a file that cannot be
+// read back, or a cell that is not a spec, is bad input (a damaged file).
+absl::StatusOr<std::vector<ConfigResult>> ReadRows(
+    const Sink& sink, std::set<std::pair<std::string, std::string>>* pairs) {
+  const std::string path = sink.folder().Path("results.csv");
+  absl::StatusOr<std::vector<ConfigResult>> rows = ReadResults(path);
+  if (!rows.ok()) return BadInput(rows.status());
+  absl::StatusOr<std::set<std::pair<std::string, std::string>>> read = CompletedPairs(*rows);
+  if (!read.ok()) {
+    return BadInput(absl::InvalidArgumentError(
+        absl::StrCat(path, " ", read.status().message(),
+                     "; the file is damaged: mend or remove that row, or pass another --out")));
+  }
+  *pairs = *std::move(read);
+  return rows;
+}
+
 // The sweep itself: every row appended to results.csv as it is measured, the table on stdout,
 // the machine's GEMM rate into `info`. A rank other than 0 measures alike and writes nothing.
-void Measure(const SweepOptions& options, MemoryMeter& meter, const std::string& csv_path,
-             RunInfo& info) {
-  const bool writes = options.group == nullptr || options.group->rank() == 0;
-  if (writes) {  // one rank's threads, with the others waiting, not competing
+absl::Status Measure(const SweepOptions& options, MemoryMeter& meter, Sink& sink, RunInfo& info) {
+  std::optional<CsvAppender> csv;
+  if (sink.writes()) {  // one rank's threads, with the others waiting, not competing
     absl::StatusOr<double> gemm = MeasureGemmGflops(options.device);
     if (gemm.ok()) info.gemm_gflops = *gemm;
+    ASSIGN_OR_RETURN(CsvAppender opened, OpenResults(sink.folder().Path("results.csv")));
+    csv.emplace(std::move(opened));
   }
-  std::optional<CsvAppender> csv;
-  if (writes) {
-    absl::StatusOr<CsvAppender> opened = OpenResults(csv_path);
-    if (!opened.ok()) Fail(opened.status());
-    csv.emplace(*std::move(opened));
-  }
-  std::ostream quiet(nullptr);  // the other ranks' progress: rank 0 tells it
-  absl::StatusOr<std::vector<ConfigResult>> results = RunSweep(
-      options, meter,
-      [&](const ConfigResult& r) { return csv ? csv->Write(ResultCells(r)) : absl::OkStatus(); },
-      writes ? std::cerr : quiet);
-  if (!results.ok()) Fail(results.status());
-  if (writes) PrintOut(absl::StrCat(FormatTable(*results), "\n"));
+  ASSIGN_OR_RETURN(const std::vector<ConfigResult> results,
+                   RunSweep(
+                       options, meter,
+                       [&](const ConfigResult& r) {
+                         return csv ? csv->Write(ResultCells(r)) : absl::OkStatus();
+                       },
+                       sink.progress()));
+  sink.Print(absl::StrCat(FormatTable(results), "\n"));
+  sink.Add("results.csv", absl::OkStatus());
+  return absl::OkStatus();
 }
 
 // The (model, strategy) pairs as text and back, for rank 0 to give them to the others.
@@ -787,32 +826,44 @@ struct Ranks {
   std::optional<RankProcesses> started;  // ended if still running
   std::unique_ptr<ProcessGroup> group;
 
-  ~Ranks() { started_ranks = nullptr; }
+  // Ends the started ranks still running, after an error here: which failed first, or "".
+  std::string End() {
+    if (!started.has_value()) return "";
+    const std::string failed = DescribeFailure(started->Stop());
+    started.reset();
+    return failed;
+  }
+  // Waits for the started ranks to end on their own (they are done): an error naming the first
+  // that failed.
+  absl::Status Wait() {
+    if (!started.has_value()) return absl::OkStatus();
+    const std::string failed = DescribeFailure(started->Wait(/*grace_s=*/10, /*timeout_s=*/60));
+    started.reset();
+    return failed.empty() ? absl::OkStatus() : absl::AbortedError(failed);
+  }
 };
 
 // Starts ranks 1..N-1 of --nproc (the same program and arguments, meeting through a file store
 // in a folder of their own) and joins the group, or joins the run a launcher's environment
-// describes. Ranks started with other settings fail here, before anything is measured.
-void JoinRanks(const Request& request, const Machine& machine, int argc, char** argv,
-               Ranks& ranks) {
+// describes. Ranks started with other settings fail here, before anything is measured: bad
+// input.
+absl::Status JoinRanks(const Request& request, const Machine& machine, char** argv, int argc,
+                       Ranks& ranks) {
   std::optional<Rendezvous> rendezvous = request.rendezvous;
   if (!rendezvous.has_value()) {
-    if (request.world_size == 1) return;
-    absl::StatusOr<ScratchFolder> meeting =
-        ScratchFolder::Make(request.temp_parent, "ckptlab-ranks-");
-    if (!meeting.ok()) Fail(meeting.status());
-    ranks.meeting.emplace(*std::move(meeting));
+    if (request.world_size == 1) return absl::OkStatus();
+    ASSIGN_OR_RETURN(ScratchFolder meeting,
+                     ScratchFolder::Make(request.temp_parent, "ckptlab-ranks-"));
+    ranks.meeting.emplace(std::move(meeting));
     rendezvous = Rendezvous();
     rendezvous->world_size = request.world_size;
     rendezvous->file = ranks.meeting->Path("rendezvous.store");
     rendezvous->local_world_size = request.world_size;
     std::vector<std::string> args(argv, argv + argc);
     args[0] = "/proc/self/exe";  // this very program, wherever argv[0] points
-    absl::StatusOr<RankProcesses> started =
-        RankProcesses::Start(args, 1, request.world_size, rendezvous->file);
-    if (!started.ok()) Fail(started.status());
-    ranks.started.emplace(*std::move(started));
-    started_ranks = &*ranks.started;
+    ASSIGN_OR_RETURN(RankProcesses started,
+                     RankProcesses::Start(args, 1, request.world_size, rendezvous->file));
+    ranks.started.emplace(std::move(started));
   }
   rendezvous->backend = request.backend;
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
@@ -822,16 +873,18 @@ void JoinRanks(const Request& request, const Machine& machine, int argc, char** 
     // Settings that differ, a port in use: before anything is measured, as bad input is.
     if (code == absl::StatusCode::kFailedPrecondition ||
         code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kUnavailable) {
-      Die(group.status());
+      return BadInput(group.status());
     }
-    Fail(group.status());
+    return group.status();
   }
   ranks.group = *std::move(group);
+  return absl::OkStatus();
 }
 
 // The report's account of where and how it ran.
-RunInfo DescribeRun(const SweepOptions& options, const Machine& machine, const OutputFolder& folder,
-                    bool report_only, int argc, char** argv) {
+RunInfo DescribeRun(const Request& request, const Machine& machine, const OutputFolder& folder) {
+  const SweepOptions& options = request.options;
+  const bool report_only = request.use == FolderUse::kReportOnly;
   RunInfo info;
   info.runtime = DescribeRuntime();
   info.meter = machine.meter->Describe();
@@ -843,48 +896,45 @@ RunInfo DescribeRun(const SweepOptions& options, const Machine& machine, const O
       if (setting == "link_bandwidth") info.copies = DescribeCopies(value);
     }
   }
-  info.command = CommandOf(argc, argv);
+  info.command = request.command;
   return info;
 }
 
-std::string ReportOnlyNote(bool report_only, const std::string& csv_path) {
-  if (!report_only) return "";
-  return absl::StrCat("This report was written with --report_only from ", csv_path,
-                      " as an earlier sweep left it; the machine and runtime above are those of "
-                      "the report's run.\n\n");
-}
-
-// The report's section on models with no rows (the time limit was spent, or --report_only
-// found a partial results.csv), also said on stderr; empty when every model has its rows.
-std::string IncompleteNote(const SweepOptions& options, const std::vector<std::string>& missing,
-                           bool report_only, const std::string& dir) {
-  if (missing.empty()) return "";
+// The report's opening notes: that it was written with --report_only, and its section on models
+// with no rows (the time limit was spent, or --report_only found a partial results.csv), also
+// said on stderr; empty when neither applies.
+std::string OpeningNotes(const SweepOptions& options, const std::vector<std::string>& missing,
+                         bool report_only, const std::string& dir) {
+  std::string out;
+  if (report_only) {
+    out = absl::StrCat("This report was written with --report_only from ", dir,
+                       "/results.csv as an earlier sweep left it; the machine and runtime above "
+                       "are those of the report's run.\n\n");
+  }
+  if (missing.empty()) return out;
   Say(absl::StrCat("incomplete, ", missing.size(),
                    " model(s) not run; continue with --resume --out=", dir));
   const std::string why =
       report_only ? "results.csv has no complete rows for "
                   : absl::StrCat("The time limit (--time_limit_s=", options.time_limit_s,
                                  ") was spent before ");
-  return absl::StrCat("## Incomplete\n\n", why, missing.size(), " of ", options.models.size(),
+  return absl::StrCat(out, "## Incomplete\n\n", why, missing.size(), " of ", options.models.size(),
                       report_only ? " models: " : " models started: ", absl::StrJoin(missing, ", "),
                       ".", report_only ? "" : " Training and the depth scan were skipped.",
                       " Continue with the sweep's command and `--resume --out=", dir, "`.\n\n");
 }
 
-// Trains every model under every strategy, writes the curves and their plot into `dir` and the
-// training section onto `appendix`. False when a curve departs from store_all's.
-// A rank other than 0 (empty `dir`) trains alike and writes and says nothing.
-bool Train(const SweepOptions& options, const TrainingOptions& training, MemoryMeter& meter,
-           const std::string& dir, Outputs& outputs, std::string& appendix) {
-  std::ostream quiet(nullptr);
-  absl::StatusOr<std::vector<LossCurve>> curves =
-      RunTraining(options, training, meter, dir.empty() ? quiet : std::cerr);
-  if (!curves.ok()) Fail(curves.status());
-  if (dir.empty()) return true;
-  outputs.Add("losses.csv, loss.png", WriteLossCurves(dir, *curves));
-  appendix += TrainingReport(training, *curves);
+// Trains every model under every strategy; on rank 0 writes the curves and their plot and adds
+// the training section to `appendix`. False when a curve departs from store_all's.
+absl::StatusOr<bool> Train(const SweepOptions& options, const TrainingOptions& training,
+                           MemoryMeter& meter, Sink& sink, std::string& appendix) {
+  ASSIGN_OR_RETURN(const std::vector<LossCurve> curves,
+                   RunTraining(options, training, meter, sink.progress()));
+  if (!sink.writes()) return true;
+  sink.Add("losses.csv, loss.png", WriteLossCurves(sink.dir(), curves));
+  appendix += TrainingReport(training, curves);
   bool ok = true;
-  for (const LossCurve& c : *curves) {
+  for (const LossCurve& c : curves) {
     ok = ok && !c.departs;
     if (c.strategy == "store_all" && c.status != "ok") {
       Say(absl::StrCat("training: store_all's curve of ", c.model, " is ", c.status, " (",
@@ -894,6 +944,124 @@ bool Train(const SweepOptions& options, const TrainingOptions& training, MemoryM
   return ok;
 }
 
+// After the rows: training, then the report and plots from every row of results.csv (a resumed
+// sweep's earlier ones too), then the depth scan. Rank 0 writes; the others train alike.
+absl::Status Report(const Request& request, const Machine& machine, const Cohort& cohort,
+                    Sink& sink, RunInfo& info) {
+  const SweepOptions& options = request.options;
+  const bool report_only = request.use == FolderUse::kReportOnly;
+  std::vector<ConfigResult> rows;
+  std::vector<std::string> missing;
+  std::string appendix;
+  if (sink.writes()) {
+    std::set<std::pair<std::string, std::string>> pairs;
+    ASSIGN_OR_RETURN(rows, ReadRows(sink, &pairs));
+    for (const BoundModel& model : options.models) {
+      if (!HasEveryRow(model.spec(), options.strategies, pairs)) missing.push_back(model.spec());
+    }
+    appendix = OpeningNotes(options, missing, report_only, sink.dir());
+  }
+  ASSIGN_OR_RETURN(const std::string complete,
+                   cohort.FromRankZero(missing.empty() ? "complete" : "incomplete"));
+  bool curves_ok = true;
+  if (request.training.steps > 0 && complete == "complete") {
+    ASSIGN_OR_RETURN(curves_ok, Train(options, request.training, *machine.meter, sink, appendix));
+  }
+  if (!sink.writes()) return absl::OkStatus();  // the rest is rank 0's alone
+  // The plot first, so that the report can say why a picture is missing.
+  const absl::Status plot = WriteParetoPlot(sink.dir(), rows);
+  if (!plot.ok()) {
+    appendix = absl::StrCat("pareto.png was not drawn: ", plot.message(),
+                            ". `gnuplot pareto.gp` in this folder draws it.\n\n", appendix);
+  }
+  sink.Add("report.md", WriteReport(sink.dir(), rows, info, appendix));
+  sink.Add("pareto.png", plot);
+  if (!request.depths.empty() && complete == "complete") {
+    ASSIGN_OR_RETURN(const std::vector<DepthPoint> points,
+                     RunDepthScan(options, request.depths, *machine.meter, std::cerr));
+    sink.Add("depth.csv, depth.png", WriteDepthPlot(sink.dir(), points));
+  }
+  if (!curves_ok) return absl::AbortedError("a loss curve departs from store_all's");
+  return absl::OkStatus();
+}
+
+// The sweep proper, on every rank: the ranks joined and the folder opened (rank 0's), the rows
+// measured, then the report; the others' exits checked and the closing line.
+absl::Status Sweep(Request& request, const Machine& machine, int argc, char** argv, Ranks& ranks) {
+  SweepOptions& options = request.options;
+  // Under a launcher the ranks meet first, so that a run that cannot form writes nothing; with
+  // --nproc the folder is checked before any rank is started.
+  if (request.rendezvous.has_value())
+    RETURN_IF_ERROR(JoinRanks(request, machine, argv, argc, ranks));
+  std::optional<OutputFolder> folder;
+  if (request.rank == 0) {
+    ASSIGN_OR_RETURN(OutputFolder opened, OpenOutputFolder(request, machine));
+    folder.emplace(std::move(opened));
+  }
+  Sink sink(std::move(folder));
+  if (sink.writes() && sink.folder().has_results()) {
+    RETURN_IF_ERROR(ReadRows(sink, &options.completed).status());
+  }
+  if (!request.rendezvous.has_value())
+    RETURN_IF_ERROR(JoinRanks(request, machine, argv, argc, ranks));
+  options.group = ranks.group.get();
+  const Cohort cohort(options.group);
+  ASSIGN_OR_RETURN(const std::string completed,
+                   cohort.FromRankZero(EncodePairs(options.completed)));
+  options.completed = DecodePairs(completed);
+  RunInfo info;
+  if (sink.writes()) {
+    info = DescribeRun(request, machine, sink.folder());
+    Say(absl::StrCat(info.runtime, "; memory: ", info.meter,
+                     request.world_size > 1 ? absl::StrCat("; ", request.world_size, " ranks (",
+                                                           options.group->backend(), ")")
+                                            : ""));
+  }
+  if (request.use != FolderUse::kReportOnly) {
+    RETURN_IF_ERROR(Measure(options, *machine.meter, sink, info));
+  }
+  const absl::Status reported = Report(request, machine, cohort, sink, info);
+  if (!sink.writes()) return reported;
+  RETURN_IF_ERROR(ranks.Wait());  // the others are done: they end on their own, or are ended
+  const absl::Status closed = sink.Close();
+  if (reported.ok()) return closed;
+  if (!closed.ok()) Say(closed.message());
+  return reported;
+}
+
+// The run, top-down: the command line read and checked, the machine set up, then the mode. Every
+// error comes back here as a Status (bad input marked BadInput), to Main.
+absl::Status Run(int argc, char** argv, const PlanFileSnapshots& plan_files, Ranks& ranks) {
+  absl::StatusOr<ParsedCommandLine> parsed = ReadCommandLine(argc, argv);
+  if (!parsed.ok()) return BadInput(parsed.status());
+  if (absl::Status entered = EnterUserDirectory(); !entered.ok()) return BadInput(entered);
+  // Everything is checked before anything is written or any tensor is made.
+  absl::StatusOr<Request> request = ReadRequest(*parsed);
+  if (!request.ok()) return BadInput(request.status());
+  if (request->list) return List();
+  request->plan_files = plan_files.Digests();
+  request->command = CommandOf(argc, argv);
+  // A rank that --nproc started does not outlive rank 0.
+  if (request->rendezvous.has_value()) {
+    if (absl::Status bound = EndWithLauncher(); !bound.ok()) return BadInput(bound);
+  }
+  absl::StatusOr<Machine> machine = SetUpMachine(*request);
+  if (!machine.ok()) return BadInput(machine.status());
+  request->options.threads = machine->threads;
+  if (request->explain) {
+    if (request->rank != 0) return absl::OkStatus();  // every rank plans alike: rank 0 tells
+    if (absl::Status explained = Explain(request->options, *machine->meter); !explained.ok()) {
+      return BadInput(explained);
+    }
+    return FlushStdout();
+  }
+  if (request->predict) return PredictAll(*request, *machine);
+  return Sweep(*request, *machine, argc, argv, ranks);
+}
+
+// The one place the process ends: an error is one line on stderr (and, where ranks this process
+// started were still running, which of them failed first), exit status 2 for bad input, 1 for
+// any other error, 0 when every output was written.
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "runs every model x strategy and writes results.csv, report.md and plots; see "
@@ -901,139 +1069,14 @@ int Main(int argc, char** argv) {
       "--strategies=store_all,uniform");
   // Past a file size limit a write fails (EFBIG) and is reported, instead of killing the run.
   std::signal(SIGXFSZ, SIG_IGN);
-  EnterUserDirectory();
-  const ParsedCommandLine parsed = ParseCommandLineOrExit(argc, argv, "sweep");
-  if (!parsed.positional.empty()) {
-    Die(absl::InvalidArgumentError(absl::StrCat("unexpected argument '", parsed.positional[0],
-                                                "'; flags are --name=value (see --help)")));
+  const PlanFileSnapshots plan_files;  // each plan file read once, for the whole run
+  Ranks ranks;                         // ended before Main returns, on every path
+  const absl::Status status = Run(argc, argv, plan_files, ranks);
+  if (!status.ok()) {
+    Say(status.message());
+    if (const std::string failed = ranks.End(); !failed.empty()) Say(failed);
   }
-  if (absl::Status s = CheckFlagsOfMode(parsed.given); !s.ok()) Die(s);
-  if (absl::GetFlag(FLAGS_list)) {
-    PrintOut(absl::StrCat("presets: ", absl::StrJoin(PresetNames(), ", "), "\n\nstrategies:\n",
-                          Strategies().Describe(), "\nmodels:\n", Models().Describe(),
-                          "\npart actions (plan text: PART=ACTION @ STAGES):\n",
-                          DescribePartActions()));
-    return FinishStdout();
-  }
-
-  // Everything is checked before anything is written or any tensor is made. The plan files
-  // --strategies names are read there, once for the whole run.
-  static PlanFileSnapshots plan_files;
-  Request request = ParseRequest(parsed);
-  request.plan_files = plan_files.Digests();
-  // A rank that --nproc started does not outlive rank 0.
-  if (request.rendezvous.has_value()) {
-    if (absl::Status s = EndWithLauncher(); !s.ok()) Die(s);
-  }
-  const Machine machine = SetUpMachine(request);
-  SweepOptions& options = request.options;
-  options.threads = machine.threads;
-  const bool writes = request.rank == 0;  // only rank 0 writes outputs
-  if (request.explain) {
-    // The plans of one rank's share, which every rank plans alike.
-    if (!writes) return 0;
-    if (absl::Status s = Explain(options, *machine.meter); !s.ok()) Die(s);
-    return FinishStdout();
-  }
-  if (request.predict) {
-    const OutputFolder folder = OpenOutputFolder(request, machine);
-    absl::StatusOr<std::vector<Prediction>> rows = Predict(options, *machine.meter, std::cerr);
-    if (!rows.ok()) Fail(rows.status());
-    const std::string table = PredictionTable(*rows);
-    for (const auto& [name, text] :
-         {std::pair<std::string, std::string>{"predict.csv", PredictionCsv(*rows)},
-          {"predict.md", PredictionReport(*rows, request.published, CommandOf(argc, argv))}}) {
-      const std::string written = name == "predict.md" ? Printable(text, LineBreaks::kKeep) : text;
-      if (absl::Status s = WriteFileAtomically(folder.Path(name), written); !s.ok()) Fail(s);
-    }
-    PrintOut(absl::StrCat(table, "\nresults: ", folder.dir(), " (predict.csv, predict.md)\n"));
-    return FinishStdout();
-  }
-  // Static: its destructor also runs when Die or Fail exit, ending the ranks and removing their
-  // folder.
-  static Ranks ranks;
-  // Under a launcher the ranks meet first, so that a run that cannot form writes nothing; with
-  // --nproc the folder is checked before any rank is started.
-  if (request.rendezvous.has_value()) JoinRanks(request, machine, argc, argv, ranks);
-  std::optional<OutputFolder> folder;
-  if (writes) {
-    folder.emplace(OpenOutputFolder(request, machine));
-    if (folder->has_results()) {
-      const std::string path = folder->Path("results.csv");
-      options.completed = PairsOf(path, OrDie(ReadResults(path)));
-    }
-  }
-  if (!request.rendezvous.has_value()) JoinRanks(request, machine, argc, argv, ranks);
-  options.group = ranks.group.get();
-  auto from_rank_zero = [&](const std::string& text) {
-    if (options.group == nullptr) return text;
-    absl::StatusOr<std::string> shared = options.group->FromRankZero(text);
-    if (!shared.ok()) Fail(RankError(*options.group, "lost rank 0", shared.status()));
-    return *shared;
-  };
-  options.completed = DecodePairs(from_rank_zero(EncodePairs(options.completed)));
-
-  const bool report_only = request.use == FolderUse::kReportOnly;
-  RunInfo info;
-  if (writes) {
-    info = DescribeRun(options, machine, *folder, report_only, argc, argv);
-    Say(absl::StrCat(info.runtime, "; memory: ", info.meter,
-                     request.world_size > 1 ? absl::StrCat("; ", request.world_size, " ranks (",
-                                                           options.group->backend(), ")")
-                                            : ""));
-  }
-  const std::string csv_path = writes ? folder->Path("results.csv") : "";
-  Outputs outputs;
-  if (!report_only) {
-    Measure(options, *machine.meter, csv_path, info);
-    if (writes) outputs.Add("results.csv", absl::OkStatus());
-  }
-
-  std::vector<ConfigResult> rows;
-  std::vector<std::string> missing;
-  if (writes) {
-    rows = OrDie(ReadResults(csv_path));
-    missing = MissingModels(options, PairsOf(csv_path, rows));
-  }
-  const bool complete = from_rank_zero(missing.empty() ? "complete" : "incomplete") == "complete";
-  std::string appendix;
-  if (writes) {
-    appendix = ReportOnlyNote(report_only, csv_path) +
-               IncompleteNote(options, missing, report_only, folder->dir());
-  }
-
-  // Training, then the report and plots from every row of results.csv (a resumed sweep's
-  // earlier ones too).
-  bool curves_ok = true;
-  if (request.training.steps > 0 && complete) {
-    curves_ok = Train(options, request.training, *machine.meter, writes ? folder->dir() : "",
-                      outputs, appendix);
-  }
-  if (!writes) return 0;  // the rest is rank 0's alone
-  // The plot first, so that the report can say why a picture is missing.
-  const absl::Status plot = WriteParetoPlot(folder->dir(), rows);
-  if (!plot.ok()) {
-    appendix = absl::StrCat("pareto.png was not drawn: ", plot.message(),
-                            ". `gnuplot pareto.gp` in this folder draws it.\n\n", appendix);
-  }
-  outputs.Add("report.md", WriteReport(folder->dir(), rows, info, appendix));
-  outputs.Add("pareto.png", plot);
-  if (!request.depths.empty() && complete) {
-    absl::StatusOr<std::vector<DepthPoint>> points =
-        RunDepthScan(options, request.depths, *machine.meter, std::cerr);
-    if (!points.ok()) Fail(points.status());
-    outputs.Add("depth.csv, depth.png", WriteDepthPlot(folder->dir(), *points));
-  }
-  if (ranks.started.has_value()) {  // the others are done: they end on their own, or are ended
-    started_ranks = nullptr;
-    const std::string failed =
-        DescribeFailure(ranks.started->Wait(/*grace_s=*/10, /*timeout_s=*/60));
-    if (!failed.empty()) Fail(absl::AbortedError(failed));
-  }
-  PrintOut(absl::StrCat(outputs.Line(folder->dir()), "\n"));
-  if (!curves_ok) Say("a loss curve departs from store_all's");
-  const int printed = FinishStdout();
-  return outputs.failed() || !curves_ok ? 1 : printed;
+  return ExitStatusOf(status);
 }
 
 }  // namespace

@@ -30,11 +30,11 @@ namespace {
 // One strategy's curve on a fresh model, planned from `profile` (of the same model spec), trained
 // by core/train/trainer.h. Data parallel: the ranks' gradients are averaged by a reducer, each
 // step's loss is the mean of the ranks', and `aborted` is set when the ranks cannot go on together.
-LossCurve Train(const std::string& model_spec, const BoundStrategy& strategy, ModelProfile& profile,
+LossCurve Train(const BoundModel& bound, const BoundStrategy& strategy, ModelProfile& profile,
                 const SweepOptions& sweep, const TrainingOptions& options, MemoryMeter& meter,
                 bool* reassociates, absl::Status* aborted) {
   LossCurve curve;
-  curve.model = model_spec;
+  curve.model = bound.spec();
   curve.strategy = strategy.spec();
   auto fail = [&](const absl::Status& s) {
     curve.status = FailureStatus(s);
@@ -43,7 +43,7 @@ LossCurve Train(const std::string& model_spec, const BoundStrategy& strategy, Mo
   };
   WorkloadOptions workload_options = WorkloadOptionsFor(sweep);
   workload_options.profile.timed = false;
-  absl::StatusOr<Workload> workload = Workload::Build(model_spec, workload_options);
+  absl::StatusOr<Workload> workload = Workload::Build(bound, workload_options);
   absl::StatusOr<PlannedRun> run = workload.ok() ? workload->Plan(strategy, profile, meter)
                                                  : absl::StatusOr<PlannedRun>(workload.status());
   *aborted = AgreeOnOutcome(sweep.group, run.status());
@@ -144,7 +144,7 @@ absl::StatusOr<std::vector<LossCurve>> RunTraining(const SweepOptions& sweep,
   RETURN_IF_ERROR(ValidateSweep(sweep));
   RETURN_IF_ERROR(ValidateTraining(options));
   std::vector<LossCurve> curves;
-  for (const std::string& model_spec : sweep.models) {
+  for (const BoundModel& model_spec : sweep.models) {
     // One profile per model, for the strategies to plan from (bytes only: training reads
     // no times, so every rank plans alike).
     WorkloadOptions workload_options = WorkloadOptionsFor(sweep);
@@ -166,7 +166,7 @@ absl::StatusOr<std::vector<LossCurve>> RunTraining(const SweepOptions& sweep,
       RETURN_IF_ERROR(aborted);
       if (!curve.ok()) {
         LossCurve failed;
-        failed.model = model_spec;
+        failed.model = model_spec.spec();
         failed.strategy = strategy.spec();
         failed.status = FailureStatus(curve.status());
         failed.message = std::string(curve.status().message());

@@ -531,10 +531,11 @@ GeneratedCase Generate(int k, rc::Random& random, MemoryMeter& meter) {
 // SyncBatchNorm does, so there the ranks compute the mean of what each rank's rows give alone.
 absl::StatusOr<std::vector<at::Tensor>> OneProcessReference(const std::string& model_spec, int k,
                                                             MemoryMeter& meter) {
-  ASSIGN_OR_RETURN(std::vector<StageInfo> stages, ModelStages(model_spec));
+  ASSIGN_OR_RETURN(BoundModel model, BoundModel::Bind(model_spec));
+  const std::vector<StageInfo> stages = model.Stages();
   const bool per_rank =
       std::any_of(stages.begin(), stages.end(), [](const StageInfo& s) { return s.updates_state; });
-  ASSIGN_OR_RETURN(std::string global, ScaledBatchSpec(model_spec, kWorld));
+  ASSIGN_OR_RETURN(BoundModel global, ScaledBatch(model, kWorld));
   std::vector<at::Tensor> mean;
   for (int rank = 0; rank < (per_rank ? kWorld : 1); ++rank) {
     WorkloadOptions options;
@@ -543,7 +544,7 @@ absl::StatusOr<std::vector<at::Tensor>> OneProcessReference(const std::string& m
       options.rank = rank;
       options.world_size = kWorld;
     }
-    ASSIGN_OR_RETURN(Workload w, Workload::Build(per_rank ? model_spec : global, options));
+    ASSIGN_OR_RETURN(Workload w, Workload::Build(per_rank ? model : global, options));
     ASSIGN_OR_RETURN(BoundStrategy store_all, BoundStrategy::Bind("store_all"));
     ASSIGN_OR_RETURN(PlannedRun run, w.Plan(store_all, meter));
     ASSIGN_OR_RETURN(StepResult step, run.executor.Step(w.batch()));

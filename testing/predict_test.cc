@@ -28,10 +28,10 @@ TEST(Predict, ShallowProfilesPredictTheFullModelExactly) {
   int expanded = 0;
   for (const std::string& id : Models().Ids()) {
     SCOPED_TRACE(id);
-    const std::string small = testing::FixedSmallSpec(id);
-    absl::StatusOr<std::vector<std::string>> deep = DepthScanModels(small, {5});
+    const BoundModel small = BoundModel::Bind(testing::FixedSmallSpec(id)).value();
+    absl::StatusOr<std::vector<BoundModel>> deep = DepthScanModels(small, {5});
     if (!deep.ok()) {  // no depth parameter: built whole
-      EXPECT_EQ(*ShallowSpec(small), *CanonicalModelSpec(small));
+      EXPECT_EQ(ShallowModel(small)->spec(), small.spec());
       continue;
     }
     ++expanded;
@@ -42,7 +42,7 @@ TEST(Predict, ShallowProfilesPredictTheFullModelExactly) {
     absl::StatusOr<std::vector<Prediction>> rows = Predict(options, Cpu(), progress);
     ASSERT_TRUE(rows.ok()) << rows.status();
     ASSERT_EQ(rows->size(), options.strategies.size());
-    EXPECT_EQ(rows->front().profiled, *ShallowSpec(deep->front()));
+    EXPECT_EQ(rows->front().profiled, ShallowModel(deep->front())->spec());
     EXPECT_NE(rows->front().profiled, rows->front().model);
 
     absl::StatusOr<Workload> whole = Workload::Build(deep->front(), WorkloadOptions{});

@@ -37,7 +37,7 @@ MemoryMeter& Cpu() { return **MemoryMeterFor(c10::Device(c10::DeviceType::CPU));
 
 SweepOptions Tiny() {
   SweepOptions o;
-  o.models = {"heavy_mlp:depth=6:hidden=16:batch=4"};
+  o.models = BindModels({"heavy_mlp:depth=6:hidden=16:batch=4"}).value();
   o.strategies = BindStrategies({"uniform", "uniform:segments=9", "uniform:segments=3"}).value();
   o.steps = 3;
   o.warmup = 1;
@@ -129,7 +129,9 @@ TEST(Sweep, AnOffloadingRowHasItsCopiesAloneAndExposed) {
 
 TEST(Sweep, OutOfMemoryIsARowAndTheSweepGoesOn) {
   SweepOptions o = Tiny();
-  o.models = {"heavy_mlp:depth=6:hidden=64:batch=64", "heavy_mlp:depth=2:hidden=8:batch=2"};
+  o.models =
+      BindModels({"heavy_mlp:depth=6:hidden=64:batch=64", "heavy_mlp:depth=2:hidden=8:batch=2"})
+          .value();
   o.strategies = BindStrategies({"uniform"}).value();
   // The first model's parameters and batch fit (6*(64*64+64)*4 + 64*64*4 = 115,712 bytes),
   // but store_all's 6 activations of 16 KiB do not; the second model fits entirely.
@@ -155,7 +157,7 @@ TEST(Sweep, OutOfMemoryIsARowAndTheSweepGoesOn) {
 // between two measured values, as XLA's rematerialization tests pick their budgets.
 TEST(Sweep, ACapBetweenTwoPeaksMakesExactlyTheConfigurationsAboveItOom) {
   SweepOptions o;
-  o.models = {"transformer:depth=2:hidden=16:heads=2:seq=48:batch=2"};
+  o.models = BindModels({"transformer:depth=2:hidden=16:heads=2:seq=48:batch=2"}).value();
   o.strategies =
       BindStrategies({"uniform", "recompute_all", "selective_attention", "chunked_sequence"})
           .value();
@@ -235,7 +237,9 @@ TEST(Sweep, ReservedPeakIsEachConfigurationsOwnUnderACachingAllocator) {
   SweepOptions o = Tiny();
   // Activations (64 x 16 floats, 4 KiB each) outweigh the parameters, so recompute_all's
   // peak is well below store_all's; the second model is smaller than the first.
-  o.models = {"heavy_mlp:depth=6:hidden=16:batch=64", "heavy_mlp:depth=2:hidden=8:batch=2"};
+  o.models =
+      BindModels({"heavy_mlp:depth=6:hidden=16:batch=64", "heavy_mlp:depth=2:hidden=8:batch=2"})
+          .value();
   o.strategies = BindStrategies({"recompute_all"}).value();
   std::ostringstream progress;
   absl::StatusOr<std::vector<ConfigResult>> rows = RunSweep(
@@ -264,9 +268,13 @@ TEST(Sweep, RejectsBadInputBeforeRunning) {
   o = Tiny();
   o.strategies.push_back(o.strategies.back());
   EXPECT_THAT(std::string(ValidateSweep(o).message()), HasSubstr("twice"));
+  EXPECT_EQ(BindModels({"convnext"}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(
+      std::string(BindModels({"heavy_mlp:depth=4", "heavy_mlp:depth=+4"}).status().message()),
+      HasSubstr("twice (as 'heavy_mlp:depth=4' and 'heavy_mlp:depth=+4')"));
   o = Tiny();
-  o.models = {"convnext"};
-  EXPECT_EQ(ValidateSweep(o).code(), absl::StatusCode::kNotFound);
+  o.models.push_back(o.models.back());
+  EXPECT_THAT(std::string(ValidateSweep(o).message()), HasSubstr("models list"));
   o = Tiny();
   o.steps = 0;
   EXPECT_THAT(std::string(ValidateSweep(o).message()), HasSubstr("steps=0"));
@@ -571,7 +579,9 @@ TEST(Presets, EveryPresetExistsAndValidates) {
     absl::StatusOr<Preset> preset = FindPreset(name);
     ASSERT_TRUE(preset.ok());
     SweepOptions o;
-    o.models = preset->models;
+    absl::StatusOr<std::vector<BoundModel>> models = BindModels(preset->models);
+    ASSERT_TRUE(models.ok()) << name << ": " << models.status();
+    o.models = *models;
     o.strategies = BindStrategies(preset->strategies).value();
     EXPECT_TRUE(ValidateSweep(o).ok()) << name << ": " << ValidateSweep(o);
   }
@@ -592,12 +602,22 @@ TEST(Presets, EveryPresetExistsAndValidates) {
 
 TEST(Sweep, ResumeSkipsCompletedModelsAndReportsOnlyMissingRows) {
   SweepOptions o = Tiny();
-  o.models = {"heavy_mlp:depth=2:hidden=4:batch=2", "heavy_mlp:depth=3:hidden=4:batch=2"};
+  o.models =
+      BindModels({"heavy_mlp:depth=2:hidden=4:batch=2", "heavy_mlp:depth=3:hidden=4:batch=2"})
+          .value();
   o.strategies = BindStrategies({"uniform"}).value();
   // Rows written under other spellings of the same specs count: specs compare canonically.
-  o.completed = {{"heavy_mlp:depth=2:hidden=4:batch=2", "store_all"},
-                 {"heavy_mlp:batch=2:hidden=4:depth=+2", "uniform:segments=auto"},
-                 {"heavy_mlp:depth=3:hidden=4:batch=2", "store_all"}};
+  std::vector<ConfigResult> done(3);
+  done[0].model_spec = "heavy_mlp:depth=2:hidden=4:batch=2";
+  done[0].strategy_spec = "store_all";
+  done[1].model_spec = "heavy_mlp:batch=2:hidden=4:depth=+2";
+  done[1].strategy_spec = "uniform:segments=auto";
+  done[2].model_spec = "heavy_mlp:depth=3:hidden=4:batch=2";
+  done[2].strategy_spec = "store_all";
+  o.completed = CompletedPairs(done).value();
+  done[2].model_spec = "heavy_mlp:depth=3:hidden=four";
+  EXPECT_THAT(std::string(CompletedPairs(done).status().message()),
+              HasSubstr("holds a row whose spec is not one"));
   std::vector<ConfigResult> streamed;
   std::ostringstream progress;
   absl::StatusOr<std::vector<ConfigResult>> rows = RunSweep(
@@ -617,8 +637,9 @@ TEST(Sweep, ResumeSkipsCompletedModelsAndReportsOnlyMissingRows) {
 
 TEST(Sweep, TimeLimitStopsStartingModelsButAlwaysRunsTheFirst) {
   SweepOptions o = Tiny();
-  o.models = {"heavy_mlp:depth=2:hidden=4:batch=2", "heavy_mlp:depth=3:hidden=4:batch=2",
-              "heavy_mlp:depth=4:hidden=4:batch=2"};
+  o.models = BindModels({"heavy_mlp:depth=2:hidden=4:batch=2", "heavy_mlp:depth=3:hidden=4:batch=2",
+                         "heavy_mlp:depth=4:hidden=4:batch=2"})
+                 .value();
   o.strategies = BindStrategies({"uniform"}).value();
   o.time_limit_s = 1e-9;  // spent by the time the first model is done
   std::ostringstream progress;

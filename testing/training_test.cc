@@ -26,7 +26,7 @@ MemoryMeter& Cpu() { return **MemoryMeterFor(c10::Device(c10::DeviceType::CPU));
 SweepOptions EveryModelAndStrategy() {
   SweepOptions o;
   for (const std::string& id : ckpt::Models().Ids())
-    o.models.push_back(testing::FixedSmallSpec(id));
+    o.models.push_back(BoundModel::Bind(testing::FixedSmallSpec(id)).value());
   o.strategies = BindStrategies(DefaultStrategies()).value();
   return o;
 }
@@ -128,7 +128,8 @@ TEST(Training, GradientsThatNeverFitEndTheCurveWithAnError) {
   // On models whose loss is a mean over positions and whose gradients are never all zero (a
   // toy ReLU chain can die and give zero gradients, which fit at any scale).
   SweepOptions o = EveryModelAndStrategy();
-  o.models = {testing::FixedSmallSpec("transformer"), testing::FixedSmallSpec("gpt2")};
+  o.models =
+      BindModels({testing::FixedSmallSpec("transformer"), testing::FixedSmallSpec("gpt2")}).value();
   std::ostringstream progress;
   absl::StatusOr<std::vector<LossCurve>> curves = RunTraining(o, training, Cpu(), progress);
   ASSERT_TRUE(curves.ok()) << curves.status();
@@ -142,7 +143,7 @@ TEST(Training, GradientsThatNeverFitEndTheCurveWithAnError) {
 
 TEST(Training, TheLossChangesAsTheModelTrains) {
   SweepOptions o;
-  o.models = {"heavy_mlp:depth=2:hidden=8:batch=4"};
+  o.models = BindModels({"heavy_mlp:depth=2:hidden=8:batch=4"}).value();
   o.strategies = BindStrategies({"uniform"}).value();
   TrainingOptions training;
   training.steps = 5;

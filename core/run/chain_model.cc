@@ -1,5 +1,8 @@
 #include "core/run/chain_model.h"
 
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
 #include "core/run/torch_status.h"
 
@@ -16,33 +19,56 @@ ModelRegistry& Models() {
   return *registry;
 }
 
-absl::StatusOr<std::string> CanonicalModelSpec(const std::string& spec_text) {
-  ASSIGN_OR_RETURN(Spec spec, ParseSpec(spec_text));
+absl::StatusOr<BoundModel> BoundModel::FromSpec(const Spec& spec) {
   ASSIGN_OR_RETURN(const ModelRegistry::Entry* entry, Models().Find(spec.name));
-  ASSIGN_OR_RETURN(ParamValues values, Models().Bind(spec));
+  ASSIGN_OR_RETURN(ParamValues values, BindParams(spec, entry->params));
   if (entry->traits.check) RETURN_IF_ERROR(entry->traits.check(values));
-  return values.Canonical();
+  return BoundModel(entry, std::move(values));
 }
 
-absl::StatusOr<std::vector<StageInfo>> ModelStages(const std::string& spec_text) {
+absl::StatusOr<BoundModel> BoundModel::Bind(const std::string& spec_text) {
   ASSIGN_OR_RETURN(Spec spec, ParseSpec(spec_text));
-  ASSIGN_OR_RETURN(const ModelRegistry::Entry* entry, Models().Find(spec.name));
-  ASSIGN_OR_RETURN(ParamValues values, Models().Bind(spec));
-  if (entry->traits.check) RETURN_IF_ERROR(entry->traits.check(values));
-  return entry->traits.stages(values);
+  return FromSpec(spec);
 }
 
-absl::Status CheckModelSpec(const std::string& spec_text) {
-  return CanonicalModelSpec(spec_text).status();
+absl::StatusOr<std::shared_ptr<ChainModel>> BoundModel::Create(const ModelContext& context) const {
+  // Two layers: RunTorch's (an exception while building) and the factory's own.
+  ASSIGN_OR_RETURN(absl::StatusOr<std::shared_ptr<ChainModel>> model,
+                   RunTorch([&] { return entry_->factory(values_, context); }));
+  return model;
+}
+
+absl::StatusOr<BoundModel> BoundModel::With(const std::string& key,
+                                            const std::string& value) const {
+  Spec spec{id(), values_.Entries()};
+  auto it = std::find_if(spec.params.begin(), spec.params.end(),
+                         [&](const auto& entry) { return entry.first == key; });
+  if (it == spec.params.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", id(), "' has no ", key, " parameter; accepted: models with one"));
+  }
+  it->second = value;
+  return FromSpec(spec);
 }
 
 absl::StatusOr<std::shared_ptr<ChainModel>> CreateModel(const std::string& spec_text,
                                                         const ModelContext& context) {
-  ASSIGN_OR_RETURN(Spec spec, ParseSpec(spec_text));
-  // Two layers: RunTorch's (an exception while building) and the factory's own.
-  ASSIGN_OR_RETURN(absl::StatusOr<std::shared_ptr<ChainModel>> model,
-                   RunTorch([&] { return Models().Create(spec, context); }));
-  return model;
+  ASSIGN_OR_RETURN(BoundModel model, BoundModel::Bind(spec_text));
+  return model.Create(context);
+}
+
+absl::Status CheckModelSpec(const std::string& spec_text) {
+  return BoundModel::Bind(spec_text).status();
+}
+
+absl::StatusOr<std::vector<StageInfo>> ModelStages(const std::string& spec_text) {
+  ASSIGN_OR_RETURN(BoundModel model, BoundModel::Bind(spec_text));
+  return model.Stages();
+}
+
+absl::StatusOr<std::string> CanonicalModelSpec(const std::string& spec_text) {
+  ASSIGN_OR_RETURN(BoundModel model, BoundModel::Bind(spec_text));
+  return model.spec();
 }
 
 }  // namespace ckpt

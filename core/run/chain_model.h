@@ -94,20 +94,52 @@ using ModelRegistry = Registry<std::shared_ptr<ChainModel>, ModelTraits, const M
 // The process-wide model registry.
 ModelRegistry& Models();
 
-// Parses the spec and builds the model (LibTorch errors become a Status).
+// A model spec parsed, bound and checked once, where a request is read: its registry entry, its
+// parameters and its one writing. Everything after carries it (the sweep's configurations, the
+// workloads, the depth scan, the ranks' global batch); nothing parses the text again.
+//   ASSIGN_OR_RETURN(BoundModel model, BoundModel::Bind("gpt2:depth=4"));
+//   ASSIGN_OR_RETURN(std::shared_ptr<ChainModel> m, model.Create(context));
+class BoundModel {
+ public:
+  // Parses, binds and runs the model's Check, creating nothing: NotFound naming an unknown id,
+  // InvalidArgument naming a bad parameter or a combination the model refuses.
+  static absl::StatusOr<BoundModel> Bind(const std::string& spec_text);
+
+  // The spec's one writing: every parameter in declaration order, defaults filled in, numbers
+  // canonical. Two texts name the same model exactly when their specs are equal
+  // ("heavy_mlp:batch=2:depth=+4" is "heavy_mlp:depth=4:...").
+  const std::string& spec() const { return spec_; }
+  const std::string& id() const { return values_.name(); }
+  const ParamValues& values() const { return values_; }
+  // The parameters the model declares (their ranges: a depth scan's bounds).
+  const std::vector<ParamDef>& params() const { return entry_->params; }
+  // The stages these parameters make, declared without making the model.
+  std::vector<StageInfo> Stages() const { return entry_->traits.stages(values_); }
+
+  // The model on the context's device (LibTorch's errors become a Status).
+  absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ModelContext& context) const;
+
+  // The same model with parameter `key` set to `value`, bound and checked as Bind does: a depth
+  // scan's depth, the global batch that ranks share. InvalidArgument naming the key where the
+  // model declares no such parameter.
+  absl::StatusOr<BoundModel> With(const std::string& key, const std::string& value) const;
+
+ private:
+  BoundModel(const ModelRegistry::Entry* entry, ParamValues values)
+      : entry_(entry), values_(std::move(values)), spec_(values_.Canonical()) {}
+  static absl::StatusOr<BoundModel> FromSpec(const Spec& spec);
+
+  const ModelRegistry::Entry* entry_;  // the registry's: it outlives every model
+  ParamValues values_;
+  std::string spec_;
+};
+
+// Conveniences for a spec written once in code or a test (bind it where it is read when it is
+// carried through a run): Bind's errors, then what BoundModel gives.
 absl::StatusOr<std::shared_ptr<ChainModel>> CreateModel(const std::string& spec_text,
                                                         const ModelContext& context);
-
-// Parses and binds `spec_text` and runs the model's Check, creating nothing: the errors
-// CreateModel would give for the spec itself, before any tensor exists.
 absl::Status CheckModelSpec(const std::string& spec_text);
-
-// The stages of the model of `spec_text` (CheckModelSpec's errors otherwise), without making it.
 absl::StatusOr<std::vector<StageInfo>> ModelStages(const std::string& spec_text);
-
-// The spec's one writing (CheckModelSpec's errors otherwise): every parameter in declaration
-// order, defaults filled in, numbers canonical. Two texts name the same model exactly when
-// their canonical specs are equal ("heavy_mlp:batch=2:depth=+4" is "heavy_mlp:depth=4:...").
 absl::StatusOr<std::string> CanonicalModelSpec(const std::string& spec_text);
 
 namespace internal {

@@ -1,5 +1,6 @@
 #include "core/run/workload.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -11,30 +12,21 @@
 
 namespace ckpt {
 
-absl::StatusOr<std::string> ScaledBatchSpec(const std::string& model_spec, int factor) {
-  ASSIGN_OR_RETURN(std::string spec, CanonicalModelSpec(model_spec));
-  ASSIGN_OR_RETURN(Spec parsed, ParseSpec(spec));
-  std::string out = parsed.name;
-  bool found = false;
-  for (const auto& [key, value] : parsed.params) {
-    std::string v = value;
-    if (key == "batch") {
-      int64_t rows = 0;
-      if (!absl::SimpleAtoi(value, &rows)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("batch=", value, " in ", spec, " is not an integer"));
-      }
-      v = absl::StrCat(rows * factor);
-      found = true;
-    }
-    absl::StrAppend(&out, ":", key, "=", v);
-  }
-  if (!found) {
+absl::StatusOr<BoundModel> ScaledBatch(const BoundModel& model, int factor) {
+  const auto& entries = model.values().Entries();
+  auto batch = std::find_if(entries.begin(), entries.end(),
+                            [](const auto& entry) { return entry.first == "batch"; });
+  int64_t rows = 0;
+  if (batch == entries.end()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "model ", spec, " has no batch parameter, so its batch cannot be shared among ", factor,
-        " ranks"));
+        "model ", model.spec(), " has no batch parameter, so its batch cannot be shared among ",
+        factor, " ranks"));
   }
-  return out;
+  if (!absl::SimpleAtoi(batch->second, &rows)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch=", batch->second, " in ", model.spec(), " is not an integer"));
+  }
+  return model.With("batch", absl::StrCat(rows * factor));
 }
 
 namespace {
@@ -67,14 +59,15 @@ Batch Share(const Batch& global, int rank, int world_size) {
   return Batch{rows(global.inputs), rows(global.targets)};
 }
 
-// `model_spec`'s model on the context's device, and the model its batches are drawn from: itself
-// for one rank, else one of the global batch's spec.
-absl::StatusOr<std::shared_ptr<ChainModel>> MakeDrawer(const std::shared_ptr<ChainModel>& model,
+// The model batches are drawn from: `model` itself for one rank, else one of the global batch's
+// spec, on the context's device.
+absl::StatusOr<std::shared_ptr<ChainModel>> MakeDrawer(const BoundModel& bound,
+                                                       const std::shared_ptr<ChainModel>& model,
                                                        const ModelContext& context,
                                                        int world_size) {
   if (world_size == 1) return model;
-  ASSIGN_OR_RETURN(std::string global, ScaledBatchSpec(model->spec(), world_size));
-  return CreateModel(global, context);
+  ASSIGN_OR_RETURN(BoundModel global, ScaledBatch(bound, world_size));
+  return global.Create(context);
 }
 
 // The batch `drawer` draws from `seed`, rows [rank b, (rank + 1) b) of it.
@@ -96,24 +89,29 @@ ModelContext ContextOf(const WorkloadOptions& options) {
 
 absl::StatusOr<Workload> Workload::Build(const std::string& model_spec,
                                          const WorkloadOptions& options) {
+  ASSIGN_OR_RETURN(BoundModel model, BoundModel::Bind(model_spec));
+  return Build(model, options);
+}
+
+absl::StatusOr<Workload> Workload::Build(const BoundModel& bound, const WorkloadOptions& options) {
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", options.rank, " of world size ", options.world_size,
                      " is not accepted; accepted: world size >= 1 and 0 <= rank < world size"));
   }
   const ModelContext context = ContextOf(options);
-  ASSIGN_OR_RETURN(std::shared_ptr<ChainModel> model, CreateModel(model_spec, context));
+  ASSIGN_OR_RETURN(std::shared_ptr<ChainModel> model, bound.Create(context));
   RETURN_IF_ERROR(RunTorch([&] { model->SetTraining(options.training); }));
   // Drawn with a drawer of its own, not kept: the measured baseline holds this model alone.
   ASSIGN_OR_RETURN(std::shared_ptr<ChainModel> drawer,
-                   MakeDrawer(model, context, options.world_size));
+                   MakeDrawer(bound, model, context, options.world_size));
   ASSIGN_OR_RETURN(Batch batch, Draw(*drawer, options.seed, options.rank, options.world_size));
-  return Workload(std::move(model), std::move(batch), options);
+  return Workload(bound, std::move(model), std::move(batch), options);
 }
 
 absl::StatusOr<Batch> Workload::MakeBatch(uint64_t seed) {
   if (drawer_ == nullptr) {
-    ASSIGN_OR_RETURN(drawer_, MakeDrawer(model_, ContextOf(options_), options_.world_size));
+    ASSIGN_OR_RETURN(drawer_, MakeDrawer(bound_, model_, ContextOf(options_), options_.world_size));
   }
   return Draw(*drawer_, seed, options_.rank, options_.world_size);
 }

@@ -49,16 +49,17 @@ struct PlannedRun {
   ChainExecutor executor;
 };
 
-// `model_spec` with its batch parameter `factor` times larger, canonical: the spec of the
-// global batch that `factor` ranks of `model_spec` share. InvalidArgument for a bad spec or a
-// model without a batch parameter.
-absl::StatusOr<std::string> ScaledBatchSpec(const std::string& model_spec, int factor);
+// `model` with its batch parameter `factor` times larger: the model of the global batch that
+// `factor` ranks of `model` share. InvalidArgument for a model without a batch parameter.
+absl::StatusOr<BoundModel> ScaledBatch(const BoundModel& model, int factor);
 
 class Workload {
  public:
-  // The model of `model_spec` on the device, initialised from the seed, in the mode asked
-  // for, and its batch (this rank's share). Errors name the spec (InvalidArgument, NotFound;
-  // a model without a batch parameter cannot be shared among ranks) or are LibTorch's.
+  // `model` on the device, initialised from the seed, in the mode asked for, and its batch (this
+  // rank's share). Errors name the spec (InvalidArgument: a model without a batch parameter
+  // cannot be shared among ranks) or are LibTorch's.
+  static absl::StatusOr<Workload> Build(const BoundModel& model, const WorkloadOptions& options);
+  // Bind, then Build: for a spec written once in code or a test.
   static absl::StatusOr<Workload> Build(const std::string& model_spec,
                                         const WorkloadOptions& options);
 
@@ -83,17 +84,23 @@ class Workload {
   // the later calls.
   absl::StatusOr<Batch> MakeBatch(uint64_t seed);
 
+  const BoundModel& bound_model() const { return bound_; }
   const std::shared_ptr<ChainModel>& model() const { return model_; }
   const Batch& batch() const { return batch_; }
   const WorkloadOptions& options() const { return options_; }
 
  private:
-  Workload(std::shared_ptr<ChainModel> model, Batch batch, WorkloadOptions options)
-      : model_(std::move(model)), batch_(std::move(batch)), options_(std::move(options)) {}
+  Workload(BoundModel bound, std::shared_ptr<ChainModel> model, Batch batch,
+           WorkloadOptions options)
+      : bound_(std::move(bound)),
+        model_(std::move(model)),
+        batch_(std::move(batch)),
+        options_(std::move(options)) {}
   // Prepare for a plan validated already.
   absl::StatusOr<PlannedRun> PrepareValid(ckpt::Plan plan, ModelProfile& profile,
                                           MemoryMeter& meter);
 
+  BoundModel bound_;
   std::shared_ptr<ChainModel> model_;
   std::shared_ptr<ChainModel> drawer_;  // of the global batch's spec, once MakeBatch needs it
   Batch batch_;
