@@ -1,8 +1,37 @@
 #include "experiments/cohort.h"
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
 
 namespace ckpt {
+namespace {
+
+// The pairs as text and back, for rank 0 to give them to the others.
+std::string EncodePairs(const std::set<std::pair<std::string, std::string>>& pairs) {
+  std::string text;
+  for (const auto& [a, b] : pairs) absl::StrAppend(&text, a.size(), ":", a, b.size(), ":", b);
+  return text;
+}
+std::set<std::pair<std::string, std::string>> DecodePairs(absl::string_view text) {
+  std::set<std::pair<std::string, std::string>> pairs;
+  auto next = [&text](std::string& out) {
+    const size_t colon = text.find(':');
+    size_t n = 0;
+    if (colon == absl::string_view::npos || !absl::SimpleAtoi(text.substr(0, colon), &n) ||
+        colon + 1 + n > text.size()) {
+      return false;
+    }
+    out = std::string(text.substr(colon + 1, n));
+    text.remove_prefix(colon + 1 + n);
+    return true;
+  };
+  std::string a, b;
+  while (!text.empty() && next(a) && next(b)) pairs.emplace(a, b);
+  return pairs;
+}
+
+}  // namespace
 
 absl::Status Cohort::AgreeOn(const absl::Status& local) const {
   return AgreeOnOutcome(group_, local);
@@ -19,6 +48,12 @@ absl::StatusOr<std::string> Cohort::FromRankZero(const std::string& text) const 
   absl::StatusOr<std::string> shared = group_->FromRankZero(text);
   if (!shared.ok()) return RankError(*group_, "lost rank 0", shared.status());
   return shared;
+}
+
+absl::StatusOr<Cohort::Pairs> Cohort::FromRankZero(const Pairs& pairs) const {
+  if (group_ == nullptr) return pairs;
+  ASSIGN_OR_RETURN(const std::string text, FromRankZero(EncodePairs(pairs)));
+  return DecodePairs(text);
 }
 
 absl::StatusOr<std::vector<double>> Cohort::Mean(const std::vector<double>& values) const {

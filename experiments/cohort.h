@@ -10,7 +10,9 @@
 // Aborted, naming this rank (RankError): a rank died, left, or took another path.
 #pragma once
 
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -37,8 +39,10 @@ class Cohort {
   absl::StatusOr<bool> OnEvery(bool value) const;
   // An error naming `what` unless `text` is the same on every rank.
   absl::Status Same(const std::string& text, const std::string& what) const;
-  // Rank 0's `text`, on every rank.
+  // Rank 0's `text`, or its set of (model, strategy) pairs, on every rank.
+  using Pairs = std::set<std::pair<std::string, std::string>>;
   absl::StatusOr<std::string> FromRankZero(const std::string& text) const;
+  absl::StatusOr<Pairs> FromRankZero(const Pairs& pairs) const;
   // The ranks' mean and largest of each of `values`, element-wise.
   absl::StatusOr<std::vector<double>> Mean(const std::vector<double>& values) const;
   absl::StatusOr<std::vector<double>> Max(const std::vector<double>& values) const;

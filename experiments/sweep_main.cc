@@ -21,8 +21,6 @@
 // value and the accepted ones, before anything is measured or written); 1 when an output
 // could not be written (the file and the system's reason named; every file is written whole or
 // not at all, core/base/files.h), a loss curve departs from store_all's, or a rank failed (named).
-#include <stdlib.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,13 +40,10 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/cord.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "core/base/files.h"
 #include "core/base/printable.h"
 #include "core/base/status_macros.h"
@@ -68,7 +63,9 @@
 #include "experiments/output_folder.h"
 #include "experiments/predict.h"
 #include "experiments/presets.h"
+#include "experiments/ranks.h"
 #include "experiments/report.h"
+#include "experiments/request.h"
 #include "experiments/results_csv.h"
 #include "experiments/sweep.h"
 #include "experiments/training.h"
@@ -138,22 +135,6 @@ ABSL_FLAG(bool, report_only, false,
 namespace ckpt {
 namespace {
 
-// Errors travel as absl::Status to Main, which alone ends the process. Bad input, refused before
-// anything is measured or written, is marked so (BadInput) and ends with exit status 2; every
-// other error with 1.
-constexpr char kBadInput[] = "ckptlab.sweep/bad-input";
-
-absl::Status BadInput(absl::Status status) {
-  status.SetPayload(kBadInput, absl::Cord("exit 2"));
-  return status;
-}
-
-// The exit status for how the run ended.
-int ExitStatusOf(const absl::Status& status) {
-  if (status.ok()) return 0;
-  return status.GetPayload(kBadInput).has_value() ? 2 : 1;
-}
-
 // A line on standard error, "sweep: " and `text`, which is escaped (core/base/printable.h):
 // whatever a path, a spec, a file or a library's message holds, it is one line and rewrites no
 // terminal.
@@ -174,109 +155,11 @@ absl::Status FlushStdout() {
   return absl::OkStatus();
 }
 
-std::vector<std::string> SplitList(const std::string& text) {
-  std::vector<std::string> items;
-  for (absl::string_view item : absl::StrSplit(text, ',')) {
-    items.emplace_back(absl::StripAsciiWhitespace(item));
-  }
-  return items;
-}
-
-absl::StatusOr<std::optional<int64_t>> ParseCap(const std::string& text) {
-  if (text.empty()) return std::optional<int64_t>();
-  absl::StatusOr<int64_t> bytes = ParseByteSize(text);
-  if (!bytes.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--memory_cap=", bytes.status().message()));
-  }
-  return std::optional<int64_t>(*bytes);
-}
-
-// A rate as --link_bandwidth takes it, in bytes per second, kept whole (run.csv records it); 0 for
-// none.
-absl::StatusOr<int64_t> ParseLinkBandwidth(const std::string& text) {
-  if (text.empty()) return 0;
-  absl::string_view size = text;
-  absl::StatusOr<int64_t> bytes = absl::ConsumeSuffix(&size, "/s")
-                                      ? ParseByteSize(size)
-                                      : absl::InvalidArgumentError("a rate needs its '/s'");
-  if (!bytes.ok() || *bytes <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--link_bandwidth=", text,
-                     " is not a rate; accepted: a positive size per second (25GB/s, 12GiB/s)"));
-  }
-  return *bytes;
-}
-
-absl::StatusOr<std::vector<int>> ParseDepths(const std::string& text) {
-  std::vector<int> depths;
-  if (text.empty()) return depths;
-  for (const std::string& item : SplitList(text)) {
-    int depth = 0;
-    if (!absl::SimpleAtoi(item, &depth) || depth < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--depths: '", item, "' is not accepted; accepted: integers >= 1, e.g. 4,8,16,32"));
-    }
-    if (std::find(depths.begin(), depths.end(), depth) != depths.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--depths lists ", depth, " twice; accepted: each depth once"));
-    }
-    depths.push_back(depth);
-  }
-  return depths;
-}
-
 // The command line as the reports record it, the program named "sweep".
 std::string CommandOf(int argc, char** argv) {
   std::vector<std::string> command(argv, argv + argc);
   command[0] = "sweep";
   return absl::StrJoin(command, " ");
-}
-
-// A mode that does less than a sweep, and the flags it uses: any other flag given with it is
-// refused (exit 2), so that no flag is silently ignored in any mode.
-struct Mode {
-  const char* flag;
-  const char* why;  // "--predict runs no step": why the other flags cannot go with it
-  std::vector<std::string> uses;
-};
-
-// The first of these whose flag is given decides the mode; with none, the sweep uses every flag.
-const std::vector<Mode>& ModesThatDoLess() {
-  static const auto* modes = new std::vector<Mode>{
-      {"list", "--list prints what this build offers and exits", {}},
-      {"predict",
-       "--predict runs no step",
-       {"preset", "models", "strategies", "budgets", "link_bandwidth", "device", "seed", "threads",
-        "blas_threads", "out"}},
-      {"report_only",
-       "--report_only runs nothing",
-       {"preset", "models", "strategies", "budgets", "out"}},
-      {"explain",
-       "--explain prints plans and exits",
-       {"preset", "models", "strategies", "budgets", "link_bandwidth", "device", "seed", "threads",
-        "blas_threads"}},
-  };
-  return *modes;
-}
-
-// InvalidArgument naming the first flag given that the mode does not use, and those it does.
-absl::Status CheckFlagsOfMode(const std::set<std::string>& given) {
-  for (const Mode& mode : ModesThatDoLess()) {
-    if (!given.count(mode.flag)) continue;
-    for (const std::string& flag : given) {
-      if (flag == mode.flag ||
-          std::find(mode.uses.begin(), mode.uses.end(), flag) != mode.uses.end()) {
-        continue;
-      }
-      std::vector<std::string> accepted;
-      for (const std::string& use : mode.uses) accepted.push_back(absl::StrCat("--", use));
-      return absl::InvalidArgumentError(
-          absl::StrCat(mode.why, ", so --", flag, " cannot go with it; accepted with --", mode.flag,
-                       ": ", accepted.empty() ? "no other flag" : absl::StrJoin(accepted, ", ")));
-    }
-    return absl::OkStatus();
-  }
-  return absl::OkStatus();
 }
 
 // Under `bazel run` the program starts in its runfiles: paths a user gives (--out, a plan file)
@@ -288,53 +171,6 @@ absl::Status EnterUserDirectory() {
         absl::StrCat("cannot enter ", user_dir, ": ", std::strerror(errno)));
   }
   return absl::OkStatus();
-}
-
-// What the flags ask for, parsed and checked, before anything runs.
-struct Request {
-  bool list = false;
-  SweepOptions options;  // models and strategies bound
-  TrainingOptions training;
-  std::vector<int> depths;
-  ComputeThreads threads;  // as asked
-  FolderUse use = FolderUse::kNew;
-  bool explain = false;
-  bool predict = false;
-  std::vector<PublishedSaving> published;  // the preset's figures, beside --predict's
-  // Data parallel: this process's rank of `world_size`, and where the ranks meet when a
-  // launcher's environment says (else rank 0 starts the others: --nproc).
-  int rank = 0;
-  int world_size = 1;
-  std::optional<Rendezvous> rendezvous;
-  int local_rank = 0;                   // this rank's place on its host, which picks its GPU
-  int local_ranks = 1;                  // the ranks on this host, which share its cores and memory
-  std::string device_asked;             // --device as given: each rank resolves it to its own GPU
-  std::string backend;                  // what the ranks reduce with (ChooseBackend), with ranks
-  std::string temp_parent;              // with ranks to start: $TMPDIR (or /tmp), where they meet
-  std::vector<std::string> plan_files;  // the plan files the strategies read, with digests
-  std::string command;                  // as the reports record it
-};
-
-// The folder the ranks --nproc starts meet in goes into: $TMPDIR, or /tmp. Checked before anything
-// is written: InvalidArgument naming it when it is not a folder this process can make files in.
-absl::StatusOr<std::string> TempParent() {
-  const char* tmp = std::getenv("TMPDIR");
-  const std::string parent = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
-  struct stat st {};
-  std::string why;
-  if (::stat(parent.c_str(), &st) != 0) {
-    why = std::strerror(errno);
-  } else if (!S_ISDIR(st.st_mode)) {
-    why = absl::StrCat("it is ", DescribeWhatIsAt(parent));
-  } else if (::access(parent.c_str(), W_OK | X_OK) != 0) {
-    why = std::strerror(errno);
-  }
-  if (why.empty()) return parent;
-  return absl::InvalidArgumentError(
-      absl::StrCat(tmp != nullptr && *tmp != '\0' ? absl::StrCat("TMPDIR=", parent) : parent,
-                   " cannot hold the folder the ranks meet in (", why,
-                   "); accepted: TMPDIR naming a folder where this user can make files, or TMPDIR "
-                   "unset (/tmp)"));
 }
 
 // The data-parallel part of the request: --nproc, or a launcher's environment; then the
@@ -485,16 +321,6 @@ absl::StatusOr<Request> ReadRequest(const ParsedCommandLine& parsed) {
   return r;
 }
 
-// The device's meter and the compute threads, set up as the request asks.
-struct Machine {
-  MemoryMeter* meter = nullptr;
-  ComputeThreads threads;  // as they run
-  // Every tensor of the run within this (CPU: nine tenths of the memory available at
-  // start-up), so that a model too large for the machine is an oom row, not a process the
-  // kernel kills.
-  std::optional<int64_t> standing_cap;
-};
-
 // Its errors are bad input: a device, a cap or thread counts this machine refuses.
 absl::StatusOr<Machine> SetUpMachine(const Request& r) {
   Machine m;
@@ -516,100 +342,6 @@ absl::StatusOr<Machine> SetUpMachine(const Request& r) {
   }
   RETURN_IF_ERROR(m.meter->SetCap(m.standing_cap));
   return m;
-}
-
-// --link_bandwidth as run.csv records it: "25000000000B/s", or "measured".
-std::string LinkSetting(const SweepOptions& o) {
-  return o.link_bytes_per_s > 0 ? absl::StrCat(o.link_bytes_per_s, "B/s") : "measured";
-}
-
-// What changes the rows besides their models and strategies: a --resume must match it.
-RunRecord RecordOf(const Request& r, const Machine& m) {
-  const SweepOptions& o = r.options;
-  return {{"device", o.device.str()},
-          {"memory_cap", o.memory_cap.has_value() ? absl::StrCat(*o.memory_cap) : "none"},
-          {"steps", absl::StrCat(o.steps)},
-          {"warmup", absl::StrCat(o.warmup)},
-          {"seed", absl::StrCat(o.seed)},
-          {"threads", absl::StrCat(m.threads.intra_op)},
-          {"blas_threads", m.threads.blas > 0 ? absl::StrCat(m.threads.blas) : "unknown"},
-          {"train_steps", absl::StrCat(r.training.steps)},
-          {"accumulate", absl::StrCat(r.training.accumulate)},
-          {"amp", r.training.amp ? "true" : "false"},
-          {"link_bandwidth", LinkSetting(o)},
-          {"world_size", absl::StrCat(r.world_size)},
-          {"plan_files", r.plan_files.empty() ? "none" : absl::StrJoin(r.plan_files, ";")}};
-}
-
-// What every rank must have been started with alike, compared when they meet: the record a
-// --resume matches, and what the rows are of.
-std::string ConfigurationOf(const Request& r, const Machine& m) {
-  std::string text;
-  for (const auto& [setting, value] : RecordOf(r, m)) {
-    // The device as asked: on CUDA, ranks asked alike each resolve it to a GPU of their own.
-    absl::StrAppend(&text, setting, "=", setting == "device" ? r.device_asked : value, "\n");
-  }
-  absl::StrAppend(&text, "dist_backend=", r.backend, "\n",
-                  "models=", absl::StrJoin(SpecsOf(r.options.models), ","), "\n",
-                  "strategies=", absl::StrJoin(SpecsOf(r.options.strategies), ","), "\n",
-                  "depths=", absl::StrJoin(r.depths, ","), "\n",
-                  "time_limit_s=", r.options.time_limit_s, "\n");
-  return text;
-}
-
-// The files a run writes in its folder.
-std::vector<std::string> OutputsOf(const Request& r) {
-  if (r.predict) return {"run.csv", "predict.csv", "predict.md"};
-  std::vector<std::string> out = {"report.md", "pareto.dat", "pareto.gp", "pareto.png"};
-  if (r.use != FolderUse::kReportOnly) out.insert(out.begin(), {"results.csv", "run.csv"});
-  if (!r.depths.empty()) out.insert(out.end(), {"depth.csv", "depth.dat", "depth.gp", "depth.png"});
-  if (r.training.steps > 0) {
-    out.insert(out.end(), {"losses.csv", "loss.dat", "loss.gp", "loss.png"});
-  }
-  return out;
-}
-
-// The caps in force, in words, for the report.
-std::string DescribeCaps(std::optional<int64_t> measured, std::optional<int64_t> standing) {
-  auto gib = [](int64_t bytes) { return absl::StrFormat("%.2f GiB", bytes / double(1 << 30)); };
-  std::string out = measured.has_value()
-                        ? absl::StrCat("each configuration's steps capped at ", gib(*measured),
-                                       " of live tensors (--memory_cap)")
-                        : "no --memory_cap";
-  if (standing.has_value()) {
-    absl::StrAppend(&out, "; every tensor of the run within ", gib(*standing),
-                    " (nine tenths of the memory available at start-up), so that a model too "
-                    "large for this machine is an oom row");
-  }
-  return out;
-}
-
-// The caps the rows of a folder were measured under, from its record (--report_only).
-std::string DescribeRecordedCaps(const std::optional<RunRecord>& record) {
-  if (record.has_value()) {
-    for (const auto& [setting, value] : *record) {
-      int64_t bytes = 0;
-      if (setting == "memory_cap" && absl::SimpleAtoi(value, &bytes)) {
-        return absl::StrCat(DescribeCaps(bytes, std::nullopt), ", as run.csv records");
-      }
-      if (setting == "memory_cap") return "no --memory_cap, as run.csv records";
-    }
-  }
-  return "the caps of the run are not recorded";
-}
-
-// Where the offload copies' times come from, in words, from the run.csv setting RecordOf writes.
-std::string DescribeCopies(absl::string_view link_bandwidth) {
-  int64_t rate = 0;
-  if (absl::ConsumeSuffix(&link_bandwidth, "B/s") && absl::SimpleAtoi(link_bandwidth, &rate) &&
-      rate > 0) {
-    return absl::StrFormat(
-        "an assumed link of %.1f GB/s each way, beside the compute: predicted step times of "
-        "offloading plans are for that link, not measured on this device",
-        rate / 1e9);
-  }
-  return "measured on this device (the profile's copy rates; on a GPU, copies on a stream of "
-         "their own beside the compute; on a CPU, memory copies that the step waits for)";
 }
 
 // The part actions plan text may name (PART=ACTION @ STAGES) and the kinds of parts each applies
@@ -794,112 +526,6 @@ absl::Status Measure(const SweepOptions& options, MemoryMeter& meter, Sink& sink
   return absl::OkStatus();
 }
 
-// The (model, strategy) pairs as text and back, for rank 0 to give them to the others.
-std::string EncodePairs(const std::set<std::pair<std::string, std::string>>& pairs) {
-  std::string text;
-  for (const auto& [a, b] : pairs) absl::StrAppend(&text, a.size(), ":", a, b.size(), ":", b);
-  return text;
-}
-std::set<std::pair<std::string, std::string>> DecodePairs(absl::string_view text) {
-  std::set<std::pair<std::string, std::string>> pairs;
-  auto next = [&text](std::string& out) {
-    const size_t colon = text.find(':');
-    size_t n = 0;
-    if (colon == absl::string_view::npos || !absl::SimpleAtoi(text.substr(0, colon), &n) ||
-        colon + 1 + n > text.size()) {
-      return false;
-    }
-    out = std::string(text.substr(colon + 1, n));
-    text.remove_prefix(colon + 1 + n);
-    return true;
-  };
-  std::string a, b;
-  while (!text.empty() && next(a) && next(b)) pairs.emplace(a, b);
-  return pairs;
-}
-
-// This process's part of a data-parallel run: the ranks it starts (--nproc) and the group it
-// joins. Without ranks, nothing. Members go in reverse order: the group, the ranks, then their
-// meeting folder.
-struct Ranks {
-  std::optional<ScratchFolder> meeting;  // the started ranks' file store's folder
-  std::optional<RankProcesses> started;  // ended if still running
-  std::unique_ptr<ProcessGroup> group;
-
-  // Ends the started ranks still running, after an error here: which failed first, or "".
-  std::string End() {
-    if (!started.has_value()) return "";
-    const std::string failed = DescribeFailure(started->Stop());
-    started.reset();
-    return failed;
-  }
-  // Waits for the started ranks to end on their own (they are done): an error naming the first
-  // that failed.
-  absl::Status Wait() {
-    if (!started.has_value()) return absl::OkStatus();
-    const std::string failed = DescribeFailure(started->Wait(/*grace_s=*/10, /*timeout_s=*/60));
-    started.reset();
-    return failed.empty() ? absl::OkStatus() : absl::AbortedError(failed);
-  }
-};
-
-// Starts ranks 1..N-1 of --nproc (the same program and arguments, meeting through a file store
-// in a folder of their own) and joins the group, or joins the run a launcher's environment
-// describes. Ranks started with other settings fail here, before anything is measured: bad
-// input.
-absl::Status JoinRanks(const Request& request, const Machine& machine, char** argv, int argc,
-                       Ranks& ranks) {
-  std::optional<Rendezvous> rendezvous = request.rendezvous;
-  if (!rendezvous.has_value()) {
-    if (request.world_size == 1) return absl::OkStatus();
-    ASSIGN_OR_RETURN(ScratchFolder meeting,
-                     ScratchFolder::Make(request.temp_parent, "ckptlab-ranks-"));
-    ranks.meeting.emplace(std::move(meeting));
-    rendezvous = Rendezvous();
-    rendezvous->world_size = request.world_size;
-    rendezvous->file = ranks.meeting->Path("rendezvous.store");
-    rendezvous->local_world_size = request.world_size;
-    std::vector<std::string> args(argv, argv + argc);
-    args[0] = "/proc/self/exe";  // this very program, wherever argv[0] points
-    ASSIGN_OR_RETURN(RankProcesses started,
-                     RankProcesses::Start(args, 1, request.world_size, rendezvous->file));
-    ranks.started.emplace(std::move(started));
-  }
-  rendezvous->backend = request.backend;
-  absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
-      ProcessGroup::Join(*rendezvous, request.options.device, ConfigurationOf(request, machine));
-  if (!group.ok()) {
-    const absl::StatusCode code = group.status().code();
-    // Settings that differ, a port in use: before anything is measured, as bad input is.
-    if (code == absl::StatusCode::kFailedPrecondition ||
-        code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kUnavailable) {
-      return BadInput(group.status());
-    }
-    return group.status();
-  }
-  ranks.group = *std::move(group);
-  return absl::OkStatus();
-}
-
-// The report's account of where and how it ran.
-RunInfo DescribeRun(const Request& request, const Machine& machine, const OutputFolder& folder) {
-  const SweepOptions& options = request.options;
-  const bool report_only = request.use == FolderUse::kReportOnly;
-  RunInfo info;
-  info.runtime = DescribeRuntime();
-  info.meter = machine.meter->Describe();
-  info.cap = report_only ? DescribeRecordedCaps(folder.recorded())
-                         : DescribeCaps(options.memory_cap, machine.standing_cap);
-  if (!report_only) info.copies = DescribeCopies(LinkSetting(options));
-  if (report_only && folder.recorded().has_value()) {  // else not said: not recorded
-    for (const auto& [setting, value] : *folder.recorded()) {
-      if (setting == "link_bandwidth") info.copies = DescribeCopies(value);
-    }
-  }
-  info.command = request.command;
-  return info;
-}
-
 // The report's opening notes: that it was written with --report_only, and its section on models
 // with no rows (the time limit was spent, or --report_only found a partial results.csv), also
 // said on stderr; empty when neither applies.
@@ -987,12 +613,13 @@ absl::Status Report(const Request& request, const Machine& machine, const Cohort
 
 // The sweep proper, on every rank: the ranks joined and the folder opened (rank 0's), the rows
 // measured, then the report; the others' exits checked and the closing line.
-absl::Status Sweep(Request& request, const Machine& machine, int argc, char** argv, Ranks& ranks) {
+absl::Status Sweep(Request& request, const Machine& machine, Ranks& ranks) {
   SweepOptions& options = request.options;
   // Under a launcher the ranks meet first, so that a run that cannot form writes nothing; with
   // --nproc the folder is checked before any rank is started.
-  if (request.rendezvous.has_value())
-    RETURN_IF_ERROR(JoinRanks(request, machine, argv, argc, ranks));
+  if (request.rendezvous.has_value()) {
+    RETURN_IF_ERROR(ranks.Join(request, machine, request.arguments));
+  }
   std::optional<OutputFolder> folder;
   if (request.rank == 0) {
     ASSIGN_OR_RETURN(OutputFolder opened, OpenOutputFolder(request, machine));
@@ -1002,13 +629,12 @@ absl::Status Sweep(Request& request, const Machine& machine, int argc, char** ar
   if (sink.writes() && sink.folder().has_results()) {
     RETURN_IF_ERROR(ReadRows(sink, &options.completed).status());
   }
-  if (!request.rendezvous.has_value())
-    RETURN_IF_ERROR(JoinRanks(request, machine, argv, argc, ranks));
+  if (!request.rendezvous.has_value()) {
+    RETURN_IF_ERROR(ranks.Join(request, machine, request.arguments));
+  }
   options.group = ranks.group.get();
   const Cohort cohort(options.group);
-  ASSIGN_OR_RETURN(const std::string completed,
-                   cohort.FromRankZero(EncodePairs(options.completed)));
-  options.completed = DecodePairs(completed);
+  ASSIGN_OR_RETURN(options.completed, cohort.FromRankZero(options.completed));
   RunInfo info;
   if (sink.writes()) {
     info = DescribeRun(request, machine, sink.folder());
@@ -1040,6 +666,7 @@ absl::Status Run(int argc, char** argv, const PlanFileSnapshots& plan_files, Ran
   if (!request.ok()) return BadInput(request.status());
   if (request->list) return List();
   request->plan_files = plan_files.Digests();
+  request->arguments.assign(argv, argv + argc);
   request->command = CommandOf(argc, argv);
   // A rank that --nproc started does not outlive rank 0.
   if (request->rendezvous.has_value()) {
@@ -1056,7 +683,7 @@ absl::Status Run(int argc, char** argv, const PlanFileSnapshots& plan_files, Ran
     return FlushStdout();
   }
   if (request->predict) return PredictAll(*request, *machine);
-  return Sweep(*request, *machine, argc, argv, ranks);
+  return Sweep(*request, *machine, ranks);
 }
 
 // The one place the process ends: an error is one line on stderr (and, where ranks this process

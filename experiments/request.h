@@ -1,0 +1,112 @@
+// The sweep's request: what its flags ask for, each value parsed once and checked before anything
+// runs, and what follows from it (the record a --resume must match, what the ranks must agree on,
+// the files written, the run described). The flags themselves are read in the main
+// (experiments/sweep_main.cc); everything here takes their values.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/dist/launcher.h"
+#include "core/run/device.h"
+#include "core/run/memory_meter.h"
+#include "experiments/output_folder.h"
+#include "experiments/predict.h"
+#include "experiments/presets.h"
+#include "experiments/report.h"
+#include "experiments/sweep.h"
+#include "experiments/training.h"
+
+namespace ckpt {
+
+// Errors travel as absl::Status to the sweep's Main, which alone ends the process. Bad input,
+// refused before anything is measured or written, is marked so and ends with exit status 2;
+// every other error with 1.
+absl::Status BadInput(absl::Status status);
+int ExitStatusOf(const absl::Status& status);  // 0 for OK
+
+// The items of a comma-separated list, each stripped of surrounding white space.
+std::vector<std::string> SplitList(const std::string& text);
+
+// --memory_cap: none for "", else a size (ParseByteSize: "16GiB", "512MiB", bytes);
+// InvalidArgument after "--memory_cap=".
+absl::StatusOr<std::optional<int64_t>> ParseCap(const std::string& text);
+
+// --link_bandwidth: a rate in bytes per second, kept whole (run.csv records it), 0 for "";
+// InvalidArgument naming the text for anything but a positive size with "/s" ("25GB/s").
+absl::StatusOr<int64_t> ParseLinkBandwidth(const std::string& text);
+
+// --depths: distinct integers >= 1, in order, none for ""; InvalidArgument naming the item.
+absl::StatusOr<std::vector<int>> ParseDepths(const std::string& text);
+
+// The modes that do less than a sweep (--list, --predict, --report_only, --explain) use some
+// flags only: InvalidArgument naming the first flag in `given` that the first mode given does
+// not use, and those it does, so that no flag is silently ignored in any mode.
+absl::Status CheckFlagsOfMode(const std::set<std::string>& given);
+
+// What the flags ask for, parsed and checked, before anything runs.
+struct Request {
+  bool list = false;
+  SweepOptions options;  // models and strategies bound
+  TrainingOptions training;
+  std::vector<int> depths;
+  ComputeThreads threads;  // as asked
+  FolderUse use = FolderUse::kNew;
+  bool explain = false;
+  bool predict = false;
+  std::vector<PublishedSaving> published;  // the preset's figures, beside --predict's
+  // Data parallel: this process's rank of `world_size`, and where the ranks meet when a
+  // launcher's environment says (else rank 0 starts the others: --nproc).
+  int rank = 0;
+  int world_size = 1;
+  std::optional<Rendezvous> rendezvous;
+  int local_rank = 0;                   // this rank's place on its host, which picks its GPU
+  int local_ranks = 1;                  // the ranks on this host, which share its cores and memory
+  std::string device_asked;             // --device as given: each rank resolves it to its own GPU
+  std::string backend;                  // what the ranks reduce with (ChooseBackend), with ranks
+  std::string temp_parent;              // with ranks to start: $TMPDIR (or /tmp), where they meet
+  std::vector<std::string> plan_files;  // the plan files the strategies read, with digests
+  std::string command;                  // as the reports record it
+  // The command line as given: the ranks --nproc starts run it again.
+  std::vector<std::string> arguments;
+};
+
+// Where the ranks --nproc starts meet: a folder made in $TMPDIR, or /tmp. Checked before anything
+// is written: InvalidArgument naming it when it is not a folder this process can make files in.
+absl::StatusOr<std::string> TempParent();
+
+// The device's meter and the compute threads, set up as the request asks.
+struct Machine {
+  MemoryMeter* meter = nullptr;
+  ComputeThreads threads;  // as they run
+  // Every tensor of the run within this (CPU: nine tenths of the memory available at
+  // start-up), so that a model too large for the machine is an oom row, not a process the
+  // kernel kills.
+  std::optional<int64_t> standing_cap;
+};
+
+// --link_bandwidth as run.csv records it: "25000000000B/s", or "measured".
+std::string LinkSetting(const SweepOptions& options);
+
+// What changes the rows besides their models and strategies: a --resume must match it.
+RunRecord RecordOf(const Request& request, const Machine& machine);
+
+// What every rank must have been started with alike, compared when they meet: the record a
+// --resume matches (the device as asked: ranks asked alike each resolve it to a GPU of their
+// own), and what the rows are of.
+std::string ConfigurationOf(const Request& request, const Machine& machine);
+
+// The files a run of `request` writes in its folder.
+std::vector<std::string> OutputsOf(const Request& request);
+
+// The report's account of where and how it ran: for --report_only, the caps and copies that
+// `folder`'s run.csv records.
+RunInfo DescribeRun(const Request& request, const Machine& machine, const OutputFolder& folder);
+
+}  // namespace ckpt
