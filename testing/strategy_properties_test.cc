@@ -21,6 +21,7 @@
 #include "core/plan/memory_model.h"
 #include "core/plan/plan_text.h"
 #include "core/plan/profile.h"
+#include "core/plan/spec.h"
 #include "core/plan/strategy.h"
 #include "core/plan/time_model.h"
 #include "gtest/gtest.h"
@@ -169,6 +170,23 @@ RC_GTEST_PROP(StrategyProperties, EveryStrategyPlansValidlyAndDeterministically,
     absl::StatusOr<Plan> again = PlanFor(id, profile);
     RC_ASSERT(again.ok());
     RC_ASSERT(again->segments == plan->segments);
+    // The registry's label is itself a spec of the same strategy, its parameters declared and
+    // valid, in declaration order (BoundStrategySpec keeps that order, so it only adds defaults).
+    RC_ASSERT(again->strategy == plan->strategy);
+    absl::StatusOr<Spec> label = ParseSpec(plan->strategy);
+    RC_ASSERT(label.ok());
+    RC_ASSERT(label->name == id);
+    absl::StatusOr<ParamValues> bound = Strategies().Bind(*label);
+    RC_ASSERT(bound.ok());
+    std::vector<std::string> order;  // the label's keys as declared
+    for (const auto& [key, value] : bound->Entries()) {
+      for (const auto& [shown, unused] : label->params) {
+        if (shown == key) order.push_back(key);
+      }
+    }
+    std::vector<std::string> keys;
+    for (const auto& [key, unused] : label->params) keys.push_back(key);
+    RC_ASSERT(keys == order);
     RC_ASSERT(SegmentsAndPolicies(*again, profile) == SegmentsAndPolicies(*plan, profile));
     RC_ASSERT(PredictMemory(profile, *plan).ok());
     RC_ASSERT(PredictStepMs(profile, *plan).ok());

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -71,7 +72,12 @@ struct Segment {
 };
 
 struct Plan {
-  std::string strategy;                     // canonical strategy spec, every parameter resolved
+  // Who made the plan: a strategy's label, its id and `shown` ("uniform:segments=4"), stamped
+  // by BoundStrategy::PlanFor; a plan from elsewhere (a test, a file's text) names itself.
+  std::string strategy;
+  // The parameters a strategy's label shows, as (key, value): those it resolved (auto, to what
+  // it chose) and those given that say how it planned. Declared keys only, in any order.
+  std::vector<std::pair<std::string, std::string>> shown;
   std::vector<Segment> segments;            // contiguous, in order, covering every stage
   std::vector<StagePolicy> stage_policies;  // empty (every part stored) or one per stage
   std::string summary;                      // one sentence from the strategy: why this plan

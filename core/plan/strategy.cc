@@ -1,5 +1,6 @@
 #include "core/plan/strategy.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -39,6 +40,21 @@ absl::StatusOr<BoundStrategy> BoundStrategy::Bind(const std::string& spec_text) 
 
 absl::StatusOr<Plan> BoundStrategy::PlanFor(const ModelProfile& profile) const {
   ASSIGN_OR_RETURN(Plan plan, strategy_->MakePlan(profile));
+  // The label: the id and the shown parameters, in declaration order.
+  plan.strategy = id();
+  for (const auto& [key, unused] : values_.Entries()) {
+    for (const auto& [shown_key, value] : plan.shown) {
+      if (shown_key == key) absl::StrAppend(&plan.strategy, ":", key, "=", value);
+    }
+  }
+  for (const auto& [key, unused] : plan.shown) {
+    const auto& declared = values_.Entries();
+    if (std::none_of(declared.begin(), declared.end(),
+                     [&key = key](const auto& entry) { return entry.first == key; })) {
+      return absl::InternalError(absl::StrCat("strategy bug: ", id(), "'s plan shows '", key,
+                                              "', which it does not declare"));
+    }
+  }
   if (absl::Status s = ValidatePlan(plan, profile.stages); !s.ok()) {
     // A strategy's own plan that is not valid is a bug in the strategy, not bad input.
     return absl::InternalError(absl::StrCat("strategy bug: ", s.message()));

@@ -43,6 +43,8 @@ class Strategy {
   virtual ~Strategy() = default;
   // The plan for this model. Errors: InvalidArgument when the strategy's parameters do not
   // fit the model (e.g. more segments than stages), naming the value and the accepted range.
+  // The plan's label is the registry's to write (BoundStrategy::PlanFor): the strategy says in
+  // Plan::shown which of its parameters the label shows, and with what values.
   virtual absl::StatusOr<Plan> MakePlan(const ModelProfile& profile) const = 0;
 
   // What can be checked of the strategy against a model's stages before anything runs (a
@@ -91,8 +93,9 @@ class BoundStrategy {
   // The kBytes parameter that holds its memory budget (StrategyTraits), or empty.
   const std::string& budget_param() const { return budget_param_; }
 
-  // The strategy's plan for `profile`, validated against the profile's stages (an invalid one
-  // is Internal: a strategy bug).
+  // The strategy's plan for `profile`, labelled (Plan::strategy: the id and Plan::shown's
+  // parameters in declaration order) and validated against the profile's stages (an invalid one,
+  // or one that shows an undeclared parameter, is Internal: a strategy bug).
   absl::StatusOr<Plan> PlanFor(const ModelProfile& profile) const;
 
  private:

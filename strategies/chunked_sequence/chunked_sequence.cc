@@ -36,7 +36,7 @@ absl::StatusOr<Plan> ChunkedSequence::MakePlan(const ModelProfile& profile) cons
   }
   // The label says what ran: no stage chunked (no sequence, or one position) runs whole, 1 chunk.
   const int ran = chunked > 0 ? most : 1;
-  plan.strategy = absl::StrCat(kId, ":chunks=", ran);
+  plan.shown = {{"chunks", absl::StrCat(ran)}};
   plan.summary =
       chunked == 0
           ? absl::StrCat("no stage of ", n, " has a sequence of two or more positions to chunk: ",

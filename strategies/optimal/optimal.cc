@@ -110,8 +110,8 @@ absl::StatusOr<Plan> Optimal::MakePlan(const ModelProfile& profile) const {
     Plan& plan = best->plan;
     const MemoryPrediction& best_predicted = best->predicted;
     const double best_ms = best->ms;
-    plan.strategy = absl::StrCat(kId, ":budget=", budget_.has_value() ? budget_text : "auto",
-                                 offload_ ? "" : ":offload=no");
+    plan.shown = {{"budget", budget_.has_value() ? budget_text : "auto"}};
+    if (!offload_) plan.shown.emplace_back("offload", "no");
     const int offloaded = Compile(plan, profile.stages).num_host;  // the copies it makes
     plan.summary = absl::StrCat(
         "the fastest plan the planner finds within ", budget_text, ": predicted peak ",

@@ -88,6 +88,7 @@ absl::StatusOr<Plan> PlanFile::Parse(const std::vector<StageInfo>& stages) const
         absl::StrCat("plan file ", path_, ": ", plan.status().message()));
   }
   plan->summary = absl::StrCat("the plan written in ", path_);
+  plan->shown = {{"file", path_}};
   return plan;
 }
 

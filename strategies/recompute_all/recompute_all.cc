@@ -14,7 +14,6 @@ absl::StatusOr<std::unique_ptr<Strategy>> RecomputeAll::Create(const ParamValues
 absl::StatusOr<Plan> RecomputeAll::MakePlan(const ModelProfile& profile) const {
   const int n = static_cast<int>(profile.stages.size());
   Plan plan;
-  plan.strategy = kId;
   if (n > 0) plan.segments.push_back({0, n, SegmentMode::kRecomputeAll});
   plan.summary = absl::StrCat("only the input of the ", n, " stages is kept; backward reruns ",
                               n * (n + 1) / 2, " stage forwards");

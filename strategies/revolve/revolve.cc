@@ -125,7 +125,7 @@ int64_t Revolve::BinomialRecomputations(int64_t l, int64_t c) {
 Plan Revolve::PlanWith(int n, int c) {
   Binomial binomial;
   Plan plan;
-  plan.strategy = absl::StrCat(kId, ":snapshots=", c);
+  plan.shown = {{"snapshots", absl::StrCat(c)}};
   plan.segments = Build(binomial, 0, n, c - 1);
   plan.summary = absl::StrCat("binomial schedule with ", c, " checkpoints: ", binomial.R(n, c - 1),
                               " stage forwards rerun");
@@ -154,7 +154,7 @@ absl::StatusOr<Plan> Revolve::MakePlan(const ModelProfile& profile) const {
     }
     Plan& plan = best->plan;
     absl::StrAppend(&plan.summary, "; the fastest count that fits ", FormatByteSize(*budget_));
-    plan.strategy = absl::StrCat(kId, ":budget=", FormatByteSize(*budget_));
+    plan.shown = {{"budget", FormatByteSize(*budget_)}};
     return std::move(plan);
   }
   int c = snapshots_.value_or(static_cast<int>(std::ceil(std::sqrt(static_cast<double>(n)))) + 1);

@@ -14,7 +14,6 @@ absl::StatusOr<std::unique_ptr<Strategy>> SelectiveAttention::Create(const Param
 absl::StatusOr<Plan> SelectiveAttention::MakePlan(const ModelProfile& profile) const {
   const int n = profile.num_stages();
   Plan plan;
-  plan.strategy = kId;
   if (n > 0) plan.segments.push_back({0, n, SegmentMode::kStored});
   int attention = 0;
   for (const StageInfo& stage : profile.stages) {

@@ -14,7 +14,6 @@ absl::StatusOr<std::unique_ptr<Strategy>> SelectiveMlp::Create(const ParamValues
 absl::StatusOr<Plan> SelectiveMlp::MakePlan(const ModelProfile& profile) const {
   const int n = profile.num_stages();
   Plan plan;
-  plan.strategy = kId;
   if (n > 0) plan.segments.push_back({0, n, SegmentMode::kStored});
   int mlps = 0;
   for (const StageInfo& stage : profile.stages) {

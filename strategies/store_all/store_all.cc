@@ -11,7 +11,6 @@ absl::StatusOr<std::unique_ptr<Strategy>> StoreAll::Create(const ParamValues&) {
 
 absl::StatusOr<Plan> StoreAll::MakePlan(const ModelProfile& profile) const {
   Plan plan;
-  plan.strategy = kId;
   const int n = static_cast<int>(profile.stages.size());
   if (n > 0) plan.segments.push_back({0, n, SegmentMode::kStored});
   plan.summary = "every stage stored; nothing is recomputed";

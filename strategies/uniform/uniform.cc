@@ -51,7 +51,8 @@ absl::StatusOr<std::unique_ptr<Strategy>> Uniform::Create(const ParamValues& par
 
 Plan Uniform::PlanWith(int k, int n, bool offload) {
   Plan plan;
-  plan.strategy = absl::StrCat(kId, ":segments=", k, offload ? ":offload=yes" : "");
+  plan.shown = {{"segments", absl::StrCat(k)}};
+  if (offload) plan.shown.emplace_back("offload", "yes");
   const SegmentMode kept = offload ? SegmentMode::kOffloaded : SegmentMode::kCheckpointed;
   // The first n % k segments get one stage more, so sizes differ by at most one.
   int begin = 0;
@@ -96,8 +97,8 @@ absl::StatusOr<Plan> Uniform::MakePlan(const ModelProfile& profile) const {
                        ", ", DescribeBytes(least), "; accepted: a budget of at least that"));
     }
     Plan& plan = best->plan;
-    plan.strategy =
-        absl::StrCat(kId, ":budget=", FormatByteSize(*budget_), offload_ ? ":offload=yes" : "");
+    plan.shown = {{"budget", FormatByteSize(*budget_)}};
+    if (offload_) plan.shown.emplace_back("offload", "yes");
     absl::StrAppend(&plan.summary, " (the fastest count whose predicted peak, ",
                     DescribeBytes(best->predicted.peak_bytes), ", fits)");
     return std::move(plan);
