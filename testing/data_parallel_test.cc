@@ -337,7 +337,9 @@ TEST(BackendTest, AcceptsExactlyTheBackendsBuiltForTheDevice) {
       EXPECT_EQ(std::count(built.begin(), built.end(), "nccl"), 0)
           << "NCCL reduces no host tensors";
     }
-    if (device.is_cuda() && !CudaBuilt()) EXPECT_TRUE(built.empty());
+    if (device.is_cuda() && !CudaBuilt()) {
+      EXPECT_TRUE(built.empty());
+    }
     absl::StatusOr<std::string> chosen = ChooseBackend(device, "auto");
     if (built.empty()) {
       EXPECT_EQ(chosen.status().code(), absl::StatusCode::kUnimplemented) << chosen.status();
