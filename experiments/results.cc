@@ -24,33 +24,40 @@ ResultColumn Text(std::string name, std::string Row::*field) {
           }};
 }
 
-// `column` combining across ranks as `across` says, through `field`.
+// `column` with `field` as its number, read and set (Cohort::Combine's way in).
 template <typename Number>
-ResultColumn Across(ResultColumn column, Number Row::*field, AcrossRanks across) {
-  column.across = across;
+ResultColumn WithNumber(ResultColumn column, Number Row::*field) {
   column.get = [field](const Row& r) { return static_cast<double>(r.*field); };
   column.set = [field](Row& r, double v) { r.*field = static_cast<Number>(v); };
+  return column;
+}
+
+// A numeric column that combines across ranks as `across` says.
+ResultColumn Across(AcrossRanks across, ResultColumn column) {
+  column.across = across;
   return column;
 }
 
 // An integer column, empty where the row failed (`only_ok`) or where it is 0 (`zero_empty`).
 template <typename Int>
 ResultColumn Integer(std::string name, Int Row::*field, bool only_ok, bool zero_empty = false) {
-  return {std::move(name),
-          [=](const Row& r) {
-            return (only_ok && !r.ok()) || (zero_empty && r.*field == 0) ? std::string()
-                                                                         : absl::StrCat(r.*field);
-          },
-          [field](const std::string& cell, Row& r) {
-            if (cell.empty()) {
-              r.*field = 0;
-              return true;
-            }
-            int64_t v = 0;
-            if (!absl::SimpleAtoi(cell, &v)) return false;
-            r.*field = static_cast<Int>(v);
-            return true;
-          }};
+  return WithNumber<Int>({std::move(name),
+                          [=](const Row& r) {
+                            return (only_ok && !r.ok()) || (zero_empty && r.*field == 0)
+                                       ? std::string()
+                                       : absl::StrCat(r.*field);
+                          },
+                          [field](const std::string& cell, Row& r) {
+                            if (cell.empty()) {
+                              r.*field = 0;
+                              return true;
+                            }
+                            int64_t v = 0;
+                            if (!absl::SimpleAtoi(cell, &v)) return false;
+                            r.*field = static_cast<Int>(v);
+                            return true;
+                          }},
+                         field);
 }
 
 // How a real number is written: with `decimals` places, or (-1) the shortest %g, or (-2) %.9g.
@@ -64,23 +71,20 @@ std::string Written(double v, int decimals) {
 // (`only_ok`), or where it is 0 (`zero_empty`; read back as 0).
 ResultColumn Real(std::string name, double Row::*field, int decimals, bool only_ok,
                   bool zero_empty = false) {
-  return {std::move(name),
-          [=](const Row& r) {
-            const double v = r.*field;
-            if (std::isnan(v) || (only_ok && !r.ok()) || (zero_empty && v == 0)) {
-              return std::string();
-            }
-            return Written(v, decimals);
-          },
-          [=](const std::string& cell, Row& r) {
-            r.*field = zero_empty ? 0 : Row::kUnknown;
-            return cell.empty() || absl::SimpleAtod(cell, &(r.*field));
-          }};
-}
-
-template <typename Number>
-ResultColumn Largest(ResultColumn column, Number Row::*field) {
-  return Across(std::move(column), field, AcrossRanks::kLargest);
+  return WithNumber<double>(
+      {std::move(name),
+       [=](const Row& r) {
+         const double v = r.*field;
+         if (std::isnan(v) || (only_ok && !r.ok()) || (zero_empty && v == 0)) {
+           return std::string();
+         }
+         return Written(v, decimals);
+       },
+       [=](const std::string& cell, Row& r) {
+         r.*field = zero_empty ? 0 : Row::kUnknown;
+         return cell.empty() || absl::SimpleAtod(cell, &(r.*field));
+       }},
+      field);
 }
 
 const std::vector<ResultColumn>& Columns() {
@@ -89,10 +93,10 @@ const std::vector<ResultColumn>& Columns() {
       Text("strategy", &Row::strategy),
       Text("device", &Row::device),
       Text("status", &Row::status),
-      Largest(Integer("baseline_bytes", &Row::baseline_bytes, /*only_ok=*/true),
-              &Row::baseline_bytes),
-      Largest(Integer("activation_bytes", &Row::activation_bytes, true), &Row::activation_bytes),
-      Largest(Integer("peak_bytes", &Row::peak_bytes, true), &Row::peak_bytes),
+      Across(AcrossRanks::kLargest,
+             Integer("baseline_bytes", &Row::baseline_bytes, /*only_ok=*/true)),
+      Across(AcrossRanks::kLargest, Integer("activation_bytes", &Row::activation_bytes, true)),
+      Across(AcrossRanks::kLargest, Integer("peak_bytes", &Row::peak_bytes, true)),
       // Derived from the two before it: written for readers of the file, not read back.
       {"peak_above_baseline_bytes",
        [](const Row& r) { return r.ok() ? absl::StrCat(r.peak_bytes - r.baseline_bytes) : ""; },
@@ -114,8 +118,8 @@ const std::vector<ResultColumn>& Columns() {
          r.predicted.peak_bytes = absolute - r.baseline_bytes;
          return true;
        }},
-      Largest(Integer("peak_reserved_bytes", &Row::peak_reserved_bytes, true),
-              &Row::peak_reserved_bytes),
+      Across(AcrossRanks::kLargest,
+             Integer("peak_reserved_bytes", &Row::peak_reserved_bytes, true)),
       Real("predicted_step_ms", &Row::predicted_step_ms, 3, true),
       Real("step_ms_median", &Row::step_ms_median, 3, true),
       Real("step_ms_min", &Row::step_ms_min, 3, true),
@@ -124,20 +128,20 @@ const std::vector<ResultColumn>& Columns() {
       Real("activation_vs_store_all", &Row::activation_vs_store_all, 4, false),
       Real("peak_vs_store_all", &Row::peak_vs_store_all, 4, false),
       Integer("recompute_forwards", &Row::recompute_forwards, true),
-      Largest(Integer("host_peak_bytes", &Row::host_peak_bytes, true), &Row::host_peak_bytes),
+      Across(AcrossRanks::kLargest, Integer("host_peak_bytes", &Row::host_peak_bytes, true)),
       {"predicted_host_peak_bytes",
        [](const Row& r) { return r.ok() ? absl::StrCat(r.predicted.host_peak_bytes) : ""; },
        [](const std::string& cell, Row& r) {
          return cell.empty() || absl::SimpleAtoi(cell, &r.predicted.host_peak_bytes);
        }},
-      Largest(Integer("offloaded_bytes", &Row::offloaded_bytes, true), &Row::offloaded_bytes),
+      Across(AcrossRanks::kLargest, Integer("offloaded_bytes", &Row::offloaded_bytes, true)),
       Real("to_host_gbps", &Row::to_host_gbps, 3, true),
       Real("from_host_gbps", &Row::from_host_gbps, 3, true),
       Real("copy_ms", &Row::copy_ms, 3, true),
       Real("predicted_copy_exposed_ms", &Row::predicted_copy_exposed_ms, 3, true),
       Real("copy_exposed_ms", &Row::copy_exposed_ms, 3, true),
       Real("max_grad_diff_vs_store_all", &Row::max_grad_diff_vs_store_all, -1, true),
-      Across(Real("loss", &Row::loss, -2, true), &Row::loss, AcrossRanks::kMean),
+      Across(AcrossRanks::kMean, Real("loss", &Row::loss, -2, true)),
       Integer("steps", &Row::steps, false),
       Real("step_gflop", &Row::step_gflop, 4, false, /*zero_empty=*/true),
       Real("achieved_gflops", &Row::achieved_gflops, 2, true),
@@ -146,8 +150,7 @@ const std::vector<ResultColumn>& Columns() {
       Integer("world_size", &Row::world_size, false),
       Text("backend", &Row::backend),
       Real("allreduce_exposed_ms", &Row::allreduce_exposed_ms, 3, true),
-      Largest(Real("allreduce_alone_ms", &Row::allreduce_alone_ms, 3, true),
-              &Row::allreduce_alone_ms),
+      Across(AcrossRanks::kLargest, Real("allreduce_alone_ms", &Row::allreduce_alone_ms, 3, true)),
       Text("model_spec", &Row::model_spec),
       Text("strategy_spec", &Row::strategy_spec),
       Text("plan", &Row::plan),

@@ -110,8 +110,8 @@ enum class AcrossRanks {
 };
 
 // A column: its name, its cell for a row, and how a cell read back sets the row (false: the
-// cell is not what the column writes). A column that combines across ranks (not kAlike) is a
-// number, read and set through `get` and `set`.
+// cell is not what the column writes). A column of one number field also reads and sets it
+// through `get` and `set`; only such a column combines across ranks (not kAlike).
 struct ResultColumn {
   std::string name;
   std::function<std::string(const ConfigResult&)> write;
