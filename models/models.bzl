@@ -6,6 +6,7 @@ MODELS = [
     "heavy_mlp",
     "llama",
     "resnet",
+    "torchscript",
     "transformer",
     "vit",
 ]

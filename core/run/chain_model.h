@@ -73,7 +73,7 @@ struct ModelContext {
 // generate. In the model class:
 //   static constexpr char kQuickSpec[] = "heavy_mlp:depth=16:hidden=1024:batch=64";  // or ""
 //   static std::vector<std::string> PaperSpecs();
-//   static std::string SmallSpec(const SpecChooser& choose);
+//   static std::string SmallSpec(const SpecChooser& choose);         // optional
 struct ModelTraits {
   // Checks what a spec's parameters must satisfy together (hidden a multiple of heads), so a
   // sweep refuses a bad spec before it runs anything. Optional: static absl::Status
@@ -83,6 +83,7 @@ struct ModelTraits {
   std::vector<std::string> paper_specs;  // the paper preset's sizes
   // A small instance for the conformance and training tests, its sizes picked through the
   // chooser, fast enough for hundreds of steps on a CPU; every spec it returns must be valid.
+  // Optional: a model read from a file (torchscript) has none, and its own test makes files.
   std::function<std::string(const SpecChooser&)> small_spec;
   // The stages of the model these parameters make, declared without making it: what a plan
   // file is checked against before anything runs. Instances return the same (Stages()).
@@ -151,6 +152,15 @@ template <typename T>
 struct CheckOf<T, std::void_t<decltype(&T::Check)>> {
   static std::function<absl::Status(const ParamValues&)> Get() { return &T::Check; }
 };
+
+template <typename T, typename = void>
+struct SmallSpecOf {
+  static std::function<std::string(const SpecChooser&)> Get() { return nullptr; }
+};
+template <typename T>
+struct SmallSpecOf<T, std::void_t<decltype(&T::SmallSpec)>> {
+  static std::function<std::string(const SpecChooser&)> Get() { return &T::SmallSpec; }
+};
 }  // namespace internal
 
 template <typename T>
@@ -158,7 +168,7 @@ struct ModelRegistration {
   ModelRegistration() {
     Models().Register({T::kId, T::kSummary, T::Params(), &T::Create,
                        ModelTraits{internal::CheckOf<T>::Get(), T::kQuickSpec, T::PaperSpecs(),
-                                   &T::SmallSpec, &T::StagesFor}});
+                                   internal::SmallSpecOf<T>::Get(), &T::StagesFor}});
   }
 };
 

@@ -248,7 +248,7 @@ class Profiler {
     const RngState rng = CaptureRng(CudaDevicesOf(batch_.inputs));
     {
       std::vector<at::Tensor> xs, leaves;
-      PrepareInputs(0, batch_.inputs, xs, leaves);
+      PrepareInputs(batch_.inputs, /*batch=*/true, xs, leaves);
       for (size_t i = 0; i < stages_.size(); ++i) xs = Run(i, xs);
       at::Tensor loss = model_.Loss(xs, batch_);
       if (loss.requires_grad()) loss.backward();
@@ -258,18 +258,23 @@ class Profiler {
     Synchronize(device_);
   }
 
-  // Inputs as the chain has them: a floating input that needs a gradient becomes a fresh
-  // non-leaf tensor (so that dropping it frees it unless the stage keeps it), whose gradient
-  // lands in `leaves`.
-  void PrepareInputs(size_t i, const std::vector<at::Tensor>& given, std::vector<at::Tensor>& xs,
+  // Inputs as the chain has them, each a fresh tensor, so that dropping it frees it unless the
+  // stage keeps it: a floating input that needs a gradient a non-leaf one, whose gradient lands
+  // in `leaves`; any other a copy, but for the batch's own (`batch`), which the step holds
+  // throughout. A stage's floating input needs a gradient where it is the batch's and requires
+  // one, and wherever it comes from a stage: the executor's checkpoints make their floating
+  // outputs differentiable, whatever their inputs (core/run/checkpoint.h). (Where no stage
+  // before has parameters and the batch needs no gradient, a stored stage's input does not need
+  // one in a step, and what it saves for one is predicted too high: docs/torchscript.md.)
+  void PrepareInputs(const std::vector<at::Tensor>& given, bool batch, std::vector<at::Tensor>& xs,
                      std::vector<at::Tensor>& leaves) {
     for (const at::Tensor& t : given) {
-      const bool needs_grad = IsDifferentiable(t) && (i > 0 || t.requires_grad());
+      const bool needs_grad = IsDifferentiable(t) && (!batch || t.requires_grad());
       if (needs_grad) {
         leaves.push_back(t.detach().requires_grad_(true));
         xs.push_back(leaves.back().clone());
       } else {
-        xs.push_back(t);
+        xs.push_back(batch || !t.defined() ? t : t.clone());
       }
     }
   }
@@ -294,7 +299,7 @@ class Profiler {
     const std::vector<at::Tensor> own = StageParams(i);
     ClearGradients(own);
     std::vector<at::Tensor> xs, leaves;
-    PrepareInputs(i, given, xs, leaves);
+    PrepareInputs(given, /*batch=*/i == 0, xs, leaves);
     const int64_t start = meter_.Stats().live_bytes;
     meter_.ResetPeak();
     std::vector<at::Tensor> ys = Run(i, xs, policy);
@@ -359,7 +364,7 @@ class Profiler {
   int64_t MeasureHeldBackward(size_t i, const std::vector<at::Tensor>& given,
                               const StagePolicy& policy) {
     std::vector<at::Tensor> xs, leaves;
-    PrepareInputs(i, given, xs, leaves);
+    PrepareInputs(given, /*batch=*/i == 0, xs, leaves);
     std::vector<at::Tensor> ys = Run(i, xs, policy);
     std::vector<at::Tensor> roots, grads;
     for (const at::Tensor& y : ys) {
@@ -419,7 +424,7 @@ class Profiler {
     while (static_cast<int>(forward.size()) < options_.min_repeats ||
            total < options_.min_time_ms) {
       std::vector<at::Tensor> xs, leaves;
-      PrepareInputs(i, given, xs, leaves);
+      PrepareInputs(given, /*batch=*/i == 0, xs, leaves);
       Synchronize(device_);
       timer_->Start();
       std::vector<at::Tensor> ys = Run(i, xs, policy);
@@ -454,7 +459,7 @@ class Profiler {
 
   void MeasureLoss(const std::vector<at::Tensor>& given, LossProfile& p) {
     std::vector<at::Tensor> xs, leaves;
-    PrepareInputs(1, given, xs, leaves);
+    PrepareInputs(given, /*batch=*/stages_.empty(), xs, leaves);
     const int64_t start = meter_.Stats().live_bytes;
     timer_->Start();
     at::Tensor loss = model_.Loss(xs, batch_);

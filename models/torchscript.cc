@@ -1,0 +1,550 @@
+#include "models/torchscript.h"
+
+#include <cctype>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <utility>
+
+#include "ATen/CPUGeneratorImpl.h"
+#include "ATen/core/ivalue.h"
+#include "ATen/ops/cross_entropy_loss.h"
+#include "ATen/ops/randint.h"
+#include "ATen/ops/randn.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "c10/core/DefaultDtype.h"
+#include "c10/core/GradMode.h"
+#include "core/base/files.h"
+#include "core/base/status_macros.h"
+#include "core/run/checkpoint.h"
+#include "core/run/torch_status.h"
+#include "torch/csrc/jit/api/function_impl.h"
+#include "torch/csrc/jit/ir/ir.h"
+#include "torch/csrc/jit/passes/inliner.h"
+#include "torch/csrc/jit/runtime/graph_executor.h"
+#include "torch/csrc/jit/serialization/import.h"
+#include "torch/version.h"
+
+namespace ckpt {
+namespace {
+const ModelRegistration<TorchScriptModel> registration;
+
+// A model file larger than this is refused before it is read.
+constexpr int64_t kMaxFileBytes = int64_t{4} << 30;
+constexpr int kMaxShapeDims = 8;
+// How deep ReadBlock follows calls (TorchScript has no recursion; this bounds a crafted file).
+constexpr int kMaxCallDepth = 32;
+constexpr int64_t kMaxShapeElements = int64_t{1} << 40;
+constexpr char kAccepted[] =
+    "accepted: a file torch.jit.save wrote of a scripted or traced nn.Sequential";
+
+// The bytes of each file as this process first read it, by path as given: every spec naming
+// the file, whatever its batch, reads the same model.
+std::mutex cache_mutex;
+std::map<std::string, std::string>& FileCache() {
+  static auto* files = new std::map<std::string, std::string>;
+  return *files;
+}
+// The facts of each spec checked, by canonical spec.
+std::map<std::string, TorchScriptFacts>& FactsCache() {
+  static auto* facts = new std::map<std::string, TorchScriptFacts>;
+  return *facts;
+}
+
+bool HasTokens(const ParamValues& params) { return params.Text("tokens") != "none"; }
+
+std::string Where(const ParamValues& params) {
+  return absl::StrCat("torchscript:file=", params.Text("file"));
+}
+
+absl::StatusOr<std::string> ReadModelFile(const ParamValues& params) {
+  const std::string& path = params.Text("file");
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    auto it = FileCache().find(path);
+    if (it != FileCache().end()) return it->second;
+  }
+  absl::StatusOr<std::string> bytes = ReadRegularFile(path, kMaxFileBytes);
+  if (!bytes.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(params), ": ", bytes.status().message(), "; ", kAccepted));
+  }
+  if (bytes->empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(params), ": the file is empty; ", kAccepted));
+  }
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  return FileCache().emplace(path, *std::move(bytes)).first->second;
+}
+
+// The first line of a LibTorch error, which may run on over a backtrace or a source excerpt.
+std::string FirstLine(absl::string_view message) {
+  return std::string(message.substr(0, message.find('\n')));
+}
+
+// The module in `bytes`, its floating-point tensors in the default dtype, on `device`.
+absl::StatusOr<torch::jit::Module> LoadModule(const ParamValues& params, const std::string& bytes,
+                                              c10::Device device) {
+  // Pinned before any graph of the module runs (see the header).
+  torch::jit::setGraphExecutorOptimize(false);
+  absl::StatusOr<torch::jit::Module> module = RunTorch([&] {
+    std::istringstream in(bytes);
+    return torch::jit::load(in, c10::Device(c10::DeviceType::CPU));
+  });
+  if (!module.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(params), ": not a TorchScript archive this LibTorch (", TORCH_VERSION_MAJOR, ".",
+        TORCH_VERSION_MINOR, ") reads: ", FirstLine(module.status().message()), "; ", kAccepted));
+  }
+  const caffe2::TypeMeta dtype = c10::get_default_dtype();
+  RETURN_IF_ERROR(RunTorch([&] {
+    c10::NoGradGuard no_grad;
+    const auto move = [&](at::Tensor t) {
+      const bool floating = t.is_floating_point();
+      t.set_data(t.to(device, floating ? c10::typeMetaToScalarType(dtype) : t.scalar_type()));
+    };
+    for (const at::Tensor& t : module->parameters()) move(t);
+    for (const at::Tensor& t : module->buffers()) move(t);
+  }));
+  return module;
+}
+
+// Whether `value` is module state: an attribute of a module (prim::GetAttr), seen through the
+// casts TorchScript puts around optional ones.
+bool IsModuleState(const torch::jit::Value* value) {
+  const torch::jit::Node* node = value->node();
+  while (node->kind() == c10::prim::unchecked_cast) node = node->input(0)->node();
+  return node->kind() == c10::prim::GetAttr;
+}
+
+struct GraphFacts {
+  bool stochastic = false;
+  bool updates_state = false;
+  std::string sets_attribute;  // an attribute the forward assigns (prim::SetAttr), if any
+};
+
+// Ops that draw random numbers without taking a Generator argument.
+bool IsDropout(c10::Symbol kind) {
+  static const char* const kDropouts[] = {"aten::dropout",
+                                          "aten::dropout_",
+                                          "aten::feature_dropout",
+                                          "aten::feature_dropout_",
+                                          "aten::alpha_dropout",
+                                          "aten::alpha_dropout_",
+                                          "aten::feature_alpha_dropout",
+                                          "aten::feature_alpha_dropout_",
+                                          "aten::native_dropout"};
+  for (const char* name : kDropouts) {
+    if (kind == c10::Symbol::fromQualString(name)) return true;
+  }
+  return false;
+}
+
+bool IsNormWithRunningStats(c10::Symbol kind) {
+  return kind == c10::Symbol::fromQualString("aten::batch_norm") ||
+         kind == c10::Symbol::fromQualString("aten::instance_norm") ||
+         kind == c10::Symbol::fromQualString("aten::_batch_norm_impl_index") ||
+         kind == c10::Symbol::fromQualString("aten::native_batch_norm");
+}
+
+// The graph a call node runs (a free function's, or a method's of a module), or null.
+std::shared_ptr<torch::jit::Graph> CalleeGraph(const torch::jit::Node* node) {
+  torch::jit::Function* callee = nullptr;
+  if (node->kind() == c10::prim::CallFunction) {
+    if (auto type = node->input(0)->type()->cast<c10::FunctionType>()) callee = type->function();
+  } else if (node->kind() == c10::prim::CallMethod) {
+    if (auto type = node->input(0)->type()->cast<c10::ClassType>()) {
+      callee = type->findMethod(node->s(c10::attr::name));
+    }
+  }
+  torch::jit::GraphFunction* graph =
+      callee != nullptr ? torch::jit::tryToGraphFunction(*callee) : nullptr;
+  return graph != nullptr ? graph->graph() : nullptr;
+}
+
+// Reads `block`, its nested blocks and the graphs of the calls in them (which Inline leaves
+// where it does not inline: calls of free functions such as F.dropout in a loaded module), to
+// `depth` calls deep. `calls` gets the code of what is called, for the repeat key.
+void ReadBlock(const torch::jit::Block* block, int depth, GraphFacts& facts, std::string* calls) {
+  for (const torch::jit::Node* node : block->nodes()) {
+    for (const torch::jit::Block* inner : node->blocks()) ReadBlock(inner, depth, facts, calls);
+    if (depth < kMaxCallDepth) {
+      if (std::shared_ptr<torch::jit::Graph> callee = CalleeGraph(node)) {
+        calls->append(callee->toString(/*print_source_locations=*/false));
+        ReadBlock(callee->block(), depth + 1, facts, calls);
+      }
+    }
+    const c10::Symbol kind = node->kind();
+    if (kind == c10::prim::SetAttr) {
+      facts.sets_attribute = node->s(c10::attr::name);
+      continue;
+    }
+    if (IsDropout(kind)) facts.stochastic = true;
+    if (IsNormWithRunningStats(kind) && node->inputs().size() > 4 &&
+        IsModuleState(node->input(3))) {
+      facts.updates_state = true;  // running_mean (and running_var) updated in training
+    }
+    const c10::FunctionSchema* schema = node->maybeSchema();
+    if (schema == nullptr) continue;
+    for (size_t i = 0; i < schema->arguments().size() && i < node->inputs().size(); ++i) {
+      const c10::Argument& arg = schema->arguments()[i];
+      const c10::TypePtr type = arg.type();
+      if (type->kind() == c10::TypeKind::GeneratorType ||
+          (type->kind() == c10::TypeKind::OptionalType &&
+           type->containedType(0)->kind() == c10::TypeKind::GeneratorType)) {
+        facts.stochastic = true;
+      }
+      if (arg.alias_info() != nullptr && arg.alias_info()->isWrite() &&
+          IsModuleState(node->input(i))) {
+        facts.updates_state = true;
+      }
+    }
+  }
+}
+
+// `code` without the names of module types ("__torch__.Block",
+// "__torch__.___torch_mangle_3.Block"): tracing gives every module a type of its own, and scripting
+// may, so alike stages differ only there.
+std::string WithoutTypeNames(const std::string& code) {
+  static constexpr absl::string_view kPrefix = "__torch__.";
+  std::string out;
+  size_t i = 0;
+  while (i < code.size()) {
+    const size_t at = code.find(kPrefix.data(), i, kPrefix.size());
+    if (at == std::string::npos) break;
+    out.append(code, i, at - i);
+    out.append("__torch__");
+    i = at + kPrefix.size();
+    while (i < code.size() && (std::isalnum(static_cast<unsigned char>(code[i])) ||
+                               code[i] == '_' || code[i] == '.')) {
+      ++i;
+    }
+  }
+  out.append(code, i, std::string::npos);
+  return out;
+}
+
+// What a stage's forward does, read from its graph with every call inlined.
+GraphFacts ReadGraph(const torch::jit::Module& stage, std::string* code) {
+  std::shared_ptr<torch::jit::Graph> graph = stage.get_method("forward").graph()->copy();
+  torch::jit::Inline(*graph);
+  GraphFacts facts;
+  std::string calls;
+  ReadBlock(graph->block(), /*depth=*/0, facts, &calls);
+  *code = WithoutTypeNames(graph->toString(/*print_source_locations=*/false) + calls);
+  return facts;
+}
+
+uint64_t Fnv1a64(absl::string_view text) {
+  uint64_t hash = 14695981039346656037ull;
+  for (const char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 1099511628211ull;
+  }
+  return hash;
+}
+
+std::string ShapesOf(const std::vector<at::Tensor>& tensors) {
+  std::string out;
+  for (const at::Tensor& t : tensors) absl::StrAppend(&out, c10::str(t.sizes(), t.dtype()), ";");
+  return out;
+}
+
+// A stage's outputs as tensors: a tensor, or a tuple or list of tensors. What else a stage returns
+// is an error naming it.
+std::vector<at::Tensor> TensorsOf(const c10::IValue& value, const std::string& stage) {
+  if (value.isTensor()) return {value.toTensor()};
+  std::vector<c10::IValue> elements;
+  if (value.isTuple()) {
+    for (const c10::IValue& e : value.toTupleRef().elements()) elements.push_back(e);
+  } else if (value.isTensorList()) {
+    for (const at::Tensor& t : value.toTensorVector()) elements.emplace_back(t);
+  }
+  TORCH_CHECK(!elements.empty(), "stage ", stage, " returns ", value.tagKind(),
+              "; accepted: a tensor, or a tuple or list of tensors");
+  std::vector<at::Tensor> out;
+  for (const c10::IValue& e : elements) {
+    TORCH_CHECK(e.isTensor(), "stage ", stage, " returns a ", value.tagKind(), " holding a ",
+                e.tagKind(), "; accepted: a tensor, or a tuple or list of tensors");
+    out.push_back(e.toTensor());
+  }
+  return out;
+}
+
+std::vector<c10::IValue> IValuesOf(const std::vector<at::Tensor>& tensors) {
+  return std::vector<c10::IValue>(tensors.begin(), tensors.end());
+}
+
+std::string StageName(const std::string& child, const torch::jit::Module& module) {
+  const c10::optional<c10::QualifiedName>& type = module.type()->name();
+  return type ? absl::StrCat(child, ".", type->name()) : child;
+}
+
+Batch DrawBatch(const ParamValues& params, uint64_t seed, c10::Device device) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const int64_t batch = params.Int("batch");
+  Batch out;
+  if (HasTokens(params)) {
+    const int64_t tokens = ParseShape(params.Text("tokens")).value().at(0);
+    const at::Tensor ids = at::randint(params.Int("vocab"), {batch, tokens + 1}, gen,
+                                       at::TensorOptions().dtype(at::kLong));
+    out.inputs.push_back(ids.narrow(1, 0, tokens).contiguous().to(device));
+    out.targets.push_back(ids.narrow(1, 1, tokens).contiguous().to(device));
+    return out;
+  }
+  std::vector<int64_t> shape = ParseShape(params.Text("input")).value();
+  shape.insert(shape.begin(), batch);
+  out.inputs.push_back(at::randn(shape, gen).to(device).requires_grad_(true));
+  if (!params.IsAuto("classes")) {
+    out.targets.push_back(
+        at::randint(params.Int("classes"), {batch}, gen, at::TensorOptions().dtype(at::kLong))
+            .to(device));
+  }
+  return out;
+}
+
+// Whether the loss is cross-entropy for this output (see the header).
+TorchScriptLoss LossFor(const ParamValues& params, const at::Tensor& output) {
+  const int64_t batch = params.Int("batch");
+  if (HasTokens(params)) {
+    const int64_t tokens = ParseShape(params.Text("tokens")).value().at(0);
+    if (output.dim() == 3 && output.size(0) == batch && output.size(1) == tokens &&
+        output.size(2) == params.Int("vocab") && output.is_floating_point()) {
+      return TorchScriptLoss::kCrossEntropy;
+    }
+  } else if (!params.IsAuto("classes") && output.dim() == 2 && output.size(0) == batch &&
+             output.size(1) == params.Int("classes") && output.is_floating_point()) {
+    return TorchScriptLoss::kCrossEntropy;
+  }
+  return TorchScriptLoss::kMeanSquare;
+}
+
+absl::StatusOr<TorchScriptFacts> ReadFacts(const ParamValues& params) {
+  ASSIGN_OR_RETURN(const std::string bytes, ReadModelFile(params));
+  ASSIGN_OR_RETURN(torch::jit::Module module,
+                   LoadModule(params, bytes, c10::Device(c10::DeviceType::CPU)));
+  std::vector<std::pair<std::string, torch::jit::Module>> children;
+  RETURN_IF_ERROR(RunTorch([&] {
+    for (const auto& child : module.named_children())
+      children.emplace_back(child.name, child.value);
+  }));
+  if (children.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(params), ": the module is not a sequence of stages: it has no child modules; ",
+        kAccepted));
+  }
+  TorchScriptFacts facts;
+  std::vector<std::string> codes;
+  for (const auto& [name, child] : children) {
+    if (!child.find_method("forward")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(params), ": the module is not a sequence of stages: its child '", name,
+                       "' has no forward method; ", kAccepted));
+    }
+    std::string code;
+    ASSIGN_OR_RETURN(GraphFacts graph, RunTorch([&] { return ReadGraph(child, &code); }));
+    if (!graph.sets_attribute.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Where(params), ": stage ", name, " assigns its attribute '", graph.sets_attribute,
+          "' in forward, which a rerun would assign again; accepted: stages whose state is "
+          "tensors updated in place (BatchNorm's)"));
+    }
+    StageInfo stage;
+    stage.name = StageName(name, child);
+    stage.stochastic = graph.stochastic;
+    stage.updates_state = graph.updates_state;
+    facts.stages.push_back(stage);
+    codes.push_back(std::move(code));
+  }
+  // The batch through every stage once, without a graph and in evaluation mode: each stage must
+  // take what the one before returns; the shapes each stage takes key its repeats.
+  module.eval();
+  c10::NoGradGuard no_grad;
+  const Batch batch = DrawBatch(params, /*seed=*/0, c10::Device(c10::DeviceType::CPU));
+  std::vector<at::Tensor> x = batch.inputs;
+  for (size_t i = 0; i < children.size(); ++i) {
+    const std::string shapes = ShapesOf(x);
+    absl::StatusOr<std::vector<at::Tensor>> y = RunTorch(
+        [&] { return TensorsOf(children[i].second.forward(IValuesOf(x)), facts.stages[i].name); });
+    if (!y.ok()) {
+      const std::string what = i == 0 ? absl::StrCat("the batch (", ShapesOf(x), ")")
+                                      : absl::StrCat("the output of stage ",
+                                                     facts.stages[i - 1].name, " (", shapes, ")");
+      return absl::InvalidArgumentError(absl::StrCat(Where(params), ": ", what,
+                                                     " does not fit stage ", facts.stages[i].name,
+                                                     ": ", FirstLine(y.status().message())));
+    }
+    std::string params_shapes;
+    for (const at::Tensor& p : children[i].second.parameters()) {
+      absl::StrAppend(&params_shapes, c10::str(p.sizes(), p.dtype()), ";");
+    }
+    // Not the type's name, which differs between alike stages where it is mangled or traced.
+    facts.stages[i].repeat_key = absl::StrFormat(
+        "torchscript#%016x", Fnv1a64(absl::StrCat(codes[i], "|", params_shapes, "|", shapes)));
+    x = *std::move(y);
+  }
+  facts.loss = LossFor(params, x.at(0));
+  facts.output_shape = x.at(0).sizes().vec();
+  return facts;
+}
+}  // namespace
+
+absl::StatusOr<std::vector<int64_t>> ParseShape(absl::string_view text) {
+  const auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shape '", text, "' ", why, "; accepted: 1 to ", kMaxShapeDims,
+                     " positive integers joined by 'x' (3x224x224), at most 2^40 elements"));
+  };
+  std::vector<int64_t> dims;
+  int64_t elements = 1;
+  for (absl::string_view part : absl::StrSplit(text, 'x')) {
+    if (dims.size() == kMaxShapeDims) return bad("has too many dimensions");
+    int64_t d = 0;
+    if (part.empty() || part.size() > 13 || part.find_first_not_of("0123456789") != part.npos ||
+        !absl::SimpleAtoi(part, &d) || d < 1) {
+      return bad(absl::StrCat("has a dimension '", part, "' that is not a positive integer"));
+    }
+    if (d > kMaxShapeElements / elements) return bad("has too many elements");
+    elements *= d;
+    dims.push_back(d);
+  }
+  return dims;
+}
+
+std::vector<ParamDef> TorchScriptModel::Params() {
+  return {
+      TextParam("file", "",
+                "the file torch.jit.save wrote (runs its code: load only files you "
+                "trust)"),
+      TextParam("input", "none", "one example's floating-point input, e.g. 3x224x224"),
+      TextParam("tokens", "none", "one example's token ids, e.g. 1024 (with vocab)"),
+      IntParam("vocab", "auto", "token ids are drawn in [0, vocab); needed with tokens")
+          .Min(1)
+          .Max(int64_t{1} << 31)
+          .AllowAuto(),
+      IntParam("classes", "auto",
+               "labels drawn in [0, classes): cross-entropy where the output is [batch, classes]")
+          .Min(2)
+          .Max(int64_t{1} << 31)
+          .AllowAuto(),
+      IntParam("batch", "8", "examples per batch").Min(1).Max(1 << 24),
+  };
+}
+
+absl::Status TorchScriptModel::Check(const ParamValues& params) {
+  return FactsFor(params).status();
+}
+
+absl::StatusOr<TorchScriptFacts> TorchScriptModel::FactsFor(const ParamValues& params) {
+  const std::string spec = params.Canonical();
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    auto it = FactsCache().find(spec);
+    if (it != FactsCache().end()) return it->second;
+  }
+  const bool input = params.Text("input") != "none";
+  const bool tokens = HasTokens(params);
+  if (input == tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(params), ": give one of input (3x224x224) and tokens (1024, with vocab), not ",
+        input ? "both" : "neither"));
+  }
+  if (input) RETURN_IF_ERROR(ParseShape(params.Text("input")).status());
+  if (tokens) {
+    ASSIGN_OR_RETURN(const std::vector<int64_t> shape, ParseShape(params.Text("tokens")));
+    if (shape.size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tokens=", params.Text("tokens"), ": accepted: one number, the ids per example"));
+    }
+    if (params.IsAuto("vocab")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(params), ": tokens needs vocab, the number of ids"));
+    }
+  }
+  ASSIGN_OR_RETURN(TorchScriptFacts facts, ReadFacts(params));
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  return FactsCache().emplace(spec, std::move(facts)).first->second;
+}
+
+std::vector<StageInfo> TorchScriptModel::StagesFor(const ParamValues& params) {
+  // Bind ran Check, so the facts are kept; a file gone bad since reads as no stages, which no
+  // plan fits.
+  absl::StatusOr<TorchScriptFacts> facts = FactsFor(params);
+  return facts.ok() ? facts->stages : std::vector<StageInfo>{};
+}
+
+absl::StatusOr<std::shared_ptr<ChainModel>> TorchScriptModel::Create(const ParamValues& params,
+                                                                     const ModelContext& context) {
+  ASSIGN_OR_RETURN(TorchScriptFacts facts, FactsFor(params));
+  ASSIGN_OR_RETURN(const std::string bytes, ReadModelFile(params));
+  ASSIGN_OR_RETURN(torch::jit::Module module, LoadModule(params, bytes, context.device));
+  return RunTorch([&] {
+    return std::static_pointer_cast<ChainModel>(std::make_shared<TorchScriptModel>(
+        params, std::move(module), std::move(facts), context.device));
+  });
+}
+
+TorchScriptModel::TorchScriptModel(ParamValues params, torch::jit::Module module,
+                                   TorchScriptFacts facts, c10::Device device)
+    : params_(std::move(params)),
+      module_(std::move(module)),
+      facts_(std::move(facts)),
+      device_(device) {
+  for (const torch::jit::Module& child : module_.children()) stages_.push_back(child);
+  state_.resize(stages_.size());
+  c10::NoGradGuard no_grad;
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    if (!facts_.stages.at(i).updates_state) continue;
+    for (const auto& owner : stages_[i].named_modules()) {
+      for (const auto& buffer : owner.value.named_buffers(/*recurse=*/false)) {
+        state_[i].push_back({owner.value, buffer.name, buffer.value, buffer.value.clone()});
+      }
+    }
+  }
+}
+
+std::vector<at::Tensor> TorchScriptModel::RunStage(int index, const std::vector<at::Tensor>& inputs,
+                                                   const StageParts&, const Batch&) {
+  const bool rerun = InRerun() && !state_[index].empty();
+  if (rerun) {
+    c10::NoGradGuard no_grad;
+    for (StateSlot& slot : state_[index]) {
+      slot.stand_in.copy_(slot.buffer);
+      slot.owner.setattr(slot.name, slot.stand_in);
+    }
+  }
+  std::vector<at::Tensor> out =
+      TensorsOf(stages_[index].forward(IValuesOf(inputs)), facts_.stages[index].name);
+  if (rerun) {
+    for (StateSlot& slot : state_[index]) slot.owner.setattr(slot.name, slot.buffer);
+  }
+  return out;
+}
+
+at::Tensor TorchScriptModel::Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) {
+  const at::Tensor& y = outputs.at(0);
+  if (facts_.loss == TorchScriptLoss::kCrossEntropy && !batch.targets.empty()) {
+    return at::cross_entropy_loss(y.reshape({-1, y.size(-1)}), batch.targets.at(0).reshape({-1}));
+  }
+  return y.pow(2).mean();
+}
+
+Batch TorchScriptModel::MakeBatch(uint64_t seed) { return DrawBatch(params_, seed, device_); }
+
+std::vector<at::Tensor> TorchScriptModel::Parameters() {
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& p : module_.parameters()) out.push_back(p);
+  return out;
+}
+
+std::vector<at::Tensor> TorchScriptModel::State() {
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& b : module_.buffers()) out.push_back(b);
+  return out;
+}
+
+}  // namespace ckpt

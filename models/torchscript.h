@@ -1,0 +1,110 @@
+// torchscript: the user's own model, read from a file that torch.jit.save wrote of a scripted or
+// traced nn.Sequential. Each child module is a stage, in order; stage i takes what stage i-1
+// returned (a tensor, or a tuple or list of tensors), stage 0 the batch.
+//
+//   torchscript:file=cnn.pt:input=3x32x32:classes=10:batch=8     images, cross-entropy
+//   torchscript:file=gpt.pt:tokens=128:vocab=512:batch=4         next-token cross-entropy
+//
+// The batch: `input` (a floating-point tensor per example, in the run's default dtype, which
+// requires grad) or `tokens` (int64 ids in [0, vocab) per example, the targets the next ids).
+// The loss: cross-entropy where the last stage's output is [batch, classes] (with `classes`)
+// or [batch, tokens, vocab]; otherwise the mean of its squares.
+//
+// What the executor must know of a stage is read from the module (ReadStageFacts), never asked:
+// whether its forward draws random numbers (an op taking a Generator, or dropout: RNG replay),
+// whether it updates module state (an in-place op on a buffer, BatchNorm's running statistics:
+// the state is put back after a rerun, so every plan trains it as store_all does), and which
+// stages are alike (the same code on parameters and inputs of the same shapes: one repeat key,
+// profiled once). A stage declares no parts.
+//
+// Loading a TorchScript file runs the code in it, as torch.jit.load does: load only files you
+// trust. The file is read once per process through the file policy (core/base/files.h); its
+// parameters are the file's (the run's seed draws only the batch). The JIT's graph executor is
+// pinned to run graphs unoptimised (setGraphExecutorOptimize(false)), so that it never fuses or
+// differentiates a graph of its own after a few runs: what a stage saves for backward is what
+// its ops save, the same in the profile and in every step (docs/torchscript.md).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/plan/spec.h"
+#include "core/plan/stage.h"
+#include "core/run/chain_model.h"
+#include "torch/csrc/jit/api/module.h"
+
+namespace ckpt {
+
+// Dimensions written "3x224x224": 1 to 8 positive integers, the product at most 2^40.
+// InvalidArgument naming the text and what is accepted otherwise.
+absl::StatusOr<std::vector<int64_t>> ParseShape(absl::string_view text);
+
+// How the loss reads the last stage's output.
+enum class TorchScriptLoss { kCrossEntropy, kMeanSquare };
+
+// What ckptlab reads from a TorchScript file for a spec: the stages and the loss.
+struct TorchScriptFacts {
+  std::vector<StageInfo> stages;
+  TorchScriptLoss loss = TorchScriptLoss::kMeanSquare;
+  std::vector<int64_t> output_shape;  // the last stage's first output, for the batch checked
+};
+
+class TorchScriptModel : public ChainModel {
+ public:
+  static constexpr char kId[] = "torchscript";
+  static constexpr char kSummary[] =
+      "your nn.Sequential from torch.jit.save, a stage per child; loss: cross-entropy where the "
+      "output is [batch, classes] or [batch, tokens, vocab], else the mean of its squares";
+  static constexpr char kQuickSpec[] = "";
+  static std::vector<ParamDef> Params();
+  // Reads and loads the file, reads each stage's facts and runs the batch through the stages
+  // once without a graph: InvalidArgument naming the file and what is wrong (not a TorchScript
+  // archive, saved by a newer PyTorch, not a sequence of stages, a batch or an output that does
+  // not fit the next stage).
+  static absl::Status Check(const ParamValues& params);
+  static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,
+                                                            const ModelContext& context);
+  static std::vector<std::string> PaperSpecs() { return {}; }
+  // No small_spec: the tests generate their files (testing/torchscript_test.cc).
+  static std::vector<StageInfo> StagesFor(const ParamValues& params);
+  // Check's facts for `params` (read once per spec and kept for the process).
+  static absl::StatusOr<TorchScriptFacts> FactsFor(const ParamValues& params);
+
+  TorchScriptModel(ParamValues params, torch::jit::Module module, TorchScriptFacts facts,
+                   c10::Device device);
+
+  std::string spec() const override { return params_.Canonical(); }
+  std::vector<StageInfo> Stages() const override { return facts_.stages; }
+  std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
+                                   const StageParts& parts, const Batch& batch) override;
+  at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) override;
+  Batch MakeBatch(uint64_t seed) override;
+  std::vector<at::Tensor> Parameters() override;
+  std::vector<at::Tensor> State() override;
+  void SetTraining(bool training) override { module_.train(training); }
+
+ private:
+  const ParamValues params_;
+  torch::jit::Module module_;
+  std::vector<torch::jit::Module> stages_;
+  const TorchScriptFacts facts_;
+  const c10::Device device_;
+  // A buffer of a stage that updates state, and a stand-in made once for it: a rerun runs with
+  // the stand-in (a copy of the buffer's values) in the buffer's place, so it updates the
+  // stand-in and the graph it records saves the stand-in; the buffer is put back after, as the
+  // step's first run left it. Nothing is allocated during a step, and nothing a graph saved is
+  // written to afterwards (which autograd would refuse).
+  struct StateSlot {
+    torch::jit::Module owner;  // the (sub)module holding the buffer
+    std::string name;
+    at::Tensor buffer;
+    at::Tensor stand_in;
+  };
+  std::vector<std::vector<StateSlot>> state_;  // per stage
+};
+
+}  // namespace ckpt

@@ -1,0 +1,226 @@
+#include "testing/torchscript_chains.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "ATen/CPUGeneratorImpl.h"
+#include "ATen/ops/ones.h"
+#include "ATen/ops/randn.h"
+#include "ATen/ops/zeros.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/base/files.h"
+#include "core/run/torch_status.h"
+#include "torch/csrc/jit/api/module.h"
+
+namespace ckpt::testing {
+namespace {
+
+constexpr char kLinear[] = R"(
+def forward(self, x):
+    return torch.relu(torch.matmul(x, self.weight) + self.bias)
+)";
+constexpr char kDropout[] = R"(
+def forward(self, x):
+    return torch.dropout(torch.matmul(x, self.weight) + self.bias, 0.25, self.training)
+)";
+constexpr char kBatchNorm[] = R"(
+def forward(self, x):
+    if self.training:
+        self.num_batches_tracked.add_(1)
+    return torch.batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var,
+                            self.training, 0.1, 1e-05, False)
+)";
+constexpr char kFork[] = R"(
+def forward(self, x):
+    return (torch.tanh(x), x * 0.5)
+)";
+constexpr char kJoin[] = R"(
+def forward(self, a, b):
+    return a * b + a
+)";
+constexpr char kEmbedding[] = R"(
+def forward(self, ids):
+    return torch.embedding(self.weight, ids)
+)";
+constexpr char kHead[] = R"(
+def forward(self, x):
+    return torch.matmul(x, self.weight)
+)";
+
+torch::jit::Module NewModule(const std::shared_ptr<torch::jit::CompilationUnit>& cu,
+                             const std::string& name) {
+  torch::jit::Module m(c10::QualifiedName("__torch__." + name), cu);
+  m.register_attribute("training", c10::BoolType::get(), true);
+  return m;
+}
+
+torch::jit::Module MakeStage(const std::shared_ptr<torch::jit::CompilationUnit>& cu, int index,
+                             const ChainDescription::Stage& stage, int64_t in, int64_t vocab,
+                             at::Generator& gen) {
+  const auto param = [&](torch::jit::Module& m, const char* name, at::IntArrayRef shape) {
+    m.register_parameter(name, at::randn(shape, gen).mul_(0.5).requires_grad_(true),
+                         /*is_buffer=*/false);
+  };
+  torch::jit::Module m = NewModule(cu, absl::StrCat("Stage", index));
+  switch (stage.kind) {
+    case StageKind::kLinear:
+    case StageKind::kDropout:
+      param(m, "weight", {in, stage.width});
+      param(m, "bias", {stage.width});
+      m.define(stage.kind == StageKind::kLinear ? kLinear : kDropout);
+      break;
+    case StageKind::kBatchNorm:
+      param(m, "weight", {in});
+      param(m, "bias", {in});
+      m.register_buffer("running_mean", at::zeros({in}));
+      m.register_buffer("running_var", at::ones({in}));
+      m.register_buffer("num_batches_tracked", at::zeros({}, at::kLong));
+      m.define(kBatchNorm);
+      break;
+    case StageKind::kFork:
+      m.define(kFork);
+      break;
+    case StageKind::kJoin:
+      m.define(kJoin);
+      break;
+    case StageKind::kEmbedding:
+      param(m, "weight", {vocab, stage.width});
+      m.define(kEmbedding);
+      break;
+    case StageKind::kHead:
+      param(m, "weight", {in, vocab});
+      m.define(kHead);
+      break;
+  }
+  return m;
+}
+
+// Widths of stages that keep their input's (BatchNorm, fork and join) follow the input.
+int64_t OutputWidth(const ChainDescription::Stage& stage, int64_t in, int64_t vocab) {
+  switch (stage.kind) {
+    case StageKind::kBatchNorm:
+    case StageKind::kFork:
+    case StageKind::kJoin:
+      return in;
+    case StageKind::kHead:
+      return vocab;
+    default:
+      return stage.width;
+  }
+}
+
+std::mutex folder_mutex;
+// The folder this process writes its chains to, and what it wrote there (by name).
+struct Written {
+  std::optional<ScratchFolder> folder;
+  std::map<std::string, std::string> paths;
+};
+// Destroyed at exit, with the folder and the files in it.
+Written& Files() {
+  static Written written;
+  return written;
+}
+
+}  // namespace
+
+absl::Status WriteChain(const ChainDescription& chain, uint64_t seed, const std::string& path) {
+  return RunTorch([&] {
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+    auto cu = std::make_shared<torch::jit::CompilationUnit>();
+    torch::jit::Module top = NewModule(cu, "Chain");
+    int64_t in = chain.input;
+    for (size_t i = 0; i < chain.stages.size(); ++i) {
+      top.register_module(absl::StrCat(i), MakeStage(cu, static_cast<int>(i), chain.stages[i], in,
+                                                     chain.vocab, gen));
+      in = OutputWidth(chain.stages[i], in, chain.vocab);
+    }
+    top.save(path);
+  });
+}
+
+std::string SmallTorchScriptSpec(const SpecChooser& choose) {
+  ChainDescription chain;
+  // (FixedSmallSpec picks each range's second value: features in, two BatchNorm stages, so that
+  // the tests that need a model with state find one here.)
+  chain.tokens = choose("token ids in", 0, 1) == 0;
+  chain.input = choose(chain.tokens ? "ids per example" : "input features", 1, 5);
+  chain.vocab = chain.tokens ? choose("vocab", 2, 9) : 0;
+  if (chain.tokens)
+    chain.stages.push_back({StageKind::kEmbedding, choose("embedding width", 1, 5)});
+  const int64_t middle = choose("middle stages", chain.tokens ? 0 : 1, 5);
+  bool batch_norm = false;
+  // (testing::SmallModelSpec answers 0 where the test asks for no dropout.)
+  const bool dropout = choose("dropout stages", 0, 1) == 1;
+  for (int64_t i = 0; i < middle; ++i) {
+    // 0 linear, 1 BatchNorm (over features only: its channels are dimension 1) or dropout,
+    // 2 fork and join, 3 dropout.
+    int64_t k = choose(absl::StrCat("stage ", i, " kind"), 0, 3);
+    if (k == 1 && chain.tokens) k = 3;
+    if (k == 3 && !dropout) k = 0;
+    const int64_t width = choose(absl::StrCat("stage ", i, " width"), 1, 5);
+    if (k == 0) chain.stages.push_back({StageKind::kLinear, width});
+    if (k == 1) {
+      chain.stages.push_back({StageKind::kBatchNorm, 0});
+      batch_norm = true;
+    }
+    if (k == 2) {
+      chain.stages.push_back({StageKind::kFork, 0});
+      chain.stages.push_back({StageKind::kJoin, 0});
+    }
+    if (k == 3) chain.stages.push_back({StageKind::kDropout, width});
+  }
+  if (chain.tokens) chain.stages.push_back({StageKind::kHead, 0});
+  // A stage with parameters first: before one, on a batch that takes no gradient, a stored
+  // stage's input needs none in a step, which the profile does not see (the profiler's
+  // PrepareInputs, docs/torchscript.md).
+  if (!chain.tokens && (chain.stages.front().kind == StageKind::kFork)) {
+    chain.stages.insert(chain.stages.begin(), {StageKind::kLinear, choose("first width", 1, 5)});
+  }
+  // A BatchNorm in training needs two values per channel.
+  const int64_t batch = choose("batch", batch_norm ? 2 : 1, 4);
+  int64_t width = chain.input;
+  for (const ChainDescription::Stage& s : chain.stages) width = OutputWidth(s, width, chain.vocab);
+  const bool classes = !chain.tokens && width >= 2 && choose("cross-entropy", 0, 1) == 1;
+  const uint64_t seed = static_cast<uint64_t>(choose("parameter seed", 0, 1 << 20));
+
+  std::string key = absl::StrCat(chain.tokens, "_", chain.input, "_", chain.vocab, "_", seed);
+  for (const ChainDescription::Stage& s : chain.stages) {
+    absl::StrAppend(&key, "_", static_cast<int>(s.kind), "x", s.width);
+  }
+  std::string path;
+  {
+    std::lock_guard<std::mutex> lock(folder_mutex);
+    Written& files = Files();
+    if (!files.folder) {
+      const char* tmp = std::getenv("TEST_TMPDIR");
+      absl::StatusOr<ScratchFolder> folder =
+          ScratchFolder::Make(tmp != nullptr ? tmp : "/tmp", "torchscript_chains_");
+      if (!folder.ok()) std::abort();
+      files.folder.emplace(*std::move(folder));
+    }
+    auto it = files.paths.find(key);
+    if (it == files.paths.end()) {
+      const std::string file = files.folder->Path(absl::StrCat("chain_", key, ".pt"));
+      const absl::Status written = WriteChain(chain, seed, file);
+      if (!written.ok()) {
+        std::fprintf(stderr, "writing a TorchScript chain: %s\n", written.ToString().c_str());
+        std::abort();
+      }
+      it = files.paths.emplace(key, file).first;
+    }
+    path = it->second;
+  }
+  if (chain.tokens) {
+    return absl::StrCat("torchscript:file=", path, ":tokens=", chain.input, ":vocab=", chain.vocab,
+                        ":batch=", batch);
+  }
+  return absl::StrCat("torchscript:file=", path, ":input=", chain.input,
+                      classes ? absl::StrCat(":classes=", width) : "", ":batch=", batch);
+}
+
+}  // namespace ckpt::testing

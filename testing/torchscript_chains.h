@@ -1,0 +1,42 @@
+// TorchScript chains made in C++ for the tests of the `torchscript` model family, written as
+// torch.jit.save writes them: a module whose children are the stages, each compiled from
+// TorchScript source (Module::define), so no Python is needed. The stage kinds cover what the
+// family reads from a graph: plain linear blocks (identical ones share a repeat key), dropout
+// (stochastic), BatchNorm written out with running statistics and a counter updated in place
+// (updates state), a stage returning a tuple and one taking two tensors, and an embedding and
+// vocabulary head for token batches.
+//
+//   std::string spec = testing::SmallTorchScriptSpec(choose);  // "torchscript:file=/tmp/...:..."
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "core/plan/spec.h"
+
+namespace ckpt::testing {
+
+enum class StageKind { kLinear, kDropout, kBatchNorm, kFork, kJoin, kEmbedding, kHead };
+
+// A chain to write: stage kinds in order with the feature width each one outputs.
+struct ChainDescription {
+  bool tokens = false;  // token ids in (an embedding first) or features in
+  int64_t input = 4;    // features per example, or ids per example
+  int64_t vocab = 0;    // with tokens
+  struct Stage {
+    StageKind kind = StageKind::kLinear;
+    int64_t width = 4;  // what it outputs per position
+  };
+  std::vector<Stage> stages;
+};
+
+// Writes `chain` as a TorchScript archive at `path`, parameters drawn from `seed`.
+absl::Status WriteChain(const ChainDescription& chain, uint64_t seed, const std::string& path);
+
+// A small chain of every kind drawn through `choose`, written to a file in a folder this test
+// process owns (removed at exit), and its spec: what ModelTraits::small_spec would return.
+std::string SmallTorchScriptSpec(const SpecChooser& choose);
+
+}  // namespace ckpt::testing

@@ -1,0 +1,295 @@
+// The torchscript model family: shapes parsed from any text, the facts read from each stage's
+// graph against what the generated chain was made of, and each kind of bad file refused with one
+// line naming it. (Its gradients and bytes against store_all's under every strategy are the
+// conformance suite's, which generates torchscript chains like every other model's.)
+#include "models/torchscript.h"
+
+#include <sys/stat.h>
+
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "caffe2/serialize/inline_container.h"
+#include "core/base/files.h"
+#include "core/run/chain_model.h"
+#include "gtest/gtest.h"
+#include "rapidcheck.h"
+#include "rapidcheck/gtest.h"
+#include "testing/model_cases.h"
+#include "testing/torchscript_chains.h"
+
+namespace ckpt {
+namespace {
+
+using testing::ChainDescription;
+using testing::StageKind;
+
+RC_GTEST_PROP(TorchScriptShape, AnyTextGivesAShapeOrAnErrorNamingIt, (const std::string& text)) {
+  absl::StatusOr<std::vector<int64_t>> shape = ParseShape(text);
+  if (!shape.ok()) {
+    RC_ASSERT(shape.status().code() == absl::StatusCode::kInvalidArgument);
+    RC_ASSERT(std::string(shape.status().message()).find("accepted") != std::string::npos);
+    return;
+  }
+  RC_ASSERT(!shape->empty() && shape->size() <= 8);
+  int64_t elements = 1;
+  for (int64_t d : *shape) {
+    RC_ASSERT(d >= 1);
+    elements *= d;
+  }
+  RC_ASSERT(elements <= int64_t{1} << 40);
+}
+
+RC_GTEST_PROP(TorchScriptShape, ShapesReadBackWhatTheyWrite, ()) {
+  const auto dims = *rc::gen::container<std::vector<int64_t>>(*rc::gen::inRange<size_t>(1, 5),
+                                                              rc::gen::inRange<int64_t>(1, 1000));
+  const absl::StatusOr<std::vector<int64_t>> shape = ParseShape(absl::StrJoin(dims, "x"));
+  RC_ASSERT(shape.ok());
+  RC_ASSERT(*shape == dims);
+}
+
+TEST(TorchScriptShape, RefusesWhatIsNotAShape) {
+  for (const char* bad : {"", "x", "3x", "0", "3x-1", "3x2.5", "1x1x1x1x1x1x1x1x1",
+                          "1048577x1048577", "99999999999999999999", " 3"}) {
+    EXPECT_FALSE(ParseShape(bad).ok()) << bad;
+  }
+}
+
+// A generated chain's spec and the kinds it was made of, in stage order.
+struct Written {
+  std::string path;
+  ChainDescription chain;
+};
+
+class TorchScriptFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<ScratchFolder> folder = ScratchFolder::Make(::testing::TempDir(), "ts_");
+    ASSERT_TRUE(folder.ok()) << folder.status();
+    folder_.emplace(*std::move(folder));
+  }
+  std::string Write(const ChainDescription& chain, const std::string& name, uint64_t seed = 1) {
+    const std::string path = folder_->Path(name);
+    const absl::Status written = testing::WriteChain(chain, seed, path);
+    EXPECT_TRUE(written.ok()) << written;
+    return path;
+  }
+  std::string Path(const std::string& name) { return folder_->Path(name); }
+
+  std::optional<ScratchFolder> folder_;
+};
+
+// The facts read from the graphs are what each stage was made of, on generated chains: only
+// dropout draws random numbers, only BatchNorm updates state, and two stages share a repeat key
+// exactly when they run the same code on the same shapes (the kind and the widths in and out).
+TEST_F(TorchScriptFile, StageFactsFollowWhatEachStageWasMadeOf) {
+  int n = 0;
+  EXPECT_TRUE(rc::check("stage facts of generated chains", [&] {
+    ChainDescription chain;
+    chain.input = *rc::gen::inRange<int64_t>(1, 4).as("input");
+    const int stages = *rc::gen::inRange(1, 7).as("stages");
+    std::vector<std::pair<int64_t, int64_t>> widths;  // in, out
+    int64_t in = chain.input;
+    for (int i = 0; i < stages; ++i) {
+      const StageKind kind = *rc::gen::element(StageKind::kLinear, StageKind::kDropout,
+                                               StageKind::kBatchNorm, StageKind::kFork);
+      const int64_t width = *rc::gen::inRange<int64_t>(1, 4);
+      if (kind == StageKind::kFork) {
+        chain.stages.push_back({StageKind::kFork, 0});
+        chain.stages.push_back({StageKind::kJoin, 0});
+        widths.push_back({in, in});
+        widths.push_back({in, in});
+        continue;
+      }
+      chain.stages.push_back({kind, width});
+      const int64_t out = kind == StageKind::kBatchNorm ? in : width;
+      widths.push_back({in, out});
+      in = out;
+    }
+    const std::string path = Write(chain, absl::StrCat("generated", n++, ".pt"));
+    const absl::StatusOr<BoundModel> model = BoundModel::Bind(
+        absl::StrCat("torchscript:file=", path, ":input=", chain.input, ":batch=2"));
+    RC_ASSERT(model.ok());
+    const std::vector<StageInfo> s = model->Stages();
+    RC_ASSERT(s.size() == chain.stages.size());
+    for (size_t i = 0; i < s.size(); ++i) {
+      RC_ASSERT(s[i].parts.empty());
+      RC_ASSERT(s[i].stochastic == (chain.stages[i].kind == StageKind::kDropout));
+      RC_ASSERT(s[i].updates_state == (chain.stages[i].kind == StageKind::kBatchNorm));
+      for (size_t j = 0; j < s.size(); ++j) {
+        const bool alike = chain.stages[i].kind == chain.stages[j].kind && widths[i] == widths[j];
+        RC_ASSERT((s[i].repeat_key == s[j].repeat_key) == alike);
+      }
+    }
+  }));
+  EXPECT_GT(n, 0);
+}
+
+// The same facts on chains written with known kinds.
+TEST_F(TorchScriptFile, DropoutIsStochasticBatchNormUpdatesStateAlikeStagesShareAKey) {
+  ChainDescription chain;
+  chain.input = 3;
+  chain.stages = {{StageKind::kLinear, 3},    {StageKind::kLinear, 3}, {StageKind::kDropout, 3},
+                  {StageKind::kBatchNorm, 0}, {StageKind::kFork, 0},   {StageKind::kJoin, 0},
+                  {StageKind::kLinear, 3},    {StageKind::kLinear, 2}};
+  const std::string path = Write(chain, "known.pt");
+  const absl::StatusOr<BoundModel> model =
+      BoundModel::Bind(absl::StrCat("torchscript:file=", path, ":input=3:batch=2"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<StageInfo> s = model->Stages();
+  ASSERT_EQ(s.size(), 8u);
+  std::vector<bool> stochastic, updates;
+  for (const StageInfo& stage : s) {
+    stochastic.push_back(stage.stochastic);
+    updates.push_back(stage.updates_state);
+  }
+  EXPECT_EQ(stochastic, std::vector<bool>({false, false, true, false, false, false, false, false}));
+  EXPECT_EQ(updates, std::vector<bool>({false, false, false, true, false, false, false, false}));
+  // Linear 3->3 on [2, 3] at stages 0, 1 and 6: one key; 3->2 differs in its parameters' shapes.
+  EXPECT_EQ(s[0].repeat_key, s[1].repeat_key);
+  EXPECT_EQ(s[0].repeat_key, s[6].repeat_key);
+  EXPECT_NE(s[0].repeat_key, s[7].repeat_key);
+  EXPECT_NE(s[0].repeat_key, s[2].repeat_key);  // other code
+  EXPECT_EQ(s[0].name, "0.Stage0");
+  // The same file with another batch: other input shapes, other keys.
+  const absl::StatusOr<BoundModel> wider =
+      BoundModel::Bind(absl::StrCat("torchscript:file=", path, ":input=3:batch=4"));
+  ASSERT_TRUE(wider.ok()) << wider.status();
+  EXPECT_NE(wider->Stages()[0].repeat_key, s[0].repeat_key);
+}
+
+// The loss: cross-entropy where the output is [batch, classes] or [batch, tokens, vocab].
+TEST_F(TorchScriptFile, LossIsCrossEntropyWhereTheOutputHasTheClassesElseMeanSquare) {
+  ChainDescription chain;
+  chain.input = 3;
+  chain.stages = {{StageKind::kLinear, 5}};
+  const std::string path = Write(chain, "classes.pt");
+  const auto loss_of = [&](const std::string& extra) {
+    absl::StatusOr<BoundModel> bound =
+        BoundModel::Bind(absl::StrCat("torchscript:file=", path, ":input=3", extra, ":batch=4"));
+    EXPECT_TRUE(bound.ok()) << bound.status();
+    return TorchScriptModel::FactsFor(bound->values())->loss;
+  };
+  EXPECT_EQ(loss_of(":classes=5"), TorchScriptLoss::kCrossEntropy);
+  EXPECT_EQ(loss_of(":classes=4"), TorchScriptLoss::kMeanSquare);
+  EXPECT_EQ(loss_of(""), TorchScriptLoss::kMeanSquare);
+
+  ChainDescription lm;
+  lm.tokens = true;
+  lm.input = 6;
+  lm.vocab = 7;
+  lm.stages = {{StageKind::kEmbedding, 4}, {StageKind::kLinear, 4}, {StageKind::kHead, 0}};
+  const std::string lm_path = Write(lm, "lm.pt");
+  absl::StatusOr<BoundModel> bound =
+      BoundModel::Bind(absl::StrCat("torchscript:file=", lm_path, ":tokens=6:vocab=7:batch=2"));
+  ASSERT_TRUE(bound.ok()) << bound.status();
+  EXPECT_EQ(TorchScriptModel::FactsFor(bound->values())->loss, TorchScriptLoss::kCrossEntropy);
+  absl::StatusOr<std::shared_ptr<ChainModel>> model = bound->Create(ModelContext{});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const Batch batch = (*model)->MakeBatch(3);
+  ASSERT_EQ(batch.inputs.size(), 1u);
+  EXPECT_EQ(batch.inputs[0].sizes(), at::IntArrayRef({2, 6}));
+  EXPECT_EQ(batch.inputs[0].scalar_type(), at::kLong);
+  // Next-token targets: the ids shifted by one.
+  EXPECT_TRUE(batch.inputs[0].narrow(1, 1, 5).equal(batch.targets[0].narrow(1, 0, 5)));
+}
+
+// One line, InvalidArgument, naming the file, for each kind of bad file.
+TEST_F(TorchScriptFile, BadFilesAreOneLineNamingTheFile) {
+  ChainDescription chain;
+  chain.input = 3;
+  chain.stages = {{StageKind::kLinear, 4}, {StageKind::kLinear, 2}};
+  const std::string good = Write(chain, "good.pt");
+  std::string bytes = *ReadRegularFile(good, 1 << 20);
+
+  std::map<std::string, std::string> bad;  // path -> what the message must say
+  const std::string text = Path("text.pt");
+  ASSERT_TRUE(WriteFileAtomically(text, "not a model\n").ok());
+  bad[text] = "not a TorchScript archive";
+  const std::string empty = Path("empty.pt");
+  ASSERT_TRUE(WriteFileAtomically(empty, "").ok());
+  bad[empty] = "empty";
+  const std::string truncated = Path("truncated.pt");
+  ASSERT_TRUE(WriteFileAtomically(truncated, bytes.substr(0, bytes.size() / 2)).ok());
+  bad[truncated] = "not a TorchScript archive";
+  const std::string folder = Path("folder.pt");
+  ASSERT_EQ(mkdir(folder.c_str(), 0700), 0);
+  bad[folder] = "directory";
+  const std::string fifo = Path("fifo.pt");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  bad[fifo] = "FIFO";
+  bad[Path("missing.pt")] = "missing.pt";
+  // A newer format than this LibTorch reads: an archive whose version record says so.
+  const std::string newer = Path("newer.pt");
+  {
+    caffe2::serialize::PyTorchStreamWriter writer(newer);
+    writer.setMinVersion(caffe2::serialize::kMaxSupportedFileFormatVersion + 1);
+    const std::string data = "x";
+    writer.writeRecord("data.pkl", data.data(), data.size());
+    writer.writeEndOfFile();
+  }
+  bad[newer] = "version";
+  // A module without children: what a scripted single layer is.
+  const std::string single = Path("single.pt");
+  {
+    ChainDescription none;
+    none.stages = {};
+    ASSERT_TRUE(testing::WriteChain(none, 1, single).ok());
+  }
+  bad[single] = "not a sequence of stages";
+
+  for (const auto& [path, says] : bad) {
+    SCOPED_TRACE(path);
+    absl::StatusOr<BoundModel> model =
+        BoundModel::Bind(absl::StrCat("torchscript:file=", path, ":input=3:batch=2"));
+    ASSERT_FALSE(model.ok());
+    const std::string message(model.status().message());
+    EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    EXPECT_NE(message.find(path), std::string::npos) << message;
+    EXPECT_NE(message.find(says), std::string::npos) << message;
+  }
+  // The file's remaining survive: the folder was made by this test, and nothing was written.
+  EXPECT_EQ(DescribeWhatIsAt(fifo), "a FIFO (named pipe)");
+}
+
+// Shapes that do not fit: the batch against stage 0, a stage's output against the next.
+TEST_F(TorchScriptFile, ShapesThatDoNotFitNameTheStage) {
+  ChainDescription chain;
+  chain.input = 3;
+  chain.stages = {{StageKind::kLinear, 4}, {StageKind::kLinear, 2}};
+  const std::string good = Write(chain, "fit.pt");
+  absl::StatusOr<BoundModel> wrong_input =
+      BoundModel::Bind(absl::StrCat("torchscript:file=", good, ":input=5:batch=2"));
+  ASSERT_FALSE(wrong_input.ok());
+  EXPECT_NE(wrong_input.status().message().find("the batch"), absl::string_view::npos)
+      << wrong_input.status();
+  EXPECT_NE(wrong_input.status().message().find("0.Stage0"), absl::string_view::npos)
+      << wrong_input.status();
+
+  // A join (two tensors in) after a stage returning one.
+  ChainDescription broken;
+  broken.input = 3;
+  broken.stages = {{StageKind::kLinear, 3}, {StageKind::kJoin, 0}};
+  const std::string path = Write(broken, "broken.pt");
+  absl::StatusOr<BoundModel> model =
+      BoundModel::Bind(absl::StrCat("torchscript:file=", path, ":input=3:batch=2"));
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("output of stage 0.Stage0"), absl::string_view::npos)
+      << model.status();
+  EXPECT_EQ(model.status().message().find('\n'), absl::string_view::npos) << model.status();
+
+  for (const std::string& spec :
+       {absl::StrCat("torchscript:file=", good, ":batch=2"),
+        absl::StrCat("torchscript:file=", good, ":input=3:tokens=4:vocab=3"),
+        absl::StrCat("torchscript:file=", good, ":tokens=4"),
+        absl::StrCat("torchscript:file=", good, ":input=3x0")}) {
+    EXPECT_FALSE(BoundModel::Bind(spec).ok()) << spec;
+  }
+}
+
+}  // namespace
+}  // namespace ckpt
