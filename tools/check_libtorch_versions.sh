@@ -206,9 +206,11 @@ if [[ "$cuda_torch" == 1 ]]; then
     ln -sf "$f" "/tmp/cuda-home/include/${f#/usr/include/}"
   done
   bazel_flags=(--repo_env=CUDA_HOME=/tmp/cuda-home --symlink_prefix=/ --test_summary=short)
-  # Bazel 4.2.3 and what the Bazel route needs besides the libraries (tools/bazel's list).
+  # Bazel 4.2.3 and what the Bazel route needs besides the libraries (tools/bazel's list), and
+  # PyTorch over this very LibTorch for python/ckptlab's cross-check (python3-torch-cuda, which
+  # conflicts with the CPU python3-torch).
   apt-get install -y -qq --no-install-recommends bazel-bootstrap bazel-rules-java \
-    bazel-platforms pkg-config >/tmp/install.log 2>&1 ||
+    bazel-platforms pkg-config python3-torch-cuda >/tmp/install.log 2>&1 ||
     { tail -20 /tmp/install.log; exit 1; }
   echo "bazel test //testing/... against the CUDA LibTorch"
   bazel-4 test //testing/... "${bazel_flags[@]}" || status=1

@@ -1,0 +1,189 @@
+"""ckptlab's plan text, read in Python: the grammar of core/plan/plan_text.h (docs/plans.md).
+
+    [0,4) checkpointed {[0,2) checkpointed, [2,4) stored}, [4,8) stored; core=recompute @ 1,3
+
+    plan = parse_plan(text)          # a Plan, or PlanError naming the line and column
+    plan.segments[0].mode            # "checkpointed"
+    plan.policies                    # [Policy(part="core", action="recompute", chunks=None, ...)]
+
+Any text gives a Plan or a PlanError (never another exception): nesting is bounded by
+MAX_DEPTH, numbers by MAX_STAGE, and control characters in messages are escaped.
+"""
+
+import re
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+MODES = ("stored", "checkpointed", "recompute-all", "offloaded")
+MAX_DEPTH = 200  # braces within braces (ckptlab's own reader allows 1000; Python's stack less)
+MAX_STAGE = 1 << 30
+
+
+class PlanError(ValueError):
+    """Plan text that is not a plan, or a plan that does not fit a model."""
+
+
+@dataclass
+class Segment:
+    begin: int
+    end: int
+    mode: str
+    inner: List["Segment"] = field(default_factory=list)  # the rerun's plan; [] = all stored
+
+
+@dataclass
+class Policy:
+    part: str
+    action: str
+    chunks: Optional[int]
+    stages: List[Tuple[int, int]]  # ranges, first and last inclusive
+
+
+@dataclass
+class Plan:
+    segments: List[Segment]
+    policies: List[Policy]
+
+    def stage_count(self) -> int:
+        return self.segments[-1].end if self.segments else 0
+
+
+def printable(text: str) -> str:
+    """`text` with control characters (C0, DEL, C1) escaped, for messages."""
+    return "".join(c if c == " " or (c.isprintable() and not 0x7F <= ord(c) <= 0x9F)
+                   else f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+                   for c in text)
+
+
+_TOKEN = re.compile(r"\s*(?:#[^\n]*\n?\s*)*")
+_WORD = re.compile(r"[a-z][a-z0-9_-]*")
+_INT = re.compile(r"[0-9]+")
+
+
+class _Reader:
+    def __init__(self, text: str):
+        self.text = text
+        self.at = 0
+
+    def where(self) -> str:
+        line = self.text.count("\n", 0, self.at) + 1
+        column = self.at - (self.text.rfind("\n", 0, self.at) + 1) + 1
+        return f"line {line}, column {column}"
+
+    def fail(self, expected: str):
+        found = self.text[self.at:self.at + 12]
+        found = f"'{printable(found)}'" if found else "the end"
+        raise PlanError(f"plan text, {self.where()}: expected {expected}, found {found}")
+
+    def skip(self):
+        self.at = _TOKEN.match(self.text, self.at).end()
+
+    def peek(self, literal: str) -> bool:
+        self.skip()
+        return self.text.startswith(literal, self.at)
+
+    def take(self, literal: str):
+        if not self.peek(literal):
+            self.fail(f"'{literal}'")
+        self.at += len(literal)
+
+    def integer(self) -> int:
+        self.skip()
+        m = _INT.match(self.text, self.at)
+        if not m or len(m.group()) > 10 or int(m.group()) > MAX_STAGE:
+            self.fail(f"a stage number (0 to {MAX_STAGE})")
+        self.at = m.end()
+        return int(m.group())
+
+    def word(self, what: str) -> str:
+        self.skip()
+        m = _WORD.match(self.text, self.at)
+        if not m:
+            self.fail(what)
+        self.at = m.end()
+        return m.group()
+
+    def segments(self, depth: int) -> List[Segment]:
+        if depth > MAX_DEPTH:
+            self.fail(f"at most {MAX_DEPTH} levels of braces")
+        out = [self.segment(depth)]
+        while self.peek(","):
+            self.take(",")
+            out.append(self.segment(depth))
+        return out
+
+    def segment(self, depth: int) -> Segment:
+        self.take("[")
+        begin = self.integer()
+        self.take(",")
+        end = self.integer()
+        self.take(")")
+        mode = self.word("a mode (" + ", ".join(MODES) + ")")
+        if mode not in MODES:
+            self.fail("a mode (" + ", ".join(MODES) + ")")
+        inner = []
+        if self.peek("{"):
+            if mode not in ("checkpointed", "offloaded"):
+                self.fail(f"no braces after a {mode} segment (only checkpointed and offloaded "
+                          "segments have a plan of their rerun)")
+            self.take("{")
+            inner = self.segments(depth + 1)
+            self.take("}")
+        return Segment(begin, end, mode, inner)
+
+    def policy(self) -> Policy:
+        part = self.word("a part name")
+        self.take("=")
+        action = self.word("an action")
+        chunks = None
+        if self.peek(":"):
+            self.take(":")
+            chunks = self.integer()
+        self.take("@")
+        stages = []
+        while True:
+            first = self.integer()
+            last = first
+            if self.peek("-"):
+                self.take("-")
+                last = self.integer()
+            if last < first or last - first > MAX_STAGE:
+                self.fail("a range first-last with first <= last")
+            stages.append((first, last))
+            if not self.peek(","):
+                break
+            self.take(",")
+        return Policy(part, action, chunks, stages)
+
+
+def _check(segments: List[Segment], begin: int, end: Optional[int], where: str):
+    at = begin
+    for s in segments:
+        if s.begin != at or s.end <= s.begin:
+            raise PlanError(f"plan: segment [{s.begin},{s.end}) {where}: expected one that "
+                            f"starts at {at} and is not empty")
+        if s.inner:
+            _check(s.inner, s.begin, s.end, f"inside [{s.begin},{s.end})")
+        at = s.end
+    if end is not None and at != end:
+        raise PlanError(f"plan: the segments {where} end at {at}, not at {end}")
+
+
+def parse_plan(text: str) -> Plan:
+    """The plan `text` writes; PlanError naming where it is not one."""
+    if not isinstance(text, str):
+        raise PlanError("plan text must be a str")
+    reader = _Reader(text)
+    segments = reader.segments(0)
+    policies = []
+    while reader.peek(";"):
+        reader.take(";")
+        reader.skip()
+        if reader.at == len(text):
+            break
+        policies.append(reader.policy())
+    reader.skip()
+    if reader.at != len(text):
+        reader.fail("';' or the end")
+    _check(segments, 0, None, "at the top")
+    return Plan(segments, policies)

@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""ckptlab's plans for exported models, run by PyTorch (python/ckptlab), against the plain model.
+
+The two example models (examples/export_cnn.py, examples/export_decoder.py) are exported at a
+small size, swept by ckptlab under every default strategy, and each row's plan (results.csv's
+`plan` column) is applied in PyTorch to the same file's stages. Checked, per row:
+  ckptlab  status ok, gradients equal to store_all's (max_grad_diff_vs_store_all 0), predicted
+           activation bytes equal to measured;
+  PyTorch  the planned model's gradients (every parameter's and the input's) equal the plain
+           model's bitwise, and the bytes PyTorch keeps for backward (ckptlab.kept_bytes: saved
+           tensors and checkpoints' inputs, each storage once, less the parameters, the buffers
+           and the batch, which ckptlab counts in its baseline) equal ckptlab's predicted
+           activation bytes less what ckptlab holds that is no saved tensor: the loss scalar,
+           and the RNG snapshot that each checkpointed segment drawing random numbers keeps from
+           its forward to its rerun (PyTorch's checkpoint keeps one too, outside autograd's
+           saved tensors). To the byte (docs/torchscript.md).
+Under Bazel the sweep is in the runfiles; elsewhere $SWEEP names it. Runs on the torch of the
+Python that runs it (Debian's python3-torch 1.13 here, 2.6 in CI's trixie root).
+"""
+
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+from torch import nn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "python"))
+import ckptlab  # noqa: E402  (after the path)
+from ckptlab.plan import parse_plan  # noqa: E402
+
+RNG_SNAPSHOT_BYTES = torch.get_rng_state().numel()  # the CPU generator's state (mt19937)
+
+
+def run(argv, what):
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"FAIL: {what} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
+    return done.stdout
+
+
+class Example:
+    """An exported file, its ckptlab spec, and its batch and loss as ckptlab draws them."""
+
+    def __init__(self, path, spec, make_batch, loss):
+        self.path, self.spec, self.make_batch, self.loss = path, spec, make_batch, loss
+
+
+def examples(tmp):
+    cnn = os.path.join(tmp, "cnn.pt")
+    decoder = os.path.join(tmp, "decoder.pt")
+    run([sys.executable, os.path.join(ROOT, "examples/export_cnn.py"), cnn, "--width=8",
+         "--depth=3", "--classes=10"], "export_cnn.py")
+    run([sys.executable, os.path.join(ROOT, "examples/export_decoder.py"), decoder, "--vocab=64",
+         "--context=32", "--width=32", "--heads=2", "--layers=3"], "export_decoder.py")
+
+    def images():
+        x = torch.randn(4, 3, 16, 16, requires_grad=True)
+        return x, torch.randint(10, (4,))
+
+    def tokens():
+        ids = torch.randint(64, (2, 17))
+        return ids[:, :16].contiguous(), ids[:, 1:].contiguous()
+
+    def cross_entropy(y, targets):
+        return nn.functional.cross_entropy(y.reshape(-1, y.size(-1)), targets.reshape(-1))
+
+    return [
+        Example(cnn, f"torchscript:file={cnn}:input=3x16x16:classes=10:batch=4", images,
+                cross_entropy),
+        Example(decoder, f"torchscript:file={decoder}:tokens=16:vocab=64:batch=2", tokens,
+                cross_entropy),
+    ]
+
+
+def stochastic_stages(stages):
+    """Which stages draw random numbers: their inlined graphs, as ckptlab reads them."""
+    out = []
+    for stage in stages:
+        graph = stage.forward.graph.copy()
+        torch._C._jit_pass_inline(graph)
+        kinds = set()
+
+        def walk(block):
+            for node in block.nodes():
+                kinds.add(node.kind())
+                for inner in node.blocks():
+                    walk(inner)
+
+        walk(graph)
+        out.append(any("dropout" in k or "bernoulli" in k for k in kinds))
+    return out
+
+
+def checkpointed_with_rng(plan, stochastic):
+    """Top-level checkpointed, offloaded and recompute-all segments with a stochastic stage:
+    each keeps an RNG snapshot from its forward to its rerun."""
+    return sum(1 for s in plan.segments
+               if s.mode != "stored" and any(stochastic[s.begin:s.end]))
+
+
+def step(model, batch, loss_fn, baseline, seed):
+    """One forward and backward from `seed`: the gradients (the parameters', then the input's),
+    the bytes kept for backward besides `baseline`'s, and the loss's own."""
+    x, targets = batch
+    params = list(model.parameters())
+    for t in params + [x]:
+        t.grad = None
+    torch.manual_seed(seed)
+    loss, kept = ckptlab.kept_bytes(lambda: loss_fn(model(x), targets),
+                                    exclude=baseline + [x, targets])
+    loss.backward()
+    grads = [p.grad for p in params] + ([x.grad] if x.requires_grad else [])
+    return grads, kept, loss.numel() * loss.element_size()
+
+
+def main():
+    tmp = os.environ.get("TEST_TMPDIR") or tempfile.mkdtemp(prefix="crosscheck_")
+    sweep = os.environ.get("SWEEP") or os.path.join(os.environ["TEST_SRCDIR"],
+                                                    "ckptlab/experiments/sweep")
+    models = examples(tmp)
+    out = os.path.join(tmp, "sweep")
+    run([sweep, "--device=cpu", "--models=" + ",".join(m.spec for m in models), "--steps=1",
+         "--warmup=0", "--out=" + out], "the sweep")
+    with open(os.path.join(out, "results.csv"), newline="") as f:
+        rows = list(csv.DictReader(f))
+    failures = []
+    print(f"torch {torch.__version__}")
+    print(f"{'model':10} {'strategy':28} {'ckptlab':>9} {'PyTorch':>9} {'held':>7} {'rng':>6}  plan")
+    for example in models:
+        mine = [r for r in rows if r["model_spec"].startswith(f"torchscript:file={example.path}:")]
+        if len(mine) < 2:
+            failures.append(f"{example.path}: {len(mine)} rows in results.csv")
+            continue
+        module = torch.jit.load(example.path)
+        module.train()
+        stages = nn.Sequential(*module.children())
+        baseline = list(stages.parameters()) + list(stages.buffers())
+        stochastic = stochastic_stages(stages)
+        batch = example.make_batch()
+        with torch.jit.optimized_execution(False):
+            # A module's first run in a process keeps more (8 KiB on the decoder, 1.13); ckptlab
+            # profiles after one too.
+            step(stages, batch, example.loss, baseline, seed=1)
+            reference, _, _ = step(stages, batch, example.loss, baseline, seed=7)
+            for row in mine:
+                name = os.path.basename(example.path)
+                where = f"{name} {row['strategy']}"
+                if row["status"] != "ok":
+                    failures.append(f"{where}: status {row['status']}: {row['message']}")
+                    continue
+                if float(row["max_grad_diff_vs_store_all"]) != 0:
+                    failures.append(f"{where}: ckptlab's gradients differ from store_all's")
+                predicted = int(row["predicted_activation_bytes"])
+                if predicted != int(row["activation_bytes"]):
+                    failures.append(f"{where}: predicted {predicted} != measured "
+                                    f"{row['activation_bytes']}")
+                plan = parse_plan(row["plan"])
+                grads, kept, held = step(ckptlab.apply(stages, row["plan"]), batch,
+                                         example.loss, baseline, seed=7)
+                for g, r in zip(grads, reference):
+                    if not torch.equal(g, r):
+                        failures.append(f"{where}: a gradient differs from the plain model's by "
+                                        f"{(g - r).abs().max().item():.3g}")
+                        break
+                rng = RNG_SNAPSHOT_BYTES * checkpointed_with_rng(plan, stochastic)
+                print(f"{name:10} {row['strategy']:28} {predicted:9} {kept:9} {held:7} {rng:6}  "
+                      f"{row['plan'][:60]}")
+                if kept + held + rng != predicted:
+                    failures.append(f"{where}: PyTorch keeps {kept} bytes; ckptlab predicts "
+                                    f"{predicted} = {predicted - held - rng} + {held} held + "
+                                    f"{rng} RNG snapshots")
+    for f in failures:
+        print("FAIL:", f, file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
