@@ -11,6 +11,7 @@
 #include "ATen/ops/cross_entropy_loss.h"
 #include "ATen/ops/randint.h"
 #include "ATen/ops/randn.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -81,8 +82,16 @@ absl::StatusOr<std::string> ReadModelFile(const ParamValues& params) {
   return FileCache().emplace(path, *std::move(bytes)).first->second;
 }
 
-// The first line of a LibTorch error, which may run on over a backtrace or a source excerpt.
-std::string FirstLine(absl::string_view message) {
+// The line of a LibTorch error that says what went wrong: an error raised inside TorchScript
+// code ends with "RuntimeError: <what>" after an excerpt of the code; others say it first,
+// perhaps after "[enforce fail at file:line] . ".
+std::string Reason(absl::string_view message) {
+  const size_t raised = message.rfind("RuntimeError: ");
+  if (raised != absl::string_view::npos) message.remove_prefix(raised + 14);
+  if (absl::StartsWith(message, "[enforce fail at ")) {
+    const size_t end = message.find("] . ");
+    if (end != absl::string_view::npos) message.remove_prefix(end + 4);
+  }
   return std::string(message.substr(0, message.find('\n')));
 }
 
@@ -98,7 +107,7 @@ absl::StatusOr<torch::jit::Module> LoadModule(const ParamValues& params, const s
   if (!module.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         Where(params), ": not a TorchScript archive this LibTorch (", TORCH_VERSION_MAJOR, ".",
-        TORCH_VERSION_MINOR, ") reads: ", FirstLine(module.status().message()), "; ", kAccepted));
+        TORCH_VERSION_MINOR, ") reads: ", Reason(module.status().message()), "; ", kAccepted));
   }
   const caffe2::TypeMeta dtype = c10::get_default_dtype();
   RETURN_IF_ERROR(RunTorch([&] {
@@ -248,10 +257,13 @@ uint64_t Fnv1a64(absl::string_view text) {
   return hash;
 }
 
+// "8x3 float, 8 long": the shapes and types of `tensors`, for messages and repeat keys.
 std::string ShapesOf(const std::vector<at::Tensor>& tensors) {
-  std::string out;
-  for (const at::Tensor& t : tensors) absl::StrAppend(&out, c10::str(t.sizes(), t.dtype()), ";");
-  return out;
+  std::vector<std::string> each;
+  for (const at::Tensor& t : tensors) {
+    each.push_back(absl::StrCat(absl::StrJoin(t.sizes(), "x"), " ", std::string(t.dtype().name())));
+  }
+  return absl::StrJoin(each, ", ");
 }
 
 // A stage's outputs as tensors: a tensor, or a tuple or list of tensors. What else a stage returns
@@ -371,20 +383,18 @@ absl::StatusOr<TorchScriptFacts> ReadFacts(const ParamValues& params) {
     absl::StatusOr<std::vector<at::Tensor>> y = RunTorch(
         [&] { return TensorsOf(children[i].second.forward(IValuesOf(x)), facts.stages[i].name); });
     if (!y.ok()) {
-      const std::string what = i == 0 ? absl::StrCat("the batch (", ShapesOf(x), ")")
+      const std::string what = i == 0 ? absl::StrCat("the batch (", shapes, ")")
                                       : absl::StrCat("the output of stage ",
                                                      facts.stages[i - 1].name, " (", shapes, ")");
       return absl::InvalidArgumentError(absl::StrCat(Where(params), ": ", what,
                                                      " does not fit stage ", facts.stages[i].name,
-                                                     ": ", FirstLine(y.status().message())));
+                                                     ": ", Reason(y.status().message())));
     }
-    std::string params_shapes;
-    for (const at::Tensor& p : children[i].second.parameters()) {
-      absl::StrAppend(&params_shapes, c10::str(p.sizes(), p.dtype()), ";");
-    }
+    std::vector<at::Tensor> own;
+    for (const at::Tensor& p : children[i].second.parameters()) own.push_back(p);
     // Not the type's name, which differs between alike stages where it is mangled or traced.
     facts.stages[i].repeat_key = absl::StrFormat(
-        "torchscript#%016x", Fnv1a64(absl::StrCat(codes[i], "|", params_shapes, "|", shapes)));
+        "torchscript#%016x", Fnv1a64(absl::StrCat(codes[i], "|", ShapesOf(own), "|", shapes)));
     x = *std::move(y);
   }
   facts.loss = LossFor(params, x.at(0));

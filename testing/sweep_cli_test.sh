@@ -929,6 +929,75 @@ time.sleep(120)' "$tmp/port" &
 fi
 if [[ -n "$saved_tmpdir" ]]; then export TMPDIR="$saved_tmpdir"; else unset TMPDIR; fi
 
+# A model from a TorchScript file (docs/torchscript.md): each kind of bad file is exit 2, one
+# line naming the file, nothing written. The files that must be real TorchScript are written by
+# a Python with torch (required under Bazel, whose tools/bazel installs python3-torch).
+torch_python=""
+for p in python3 /usr/bin/python3; do
+  if "$p" -c 'import torch' >/dev/null 2>&1; then
+    torch_python=$p
+    break
+  fi
+done
+ts="$tmp/torchscript"
+rm -rf "$ts" && mkdir -p "$ts"
+printf 'not a model\n' >"$ts/text.pt"
+: >"$ts/empty.pt"
+mkdir "$ts/folder.pt"
+mkfifo "$ts/fifo.pt"
+check_bad "torchscript:file=$ts/text.pt: not a TorchScript archive" \
+  --models="torchscript:file=$ts/text.pt:input=4" --strategies=store_all
+check_bad "torchscript:file=$ts/empty.pt: the file is empty" \
+  --models="torchscript:file=$ts/empty.pt:input=4" --strategies=store_all
+check_bad "$ts/folder.pt is a directory" \
+  --models="torchscript:file=$ts/folder.pt:input=4" --strategies=store_all
+check_bad "$ts/fifo.pt is a FIFO" --models="torchscript:file=$ts/fifo.pt:input=4" --strategies=store_all
+check_bad "give one of input (3x224x224) and tokens" \
+  --models="torchscript:file=$ts/text.pt" --strategies=store_all
+if [[ -n "$torch_python" ]]; then
+  "$torch_python" - "$ts" <<'PY' 2>/dev/null || fail "could not write the TorchScript files"
+import os, sys, zipfile
+import torch
+from torch import nn
+ts = sys.argv[1]
+torch.jit.script(nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))).save(f"{ts}/ok.pt")
+torch.jit.script(nn.Linear(4, 3)).save(f"{ts}/single.pt")
+torch.jit.script(nn.Sequential(nn.Linear(4, 3), nn.Linear(5, 2))).save(f"{ts}/mismatch.pt")
+with open(f"{ts}/ok.pt", "rb") as f:
+    data = f.read()
+with open(f"{ts}/truncated.pt", "wb") as f:
+    f.write(data[: len(data) // 2])
+# The same archive, its format version past any PyTorch's.
+with zipfile.ZipFile(f"{ts}/ok.pt") as old, zipfile.ZipFile(f"{ts}/newer.pt", "w") as new:
+    for item in old.infolist():
+        body = b"99\n" if item.filename.endswith("/version") else old.read(item)
+        new.writestr(item.filename, body)
+PY
+  check_bad "torchscript:file=$ts/truncated.pt: not a TorchScript archive" \
+    --models="torchscript:file=$ts/truncated.pt:input=4" --strategies=store_all
+  check_bad "torchscript:file=$ts/newer.pt: not a TorchScript archive this LibTorch" \
+    --models="torchscript:file=$ts/newer.pt:input=4" --strategies=store_all
+  grep -q "version" "$tmp/bad.stderr" || fail "a newer archive: no word on its version: $(cat "$tmp/bad.stderr")"
+  check_bad "is not a sequence of stages" \
+    --models="torchscript:file=$ts/single.pt:input=4" --strategies=store_all
+  check_bad "the output of stage 0.Linear" \
+    --models="torchscript:file=$ts/mismatch.pt:input=4" --strategies=store_all
+  check_bad "the batch (" --models="torchscript:file=$ts/ok.pt:input=5" --strategies=store_all
+  # The good file sweeps, and --list says which loss applies.
+  "${sweep[@]}" --models="torchscript:file=$ts/ok.pt:input=4:classes=2:batch=3" \
+    --strategies=store_all,uniform --steps=1 --warmup=0 --out="$ts/out" >/dev/null \
+    2>"$ts/out.stderr" || fail "a TorchScript sweep: exit $?: $(cat "$ts/out.stderr")"
+  [[ $(grep -c ",cpu,ok," "$ts/out/results.csv") -eq 2 ]] ||
+    fail "a TorchScript sweep: $(cat "$ts/out/results.csv")"
+elif [[ -n "${TEST_SRCDIR:-}" ]]; then
+  fail "no Python with torch: tools/bazel installs python3-torch"
+else
+  echo "sweep_cli_test: no Python with torch; the TorchScript files it writes are not checked"
+fi
+run_sweep --list >"$tmp/list.out" 2>&1 || fail "--list: exit $?"
+grep -q "cross-entropy where the output is \[batch, classes\]" "$tmp/list.out" ||
+  fail "--list does not say which loss a torchscript model has"
+
 if ((failures)); then
   echo "$failures check(s) failed" >&2
   exit 1

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""python/ckptlab's plan reader (ckptlab.plan) on any text, and against plans it prints.
+
+Properties (Hypothesis, a dependency of Debian's python3-torch):
+  - any text gives a Plan or a PlanError, never another exception, and every message is one
+    line without control characters;
+  - generated plan trees, written in ckptlab's grammar (core/plan/plan_text.h) with comments and
+    line breaks between tokens, read back as the same tree;
+  - nesting past MAX_DEPTH is a PlanError, not a RecursionError.
+"""
+
+import sys
+import os
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from ckptlab.plan import MAX_DEPTH, MODES, PlanError, Segment, parse_plan  # noqa: E402
+
+CONTROL = {chr(c) for c in list(range(0x20)) + list(range(0x7F, 0xA0))}
+
+
+@st.composite
+def trees(draw, begin=0, end=None, depth=3):
+    end = end if end is not None else begin + draw(st.integers(1, 8))
+    out, at = [], begin
+    while at < end:
+        stop = draw(st.integers(at + 1, end))
+        mode = draw(st.sampled_from(MODES))
+        inner = []
+        if mode in ("checkpointed", "offloaded") and depth > 0 and draw(st.booleans()):
+            inner = draw(trees(at, stop, depth - 1))
+        out.append(Segment(at, stop, mode, inner))
+        at = stop
+    return out
+
+
+def write(segments, blank):
+    parts = []
+    for s in segments:
+        text = f"[{s.begin},{blank}{s.end}){blank}{s.mode}"
+        if s.inner:
+            text += f" {{{blank}{write(s.inner, blank)}}}"
+        parts.append(text)
+    return f",{blank}".join(parts)
+
+
+class PlanReader(unittest.TestCase):
+    @settings(max_examples=400, deadline=None)
+    @given(st.one_of(st.text(), st.text(alphabet="[](){},;:=@-# \n0123456789abcdefghikmoprstuvx")))
+    def test_any_text_is_a_plan_or_one_line_of_error(self, text):
+        try:
+            plan = parse_plan(text)
+        except PlanError as e:
+            message = str(e)
+            self.assertNotIn("\n", message)
+            self.assertFalse(CONTROL & set(message), message)
+            return
+        self.assertTrue(plan.segments)
+
+    @settings(max_examples=200, deadline=None)
+    @given(trees(), st.sampled_from(["", " ", "\n  ", " # a comment\n"]))
+    def test_written_trees_read_back(self, segments, blank):
+        text = write(segments, blank)
+        self.assertEqual(parse_plan(text).segments, segments, text)
+
+    def test_deep_nesting_is_an_error(self):
+        text = "[0,1) checkpointed {" * (MAX_DEPTH + 5) + "[0,1) stored" + "}" * (MAX_DEPTH + 5)
+        with self.assertRaises(PlanError):
+            parse_plan(text)
+
+    def test_ckptlab_printed_plans(self):
+        text = ("[0,4) checkpointed {[0,2) checkpointed, [2,4) stored}, [4,6) recompute-all, "
+                "[6,8) offloaded; core=recompute @ 1,3; sequence=chunk:4 @ 5-7")
+        plan = parse_plan(text)
+        self.assertEqual([s.mode for s in plan.segments],
+                         ["checkpointed", "recompute-all", "offloaded"])
+        self.assertEqual(plan.policies[1].chunks, 4)
+        self.assertEqual(plan.policies[1].stages, [(5, 7)])
+        for bad in ["[0,2) stored, [3,4) stored", "[0,2) kept", "[0,2) stored {[0,2) stored}",
+                    "[0,4) checkpointed {[0,2) stored}", "[0,2) stored; core=recompute @ 3-1"]:
+            with self.assertRaises(PlanError, msg=bad):
+                parse_plan(bad)
+
+
+if __name__ == "__main__":
+    unittest.main()
