@@ -40,9 +40,16 @@ from ckptlab.plan import Plan, PlanError, Segment, parse_plan, printable
 __all__ = ["apply", "kept_bytes", "describe", "PlanError"]
 
 
+# Since 2.1 the non-reentrant checkpoint stops a recomputation early, once it has what backward
+# needs, by raising an exception from inside the rerun; raised inside a TorchScript module it
+# comes out as a RuntimeError instead. Reruns here run whole, as ckptlab's do.
+_early_stop = getattr(torch.utils.checkpoint, "set_checkpoint_early_stop", None)
+
+
 def _checkpoint(fn, *xs):
-    return torch.utils.checkpoint.checkpoint(fn, *xs, use_reentrant=False,
-                                             preserve_rng_state=True)
+    with _early_stop(False) if _early_stop is not None else contextlib.nullcontext():
+        return torch.utils.checkpoint.checkpoint(fn, *xs, use_reentrant=False,
+                                                 preserve_rng_state=True)
 
 
 def _as_tuple(y):

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""PyTorch's own answer beside ckptlab's: torch.compile under activation_memory_budget.
+
+The decoder of examples/export_decoder.py, in eager PyTorch, trained one step at a time on the
+CPU: uncompiled (PyTorch's store_all), then compiled with
+torch._functorch.config.activation_memory_budget at each budget (AOTAutograd's partitioner
+chooses what to recompute so that the saved activations fit that fraction of its default's).
+For each: the median step time over rounds, the bytes kept for backward when forward and loss
+return (ckptlab.kept_bytes: autograd's saved tensors, which a compiled graph saves through its
+autograd function too, each storage once, less parameters and batch), and the step's peak above
+what was allocated before it, from PyTorch's profiler (profile_memory) at op granularity. ckptlab's side is its sweep of the same
+decoder exported (docs/results/compile-cpu/README.md has both and the commands).
+
+  python3 experiments/compare_compile.py --budgets=0.5,0.2,0.05 --out=compile.csv
+
+Needs torch 2.4 or later (activation_memory_budget) and a C++ compiler for inductor. Prints a
+table; --out writes every configuration as CSV (written whole: a temporary, then renamed).
+"""
+
+import argparse
+import csv
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+from torch import nn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+import ckptlab  # noqa: E402
+from export_decoder import make_decoder  # noqa: E402
+
+
+def budget_list(text):
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: accepted: fractions in (0, 1] joined by ','")
+    if not values or any(not 0 < v <= 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: accepted: fractions in (0, 1] joined by ','")
+    return values
+
+
+def positive(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
+def memory_of(step):
+    """Runs `step` (which calls mark() when forward and loss have returned) under the profiler,
+    the gradients cleared before: the bytes allocated and not freed at the mark, and the
+    highest, both above the start."""
+
+    def mark():
+        with torch.profiler.record_function("compare_compile.mark"):
+            pass
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                profile_memory=True) as prof:
+        step(mark)
+    events = sorted(prof.events(), key=lambda e: e.time_range.start)
+    marks = [e.time_range.start for e in events if e.name == "compare_compile.mark"]
+    # Each op's own allocations less its own frees (its children's are theirs), in the order
+    # the ops began: a timeline at op granularity, so the peak misses what one op allocates and
+    # frees inside itself.
+    live = peak = at_mark = 0
+    for e in events:
+        live += e.self_cpu_memory_usage
+        peak = max(peak, live)
+        if marks and e.time_range.start <= marks[0]:
+            at_mark = live
+    return at_mark, peak
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=positive, default=4)
+    parser.add_argument("--width", type=positive, default=256)
+    parser.add_argument("--heads", type=positive, default=4)
+    parser.add_argument("--vocab", type=positive, default=2048)
+    parser.add_argument("--seq", type=positive, default=256)
+    parser.add_argument("--batch", type=positive, default=8)
+    parser.add_argument("--dropout", type=float, default=0.1)
+    parser.add_argument("--budgets", type=budget_list, default=[0.5, 0.2, 0.05])
+    parser.add_argument("--rounds", type=positive, default=7)
+    parser.add_argument("--out", default="", help="CSV of every configuration")
+    args = parser.parse_args()
+    try:
+        import torch._functorch.config as functorch_config
+    except ImportError:
+        functorch_config = None
+    if not hasattr(functorch_config, "activation_memory_budget"):
+        print(f"compare_compile: torch {torch.__version__} has no activation_memory_budget "
+              "(torch 2.4 or later)", file=sys.stderr)
+        return 2
+    torch.manual_seed(0)
+    model = make_decoder(args.vocab, args.seq, args.width, args.heads, args.layers, args.dropout)
+    model.train()
+    params = list(model.parameters())
+    ids = torch.randint(args.vocab, (args.batch, args.seq + 1))
+    x, targets = ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
+
+    def clear():
+        for p in params:
+            p.grad = None
+
+    def step_of(run):
+        def step(mark=lambda: None):
+            logits = run(x)
+            loss = nn.functional.cross_entropy(logits.reshape(-1, args.vocab), targets.reshape(-1))
+            del logits
+            mark()
+            loss.backward()
+        return step
+
+    configurations = [("eager", None, model)]
+    for budget in args.budgets:
+        configurations.append(("compiled", budget, None))
+    rows = []
+    for name, budget, run in configurations:
+        if name == "compiled":
+            torch._dynamo.reset()
+            functorch_config.activation_memory_budget = budget
+            run = torch.compile(model)
+        step = step_of(run)
+        for _ in range(2):  # compilation, and allocations a first run makes for good
+            clear()
+            step()
+        clear()
+        _, peak = memory_of(step)
+        clear()
+        torch.manual_seed(1)
+        loss, kept = ckptlab.kept_bytes(
+            lambda: nn.functional.cross_entropy(run(x).reshape(-1, args.vocab), targets.reshape(-1)),
+            exclude=params + [x, targets])
+        loss.backward()
+        times = []
+        for _ in range(args.rounds):
+            clear()
+            begin = time.perf_counter()
+            step()
+            times.append((time.perf_counter() - begin) * 1000)
+        rows.append({"configuration": name, "budget": "" if budget is None else budget,
+                     "kept_bytes": kept, "peak_bytes": peak,
+                     "step_ms": round(statistics.median(times), 2)})
+        print(f"{name:9} {rows[-1]['budget']!s:6} kept {kept:>12,} peak {peak:>12,} "
+              f"step {rows[-1]['step_ms']:8.1f} ms", flush=True)
+    base = rows[0]
+    for r in rows:
+        r["kept_vs_eager"] = round(r["kept_bytes"] / base["kept_bytes"], 3)
+        r["peak_vs_eager"] = round(r["peak_bytes"] / base["peak_bytes"], 3)
+        r["time_vs_eager"] = round(r["step_ms"] / base["step_ms"], 3)
+        r["torch"] = torch.__version__
+    if args.out:
+        folder = os.path.dirname(os.path.abspath(args.out))
+        fd, temporary = tempfile.mkstemp(prefix=".compare.", suffix=".csv", dir=folder)
+        try:
+            with os.fdopen(fd, "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+                writer.writeheader()
+                writer.writerows(rows)
+            os.replace(temporary, args.out)
+        except OSError as e:
+            os.unlink(temporary)
+            print(f"compare_compile: cannot write {args.out!r}: {e.strerror}", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
