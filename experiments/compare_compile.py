@@ -159,15 +159,17 @@ def main():
         r["torch"] = torch.__version__
     if args.out:
         folder = os.path.dirname(os.path.abspath(args.out))
-        fd, temporary = tempfile.mkstemp(prefix=".compare.", suffix=".csv", dir=folder)
+        temporary = None
         try:
+            fd, temporary = tempfile.mkstemp(prefix=".compare.", suffix=".csv", dir=folder)
             with os.fdopen(fd, "w", newline="") as f:
                 writer = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
                 writer.writeheader()
                 writer.writerows(rows)
             os.replace(temporary, args.out)
         except OSError as e:
-            os.unlink(temporary)
+            if temporary is not None:
+                os.unlink(temporary)
             print(f"compare_compile: cannot write {args.out!r}: {e.strerror}", file=sys.stderr)
             return 1
     return 0
