@@ -3,6 +3,7 @@
 #include <cctype>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <utility>
 
@@ -175,16 +176,26 @@ std::shared_ptr<torch::jit::Graph> CalleeGraph(const torch::jit::Node* node) {
   return graph != nullptr ? graph->graph() : nullptr;
 }
 
+// What ReadBlock has read of one stage: its facts, and each graph it called, once.
+struct GraphReading {
+  GraphFacts facts;
+  std::set<const torch::jit::Graph*> called;
+  std::string calls;  // the code of every graph called, in the order first called
+};
+
 // Reads `block`, its nested blocks and the graphs of the calls in them (which Inline leaves
-// where it does not inline: calls of free functions such as F.dropout in a loaded module), to
-// `depth` calls deep. `calls` gets the code of what is called, for the repeat key.
-void ReadBlock(const torch::jit::Block* block, int depth, GraphFacts& facts, std::string* calls) {
+// where it does not inline: calls of free functions such as F.dropout in a loaded module), each
+// graph once and at most kMaxCallDepth calls deep, so a crafted file's reading is bounded by its
+// code's size.
+void ReadBlock(const torch::jit::Block* block, int depth, GraphReading& reading) {
+  GraphFacts& facts = reading.facts;
   for (const torch::jit::Node* node : block->nodes()) {
-    for (const torch::jit::Block* inner : node->blocks()) ReadBlock(inner, depth, facts, calls);
+    for (const torch::jit::Block* inner : node->blocks()) ReadBlock(inner, depth, reading);
     if (depth < kMaxCallDepth) {
-      if (std::shared_ptr<torch::jit::Graph> callee = CalleeGraph(node)) {
-        calls->append(callee->toString(/*print_source_locations=*/false));
-        ReadBlock(callee->block(), depth + 1, facts, calls);
+      std::shared_ptr<torch::jit::Graph> callee = CalleeGraph(node);
+      if (callee != nullptr && reading.called.insert(callee.get()).second) {
+        reading.calls.append(callee->toString(/*print_source_locations=*/false));
+        ReadBlock(callee->block(), depth + 1, reading);
       }
     }
     const c10::Symbol kind = node->kind();
@@ -241,11 +252,10 @@ std::string WithoutTypeNames(const std::string& code) {
 GraphFacts ReadGraph(const torch::jit::Module& stage, std::string* code) {
   std::shared_ptr<torch::jit::Graph> graph = stage.get_method("forward").graph()->copy();
   torch::jit::Inline(*graph);
-  GraphFacts facts;
-  std::string calls;
-  ReadBlock(graph->block(), /*depth=*/0, facts, &calls);
-  *code = WithoutTypeNames(graph->toString(/*print_source_locations=*/false) + calls);
-  return facts;
+  GraphReading reading;
+  ReadBlock(graph->block(), /*depth=*/0, reading);
+  *code = WithoutTypeNames(graph->toString(/*print_source_locations=*/false) + reading.calls);
+  return reading.facts;
 }
 
 uint64_t Fnv1a64(absl::string_view text) {
@@ -463,12 +473,17 @@ absl::StatusOr<TorchScriptFacts> TorchScriptModel::FactsFor(const ParamValues& p
         Where(params), ": give one of input (3x224x224) and tokens (1024, with vocab), not ",
         input ? "both" : "neither"));
   }
-  if (input) RETURN_IF_ERROR(ParseShape(params.Text("input")).status());
+  const std::string shape_key = input ? "input" : "tokens";
+  const absl::StatusOr<std::vector<int64_t>> shape = ParseShape(params.Text(shape_key));
+  if (!shape.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(params), ": ", shape_key, ": ", shape.status().message()));
+  }
   if (tokens) {
-    ASSIGN_OR_RETURN(const std::vector<int64_t> shape, ParseShape(params.Text("tokens")));
-    if (shape.size() != 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tokens=", params.Text("tokens"), ": accepted: one number, the ids per example"));
+    if (shape->size() != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(params), ": tokens=", params.Text("tokens"),
+                       ": accepted: one number, the ids per example"));
     }
     if (params.IsAuto("vocab")) {
       return absl::InvalidArgumentError(

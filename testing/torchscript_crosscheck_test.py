@@ -10,10 +10,12 @@ small size, swept by ckptlab under every default strategy, and each row's plan (
            model's bitwise, and the bytes PyTorch keeps for backward (ckptlab.kept_bytes: saved
            tensors and checkpoints' inputs, each storage once, less the parameters, the buffers
            and the batch, which ckptlab counts in its baseline) equal ckptlab's predicted
-           activation bytes less what ckptlab holds that is no saved tensor: the loss scalar,
-           and the RNG snapshot that each checkpointed segment drawing random numbers keeps from
+           activation bytes less what ckptlab holds that is no saved tensor: the loss scalar;
+           the RNG snapshot that each checkpointed segment drawing random numbers keeps from
            its forward to its rerun (PyTorch's checkpoint keeps one too, outside autograd's
-           saved tensors). To the byte (docs/torchscript.md).
+           saved tensors); and a stored segment's outputs where an offloaded segment takes
+           them (ckptlab's executor holds them for the stored segment's backward call). To the
+           byte (docs/torchscript.md).
 Under Bazel the sweep is in the runfiles; elsewhere $SWEEP names it. Runs on the torch of the
 Python that runs it (Debian's python3-torch 1.13 here, 2.6 in CI's trixie root).
 """
@@ -44,10 +46,13 @@ def run(argv, what):
 
 
 class Example:
-    """An exported file, its ckptlab spec, and its batch and loss as ckptlab draws them."""
+    """An exported file, its ckptlab spec, its batch and loss as ckptlab draws them, and a plan
+    of every segment mode, nested, which no default strategy makes on a CPU (offloaded
+    segments, recompute-all inside a checkpoint)."""
 
-    def __init__(self, path, spec, make_batch, loss):
+    def __init__(self, path, spec, make_batch, loss, plan):
         self.path, self.spec, self.make_batch, self.loss = path, spec, make_batch, loss
+        self.plan = plan
 
 
 def examples(tmp):
@@ -71,9 +76,11 @@ def examples(tmp):
 
     return [
         Example(cnn, f"torchscript:file={cnn}:input=3x16x16:classes=10:batch=4", images,
-                cross_entropy),
+                cross_entropy, "[0,2) offloaded {[0,1) checkpointed, [1,2) stored}, "
+                "[2,4) recompute-all, [4,6) checkpointed {[4,5) offloaded, [5,6) stored}"),
         Example(decoder, f"torchscript:file={decoder}:tokens=16:vocab=64:batch=2", tokens,
-                cross_entropy),
+                cross_entropy, "[0,1) stored, [1,3) offloaded, "
+                "[3,5) checkpointed {[3,4) recompute-all, [4,5) stored}"),
     ]
 
 
@@ -103,6 +110,22 @@ def checkpointed_with_rng(plan, stochastic):
                if s.mode != "stored" and any(stochastic[s.begin:s.end]))
 
 
+def held_for_stored_backward(plan, stages, x):
+    """Bytes ckptlab's executor keeps that PyTorch does not: a stored segment's outputs, which
+    the executor holds for its backward call, where the next segment is offloaded (PyTorch
+    keeps only the host copy; where the next segment is checkpointed, both keep them)."""
+    total = 0
+    for before, s in zip(plan.segments, plan.segments[1:]):
+        if before.mode == "stored" and s.mode == "offloaded":
+            with torch.no_grad():
+                ys = (x,)
+                for stage in list(stages)[:s.begin]:
+                    y = stage(*ys)
+                    ys = y if isinstance(y, tuple) else (y,)
+            total += sum(y.numel() * y.element_size() for y in ys)
+    return total
+
+
 def step(model, batch, loss_fn, baseline, seed):
     """One forward and backward from `seed`: the gradients (the parameters', then the input's),
     the bytes kept for backward besides `baseline`'s, and the loss's own."""
@@ -128,6 +151,16 @@ def main():
          "--warmup=0", "--out=" + out], "the sweep")
     with open(os.path.join(out, "results.csv"), newline="") as f:
         rows = list(csv.DictReader(f))
+    # Each model's plan of every mode, run as plan:file= (a plan fits one model's stages).
+    for k, example in enumerate(models):
+        plan_file = os.path.join(tmp, f"plan{k}.txt")
+        with open(plan_file, "w") as f:
+            f.write(example.plan + "\n")
+        out = os.path.join(tmp, f"plan{k}")
+        run([sweep, "--device=cpu", "--models=" + example.spec, "--strategies=plan:file=" +
+             plan_file, "--steps=1", "--warmup=0", "--out=" + out], f"the sweep of {plan_file}")
+        with open(os.path.join(out, "results.csv"), newline="") as f:
+            rows += [r for r in csv.DictReader(f) if r["strategy"] != "store_all"]
     failures = []
     print(f"torch {torch.__version__}")
     print(f"{'model':10} {'strategy':28} {'ckptlab':>9} {'PyTorch':>9} {'held':>7} {'rng':>6}  plan")
@@ -168,8 +201,9 @@ def main():
                                         f"{(g - r).abs().max().item():.3g}")
                         break
                 rng = RNG_SNAPSHOT_BYTES * checkpointed_with_rng(plan, stochastic)
-                print(f"{name:10} {row['strategy']:28} {predicted:9} {kept:9} {held:7} {rng:6}  "
-                      f"{row['plan'][:60]}")
+                held += held_for_stored_backward(plan, stages, batch[0])
+                print(f"{name:10} {row['strategy'][:28]:28} {predicted:9} {kept:9} {held:7} "
+                      f"{rng:6}  {row['plan'][:60]}")
                 if kept + held + rng != predicted:
                     failures.append(f"{where}: PyTorch keeps {kept} bytes; ckptlab predicts "
                                     f"{predicted} = {predicted - held - rng} + {held} held + "

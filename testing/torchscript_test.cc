@@ -58,12 +58,7 @@ TEST(TorchScriptShape, RefusesWhatIsNotAShape) {
   }
 }
 
-// A generated chain's spec and the kinds it was made of, in stage order.
-struct Written {
-  std::string path;
-  ChainDescription chain;
-};
-
+// Chains written to a folder of the test's own, removed with it.
 class TorchScriptFile : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -252,7 +247,7 @@ TEST_F(TorchScriptFile, BadFilesAreOneLineNamingTheFile) {
     EXPECT_NE(message.find(path), std::string::npos) << message;
     EXPECT_NE(message.find(says), std::string::npos) << message;
   }
-  // The file's remaining survive: the folder was made by this test, and nothing was written.
+  // Refusing a file leaves it as it was (the FIFO is still a FIFO: it was never opened to read).
   EXPECT_EQ(DescribeWhatIsAt(fifo), "a FIFO (named pipe)");
 }
 

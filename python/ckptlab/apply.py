@@ -135,12 +135,12 @@ class PlannedSequential(nn.Module):
     def _segment(self, s: Segment, xs):
         if s.mode == "stored":
             return self._stored(s.begin, s.end, xs)
+        if s.mode == "offloaded":  # its input waits in host memory, not among the kept
+            anchor = torch.empty(0, requires_grad=True)
+            return _Offloaded.apply(self._rerun_plan(s), anchor, *xs)
         _note_kept(xs)
         if s.mode == "checkpointed":
             return _as_tuple(_checkpoint(self._rerun_plan(s), *xs))
-        if s.mode == "offloaded":
-            anchor = torch.empty(0, requires_grad=True)
-            return _Offloaded.apply(self._rerun_plan(s), anchor, *xs)
         # recompute-all: stages [begin, end - 1) under a checkpoint of their own, nested, and
         # the last stored, all under one checkpoint.
         return _as_tuple(_checkpoint(lambda *x: self._recompute_all(s.begin, s.end, x), *xs))
