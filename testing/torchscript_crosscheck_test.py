@@ -142,7 +142,13 @@ def step(model, batch, loss_fn, baseline, seed):
 
 
 def main():
-    tmp = os.environ.get("TEST_TMPDIR") or tempfile.mkdtemp(prefix="crosscheck_")
+    if os.environ.get("TEST_TMPDIR"):
+        return check(os.environ["TEST_TMPDIR"])
+    with tempfile.TemporaryDirectory(prefix="crosscheck_") as tmp:  # removed after, with its files
+        return check(tmp)
+
+
+def check(tmp):
     sweep = os.environ.get("SWEEP") or os.path.join(os.environ["TEST_SRCDIR"],
                                                     "ckptlab/experiments/sweep")
     models = examples(tmp)
