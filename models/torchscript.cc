@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "c10/core/DefaultDtype.h"
 #include "c10/core/GradMode.h"
+#include "core/base/digest.h"
 #include "core/base/files.h"
 #include "core/base/status_macros.h"
 #include "core/run/checkpoint.h"
@@ -256,15 +257,6 @@ GraphFacts ReadGraph(const torch::jit::Module& stage, std::string* code) {
   ReadBlock(graph->block(), /*depth=*/0, reading);
   *code = WithoutTypeNames(graph->toString(/*print_source_locations=*/false) + reading.calls);
   return reading.facts;
-}
-
-uint64_t Fnv1a64(absl::string_view text) {
-  uint64_t hash = 14695981039346656037ull;
-  for (const char c : text) {
-    hash ^= static_cast<unsigned char>(c);
-    hash *= 1099511628211ull;
-  }
-  return hash;
 }
 
 // "8x3 float, 8 long": the shapes and types of `tensors`, for messages and repeat keys.

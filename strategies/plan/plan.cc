@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/base/digest.h"
 #include "core/base/files.h"
 #include "core/base/status_macros.h"
 #include "core/plan/plan_text.h"
@@ -18,15 +19,6 @@ constexpr int64_t kMaxPlanBytes = int64_t{1} << 20;
 // The texts of the live PlanFileSnapshots, by path as given; null while none is alive.
 std::mutex snapshots_mutex;
 std::map<std::string, std::string>* snapshots = nullptr;
-
-uint64_t Fnv1a64(const std::string& text) {
-  uint64_t hash = 14695981039346656037ull;
-  for (const char c : text) {
-    hash ^= static_cast<unsigned char>(c);
-    hash *= 1099511628211ull;
-  }
-  return hash;
-}
 
 // The text of `path`: while a snapshot is alive, as its first read there.
 absl::StatusOr<std::string> ReadPlanFile(const std::string& path) {
