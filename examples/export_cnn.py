@@ -50,6 +50,16 @@ def save_whole(module, path):
         raise
 
 
+def write(module, path, program):
+    """save_whole, or one line naming the file and the system's reason. True when written."""
+    try:
+        save_whole(module, path)
+    except OSError as e:
+        print(f"{program}: cannot write {path!r}: {e.strerror}", file=sys.stderr)
+        return False
+    return True
+
+
 def positive(text):
     value = int(text)
     if value < 1:
@@ -67,10 +77,7 @@ def main():
     args = parser.parse_args()
     torch.manual_seed(args.seed)
     model = torch.jit.script(make_cnn(args.width, args.depth, args.classes))
-    try:
-        save_whole(model, args.out)
-    except OSError as e:
-        print(f"export_cnn: cannot write {args.out!r}: {e.strerror}", file=sys.stderr)
+    if not write(model, args.out, "export_cnn"):
         return 1
     print(f"wrote {args.out}: {len(model._modules)} stages; "
           f"ckptlab spec torchscript:file={args.out}:input=3xHxW:classes={args.classes}:batch=N")

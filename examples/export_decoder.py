@@ -21,7 +21,7 @@ import sys
 import torch
 from torch import nn
 
-from export_cnn import positive, save_whole
+from export_cnn import positive, write
 
 
 class Embedding(nn.Module):
@@ -96,10 +96,7 @@ def main():
     torch.manual_seed(args.seed)
     model = torch.jit.script(
         make_decoder(args.vocab, args.context, args.width, args.heads, args.layers, args.dropout))
-    try:
-        save_whole(model, args.out)
-    except OSError as e:
-        print(f"export_decoder: cannot write {args.out!r}: {e.strerror}", file=sys.stderr)
+    if not write(model, args.out, "export_decoder"):
         return 1
     print(f"wrote {args.out}: {len(model._modules)} stages; ckptlab spec "
           f"torchscript:file={args.out}:tokens=T:vocab={args.vocab}:batch=N (T <= {args.context})")
