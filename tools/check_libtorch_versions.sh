@@ -16,11 +16,12 @@
 #      downloads it from NVIDIA as it installs); a package of that name takes its place, holding
 #      a stub libcudnn whose every function aborts. Nothing here calls cuDNN: there is no GPU;
 #   3. in it, with the sources mounted read-only: the CMake build (CMakeLists.txt, the GPU host's
-#      route; with "+cuda" it must say CUDA 1 and NCCL 1, so the NCCL route links) and ctest, so
-#      every test runs against that LibTorch. With "+cuda" CMake builds the library and the
-#      programs only: step 4's Bazel builds and runs every test against the same LibTorch, and
-#      CI's rehearsal builds and runs them through CMake (on 1.13), so building them twice here
-#      bought nothing but minutes;
+#      route) and ctest, so every test runs against that LibTorch. With "+cuda" CMake configures
+#      only, and must say CUDA 1 and NCCL 1 (LibTorch's CMake config found the toolkit, the NCCL
+#      route is on): step 4's Bazel compiles the same sources with the same defines
+#      (CKPT_HAS_CUDA=1) and the same warnings against the same LibTorch, links them with its
+#      CUDA libraries and runs every test, and CI's rehearsal builds and runs them through CMake
+#      (on 1.13), so compiling them a second time here bought nothing but minutes;
 #   4. with "+cuda": the README's test command, `bazel test //testing/...`, against that CUDA
 #      LibTorch (the Bazel route's CUDA link: CKPT_HAS_CUDA=1, libtorch_cuda, the CUDA runtime);
 #   5. in it, tools/check_cuda_compile.sh against the same LibTorch version's CUDA headers
@@ -189,9 +190,9 @@ if [[ "$cuda_torch" == 1 ]] && ! grep -q "ckptlab: .*NCCL 1" /tmp/configure.log;
   echo "the CMake build did not find NCCL beside the CUDA LibTorch (libnccl-dev's nccl.h)"
   status=1
 fi
-# -k 0: every file that fails is reported, not only the first.
-cmake --build /tmp/build -- -k 0 || status=1
+# -k 0: every file that fails is reported, not only the first. With "+cuda", Bazel's (step 4).
 if [[ "$cuda_torch" != 1 ]]; then
+  cmake --build /tmp/build -- -k 0 || status=1
   ctest --test-dir /tmp/build --output-on-failure -j "$(nproc)" || status=1
 fi
 
