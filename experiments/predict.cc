@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/base/status_macros.h"
 #include "core/plan/memory_model.h"
 #include "core/plan/plan_text.h"
+#include "core/plan/states.h"
 #include "core/plan/strategy.h"
 #include "core/plan/time_model.h"
 #include "core/run/profiler.h"
@@ -55,8 +58,11 @@ absl::StatusOr<ModelProfile> ProfileForPlan(Workload& shallow_workload, ModelPro
     measure.segments = {Segment{0, n, SegmentMode::kStored}};
     measure.stage_policies.assign(n, StagePolicy());
     measure.stage_policies[counterparts[i]] = policy;
+    // Measured as the rest of the profile was (its autocast, timing and link), quietly.
+    ProfileOptions profile_options = shallow_workload.options().profile;
+    profile_options.progress = nullptr;
     RETURN_IF_ERROR(ExtendProfile(*shallow_workload.model(), shallow_workload.batch(), meter,
-                                  device, measure, shallow));
+                                  device, measure, shallow, profile_options));
   }
   if (complete) return full;
   return ExpandProfile(shallow, full.model, full.stages);
@@ -64,8 +70,10 @@ absl::StatusOr<ModelProfile> ProfileForPlan(Workload& shallow_workload, ModelPro
 
 }  // namespace
 
-absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options, MemoryMeter& meter,
+absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
+                                                const StatesSetting& states, MemoryMeter& meter,
                                                 std::ostream& progress_out) {
+  RETURN_IF_ERROR(ValidateStatesSetting(states));
   const std::vector<BoundStrategy>& strategies = options.strategies;
   Progress progress(progress_out, static_cast<int64_t>(options.models.size() * strategies.size()));
   std::vector<Prediction> rows;
@@ -87,14 +95,31 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options, Mem
     std::vector<int> counterparts;
     absl::StatusOr<ModelProfile> full =
         stages.ok() ? ExpandProfile(**measured, model, *stages, &counterparts) : stages.status();
-    if (!full.ok()) {
+    // The full model as one rank sees it, and that rank's state.
+    absl::StatusOr<ModelProfile> rank = full.ok() ? RankProfile(*full, states) : full.status();
+    absl::StatusOr<RankStates> state = rank.ok() ? StatesPerRank(*full, states) : rank.status();
+    std::set<std::string> float32_ops;
+    if (full.ok()) {
+      for (const std::vector<StageProfile>& menu : full->measured) {
+        float32_ops.insert(menu.front().float32_ops.begin(), menu.front().float32_ops.end());
+      }
+    }
+    auto setting = [&](Prediction& p) {
+      p.model = model;
+      p.profiled = profiled;
+      p.states = StateLayoutName(states.layout);
+      p.world_size = states.world_size;
+      p.autocast = options.autocast ? c10::toString(*options.autocast) : "";
+      p.collectives_timed = states.collective_bytes_per_ms > 0;
+      p.float32_ops.assign(float32_ops.begin(), float32_ops.end());
+    };
+    if (!state.ok()) {
       for (const BoundStrategy& strategy : strategies) {
         Prediction p;
-        p.model = model;
-        p.profiled = profiled;
+        setting(p);
         p.strategy = strategy.spec();
-        p.status = FailureStatus(full.status());
-        p.error = std::string(full.status().message());
+        p.status = FailureStatus(state.status());
+        p.error = std::string(state.status().message());
         rows.push_back(std::move(p));
       }
       progress.Steps(static_cast<int64_t>(strategies.size()));
@@ -104,17 +129,20 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options, Mem
     ModelProfile shallow = **measured;  // extended by the profiles the plans need
     for (const BoundStrategy& strategy : strategies) {
       Prediction p;
-      p.model = model;
-      p.profiled = profiled;
+      setting(p);
       p.strategy = strategy.spec();
-      p.parameter_bytes = p.gradient_bytes = full->param_bytes;
-      p.optimizer_bytes = 2 * full->param_bytes;
-      p.batch_bytes = full->input_bytes;
-      absl::StatusOr<Plan> plan = strategy.PlanFor(*full);
-      absl::StatusOr<ModelProfile> profile =
+      p.parameter_bytes = state->parameters;
+      p.gradient_bytes = state->gradients;
+      p.optimizer_bytes = state->optimizer;
+      p.largest_gather_bytes = state->largest_gather;
+      p.batch_bytes = full->input_bytes + full->target_bytes;
+      absl::StatusOr<Plan> plan = strategy.PlanFor(*rank);
+      absl::StatusOr<ModelProfile> with_policies =
           plan.ok() ? ProfileForPlan(*workload, shallow, *full, counterparts, *plan, meter,
                                      options.device)
                     : absl::StatusOr<ModelProfile>(plan.status());
+      absl::StatusOr<ModelProfile> profile =
+          with_policies.ok() ? RankProfile(*with_policies, states) : with_policies.status();
       absl::StatusOr<MemoryPrediction> memory =
           profile.ok() ? PredictMemory(*profile, *plan)
                        : absl::StatusOr<MemoryPrediction>(profile.status());
@@ -141,45 +169,97 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options, Mem
   return rows;
 }
 
+namespace {
+
+std::string Mib(int64_t bytes) { return absl::StrFormat("%.1f", bytes / 1048576.0); }
+std::string Gib(int64_t bytes) { return absl::StrFormat("%.2f", bytes / 1073741824.0); }
+
+// What the rows of one model share: the setting, the state per rank, what autocast left in
+// float32.
+std::string ModelHeading(const Prediction& p) {
+  // A model that could not be profiled has no sizes to give (every strategy's row says why).
+  const bool profiled = p.status == "ok" || p.parameter_bytes > 0;
+  std::string out = absl::StrCat("### ", p.model, "\n\n");
+  if (!profiled) {
+    return absl::StrCat(out, "Not profiled: ", p.profiled, " could not be built and measured.\n\n");
+  }
+  absl::StrAppend(
+      &out,
+      p.model == p.profiled ? "Built and profiled whole"
+                            : absl::StrCat("Profiled as ", p.profiled,
+                                           ", its repeated stages' measurements given to the rest"),
+      p.autocast.empty() ? "" : absl::StrCat(", under ", p.autocast, " autocast"), ". ");
+  const std::string rank =
+      p.world_size > 1 ? absl::StrCat("One rank of ", p.world_size, ", ", p.states, " state: ")
+                       : std::string("One process: ");
+  absl::StrAppend(&out, rank, "parameters ", Mib(p.parameter_bytes), " MiB, gradients ",
+                  Mib(p.gradient_bytes), " MiB, AdamW state ", Mib(p.optimizer_bytes),
+                  " MiB (float32), batch ", Mib(p.batch_bytes), " MiB");
+  if (p.states == "zero3" && p.world_size > 1) {
+    absl::StrAppend(&out, "; a stage gathers up to ", Mib(p.largest_gather_bytes),
+                    " MiB of parameters beyond the rank's shard while it runs");
+  }
+  absl::StrAppend(&out, ".");
+  if (!p.autocast.empty()) {
+    absl::StrAppend(&out, " Operators autocast left in float32: ",
+                    p.float32_ops.empty() ? "none" : absl::StrJoin(p.float32_ops, ", "), ".");
+  }
+  if (p.world_size > 1) {
+    absl::StrAppend(&out, p.collectives_timed
+                              ? " Step times include the collectives at the given rate."
+                              : " Step times leave the collectives out (no "
+                                "--collective_bandwidth).");
+  }
+  return absl::StrCat(out, "\n\n");
+}
+
+// Where every ok row's total is set by the gradients, in those words; else empty.
+std::string GradientsSetTheTotal(const std::vector<const Prediction*>& rows) {
+  const Prediction* store_all = nullptr;
+  for (const Prediction* p : rows) {
+    if (p->status != "ok") continue;
+    if (p->step_peak_bytes > p->gradient_bytes) return "";
+    if (p->strategy == "store_all") store_all = p;
+  }
+  if (store_all == nullptr) return "";
+  return absl::StrCat("\nEvery strategy's total is set by the gradients: all ",
+                      Mib(store_all->gradient_bytes),
+                      " MiB of them exist at the end of backward and outlast the activations (",
+                      Mib(store_all->activation_bytes),
+                      " MiB under store_all), so checkpointing cannot lower this total.\n");
+}
+
+}  // namespace
+
 std::string PredictionTable(const std::vector<Prediction>& rows) {
-  auto mib = [](int64_t bytes) { return absl::StrFormat("%.1f", bytes / 1048576.0); };
-  auto gib = [](int64_t bytes) { return absl::StrFormat("%.2f", bytes / 1073741824.0); };
   std::string out;
-  std::string model;
-  for (const Prediction& p : rows) {
-    if (p.model != model) {
-      model = p.model;
-      // A model that could not be profiled has no sizes to give (every strategy's row says why).
-      const bool profiled = p.status == "ok" || p.parameter_bytes > 0;
-      absl::StrAppend(
-          &out, out.empty() ? "" : "\n", "### ", p.model, "\n\n",
-          !profiled ? absl::StrCat("Not profiled: ", p.profiled, " could not be built and measured")
-          : p.model == p.profiled
-              ? "Built and profiled whole"
-              : absl::StrCat("Profiled as ", p.profiled,
-                             ", its repeated stages' measurements given to the rest"),
-          !profiled
-              ? std::string(".\n\n")
-              : absl::StrCat(". Parameters ", mib(p.parameter_bytes), " MiB, gradients ",
-                             mib(p.gradient_bytes), " MiB, AdamW state ", mib(p.optimizer_bytes),
-                             " MiB, batch ", mib(p.batch_bytes), " MiB (float32).\n\n"),
-          "| strategy | activations MiB | step peak above baseline MiB | total training peak GiB "
-          "| step ms |\n| --- | ---: | ---: | ---: | ---: |\n");
+  for (size_t begin = 0; begin < rows.size();) {
+    size_t end = begin;
+    std::vector<const Prediction*> model;
+    while (end < rows.size() && rows[end].model == rows[begin].model) model.push_back(&rows[end++]);
+    absl::StrAppend(&out, out.empty() ? "" : "\n", ModelHeading(rows[begin]),
+                    "| strategy | activations MiB | step peak above baseline MiB | total training "
+                    "peak GiB | step ms |\n| --- | ---: | ---: | ---: | ---: |\n");
+    for (const Prediction* p : model) {
+      if (p->status != "ok") {
+        absl::StrAppend(&out, "| ", p->strategy, " | ", p->status, ": ", p->error, " | | | |\n");
+        continue;
+      }
+      absl::StrAppend(&out, "| ", p->strategy, " | ", Mib(p->activation_bytes), " | ",
+                      Mib(p->step_peak_bytes), " | ", Gib(p->total_peak_bytes), " | ",
+                      absl::StrFormat("%.0f", p->step_ms), " |\n");
     }
-    if (p.status != "ok") {
-      absl::StrAppend(&out, "| ", p.strategy, " | ", p.status, ": ", p.error, " | | | |\n");
-      continue;
-    }
-    absl::StrAppend(&out, "| ", p.strategy, " | ", mib(p.activation_bytes), " | ",
-                    mib(p.step_peak_bytes), " | ", gib(p.total_peak_bytes), " | ",
-                    absl::StrFormat("%.0f", p.step_ms), " |\n");
+    absl::StrAppend(&out, GradientsSetTheTotal(model));
+    begin = end;
   }
   return out;
 }
 
 std::string SavingsBesidePublished(const std::vector<Prediction>& rows,
                                    const std::vector<PublishedSaving>& published) {
-  auto gib = [](int64_t bytes) { return bytes / 1073741824.0; };
+  // Decimal units, as the documents write GB.
+  auto gb = [](int64_t bytes) { return absl::StrFormat("%.2f GB", bytes / 1e9); };
+  auto mb = [](int64_t bytes) { return absl::StrFormat("%.0f MB", bytes / 1e6); };
   // In whole percent; "N% more" where checkpointing adds (its transients on a peak that the
   // gradients set), and "0%" for what rounds to nothing either way.
   auto saving = [](double without, double with) {
@@ -203,22 +283,25 @@ std::string SavingsBesidePublished(const std::vector<Prediction>& rows,
     if (store_all == nullptr) continue;
     if (out.empty()) {
       out =
-          "| model | documents: without, with checkpointing | predicted here | strategy | total "
-          "training peak | saving | activations | saving |\n| --- | --- | --- | --- | ---: | "
-          "---: | ---: | ---: |\n";
+          "| model | documents: without, with checkpointing | predicted here, per rank | "
+          "strategy | total training peak | saving | activations | saving |\n| --- | --- | --- "
+          "| --- | ---: | ---: | ---: | ---: |\n";
     }
     const std::string documents =
         absl::StrFormat("%.1f GB, %.1f GB (%s)", figure.without_gb, figure.with_gb,
                         saving(figure.without_gb, figure.with_gb));
-    absl::StrAppend(&out, "| ", figure.what, " | ", documents, " | `", store_all->model,
-                    "` | store_all | ",
-                    absl::StrFormat("%.2f GiB", gib(store_all->total_peak_bytes)), " | | ",
-                    absl::StrFormat("%.0f MiB", store_all->activation_bytes / 1048576.0), " | |\n");
+    std::string setting =
+        store_all->autocast.empty() ? "float32" : store_all->autocast + " autocast";
+    if (store_all->world_size > 1) {
+      absl::StrAppend(&setting, ", ", store_all->states, " over ", store_all->world_size, " ranks");
+    }
+    absl::StrAppend(&out, "| ", figure.what, " | ", documents, " | `", store_all->model, "` (",
+                    setting, ") | store_all | ", gb(store_all->total_peak_bytes), " | | ",
+                    mb(store_all->activation_bytes), " | |\n");
     for (const Prediction* p : others) {
-      absl::StrAppend(&out, "| | | | ", p->strategy, " | ",
-                      absl::StrFormat("%.2f GiB", gib(p->total_peak_bytes)), " | ",
+      absl::StrAppend(&out, "| | | | ", p->strategy, " | ", gb(p->total_peak_bytes), " | ",
                       saving(store_all->total_peak_bytes, p->total_peak_bytes), " | ",
-                      absl::StrFormat("%.0f MiB", p->activation_bytes / 1048576.0), " | ",
+                      mb(p->activation_bytes), " | ",
                       store_all->activation_bytes > 0
                           ? saving(store_all->activation_bytes, p->activation_bytes)
                           : std::string(),
@@ -236,10 +319,13 @@ std::string PredictionReport(const std::vector<Prediction>& rows,
       "`\n\nNothing here ran at full size. Each model was built shallow (the spec it was "
       "profiled as is named below), its blocks' measured bytes and times given to every further "
       "block, and every strategy planned and predicted on that profile by the memory and time "
-      "models the sweep checks against measured steps. Bytes are float32. The total training "
-      "peak is the parameters, AdamW's two moments per parameter and the batch, plus the larger "
-      "of the step's peak above them and every gradient; the optimizer step's own temporaries "
-      "are not counted.\n\n");
+      "models the sweep checks against measured steps, as one data-parallel rank runs it with "
+      "the state laid out as each model's line says (docs/training-state.md gives the formulas). "
+      "The "
+      "total training peak is the rank's parameters, AdamW's two moments and the batch, plus "
+      "the larger of the step's peak above them and the rank's gradients; the optimizer "
+      "step's own temporaries are not counted. Tables are in MiB and GiB (2^20, 2^30 bytes), "
+      "the comparison with the documents in their MB and GB (10^6, 10^9).\n\n");
   const std::string beside = SavingsBesidePublished(rows, published);
   if (!beside.empty()) {
     absl::StrAppend(&out,
@@ -253,16 +339,18 @@ std::string PredictionReport(const std::vector<Prediction>& rows,
 
 std::string PredictionCsv(const std::vector<Prediction>& rows) {
   std::string out =
-      "model,profiled_model,strategy,status,parameter_bytes,gradient_bytes,optimizer_bytes,"
-      "batch_bytes,predicted_activation_bytes,predicted_step_peak_bytes,"
-      "predicted_total_peak_bytes,predicted_step_ms,plan,message\n";
+      "model,profiled_model,strategy,status,states,world_size,autocast,collectives_timed,"
+      "parameter_bytes,gradient_bytes,optimizer_bytes,batch_bytes,largest_gather_bytes,"
+      "predicted_activation_bytes,predicted_step_peak_bytes,predicted_total_peak_bytes,"
+      "predicted_step_ms,plan,message\n";
   for (const Prediction& p : rows) {
-    absl::StrAppend(&out, CsvField(p.model), ",", CsvField(p.profiled), ",", CsvField(p.strategy),
-                    ",", p.status, ",", p.parameter_bytes, ",", p.gradient_bytes, ",",
-                    p.optimizer_bytes, ",", p.batch_bytes, ",", p.activation_bytes, ",",
-                    p.step_peak_bytes, ",", p.total_peak_bytes, ",",
-                    absl::StrFormat("%.3f", p.step_ms), ",", CsvField(p.plan), ",",
-                    CsvField(p.error), "\n");
+    absl::StrAppend(
+        &out, CsvField(p.model), ",", CsvField(p.profiled), ",", CsvField(p.strategy), ",",
+        p.status, ",", p.states, ",", p.world_size, ",", p.autocast.empty() ? "none" : p.autocast,
+        ",", p.collectives_timed ? "true" : "false", ",", p.parameter_bytes, ",", p.gradient_bytes,
+        ",", p.optimizer_bytes, ",", p.batch_bytes, ",", p.largest_gather_bytes, ",",
+        p.activation_bytes, ",", p.step_peak_bytes, ",", p.total_peak_bytes, ",",
+        absl::StrFormat("%.3f", p.step_ms), ",", CsvField(p.plan), ",", CsvField(p.error), "\n");
   }
   return out;
 }

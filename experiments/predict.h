@@ -8,9 +8,11 @@
 // that of two blocks; more where the first or last blocks differ: ShallowModel), and the profile
 // extended to the full depth by giving every further block the measurements of its twin
 // (ExpandProfile: the same code on the same shapes costs the same); a model without one is built
-// whole. Every strategy then plans on the full-depth profile, and the memory and time models
-// predict its step: the same predictions the sweep checks against measured steps. Bytes are in the
-// model's own dtype, float32.
+// whole. Every strategy then plans on the full-depth profile as one data-parallel rank sees its
+// step (core/plan/states.h: replicated or sharded state across ranks), and the memory and time
+// models predict that step: the same predictions the sweep checks against measured steps. The
+// profile is measured under the sweep's autocast (--amp) where asked; the state keeps the
+// parameters' dtype, float32.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/plan/states.h"
 #include "core/run/memory_meter.h"
 #include "experiments/presets.h"
 #include "experiments/sweep.h"
@@ -33,12 +36,24 @@ struct Prediction {
   std::string status = "ok";  // ok, oom (the model or its plan does not fit), or error
   std::string error;          // empty, or why the model or the strategy could not be predicted
   std::string plan;           // as text (docs/plans.md)
-  int64_t parameter_bytes = 0;
-  int64_t gradient_bytes = 0;   // one per parameter
-  int64_t optimizer_bytes = 0;  // AdamW's two moments per parameter
-  int64_t batch_bytes = 0;
-  int64_t activation_bytes = 0;  // live after forward and loss, above the step's baseline
-  int64_t step_peak_bytes = 0;   // the step's peak above its baseline (gradients made by then)
+  // The setting: the state's layout across world_size ranks (every byte below is one rank's),
+  // the autocast dtype the profile ran under ("" for none), and whether the step time counts
+  // the collectives (a collective rate was given).
+  std::string states = "replicated";
+  int world_size = 1;
+  std::string autocast;
+  bool collectives_timed = false;
+  // Under autocast: the operators any stage ran in float32 (StageProfile::float32_ops), sorted.
+  std::vector<std::string> float32_ops;
+  int64_t parameter_bytes = 0;       // resident: all, or the rank's shard (zero3)
+  int64_t gradient_bytes = 0;        // at the end of backward: all, or the shard (zero2, zero3)
+  int64_t optimizer_bytes = 0;       // AdamW's two moments: all, or the shard (zero1 to zero3)
+  int64_t batch_bytes = 0;           // the batch's inputs and targets
+  int64_t largest_gather_bytes = 0;  // zero3: the most one stage gathers beyond the shard
+  int64_t activation_bytes = 0;      // live after forward and loss, above the step's baseline
+  // The step's peak above its baseline: gradients (or their shards) made by then, and under
+  // zero3 the gathered parameters of the stage running.
+  int64_t step_peak_bytes = 0;
   // Parameters, AdamW's moments and the batch (a training step's baseline once the optimizer has
   // its state), plus the larger of the step's peak above it and every gradient (the state the
   // optimizer step starts from; its own temporaries are not counted).
@@ -51,10 +66,12 @@ struct Prediction {
 // stages; `model` itself otherwise.
 absl::StatusOr<BoundModel> ShallowModel(const BoundModel& model);
 
-// A prediction per model and strategy of `options` (store_all first), profiling each model's
-// shallow spec once on options.device. Progress lines go to `progress`. Errors of building and
-// profiling end it; a strategy that cannot plan is a row with its error.
-absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options, MemoryMeter& meter,
+// A prediction per model and strategy of `options` (store_all first) for one rank of
+// `states`, profiling each model's shallow spec once on options.device (under options.autocast).
+// Progress lines go to `progress`. Errors of building and profiling end it; a strategy that
+// cannot plan is a row with its error.
+absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
+                                                const StatesSetting& states, MemoryMeter& meter,
                                                 std::ostream& progress);
 
 // The predictions as a table for a reader (Markdown), per model, in MiB and GiB.

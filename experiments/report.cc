@@ -179,7 +179,8 @@ absl::Status WriteReport(const std::string& dir, const std::vector<ConfigResult>
                                         info.gemm_gflops)
                       : std::string(),
                   "\n- memory: ", info.meter, info.cap.empty() ? "" : "; ", info.cap,
-                  info.copies.empty() ? "" : "\n- offload copies: ", info.copies, "\n- command: `",
+                  info.copies.empty() ? "" : "\n- offload copies: ", info.copies,
+                  info.precision.empty() ? "" : "\n- precision: ", info.precision, "\n- command: `",
                   info.command, "`\n\n");
   absl::StrAppend(&md,
                   "Savings and overheads are against store_all on the same model, measured "

@@ -21,6 +21,7 @@ struct RunInfo {
   std::string meter;       // how memory was counted
   std::string cap;         // the memory caps in force, in words
   std::string copies;      // where offload copy times come from, in words (empty: not said)
+  std::string precision;   // what the steps ran in, in words (empty: not said)
   double gemm_gflops = 0;  // the device's measured float32 matrix-product rate (0: not measured)
 };
 

@@ -36,14 +36,14 @@ const std::vector<Mode>& ModesThatDoLess() {
       {"predict",
        "--predict runs no step",
        {"preset", "models", "strategies", "budgets", "link_bandwidth", "device", "seed", "threads",
-        "blas_threads", "out"}},
+        "blas_threads", "out", "amp", "states", "world_size", "collective_bandwidth"}},
       {"report_only",
        "--report_only runs nothing",
        {"preset", "models", "strategies", "budgets", "out"}},
       {"explain",
        "--explain prints plans and exits",
        {"preset", "models", "strategies", "budgets", "link_bandwidth", "device", "seed", "threads",
-        "blas_threads"}},
+        "blas_threads", "amp"}},
   };
   return *modes;
 }
@@ -122,7 +122,7 @@ absl::StatusOr<std::optional<int64_t>> ParseCap(const std::string& text) {
   return std::optional<int64_t>(*bytes);
 }
 
-absl::StatusOr<int64_t> ParseLinkBandwidth(const std::string& text) {
+absl::StatusOr<int64_t> ParseRate(absl::string_view flag, const std::string& text) {
   if (text.empty()) return 0;
   absl::string_view size = text;
   absl::StatusOr<int64_t> bytes = absl::ConsumeSuffix(&size, "/s")
@@ -130,10 +130,14 @@ absl::StatusOr<int64_t> ParseLinkBandwidth(const std::string& text) {
                                       : absl::InvalidArgumentError("a rate needs its '/s'");
   if (!bytes.ok() || *bytes <= 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--link_bandwidth=", text,
+        absl::StrCat("--", flag, "=", text,
                      " is not a rate; accepted: a positive size per second (25GB/s, 12GiB/s)"));
   }
   return *bytes;
+}
+
+absl::StatusOr<int64_t> ParseLinkBandwidth(const std::string& text) {
+  return ParseRate("link_bandwidth", text);
 }
 
 absl::StatusOr<std::vector<int>> ParseDepths(const std::string& text) {
@@ -247,10 +251,21 @@ RunInfo DescribeRun(const Request& request, const Machine& machine, const Output
   info.meter = machine.meter->Describe();
   info.cap = report_only ? DescribeRecordedCaps(folder.recorded())
                          : DescribeCaps(options.memory_cap, machine.standing_cap);
-  if (!report_only) info.copies = DescribeCopies(LinkSetting(options));
+  // Said as run.csv records it (--amp), so that --report_only says what the run measured.
+  auto precision = [](bool amp) {
+    return amp ? std::string(
+                     "every step and its profile under autocast (--amp: bfloat16 on CPU, "
+                     "float16 on CUDA)")
+               : std::string("the models' own dtype, float32");
+  };
+  if (!report_only) {
+    info.copies = DescribeCopies(LinkSetting(options));
+    info.precision = precision(options.autocast.has_value());
+  }
   if (report_only && folder.recorded().has_value()) {  // else not said: not recorded
     for (const auto& [setting, value] : *folder.recorded()) {
       if (setting == "link_bandwidth") info.copies = DescribeCopies(value);
+      if (setting == "amp") info.precision = precision(value == "true");
     }
   }
   info.command = request.command;

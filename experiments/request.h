@@ -13,7 +13,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "core/dist/launcher.h"
+#include "core/plan/states.h"
 #include "core/run/device.h"
 #include "core/run/memory_meter.h"
 #include "experiments/output_folder.h"
@@ -38,8 +40,10 @@ std::vector<std::string> SplitList(const std::string& text);
 // InvalidArgument after "--memory_cap=".
 absl::StatusOr<std::optional<int64_t>> ParseCap(const std::string& text);
 
-// --link_bandwidth: a rate in bytes per second, kept whole (run.csv records it), 0 for "";
-// InvalidArgument naming the text for anything but a positive size with "/s" ("25GB/s").
+// The rate flag --`flag`: bytes per second, kept whole (run.csv records it), 0 for "";
+// InvalidArgument naming the flag and text for anything but a positive size with "/s"
+// ("25GB/s"). ParseLinkBandwidth is --link_bandwidth's.
+absl::StatusOr<int64_t> ParseRate(absl::string_view flag, const std::string& text);
 absl::StatusOr<int64_t> ParseLinkBandwidth(const std::string& text);
 
 // --depths: distinct integers >= 1, in order, none for ""; InvalidArgument naming the item.
@@ -61,6 +65,9 @@ struct Request {
   bool explain = false;
   bool predict = false;
   std::vector<PublishedSaving> published;  // the preset's figures, beside --predict's
+  // --predict: the state's layout over the ranks the prediction is for (--states, --world_size,
+  // --collective_bandwidth); not the ranks this run starts.
+  StatesSetting states;
   // Data parallel: this process's rank of `world_size`, and where the ranks meet when a
   // launcher's environment says (else rank 0 starts the others: --nproc).
   int rank = 0;

@@ -194,7 +194,7 @@ absl::Status StepRound(const SweepOptions& options, const Cohort& cohort, const 
   // The first round starts each configuration from an empty allocator cache, so its reserved
   // peak is this configuration's own: on CUDA the blocks that store_all (or the model before)
   // left cached would otherwise count for every strategy after it.
-  StepOptions step_options;
+  StepOptions step_options = SweepStepOptions(options);
   step_options.release_cached = round == 0;
   step_options.hooks = reducer;
   absl::StatusOr<StepResult> r = c.executor->Step(batch, step_options);
@@ -213,7 +213,7 @@ absl::Status StepRound(const SweepOptions& options, const Cohort& cohort, const 
   if (!has_variant) return absl::OkStatus();
   SeedRound(options.seed + round);
   ChainExecutor& variant = c.variant == Variant::kTwin ? *c.twin : *c.executor;
-  absl::StatusOr<StepResult> v = variant.Step(batch, StepOptions());
+  absl::StatusOr<StepResult> v = variant.Step(batch, SweepStepOptions(options));
   progress.Steps(1);
   RETURN_IF_ERROR(cohort.AgreeOn(v.status()));
   if (!v.ok()) {
@@ -308,7 +308,7 @@ absl::Status CheckGradients(const SweepOptions& options, const Cohort& cohort, C
       reducer = *std::move(made);
     }
     SeedRound(options.seed);
-    StepOptions step_options;
+    StepOptions step_options = SweepStepOptions(options);
     step_options.hooks = reducer.get();
     stepped = c.executor->Step(batch, step_options).status();
     return cohort.AgreeOn(stepped);
@@ -441,7 +441,18 @@ WorkloadOptions WorkloadOptionsFor(const SweepOptions& options) {
     workload.world_size = options.group->world_size();
   }
   workload.profile.link_bytes_per_ms = static_cast<double>(options.link_bytes_per_s) / 1000.0;
+  workload.profile.autocast = options.autocast;
   return workload;
+}
+
+c10::ScalarType AmpDtype(c10::Device device) {
+  return device.is_cuda() ? c10::ScalarType::Half : c10::ScalarType::BFloat16;
+}
+
+StepOptions SweepStepOptions(const SweepOptions& options) {
+  StepOptions step;
+  step.autocast = options.autocast;
+  return step;
 }
 
 absl::Status ValidateSweep(const SweepOptions& options) {
@@ -624,8 +635,9 @@ absl::StatusOr<std::vector<DepthPoint>> RunDepthScan(const SweepOptions& options
         progress.Steps(1);
         absl::StatusOr<PlannedRun> run = workload->Plan(strategy, profile, meter);
         SeedRound(options.seed);
-        absl::StatusOr<StepResult> step = run.ok() ? run->executor.Step(workload->batch())
-                                                   : absl::StatusOr<StepResult>(run.status());
+        absl::StatusOr<StepResult> step =
+            run.ok() ? run->executor.Step(workload->batch(), SweepStepOptions(options))
+                     : absl::StatusOr<StepResult>(run.status());
         if (!step.ok()) {
           progress.Line(
               absl::StrCat(model_spec, " ", strategy_spec, ": ", step.status().message()));

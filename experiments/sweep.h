@@ -49,9 +49,12 @@ struct SweepOptions {
   // > 0: the offload copies' rate, bytes per second each way, of a link the time model and the
   // planners assume (a GPU's, on a CPU run) instead of the measured copies (--link_bandwidth).
   int64_t link_bytes_per_s = 0;  // 0: none (measured)
-  int steps = 5;                 // timed rounds
-  int warmup = 1;                // untimed rounds before them
-  ComputeThreads threads;        // as the pools run them: recorded in every row
+  // --amp: every step the sweep runs and the profile it predicts from, under autocast to this
+  // dtype (AmpDtype: bfloat16 on CPU, float16 on CUDA); none: the model's own dtype.
+  std::optional<c10::ScalarType> autocast;
+  int steps = 5;           // timed rounds
+  int warmup = 1;          // untimed rounds before them
+  ComputeThreads threads;  // as the pools run them: recorded in every row
   uint64_t seed = 0;
   // Wall-clock budget in seconds, 0 for none: once it is spent no further model starts (the
   // first one to run always does), so a bounded run still ends with rows, a report and a
@@ -72,8 +75,16 @@ struct SweepOptions {
   std::set<std::pair<std::string, std::string>> completed;
 };
 
-// How the sweep's workloads are built: its device, seed, and the profile's assumed link.
+// How the sweep's workloads are built: its device, seed, and the profile's assumed link and
+// autocast.
 WorkloadOptions WorkloadOptionsFor(const SweepOptions& options);
+
+// The dtype mixed precision (--amp) autocasts to on `device`: bfloat16 on a CPU, float16 on a
+// GPU (where training scales the loss).
+c10::ScalarType AmpDtype(c10::Device device);
+
+// A step's options under the sweep's autocast.
+StepOptions SweepStepOptions(const SweepOptions& options);
 
 // Checks each strategy against each model's stages (CheckStages: a written plan's fit) and the
 // numbers for sense, touching no tensor: InvalidArgument naming the offending value and the

@@ -1,8 +1,9 @@
 // bazel run //experiments:sweep -- [--preset=quick|paper] [--models=SPEC,...]
 //     [--strategies=SPEC,...] [--device=auto|cpu|cuda] [--steps=N] [--warmup=N] [--threads=N]
 //     [--out=DIR] [--resume] [--memory_cap=BYTES|16GiB] [--budgets=SIZE,...] [--depths=4,8,16,32]
-//     [--link_bandwidth=25GB/s]
-//     [--train_steps=N [--accumulate=K] [--amp]] [--seed=N] [--time_limit_s=S] [--nproc=N]
+//     [--link_bandwidth=25GB/s] [--predict [--states=replicated|zero1|zero2|zero3]
+//     [--world_size=N] [--collective_bandwidth=100GB/s]]
+//     [--amp] [--train_steps=N [--accumulate=K]] [--seed=N] [--time_limit_s=S] [--nproc=N]
 //     [--dist_backend=auto|gloo|nccl] [--explain] [--list] [--report_only]
 //
 // Runs every model x strategy, checks each strategy's gradients against store_all's, appends
@@ -96,6 +97,15 @@ ABSL_FLAG(std::string, link_bandwidth, "",
           "assume offload copies run over a link of this rate each way, beside the compute "
           "(e.g. 25GB/s, a PCIe 4.0 x16 card), instead of measuring this device's copies: the "
           "time model and the planners use it, and the report marks such times as predicted");
+ABSL_FLAG(std::string, states, "replicated",
+          "with --predict: the training state's layout over --world_size ranks: replicated "
+          "(DDP), zero1 (AdamW's moments sharded), zero2 (and the gradients), zero3 (and the "
+          "parameters, gathered stage by stage; FSDP's full sharding)");
+ABSL_FLAG(int, world_size, 1, "with --predict: the ranks the state is laid out over (--states)");
+ABSL_FLAG(std::string, collective_bandwidth, "",
+          "with --predict: the collectives' rate per rank (e.g. 100GB/s): the step time counts "
+          "gradient reductions and zero3's parameter gathers, a rerun's gathers included, and "
+          "planners weigh them; not given, collectives are not timed");
 ABSL_FLAG(std::string, budgets, "",
           "peak budgets above the baseline (e.g. 8MiB,16MiB): every strategy that plans to a "
           "budget (optimal, uniform, revolve) also runs at each; the Pareto plot draws their "
@@ -107,8 +117,8 @@ ABSL_FLAG(int, train_steps, 0,
           "the loss curves with store_all's (losses.csv, loss.png)");
 ABSL_FLAG(int, accumulate, 1, "with --train_steps: micro-batches per optimizer step");
 ABSL_FLAG(bool, amp, false,
-          "with --train_steps: mixed precision (bfloat16 autocast on CPU; float16 with dynamic "
-          "loss scaling on CUDA)");
+          "mixed precision: every step (measured, predicted, --predict's profile, training) "
+          "under autocast, bfloat16 on CPU, float16 on CUDA (training scales the loss there)");
 ABSL_FLAG(double, time_limit_s, 0,
           "wall-clock budget in seconds (0: none): once spent, no further model starts (the "
           "first always does), training and the depth scan are skipped, and the report says "
@@ -298,14 +308,28 @@ absl::StatusOr<Request> ReadRequest(const ParsedCommandLine& parsed) {
   training.steps = absl::GetFlag(FLAGS_train_steps);
   training.accumulate = absl::GetFlag(FLAGS_accumulate);
   training.amp = absl::GetFlag(FLAGS_amp);
-  if (training.steps == 0 && (training.accumulate != 1 || training.amp)) {
+  if (training.amp) options.autocast = AmpDtype(options.device);
+  if (training.steps == 0 && training.accumulate != 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat(training.amp ? "--amp" : absl::StrCat("--accumulate=", training.accumulate),
+        absl::StrCat("--accumulate=", training.accumulate,
                      " applies to training, which runs only with --train_steps=N (N >= 1)"));
   }
   if (training.steps != 0) RETURN_IF_ERROR(ValidateTraining(training));
   r.explain = absl::GetFlag(FLAGS_explain);
   r.predict = absl::GetFlag(FLAGS_predict);
+  for (const char* flag : {"states", "world_size", "collective_bandwidth"}) {
+    if (parsed.given.count(flag) && !r.predict) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, " lays out the state of ranks that --predict predicts for; accepted: --",
+          flag, " with --predict"));
+    }
+  }
+  ASSIGN_OR_RETURN(r.states.layout, ParseStateLayout(absl::GetFlag(FLAGS_states)));
+  r.states.world_size = absl::GetFlag(FLAGS_world_size);
+  ASSIGN_OR_RETURN(const int64_t collective_bytes_per_s,
+                   ParseRate("collective_bandwidth", absl::GetFlag(FLAGS_collective_bandwidth)));
+  r.states.collective_bytes_per_ms = static_cast<double>(collective_bytes_per_s) / 1000.0;
+  RETURN_IF_ERROR(ValidateStatesSetting(r.states));
   r.use = absl::GetFlag(FLAGS_report_only) ? FolderUse::kReportOnly
           : r.predict                      ? FolderUse::kPredict
           : absl::GetFlag(FLAGS_resume)    ? FolderUse::kResume
@@ -432,7 +456,7 @@ absl::StatusOr<OutputFolder> OpenOutputFolder(const Request& request, const Mach
 absl::Status PredictAll(const Request& request, const Machine& machine) {
   ASSIGN_OR_RETURN(const OutputFolder folder, OpenOutputFolder(request, machine));
   ASSIGN_OR_RETURN(const std::vector<Prediction> rows,
-                   Predict(request.options, *machine.meter, std::cerr));
+                   Predict(request.options, request.states, *machine.meter, std::cerr));
   RETURN_IF_ERROR(WriteFileAtomically(folder.Path("predict.csv"), PredictionCsv(rows)));
   RETURN_IF_ERROR(WriteFileAtomically(
       folder.Path("predict.md"),

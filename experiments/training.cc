@@ -59,7 +59,7 @@ LossCurve Train(const BoundModel& bound, const BoundStrategy& strategy, ModelPro
   trainer_options.accumulate = options.accumulate;
   trainer_options.learning_rate = options.learning_rate;
   trainer_options.clip_norm = options.clip_norm;
-  if (options.amp) trainer_options.autocast = fp16 ? at::kHalf : at::kBFloat16;
+  if (options.amp) trainer_options.autocast = AmpDtype(sweep.device);
   trainer_options.loss_scaling = options.loss_scaling.value_or(fp16);
   trainer_options.scaler = options.scaler;
   std::unique_ptr<GradientReducer> reducer;

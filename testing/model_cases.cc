@@ -172,8 +172,10 @@ rc::Gen<Plan> RandomPlan(const std::vector<StageInfo>& stages, int max_depth) {
 }
 
 absl::StatusOr<Case> BuildCase(const std::string& model_spec, uint64_t seed, bool training,
-                               bool input_grad, bool timed) {
+                               bool input_grad, bool timed,
+                               std::optional<c10::ScalarType> autocast) {
   WorkloadOptions options;
+  options.profile.autocast = autocast;
   options.device = TestDevice();
   options.seed = seed;
   options.training = training;
@@ -190,6 +192,7 @@ absl::StatusOr<Case> BuildCase(const std::string& model_spec, uint64_t seed, boo
   absl::StatusOr<const ModelProfile*> profile = c.workload->Profile(**MemoryMeterFor(TestDevice()));
   if (!profile.ok()) return profile.status();
   c.profile = **profile;
+  c.autocast = autocast;
   return c;
 }
 
@@ -212,15 +215,17 @@ absl::StatusOr<Run> StepUnder(Case& c, Plan plan, uint64_t seed) {
   // the step's memory (the sweep's warm-up rounds skip it too), so on a GPU an unmeasured
   // step comes first; a difference between the two is reported.
   auto peak_above_baseline = [](const StepResult& r) { return r.peak_bytes - r.baseline_bytes; };
+  StepOptions step_options;
+  step_options.autocast = c.autocast;
   std::optional<StepResult> unmeasured;
   if (!TestDevice().is_cpu()) {
     torch::manual_seed(seed);
-    absl::StatusOr<StepResult> warm_up = planned->executor.Step(batch);
+    absl::StatusOr<StepResult> warm_up = planned->executor.Step(batch, step_options);
     if (!warm_up.ok()) return warm_up.status();
     unmeasured = *warm_up;
   }
   torch::manual_seed(seed);
-  absl::StatusOr<StepResult> step = planned->executor.Step(batch);
+  absl::StatusOr<StepResult> step = planned->executor.Step(batch, step_options);
   if (!step.ok()) return step.status();
   if (unmeasured && peak_above_baseline(*unmeasured) != peak_above_baseline(*step)) {
     std::fprintf(stderr,

@@ -53,13 +53,16 @@ std::vector<Segment> Remoded(std::vector<Segment> segments, SegmentMode from, Se
 
 // A model and batch built through the Workload on TestDevice(), with its profile (bytes only,
 // unless `timed`). `input_grad`: whether the batch's floating-point inputs require grad
-// (set before the profile is measured, which depends on it).
+// (set before the profile is measured, which depends on it). `autocast`: the profile and every
+// step under autocast to that dtype (the sweep's --amp).
 struct Case {
   std::unique_ptr<Workload> workload;
   ModelProfile profile;
+  std::optional<c10::ScalarType> autocast;
 };
 absl::StatusOr<Case> BuildCase(const std::string& model_spec, uint64_t seed, bool training = true,
-                               bool input_grad = true, bool timed = false);
+                               bool input_grad = true, bool timed = false,
+                               std::optional<c10::ScalarType> autocast = std::nullopt);
 
 struct Run {
   Plan plan;
@@ -68,9 +71,9 @@ struct Run {
   std::vector<at::Tensor> grads;  // every parameter's, then every batch input's (may be undefined)
 };
 
-// Plans `strategy_spec` from the case's profile and runs one step on TestDevice() with the
-// dropout RNG seeded by `seed`. The plan's status (InvalidArgument when the parameters do not
-// fit the model) comes back.
+// Plans `strategy_spec` from the case's profile and runs one step on TestDevice() (under the
+// case's autocast) with the dropout RNG seeded by `seed`. The plan's status (InvalidArgument when
+// the parameters do not fit the model) comes back.
 absl::StatusOr<Run> StepUnder(Case& c, const std::string& strategy_spec, uint64_t seed);
 // The same for a plan made elsewhere.
 absl::StatusOr<Run> StepUnder(Case& c, Plan plan, uint64_t seed);

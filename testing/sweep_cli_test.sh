@@ -196,6 +196,11 @@ check_bad "--predict runs no step, so --train_steps cannot go with it" --predict
 check_bad "--predict runs no step, so --memory_cap cannot go with it; accepted with --predict: --preset, --models, --strategies, --budgets" \
   --predict --memory_cap=1GiB
 check_bad "--predict runs no step, so --nproc cannot go with it" --predict --nproc=2
+check_bad "--states lays out the state of ranks that --predict predicts for; accepted: --states with --predict" \
+  --states=zero3
+check_bad "--states=zero4 is not accepted; accepted: replicated, zero1, zero2, zero3" --predict --states=zero4
+check_bad "--world_size=0 is not accepted; accepted: 1..1048576" --predict --world_size=0
+check_bad "--collective_bandwidth=fast is not a rate" --predict --collective_bandwidth=fast
 # Every flag is used or refused in every mode (round 3): these were accepted and ignored.
 for flag in --steps=3 --warmup=1 --time_limit_s=60 --dist_backend=gloo --resume; do
   check_bad "--predict runs no step, so ${flag%%=*} cannot go with it" --predict "$flag"
@@ -216,7 +221,6 @@ check_bad "--depths: 'x' is not accepted" --depths=4,x
 check_bad "time limit -5 s is not accepted" --time_limit_s=-5
 check_bad "unexpected argument 'stray'" stray
 check_bad "--accumulate=2 applies to training, which runs only with --train_steps=N" --accumulate=2
-check_bad "--amp applies to training" --amp
 check_bad "--train_steps=-1 is not accepted; accepted: an integer >= 1" --train_steps=-1
 check_bad "--accumulate=0 is not accepted" --train_steps=2 --accumulate=0
 check_bad "--report_only: no results.csv in --out=" --report_only

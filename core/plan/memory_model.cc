@@ -168,7 +168,12 @@ class StepReplay {
     int64_t summed = 0;
     for (const auto& [param, bytes] : s.param_grads) {
       const bool first = grads_.insert(param).second;
-      if (first) Add(bytes);
+      if (first) {
+        // Sharded: the whole gradient is part of the stage's measured backward peak, and its
+        // shard is what stays.
+        auto kept = profile_.kept_gradient_bytes.find(param);
+        Add(kept != profile_.kept_gradient_bytes.end() ? kept->second : bytes);
+      }
       // Two contributions to one parameter in one backward pass meet in the autograd
       // engine's input buffer, not in .grad: the engine holds the first until the last
       // arrives. It adds in place only into a contiguous tensor that it alone references,

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,7 +58,13 @@ struct StageProfile {
   // backward, as when a checkpoint reruns it and backpropagates from its outputs.
   int64_t backward_held_transient_bytes = 0;
   int64_t rng_state_bytes = 0;  // a checkpoint's RNG snapshot, for stochastic stages
-  StageCosts costs;             // the planner's view, with the measured times
+  // Under autocast (ModelProfile::autocast): the operators its code calls that computed a new
+  // float32 tensor from floating-point inputs ("layer_norm", "softmax", "add"; not views,
+  // copies or what they call in turn), sorted, each once. What autocast lowers (matrix
+  // products) is absent; what it left in float32 is here, and what those save for backward is
+  // float32 in the bytes above. Empty without autocast.
+  std::vector<std::string> float32_ops;
+  StageCosts costs;  // the planner's view, with the measured times
 };
 
 // The loss, profiled like a stage (its input is the last stage's output).
@@ -80,10 +87,15 @@ struct ModelProfile {
   // Per stage, one entry per measured policy; the first is every part stored.
   std::vector<std::vector<StageProfile>> measured;
   LossProfile loss;
-  int64_t input_bytes = 0;  // bytes of the chain's inputs (the batch holds them)
-  int64_t param_bytes = 0;  // bytes of the model's parameters
-  bool timed = false;       // whether the times were measured (or are zeros)
-  int menu_chunks = 4;      // the chunk count of the chunking policies in the stages' menus
+  int64_t input_bytes = 0;          // bytes of the chain's inputs (the batch holds them)
+  int64_t target_bytes = 0;         // bytes of the batch's targets, less storage its inputs share
+  int64_t param_bytes = 0;          // bytes of the model's parameters
+  int64_t param_element_bytes = 4;  // bytes of one element of a parameter (the largest kind)
+  bool timed = false;               // whether the times were measured (or are zeros)
+  // The autocast dtype the stages and the loss ran under ("BFloat16", "Half"), empty for none
+  // (ProfileOptions::autocast). Steps it predicts must run under the same.
+  std::string autocast;
+  int menu_chunks = 4;  // the chunk count of the chunking policies in the stages' menus
   // Offload copies between the device and the host pool (core/run/host_pool.h), in bytes per ms
   // each way: measured by the profiler (timed) on the largest stage boundary, or assumed (a link
   // the run does not have, as --link_bandwidth sets: then `link_assumed`). 0: unknown.
@@ -94,6 +106,11 @@ struct ModelProfile {
   // the time model charges only what the compute running meanwhile does not hide; false: the
   // copy is part of the step's own work (a CPU's memcpy), charged in full.
   bool copies_overlap = false;
+  // Gradients sharded across data-parallel ranks (RankProfile, core/plan/states.h): parameter
+  // index -> the bytes of its gradient a rank keeps once the backward of a stage that made it
+  // ends (its shard; the whole gradient lives during that backward, as measured). A parameter
+  // absent keeps all of it.
+  std::map<int, int64_t> kept_gradient_bytes;
 
   int num_stages() const { return static_cast<int>(stages.size()); }
   // Stage `stage` under `policy`, or nullptr when that policy was not measured.

@@ -89,12 +89,7 @@ std::vector<at::Tensor> ChainExecutor::RunStage(int i, const std::vector<at::Ten
 
 void ChainExecutor::Forward(const Op& op, const Batch& batch, const StepOptions& options,
                             State& state) {
-  compat::AutocastState autocast;  // off unless asked
-  if (options.autocast) {
-    (device_.is_cuda() ? autocast.cuda : autocast.cpu) = true;
-    (device_.is_cuda() ? autocast.cuda_dtype : autocast.cpu_dtype) = *options.autocast;
-  }
-  compat::ScopedAutocast scope(autocast);
+  compat::ScopedAutocast scope(compat::AutocastOn(device_.type(), options.autocast));
   std::optional<RerunScope> rerun;
   if (op.rerun) rerun.emplace();
   std::vector<at::Tensor> x = state.Read(op.input);

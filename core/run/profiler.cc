@@ -12,11 +12,14 @@
 #include "ATen/core/grad_mode.h"
 #include "ATen/ops/ones_like.h"
 #include "ATen/ops/randn_like.h"
+#include "ATen/record_function.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "core/run/checkpoint.h"
 #include "core/run/device.h"
 #include "core/run/host_pool.h"
 #include "core/run/rng.h"
+#include "core/run/torch_compat.h"
 #include "core/run/torch_status.h"
 #include "torch/csrc/autograd/autograd.h"
 #include "torch/csrc/autograd/function.h"
@@ -34,6 +37,23 @@ int64_t StorageBytes(const at::Tensor& t) {
 int64_t Bytes(const std::vector<at::Tensor>& tensors) {
   int64_t n = 0;
   for (const at::Tensor& t : tensors) n += StorageBytes(t);
+  return n;
+}
+
+// Bytes of the storages behind `tensors` that none of `besides` (nor an earlier one of
+// `tensors`) shares: a target that is a view of an input costs nothing more.
+int64_t BytesBeyond(const std::vector<at::Tensor>& tensors,
+                    const std::vector<at::Tensor>& besides) {
+  std::unordered_set<const void*> seen;
+  for (const at::Tensor& t : besides) {
+    if (t.defined() && t.has_storage()) seen.insert(t.storage().unsafeGetStorageImpl());
+  }
+  int64_t n = 0;
+  for (const at::Tensor& t : tensors) {
+    if (t.defined() && t.has_storage() && seen.insert(t.storage().unsafeGetStorageImpl()).second) {
+      n += StorageBytes(t);
+    }
+  }
   return n;
 }
 
@@ -87,6 +107,73 @@ std::string ShapesOf(const std::vector<at::Tensor>& tensors) {
   return out;
 }
 
+// The operators a stage's code calls (not those they call in turn) that compute a float32
+// tensor from floating-point inputs, on this thread while a Float32OpsRecorder lives.
+// RecordFunction's callbacks are plain functions, so they write here.
+thread_local std::set<std::string>* float32_ops_sink = nullptr;
+thread_local int op_depth = 0;  // operators entered and not left
+
+std::unique_ptr<at::ObserverContext> EnterOp(const at::RecordFunction&) {
+  ++op_depth;
+  return nullptr;
+}
+
+// Whether `fn`, an operator the stage's code called, computed a float32 tensor: a new one (not
+// a view or an input written in place) from floating-point inputs, by more than a copy.
+bool ComputesFloat32(const at::RecordFunction& fn) {
+  absl::string_view name = fn.name();
+  absl::ConsumePrefix(&name, "aten::");
+  for (const char* moves : {"to", "_to_copy", "copy_", "clone", "contiguous", "type_as"}) {
+    if (name == moves) return false;
+  }
+  std::unordered_set<const void*> inputs;
+  for (const c10::IValue& value : fn.inputs()) {
+    if (value.isTensor() && value.toTensor().defined() && value.toTensor().is_floating_point()) {
+      inputs.insert(value.toTensor().storage().unsafeGetStorageImpl());
+    }
+  }
+  if (inputs.empty()) return false;  // a factory, or integer work
+  for (const c10::IValue& value : fn.outputs()) {
+    if (!value.isTensor()) continue;
+    const at::Tensor& t = value.toTensor();
+    if (t.defined() && t.scalar_type() == at::kFloat && t.has_storage() &&
+        !inputs.count(t.storage().unsafeGetStorageImpl())) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void LeaveOp(const at::RecordFunction& fn, at::ObserverContext*) {
+  if (--op_depth == 0 && float32_ops_sink != nullptr && ComputesFloat32(fn)) {
+    absl::string_view name = fn.name();
+    absl::ConsumePrefix(&name, "aten::");
+    float32_ops_sink->emplace(name);
+  }
+}
+
+// Records, for its lifetime, the operators of StageProfile::float32_ops that this thread runs.
+class Float32OpsRecorder {
+ public:
+  explicit Float32OpsRecorder(std::set<std::string>& sink)
+      : handle_(at::addThreadLocalCallback(at::RecordFunctionCallback(&EnterOp, &LeaveOp)
+                                               .needsInputs(true)
+                                               .needsOutputs(true)
+                                               .scopes({at::RecordScope::FUNCTION}))) {
+    float32_ops_sink = &sink;
+    op_depth = 0;
+  }
+  ~Float32OpsRecorder() {
+    float32_ops_sink = nullptr;
+    at::removeCallback(handle_);
+  }
+  Float32OpsRecorder(const Float32OpsRecorder&) = delete;
+  Float32OpsRecorder& operator=(const Float32OpsRecorder&) = delete;
+
+ private:
+  at::CallbackHandle handle_;
+};
+
 // Live bytes freed by running `drop` (which releases some references).
 template <typename Fn>
 int64_t FreedBy(MemoryMeter& meter, Fn&& drop) {
@@ -135,8 +222,15 @@ class Profiler {
     profile.model = model_.spec();
     profile.stages = stages_;
     profile.input_bytes = Bytes(batch_.inputs);
+    profile.target_bytes = BytesBeyond(batch_.targets, batch_.inputs);
     profile.param_bytes = Bytes(params_);
+    int64_t element_bytes = 0;
+    for (const at::Tensor& p : params_) {
+      element_bytes = std::max<int64_t>(element_bytes, p.element_size());
+    }
+    if (element_bytes > 0) profile.param_element_bytes = element_bytes;
     profile.timed = options_.timed;
+    if (options_.autocast) profile.autocast = c10::toString(*options_.autocast);
     profile.menu_chunks = options_.chunks;
     profile.measured.resize(stages_.size());
     ClearGradients(params_);
@@ -180,9 +274,15 @@ class Profiler {
   }
 
  private:
+  // Stage i's forward, and the loss's, under the options' autocast (as a step runs them).
   std::vector<at::Tensor> Run(size_t i, const std::vector<at::Tensor>& x,
                               const StagePolicy& policy = {}) {
+    const compat::ScopedAutocast autocast(compat::AutocastOn(device_.type(), options_.autocast));
     return model_.RunStage(static_cast<int>(i), x, StageParts(stages_[i], policy), batch_);
+  }
+  at::Tensor Loss(const std::vector<at::Tensor>& x) {
+    const compat::ScopedAutocast autocast(compat::AutocastOn(device_.type(), options_.autocast));
+    return model_.Loss(x, batch_);
   }
 
   // The input of every stage (and the last stage's output), its own parameters and its twin
@@ -197,8 +297,19 @@ class Profiler {
     twin_.assign(n, 0);
     std::map<std::string, int> first_of;  // a repeat class -> its first stage
     at::AutoGradMode enable_grad(true);
+    float32_ops_.assign(n, {});
     for (int i = 0; i < n; ++i) {
-      std::vector<at::Tensor> outputs = Run(i, inputs_.back());
+      std::vector<at::Tensor> outputs;
+      if (options_.autocast) {
+        std::set<std::string> ops;
+        {
+          const Float32OpsRecorder recorder(ops);
+          outputs = Run(i, inputs_.back());
+        }
+        float32_ops_[i].assign(ops.begin(), ops.end());
+      } else {
+        outputs = Run(i, inputs_.back());
+      }
       stage_params_[i] = GraphLeaves(outputs, index);
       twin_[i] = i;
       if (options_.reuse_repeated && !stages_[i].repeat_key.empty()) {
@@ -250,7 +361,7 @@ class Profiler {
       std::vector<at::Tensor> xs, leaves;
       PrepareInputs(batch_.inputs, /*batch=*/true, xs, leaves);
       for (size_t i = 0; i < stages_.size(); ++i) xs = Run(i, xs);
-      at::Tensor loss = model_.Loss(xs, batch_);
+      at::Tensor loss = Loss(xs);
       if (loss.requires_grad()) loss.backward();
     }
     ClearGradients(params_);
@@ -284,6 +395,7 @@ class Profiler {
     p.policy = policy;
     const std::vector<at::Tensor>& given = inputs_[i];
     p.input_bytes = Bytes(given);
+    p.float32_ops = float32_ops_[i];
     if (stages_[i].stochastic) {
       const int64_t before = meter_.Stats().live_bytes;
       const RngState snapshot = CaptureRng(CudaDevicesOf(given));
@@ -462,7 +574,7 @@ class Profiler {
     PrepareInputs(given, /*batch=*/stages_.empty(), xs, leaves);
     const int64_t start = meter_.Stats().live_bytes;
     timer_->Start();
-    at::Tensor loss = model_.Loss(xs, batch_);
+    at::Tensor loss = Loss(xs);
     p.forward_ms = timer_->StopMs();
     const bool aliases_input = !xs.empty() && loss.is_same(xs[0]);
     p.output_bytes = aliases_input ? 0 : StorageBytes(loss);
@@ -497,6 +609,7 @@ class Profiler {
   std::vector<std::vector<at::Tensor>> inputs_;  // per stage, then the last stage's output
   std::vector<std::vector<int>> stage_params_;   // per stage, its parameters' indices
   std::vector<int> twin_;  // per stage, the stage whose measurements it takes (itself)
+  std::vector<std::vector<std::string>> float32_ops_;  // per stage, StageProfile::float32_ops
 };
 
 }  // namespace

@@ -16,11 +16,13 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "c10/core/Device.h"
+#include "c10/core/ScalarType.h"
 #include "core/plan/plan.h"
 #include "core/plan/profile.h"
 #include "core/run/chain_model.h"
@@ -52,6 +54,11 @@ struct ProfileOptions {
   // > 0: offload copies are taken at this rate each way, beside the compute (an assumed link,
   // ModelProfile::link_assumed), instead of being measured on the device in use.
   double link_bytes_per_ms = 0;
+  // Every stage's forward (and every rerun of its parts) and the loss run under autocast to
+  // this dtype on the profile's device, as ChainExecutor runs them under StepOptions::autocast:
+  // what autocast casts and saves (a linear layer's bfloat16 copies of its input and weight) is
+  // measured as any tensor is. Backward runs outside it, as in a step.
+  std::optional<c10::ScalarType> autocast;
   // If set, called after each stage of each phase ("forward": the pass that finds every
   // stage's input; "measuring") with the stages done and their number.
   std::function<void(const char* phase, int done, int stages)> progress;

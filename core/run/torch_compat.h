@@ -19,8 +19,10 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 
 #include "ATen/autocast_mode.h"
+#include "c10/core/DeviceType.h"
 #include "c10/core/ScalarType.h"
 #include "torch/version.h"
 
@@ -62,6 +64,16 @@ struct AutocastState {
   bool cuda = false;
   c10::ScalarType cuda_dtype = c10::ScalarType::Half;
 };
+
+// Autocast to `dtype` on a device of type `device` (CPU or CUDA), off on the other; all off
+// without a dtype.
+inline AutocastState AutocastOn(c10::DeviceType device, std::optional<c10::ScalarType> dtype) {
+  AutocastState state;
+  if (!dtype) return state;
+  (device == c10::DeviceType::CUDA ? state.cuda : state.cpu) = true;
+  (device == c10::DeviceType::CUDA ? state.cuda_dtype : state.cpu_dtype) = *dtype;
+  return state;
+}
 
 inline AutocastState GetAutocast() {
 #if CKPT_TORCH_VERSION_AT_LEAST(2, 4)

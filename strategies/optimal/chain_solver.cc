@@ -208,7 +208,10 @@ Chain FromProfile(const ModelProfile& profile) {
     s.input_grad = stored.input_grad_bytes;
     for (const auto& [param, bytes] : stored.param_grads) {
       if (last_user[param] == i) {
-        s.param_grads += bytes;
+        // What stays of it: its shard where ranks shard gradients (the whole one is in the
+        // measured backward peak).
+        auto kept = profile.kept_gradient_bytes.find(param);
+        s.param_grads += kept != profile.kept_gradient_bytes.end() ? kept->second : bytes;
       } else {
         s.grad_sum += 2 * bytes;
       }
