@@ -213,20 +213,24 @@ std::string ModelHeading(const Prediction& p) {
   return absl::StrCat(out, "\n\n");
 }
 
-// Where every ok row's total is set by the gradients, in those words; else empty.
+// Where the gradients outweigh store_all's activations, what that leaves checkpointing, in
+// those words; else empty. Every strategy's step peak is at least the gradients, all of which
+// exist at the end of backward, so checkpointing can lower the total by at most store_all's
+// peak's excess over them.
 std::string GradientsSetTheTotal(const std::vector<const Prediction*>& rows) {
   const Prediction* store_all = nullptr;
   for (const Prediction* p : rows) {
-    if (p->status != "ok") continue;
-    if (p->step_peak_bytes > p->gradient_bytes) return "";
-    if (p->strategy == "store_all") store_all = p;
+    if (p->status == "ok" && p->strategy == "store_all") store_all = p;
   }
-  if (store_all == nullptr) return "";
-  return absl::StrCat("\nEvery strategy's total is set by the gradients: all ",
-                      Mib(store_all->gradient_bytes),
-                      " MiB of them exist at the end of backward and outlast the activations (",
-                      Mib(store_all->activation_bytes),
-                      " MiB under store_all), so checkpointing cannot lower this total.\n");
+  if (store_all == nullptr || store_all->gradient_bytes < store_all->activation_bytes) return "";
+  return absl::StrCat(
+      "\nThe gradients (", Mib(store_all->gradient_bytes),
+      " MiB, every one alive at the end of backward) outweigh store_all's activations (",
+      Mib(store_all->activation_bytes),
+      " MiB), which are gone by then: every strategy's step peak is at least the gradients, so "
+      "checkpointing can lower the total by at most store_all's peak's excess over them (",
+      Mib(std::max<int64_t>(0, store_all->step_peak_bytes - store_all->gradient_bytes)),
+      " MiB).\n");
 }
 
 }  // namespace

@@ -134,6 +134,16 @@ TEST(Predict, SavingsBesidePublishedFigures) {
   EXPECT_EQ(table.find("optimal"), std::string::npos) << table;
   EXPECT_EQ(table.find("LLaMA"), std::string::npos) << table;  // no prediction for it
   EXPECT_EQ(SavingsBesidePublished(rows, {}), "");
+  // The table says when the gradients outweigh store_all's activations, and only then.
+  rows[0].gradient_bytes = 5 * kGiB;
+  rows[0].step_peak_bytes = 5 * kGiB + 3 * (1 << 20);
+  EXPECT_NE(PredictionTable(rows).find("The gradients (5120.0 MiB, every one alive at the end of "
+                                       "backward) outweigh store_all's activations (4096.0 MiB)"),
+            std::string::npos)
+      << PredictionTable(rows);
+  EXPECT_NE(PredictionTable(rows).find("excess over them (3.0 MiB)"), std::string::npos);
+  rows[0].gradient_bytes = 3 * kGiB;
+  EXPECT_EQ(PredictionTable(rows).find("outweigh"), std::string::npos) << PredictionTable(rows);
   const std::string report = PredictionReport(rows, {{"vit", "ViT-B/16", 12.5, 5.8}}, "sweep x");
   EXPECT_NE(report.find("`sweep x`"), std::string::npos);
   EXPECT_NE(report.find("## Beside the documents' figures"), std::string::npos);

@@ -128,8 +128,10 @@ bool ComputesFloat32(const at::RecordFunction& fn) {
   }
   std::unordered_set<const void*> inputs;
   for (const c10::IValue& value : fn.inputs()) {
-    if (value.isTensor() && value.toTensor().defined() && value.toTensor().is_floating_point()) {
-      inputs.insert(value.toTensor().storage().unsafeGetStorageImpl());
+    if (!value.isTensor()) continue;
+    const at::Tensor& t = value.toTensor();
+    if (t.defined() && t.is_floating_point() && t.has_storage()) {
+      inputs.insert(t.storage().unsafeGetStorageImpl());
     }
   }
   if (inputs.empty()) return false;  // a factory, or integer work
