@@ -37,6 +37,15 @@ int64_t Shard(int64_t bytes, int64_t element_bytes, int ranks) {
   return (elements + ranks - 1) / ranks * element_bytes;
 }
 
+// The bytes of a stage's parameters beyond one rank's shards: what zero3 gathers to run it.
+int64_t GatheredBytes(const StageProfile& stage, int64_t element_bytes, int ranks) {
+  int64_t gather = 0;
+  for (const auto& [param, bytes] : stage.param_grads) {
+    gather += bytes - Shard(bytes, element_bytes, ranks);
+  }
+  return gather;
+}
+
 bool ShardsGradients(StateLayout layout) {
   return layout == StateLayout::kZero2 || layout == StateLayout::kZero3;
 }
@@ -83,11 +92,8 @@ absl::StatusOr<RankStates> StatesPerRank(const ModelProfile& profile,
   if (layout == StateLayout::kZero3) {
     for (const std::vector<StageProfile>& menu : profile.measured) {
       if (menu.empty()) continue;
-      int64_t gather = 0;
-      for (const auto& [param, bytes] : menu.front().param_grads) {
-        gather += bytes - Shard(bytes, element, n);
-      }
-      states.largest_gather = std::max(states.largest_gather, gather);
+      states.largest_gather =
+          std::max(states.largest_gather, GatheredBytes(menu.front(), element, n));
     }
   }
   return states;
@@ -105,16 +111,13 @@ absl::StatusOr<ModelProfile> RankProfile(const ModelProfile& profile,
   const double rate = setting.collective_bytes_per_ms;
   for (std::vector<StageProfile>& menu : rank.measured) {
     for (StageProfile& s : menu) {
-      int64_t whole = 0;   // the stage's parameters (and their gradients)
-      int64_t gather = 0;  // beyond the rank's shard
-      int64_t kept = 0;    // of their gradients, after the stage's reduce-scatter
+      const int64_t gather = GatheredBytes(s, element, n);
+      int64_t whole = 0;  // the stage's parameters (and their gradients)
       for (const auto& [param, bytes] : s.param_grads) {
         whole += bytes;
-        const int64_t shard = Shard(bytes, element, n);
-        gather += bytes - shard;
-        kept += shard;
-        if (ShardsGradients(layout)) rank.kept_gradient_bytes[param] = shard;
+        if (ShardsGradients(layout)) rank.kept_gradient_bytes[param] = Shard(bytes, element, n);
       }
+      const int64_t kept = whole - gather;  // of their gradients, after the reduce-scatter
       if (ShardsGradients(layout)) s.costs.param_grad_bytes = kept;
       if (layout == StateLayout::kZero3) {
         for (int64_t* t :
