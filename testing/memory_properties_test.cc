@@ -130,6 +130,7 @@ RC_GTEST_PROP(Profile, RepeatedStagesMeasuredOnceEqualEachMeasured, ()) {
       RC_ASSERT(a.forward_transient_bytes == b.forward_transient_bytes);
       RC_ASSERT(a.nograd_transient_bytes == b.nograd_transient_bytes);
       RC_ASSERT(a.param_grads == b.param_grads);
+      RC_ASSERT(a.param_grad_sums_in_place == b.param_grad_sums_in_place);
       RC_ASSERT(a.input_grad_bytes == b.input_grad_bytes);
       RC_ASSERT(a.backward_transient_bytes == b.backward_transient_bytes);
       RC_ASSERT(a.backward_held_transient_bytes == b.backward_held_transient_bytes);

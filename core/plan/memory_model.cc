@@ -166,7 +166,8 @@ class StepReplay {
     // backward pass delivers them.
     if (ChunkedStage(j)) graph = next_graph_++;
     int64_t summed = 0;
-    for (const auto& [param, bytes] : s.param_grads) {
+    for (size_t k = 0; k < s.param_grads.size(); ++k) {
+      const auto& [param, bytes] = s.param_grads[k];
       const bool first = grads_.insert(param).second;
       if (first) {
         // Sharded: the whole gradient is part of the stage's measured backward peak, and its
@@ -176,14 +177,18 @@ class StepReplay {
       }
       // Two contributions to one parameter in one backward pass meet in the autograd
       // engine's input buffer, not in .grad: the engine holds the first until the last
-      // arrives. It adds in place only into a contiguous tensor that it alone references,
-      // and a linear layer's weight gradient (the tied head's contribution) is a transposed
-      // product, so the sum is a new tensor: for a moment the waiting gradient, the stage's
-      // fresh one and their sum are all alive, after the stage's own temporaries are freed.
-      // The sum is contiguous and the engine's alone: a third contribution adds in place.
-      // Contributions from different passes (other runs) go to .grad in turn, the later ones
-      // added in place.
-      if (++contributions_[{param, graph}] == 2) summed += 2 * bytes;
+      // arrives. Where the first is a tensor the engine adds into in place (its stage's
+      // profile says, StageProfile::param_grad_sums_in_place), the stage's fresh one is alive
+      // beside it for a moment. Otherwise (a linear layer's weight gradient, the tied head's
+      // contribution in float32, is a view of a transposed product; LibTorch 1.13 never adds
+      // in place) the sum is a new tensor: the waiting gradient, the fresh one and their sum
+      // are all alive, after the stage's own temporaries are freed. A third contribution is
+      // added into that sum, a fresh tensor, in place (on 1.13 it makes one more new tensor,
+      // which is not modelled: no zoo model uses a parameter in three stages). Contributions
+      // from different passes (other runs) go to .grad in turn, the later ones added in place.
+      Contributions& c = contributions_[{param, graph}];
+      if (++c.count == 1) c.first_sums_in_place = s.SumsInPlace(k);
+      if (c.count == 2) summed += c.first_sums_in_place ? bytes : 2 * bytes;
     }
     Touch(summed);
   }
@@ -241,8 +246,13 @@ class StepReplay {
   std::vector<RunFrame> runs_;    // by run id
   int next_graph_ = 0;            // ids of backward calls, and of chunks' own passes
   std::set<int> grads_;           // parameters whose gradient exists
-  // Gradient contributions so far per (parameter, backward pass).
-  std::map<std::pair<int, int>, int> contributions_;
+  // Gradient contributions so far per (parameter, backward pass), and whether the engine adds
+  // the second into the first in place.
+  struct Contributions {
+    int count = 0;
+    bool first_sums_in_place = false;
+  };
+  std::map<std::pair<int, int>, Contributions> contributions_;
   int64_t grad_ = 0;  // the gradient flowing backward, w.r.t. the current boundary
   int64_t live_ = 0;
   int64_t peak_ = 0;

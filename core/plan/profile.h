@@ -52,6 +52,15 @@ struct StageProfile {
   // The gradients its backward creates: (index in ChainModel::Parameters(), bytes). A
   // parameter used by several stages (a tied embedding) is listed by each.
   std::vector<std::pair<int, int64_t>> param_grads;
+  // Aligned with param_grads: whether the autograd engine adds a later stage's contribution to
+  // that parameter into this one in place, when this one is the first to arrive in a backward
+  // pass (compat::kEngineSumsInPlace: LibTorch 2.0 on, a contiguous gradient sharing its
+  // storage with nothing, such as autocast's cast of a weight's gradient back to float32).
+  // Otherwise the sum is a new tensor. Missing entries (a hand-made profile) read false.
+  std::vector<bool> param_grad_sums_in_place;
+  bool SumsInPlace(size_t k) const {
+    return k < param_grad_sums_in_place.size() && param_grad_sums_in_place[k];
+  }
   int64_t input_grad_bytes = 0;          // the gradient it passes to its input
   int64_t backward_transient_bytes = 0;  // backward peak above its start (graph + grad in)
   // The same when its input, output and incoming gradient stay referenced for the whole

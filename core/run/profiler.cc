@@ -437,15 +437,29 @@ class Profiler {
     const int64_t y_bytes = p.output_bytes;
     p.keeps_output = FreedBy(meter_, [&] { ys.clear(); }) < y_bytes;
     if (z.defined()) {
+      // Each parameter's gradient as the engine hands it to the parameter's accumulator, which
+      // is where a later stage's contribution would wait for it in a step's backward pass.
+      std::map<int, bool> sums_in_place;
+      std::vector<std::pair<int, unsigned>> hooks;
+      for (const int k : stage_params_[i]) {
+        if (!params_[k].requires_grad()) continue;
+        hooks.emplace_back(k, params_[k].register_hook([&sums_in_place, k](const at::Tensor& g) {
+          sums_in_place[k] = compat::kEngineSumsInPlace && g.defined() && !g.is_sparse() &&
+                             g.is_contiguous() && g.storage().use_count() == 1;
+        }));
+      }
       const int64_t base = meter_.Stats().live_bytes;
       meter_.ResetPeak();
       z.backward();
+      for (const auto& [k, hook] : hooks) params_[k].remove_hook(hook);
       // Above the state at the start of the stage's backward, which already holds dL/dy (and
       // the 4-byte seed of z's backward, which the chain does not have).
       p.backward_transient_bytes =
           meter_.Stats().peak_bytes - base - p.output_bytes - static_cast<int64_t>(z.nbytes());
       for (const int k : stage_params_[i]) {
-        if (params_[k].grad().defined()) p.param_grads.emplace_back(k, params_[k].grad().nbytes());
+        if (!params_[k].grad().defined()) continue;
+        p.param_grads.emplace_back(k, params_[k].grad().nbytes());
+        p.param_grad_sums_in_place.push_back(sums_in_place[k]);
       }
       for (const at::Tensor& leaf : leaves) {
         p.input_grad_bytes += leaf.grad().defined() ? leaf.grad().nbytes() : 0;

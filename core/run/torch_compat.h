@@ -16,6 +16,8 @@
 //   1.13 has only allocated_bytes, rounded up to its 512-byte blocks. RequestedBytes picks the
 //   first where it exists, so CUDA live and peak bytes are exact, as on CPU.
 // - scaled_dot_product_attention (fused attention kernels) exists since 2.0: kHasFusedAttention.
+// - The autograd engine sums two gradients for one input in place since 2.0:
+//   kEngineSumsInPlace.
 #pragma once
 
 #include <cstddef>
@@ -40,6 +42,13 @@ namespace ckpt::compat {
 
 // Whether at::scaled_dot_product_attention exists (LibTorch 2.0 and newer).
 inline constexpr bool kHasFusedAttention = CKPT_TORCH_VERSION_AT_LEAST(2, 0);
+
+// Whether the autograd engine, when a second gradient for one input of a node arrives, adds it
+// into the first in place where the first is a contiguous tensor whose storage nothing else
+// shares (PyTorch pull request 88339, LibTorch 2.0). 1.13 always makes a new tensor for the
+// sum of two dense gradients; a view (a transposed product's gradient) shares its base's
+// storage and gets a new tensor on every version.
+inline constexpr bool kEngineSumsInPlace = CKPT_TORCH_VERSION_AT_LEAST(2, 0);
 
 // Index of the AGGREGATE entry (all pool types together) in the CUDA allocator's StatArray.
 inline constexpr std::size_t kAggregateStat = 0;

@@ -189,13 +189,16 @@ Chain FromProfile(const ModelProfile& profile) {
   Chain chain;
   const int n = profile.num_stages();
   // A parameter's gradient is first created by the last stage that uses it (backward runs from
-  // the end); its other stages add a contribution, summed for a moment (s_i).
+  // the end); its other stages add a contribution, summed for a moment (s_i): their fresh one
+  // beside the waiting one where the engine adds in place, else also a new tensor for the sum
+  // (core/plan/memory_model.cc says when).
   std::map<int, int> last_user;
-  std::map<int, int64_t> grad_bytes;
+  std::map<int, bool> sums_in_place;
   for (int i = 0; i < n; ++i) {
-    for (const auto& [param, bytes] : profile.Stored(i).param_grads) {
-      last_user[param] = i;
-      grad_bytes[param] = bytes;
+    const StageProfile& stored = profile.Stored(i);
+    for (size_t k = 0; k < stored.param_grads.size(); ++k) {
+      last_user[stored.param_grads[k].first] = i;
+      sums_in_place[stored.param_grads[k].first] = stored.SumsInPlace(k);
     }
   }
   std::vector<Stage> stages(n);
@@ -213,7 +216,7 @@ Chain FromProfile(const ModelProfile& profile) {
         auto kept = profile.kept_gradient_bytes.find(param);
         s.param_grads += kept != profile.kept_gradient_bytes.end() ? kept->second : bytes;
       } else {
-        s.grad_sum += 2 * bytes;
+        s.grad_sum += sums_in_place[param] ? bytes : 2 * bytes;
       }
     }
     s.nograd_ms = stored.costs.nograd_forward_ms;
