@@ -39,11 +39,17 @@
 # kept root is upgraded and reused. The logs stay there: ckptlab-root-<suite>.log (debootstrap),
 # ckptlab-check-<suite>.log (the rest).
 #
-# Exit status: 0 every suite that could be made built and passed; 1 something failed; 2 nothing
-# ran (not root, or no suite's root could be made).
+# --prepare does steps 1 and 2 and the packages step 4 needs, nothing else, and keeps the roots:
+# a later run without it finds them made. Making a root is mostly downloading and unpacking, so
+# CI (.ci/run) prepares trixie+cuda's while the rehearsal compiles, and its later check starts
+# at the build. A prepared root is removed by that later run, as any root, unless CKPT_KEEP_ROOTS.
+#
+# Exit status: 0 every suite that could be made built and passed (with --prepare: was made);
+# 1 something failed; 2 nothing ran (not root, or no suite's root could be made).
 #
 #   tools/check_libtorch_versions.sh            # trixie+cuda and sid: about 22 + 10 minutes
 #   tools/check_libtorch_versions.sh trixie     # trixie's CPU LibTorch, CMake and ctest only
+#   tools/check_libtorch_versions.sh --prepare trixie+cuda   # the root and its packages only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -52,6 +58,11 @@ source tools/debian_root.sh
 
 roots="${CKPT_ROOTS_DIR:-/var/tmp}"
 cuda_home="${CUDA_HOME:-/usr/local/cuda}"
+prepare=0
+if [[ "${1:-}" == --prepare ]]; then
+  prepare=1
+  shift
+fi
 suites=("$@")
 ((${#suites[@]})) || suites=(trixie+cuda sid)
 packages=g++,cmake,ninja-build,libtorch-dev,libabsl-dev,libgtest-dev,libgmock-dev
@@ -172,6 +183,16 @@ if [[ "$cuda_torch" == 1 ]]; then
   fi
   version=$cuda_dev
   flavour="CUDA $(nvcc --version | sed -n 's/.*release \([0-9.]*\),.*/\1/p')"
+  # Bazel 4.2.3 and what the Bazel route needs besides the libraries (tools/bazel's list), and
+  # PyTorch over this very LibTorch for python/ckptlab's cross-check (python3-torch-cuda, which
+  # conflicts with the CPU python3-torch).
+  apt-get install -y -qq --no-install-recommends bazel-bootstrap bazel-rules-java \
+    bazel-platforms pkg-config python3-torch-cuda >/tmp/install.log 2>&1 ||
+    { tail -20 /tmp/install.log; exit 1; }
+fi
+if [[ "${CKPT_PREPARE_ONLY:-0}" == 1 ]]; then
+  echo "== LibTorch $version ($flavour): the root and its packages are ready"
+  exit 0
 fi
 system="$(. /etc/os-release; echo "$PRETTY_NAME"), $(g++ --version | head -1)"
 echo "== LibTorch $version ($flavour; $system)"
@@ -207,12 +228,6 @@ if [[ "$cuda_torch" == 1 ]]; then
     ln -sf "$f" "/tmp/cuda-home/include/${f#/usr/include/}"
   done
   bazel_flags=(--repo_env=CUDA_HOME=/tmp/cuda-home --symlink_prefix=/ --test_summary=short)
-  # Bazel 4.2.3 and what the Bazel route needs besides the libraries (tools/bazel's list), and
-  # PyTorch over this very LibTorch for python/ckptlab's cross-check (python3-torch-cuda, which
-  # conflicts with the CPU python3-torch).
-  apt-get install -y -qq --no-install-recommends bazel-bootstrap bazel-rules-java \
-    bazel-platforms pkg-config python3-torch-cuda >/tmp/install.log 2>&1 ||
-    { tail -20 /tmp/install.log; exit 1; }
   echo "bazel test //testing/... against the CUDA LibTorch"
   bazel-4 test //testing/... "${bazel_flags[@]}" || status=1
   output_base=$(bazel-4 info output_base 2>/dev/null)
@@ -276,6 +291,17 @@ for name in "${suites[@]}"; do
   cuda_mount=""
   if [[ -f "$cuda_home/include/cuda_runtime_api.h" ]]; then
     cuda_mount=$(readlink -f "$cuda_home")
+  fi
+  if ((prepare)); then
+    say "installing $name's packages (the log: $roots/ckptlab-prepare-$name.log)"
+    if in_root "$root" "$inner_script" "" CKPT_CUDA_TORCH="$cuda_torch" CKPT_PREPARE_ONLY=1 \
+      CKPT_APT_OPTIONS="$CKPT_APT_OPTIONS" >"$roots/ckptlab-prepare-$name.log" 2>&1; then
+      results+=("$name: prepared in $((SECONDS - started)) s")
+    else
+      failed=$((failed + 1))
+      results+=("$name: FAILED to prepare; the output is in $roots/ckptlab-prepare-$name.log")
+    fi
+    continue  # kept, for the run that builds and tests
   fi
   say "building and testing in $name"
   set +e
