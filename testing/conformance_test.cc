@@ -142,12 +142,13 @@ void CheckAgainstStoreAll(const CaseSpec& c, testing::Case& built, const Run& re
     RC_ASSERT(std::abs(run.step.loss - reference.step.loss) <=
               1e-5 * std::max(std::abs(reference.step.loss), 1.0));
   } else if (run.plan.Reassociates()) {
-    // A reassociated sum moves by its rounding, 2^-25 of each partial sum in float32: a
-    // hundredth of the largest gradient is allowed. Under bfloat16 autocast a chunk's partial
-    // weight gradient is rounded to 2^-9 of itself, and where partials cancel that has no bound
-    // in terms of the result (a tiny ViT's chunked plan moved 10.6% of the largest gradient,
-    // 23 times what autocast alone moves store_all's): there the gradients need only be finite
-    // where store_all's are. The float64 twin below is the exact check of both.
+    // A reassociated sum moves by its rounding, up to 2^-24 of each partial sum in float32 (24
+    // significant bits): a hundredth of the largest gradient is allowed. Under bfloat16 autocast
+    // (8 bits) a chunk's partial weight gradient is rounded by up to 2^-8 of itself, and where
+    // partials cancel that has no bound in terms of the result (a tiny ViT's chunked plan moved
+    // 10.6% of the largest gradient, 23 times what autocast alone moves store_all's): there the
+    // gradients need only be finite where store_all's are. The float64 twin below is the exact
+    // check of both.
     if (c.amp) {
       RC_ASSERT(run.grads.size() == reference.grads.size());
       for (size_t i = 0; i < run.grads.size(); ++i) {
@@ -433,8 +434,8 @@ TEST(Conformance, AutocastReachesTheProfileAndTheStep) {
 // in float32 and under bfloat16 autocast. In float32 the head's contribution is a view of a
 // transposed product, and the sum is a new tensor on every LibTorch; under autocast it is a
 // fresh float32 cast, which LibTorch 2.0 on adds into in place (compat::kEngineSumsInPlace).
-// The predicted peak equals the measured one, and predicting the other way would miss it by the
-// gradient's bytes wherever the engine adds in place.
+// The predicted peak equals the measured one, and reading every gradient the other way would
+// miss it by the tied gradient's bytes, in both settings.
 TEST(Conformance, TiedGradientsSumAsTheEngineSumsThem) {
   const std::string spec =
       "gpt2:depth=1:hidden=64:heads=1:seq=2:batch=1:vocab=4096:context=2:dropout=0";
