@@ -40,9 +40,10 @@
 # ckptlab-check-<suite>.log (the rest).
 #
 # --prepare does steps 1 and 2 and the packages step 4 needs, nothing else, and keeps the roots:
-# a later run without it finds them made. Making trixie+cuda's took 586 s here, 6 minutes of
-# it on the CPU and the rest waiting on the network and the disk, so CI (.ci/run) prepares it
-# while the rehearsal compiles, and its later check starts at the build. A prepared root is removed by that later run, as any root, unless CKPT_KEEP_ROOTS.
+# a later run without it finds them made. Making trixie+cuda's took 586 s here beside a test
+# run, 6 minutes of it on the CPU and the rest waiting on the network and the disk, so CI
+# (.ci/run) prepares it while the rehearsal compiles, and its later check starts at the build.
+# A prepared root is removed by that later run, as any root, unless CKPT_KEEP_ROOTS.
 #
 # Exit status: 0 every suite that could be made built and passed (with --prepare: was made);
 # 1 something failed; 2 nothing ran (not root, or no suite's root could be made).
