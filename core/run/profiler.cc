@@ -8,6 +8,8 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "ATen/core/grad_mode.h"
 #include "ATen/ops/ones_like.h"
@@ -203,6 +205,25 @@ class StateRestorer {
 
  private:
   std::vector<at::Tensor> state_, saved_;
+};
+
+// Hooks on parameters' gradients, removed when it goes out of scope (also when the backward
+// pass they watch throws), so that no later backward calls them.
+class ParamHooks {
+ public:
+  ParamHooks() = default;
+  ParamHooks(const ParamHooks&) = delete;
+  ParamHooks& operator=(const ParamHooks&) = delete;
+  ~ParamHooks() {
+    for (auto& [param, hook] : hooks_) param.remove_hook(hook);
+  }
+  template <typename Hook>  // a callable taking the gradient (const at::Tensor&), returning void
+  void Add(const at::Tensor& param, Hook&& hook) {
+    hooks_.emplace_back(param, param.register_hook(std::forward<Hook>(hook)));
+  }
+
+ private:
+  std::vector<std::pair<at::Tensor, unsigned>> hooks_;
 };
 
 class Profiler {
@@ -439,19 +460,20 @@ class Profiler {
     if (z.defined()) {
       // Each parameter's gradient as the engine hands it to the parameter's accumulator, which
       // is where a later stage's contribution would wait for it in a step's backward pass.
-      std::map<int, bool> sums_in_place;
-      std::vector<std::pair<int, unsigned>> hooks;
-      for (const int k : stage_params_[i]) {
-        if (!params_[k].requires_grad()) continue;
-        hooks.emplace_back(k, params_[k].register_hook([&sums_in_place, k](const at::Tensor& g) {
-          sums_in_place[k] = compat::kEngineSumsInPlace && g.defined() && !g.is_sparse() &&
-                             g.is_contiguous() && g.storage().use_count() == 1;
-        }));
-      }
+      auto sums_in_place = std::make_shared<std::map<int, bool>>();
       const int64_t base = meter_.Stats().live_bytes;
-      meter_.ResetPeak();
-      z.backward();
-      for (const auto& [k, hook] : hooks) params_[k].remove_hook(hook);
+      {
+        ParamHooks hooks;
+        for (const int k : stage_params_[i]) {
+          if (!params_[k].requires_grad()) continue;
+          hooks.Add(params_[k], [sums_in_place, k](const at::Tensor& g) {
+            (*sums_in_place)[k] = compat::kEngineSumsInPlace && g.defined() && !g.is_sparse() &&
+                                  g.is_contiguous() && g.storage().use_count() == 1;
+          });
+        }
+        meter_.ResetPeak();
+        z.backward();
+      }
       // Above the state at the start of the stage's backward, which already holds dL/dy (and
       // the 4-byte seed of z's backward, which the chain does not have).
       p.backward_transient_bytes =
@@ -459,7 +481,7 @@ class Profiler {
       for (const int k : stage_params_[i]) {
         if (!params_[k].grad().defined()) continue;
         p.param_grads.emplace_back(k, params_[k].grad().nbytes());
-        p.param_grad_sums_in_place.push_back(sums_in_place[k]);
+        p.param_grad_sums_in_place.push_back((*sums_in_place)[k]);
       }
       for (const at::Tensor& leaf : leaves) {
         p.input_grad_bytes += leaf.grad().defined() ? leaf.grad().nbytes() : 0;
