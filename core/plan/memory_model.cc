@@ -187,8 +187,8 @@ class StepReplay {
       // which is not modelled: no zoo model uses a parameter in three stages). Contributions
       // from different passes (other runs) go to .grad in turn, the later ones added in place.
       Contributions& c = contributions_[{param, graph}];
-      if (++c.count == 1) c.first_sums_in_place = s.SumsInPlace(k);
-      if (c.count == 2) summed += c.first_sums_in_place ? bytes : 2 * bytes;
+      if (++c.count == 1) c.sum_bytes = s.SumBytes(k);
+      if (c.count == 2) summed += c.sum_bytes;
     }
     Touch(summed);
   }
@@ -246,11 +246,11 @@ class StepReplay {
   std::vector<RunFrame> runs_;    // by run id
   int next_graph_ = 0;            // ids of backward calls, and of chunks' own passes
   std::set<int> grads_;           // parameters whose gradient exists
-  // Gradient contributions so far per (parameter, backward pass), and whether the engine adds
-  // the second into the first in place.
+  // Gradient contributions so far per (parameter, backward pass), and what summing the second
+  // into the first costs.
   struct Contributions {
     int count = 0;
-    bool first_sums_in_place = false;
+    int64_t sum_bytes = 0;  // the first's StageProfile::SumBytes
   };
   std::map<std::pair<int, int>, Contributions> contributions_;
   int64_t grad_ = 0;  // the gradient flowing backward, w.r.t. the current boundary

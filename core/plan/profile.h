@@ -61,6 +61,12 @@ struct StageProfile {
   bool SumsInPlace(size_t k) const {
     return k < param_grad_sums_in_place.size() && param_grad_sums_in_place[k];
   }
+  // The bytes alive beside gradient k while the engine sums a later stage's contribution of the
+  // same bytes into it (gradient k arriving first): the fresh one alone where it adds in place,
+  // else the fresh one and the new sum (core/plan/memory_model.cc says when).
+  int64_t SumBytes(size_t k) const {
+    return SumsInPlace(k) ? param_grads[k].second : 2 * param_grads[k].second;
+  }
   int64_t input_grad_bytes = 0;          // the gradient it passes to its input
   int64_t backward_transient_bytes = 0;  // backward peak above its start (graph + grad in)
   // The same when its input, output and incoming gradient stay referenced for the whole

@@ -193,12 +193,12 @@ Chain FromProfile(const ModelProfile& profile) {
   // beside the waiting one where the engine adds in place, else also a new tensor for the sum
   // (core/plan/memory_model.cc says when).
   std::map<int, int> last_user;
-  std::map<int, bool> sums_in_place;
+  std::map<int, int64_t> sum_bytes;  // the last user's StageProfile::SumBytes
   for (int i = 0; i < n; ++i) {
     const StageProfile& stored = profile.Stored(i);
     for (size_t k = 0; k < stored.param_grads.size(); ++k) {
       last_user[stored.param_grads[k].first] = i;
-      sums_in_place[stored.param_grads[k].first] = stored.SumsInPlace(k);
+      sum_bytes[stored.param_grads[k].first] = stored.SumBytes(k);
     }
   }
   std::vector<Stage> stages(n);
@@ -216,7 +216,7 @@ Chain FromProfile(const ModelProfile& profile) {
         auto kept = profile.kept_gradient_bytes.find(param);
         s.param_grads += kept != profile.kept_gradient_bytes.end() ? kept->second : bytes;
       } else {
-        s.grad_sum += sums_in_place[param] ? bytes : 2 * bytes;
+        s.grad_sum += sum_bytes[param];
       }
     }
     s.nograd_ms = stored.costs.nograd_forward_ms;
