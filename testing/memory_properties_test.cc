@@ -126,7 +126,12 @@ RC_GTEST_PROP(Profile, RepeatedStagesMeasuredOnceEqualEachMeasured, ()) {
       RC_ASSERT(a.policy == b.policy);
       RC_ASSERT(a.input_bytes == b.input_bytes && a.output_bytes == b.output_bytes);
       RC_ASSERT(a.retained_bytes == b.retained_bytes);
-      RC_ASSERT(a.keeps_input == b.keeps_input && a.keeps_output == b.keeps_output);
+      RC_ASSERT(a.kept_inputs == b.kept_inputs && a.kept_outputs == b.kept_outputs);
+      RC_ASSERT(a.outputs.size() == b.outputs.size());
+      for (size_t o = 0; o < a.outputs.size(); ++o) {
+        RC_ASSERT(a.outputs[o].bytes == b.outputs[o].bytes &&
+                  a.outputs[o].input == b.outputs[o].input);
+      }
       RC_ASSERT(a.forward_transient_bytes == b.forward_transient_bytes);
       RC_ASSERT(a.nograd_transient_bytes == b.nograd_transient_bytes);
       RC_ASSERT(a.param_grads == b.param_grads);

@@ -187,8 +187,11 @@ TEST(ActivationBytes, ProfileSumsToStoreAll) {
     EXPECT_EQ(s.output_bytes, 288) << info.name;
     // ReLU keeps its output; the next Linear keeps its input (the same tensor); nothing else.
     EXPECT_EQ(s.retained_bytes, 0) << info.name;
-    EXPECT_TRUE(s.keeps_output) << info.name;
-    EXPECT_EQ(s.keeps_input, i > 0) << info.name;  // stage 0's input is the batch's
+    EXPECT_EQ(s.kept_outputs, std::vector<int>{0}) << info.name;
+    // Stage 0's input is the batch's, the caller's.
+    EXPECT_EQ(s.kept_inputs, i > 0 ? std::vector<int>{0} : std::vector<int>{}) << info.name;
+    ASSERT_EQ(s.outputs.size(), 1u) << info.name;
+    EXPECT_EQ(s.outputs[0].input, -1) << info.name;  // allocated by the stage
     // Linear's output lives until ReLU's output exists: one extra A transiently.
     EXPECT_EQ(s.forward_transient_bytes, 288) << info.name;
     // Backward creates the weight's and the bias's gradients: (24 x 24 + 24) x 4 bytes.

@@ -65,8 +65,8 @@ rc::Gen<ModelProfile> GeneratedProfile(int max_stages) {
         s.input_bytes = x[i];
         s.output_bytes = x[i + 1];
         s.retained_bytes = *rc::gen::inRange<int64_t>(0, 4 << 20);
-        s.keeps_input = *rc::gen::arbitrary<bool>();
-        s.keeps_output = *rc::gen::arbitrary<bool>();
+        if (*rc::gen::arbitrary<bool>()) s.kept_inputs = {0};
+        if (*rc::gen::arbitrary<bool>()) s.kept_outputs = {0};
         s.forward_transient_bytes = *rc::gen::inRange<int64_t>(0, 2 << 20);
         s.nograd_transient_bytes = *rc::gen::inRange<int64_t>(0, 2 << 20);
         s.backward_transient_bytes = *rc::gen::inRange<int64_t>(0, 4 << 20);

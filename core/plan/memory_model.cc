@@ -41,13 +41,20 @@ class StepReplay {
             plan_.strategy, " uses; extend the profile with the plan's policies first"));
       }
       stages_.push_back(s);
+      outputs_.push_back(s->OutputStorages());
       rng_bytes_ = std::max(rng_bytes_, s->rng_state_bytes);
     }
     const Program program = Compile(plan_, profile_.stages);
     values_.assign(program.num_values, Boundary{});
-    values_[0] = Boundary{0, 1};  // the batch: in the baseline, the caller's throughout
+    // The batch: the caller's throughout, in the baseline.
+    std::vector<int64_t> batch = profile_.input_storage_bytes;
+    if (batch.empty()) batch.push_back(profile_.input_bytes);
+    for (const int64_t bytes : batch) {
+      values_[0].push_back(static_cast<int>(storages_.size()));
+      storages_.push_back(Storage{bytes, 1, /*baseline=*/true});
+    }
     runs_.assign(program.num_runs, RunFrame{});
-    host_bytes_.assign(program.num_host, 0);
+    host_bytes_.assign(program.num_host, {});
     MemoryPrediction p;
     const size_t forward_end = program.ForwardEnd();
     for (size_t i = 0; i < program.ops.size(); ++i) {
@@ -58,8 +65,7 @@ class StepReplay {
           if (op.run >= 0) {
             RecordedForward(op);
           } else {
-            NoGradForward(op.begin, op.end);
-            values_[op.output] = Boundary{stages_[op.end - 1]->output_bytes, 1};
+            values_[op.output] = NoGradForward(op.begin, op.end, values_[op.input]);
           }
           break;
         case OpCode::kBackward:
@@ -76,16 +82,19 @@ class StepReplay {
         case OpCode::kDropRng:
           Add(-rng_bytes_);
           break;
-        case OpCode::kOffload:
-          host_bytes_[op.host] = values_[op.input].bytes;
-          host_live_ += host_bytes_[op.host];
+        case OpCode::kOffload:  // a copy of each storage (the batch's too: core/run/host_pool.h)
+          for (const int k : values_[op.input]) {
+            host_bytes_[op.host].push_back(storages_[k].bytes);
+            host_live_ += storages_[k].bytes;
+            p.offloaded_bytes += storages_[k].bytes;
+          }
           host_peak_ = std::max(host_peak_, host_live_);
-          p.offloaded_bytes += host_bytes_[op.host];
           break;
         case OpCode::kFetch:  // the device copy is made before the host's is freed
-          Add(host_bytes_[op.host]);
-          values_[op.output] = Boundary{host_bytes_[op.host], 1};
-          host_live_ -= host_bytes_[op.host];
+          for (const int64_t bytes : host_bytes_[op.host]) {
+            values_[op.output].push_back(NewStorage(bytes));
+            host_live_ -= bytes;
+          }
           break;
       }
       if (peak_ > limit_) break;  // ruled out: the rest cannot lower a peak
@@ -96,11 +105,16 @@ class StepReplay {
   }
 
  private:
-  // Tensors at a boundary: alive while anything holds them (the executor, a graph, a loop).
-  struct Boundary {
+  // A storage: its bytes are alive while anything refers to it (a boundary's tensors, a graph).
+  // The batch's are the caller's, in the baseline, and never counted.
+  struct Storage {
     int64_t bytes = 0;
-    int holders = 0;
+    int refs = 0;
+    bool baseline = false;
   };
+  // The tensors at a boundary, as the storages they name (one reference each, held by whoever
+  // holds the tensors: the executor, a loop; a graph refers to the storages it keeps itself).
+  using Boundary = std::vector<int>;
   // A recorded run: its boundaries inside [begin, end] (the first and the last are values the
   // executor holds, but for a run that ends in the loss), and the backward pass it gets.
   struct RunFrame {
@@ -121,9 +135,40 @@ class StepReplay {
           absl::StrCat(event, " ", profile_.stages[j].name, ": live ", live_, ", peak ", peak_));
     }
   }
-  void Hold(Boundary& b) { ++b.holders; }
-  void Release(Boundary& b) {
-    if (--b.holders == 0) live_ -= b.bytes;
+  // A storage allocated now, with no reference yet.
+  int NewStorage(int64_t bytes) {
+    storages_.push_back(Storage{bytes, 0, false});
+    Add(bytes);
+    return static_cast<int>(storages_.size()) - 1;
+  }
+  void Ref(int k) { ++storages_[k].refs; }
+  void Unref(int k) {
+    Storage& s = storages_[k];
+    if (--s.refs == 0 && !s.baseline) live_ -= s.bytes;
+  }
+  void Hold(const Boundary& b) {
+    for (const int k : b) Ref(k);
+  }
+  void Release(const Boundary& b) {
+    for (const int k : b) Unref(k);
+  }
+  // Refers to the storages at `indices` of `b` (a graph keeping them), or drops those references.
+  void RefSome(const Boundary& b, const std::vector<int>& indices, bool ref) {
+    for (const int i : indices) {
+      if (i < 0 || i >= static_cast<int>(b.size())) continue;
+      ref ? Ref(b[i]) : Unref(b[i]);
+    }
+  }
+  // Stage j's output tensors, made from `in`: its own storages allocated now, its input's named
+  // again; held once (by whoever made them).
+  Boundary Output(int j, const Boundary& in) {
+    Boundary out;
+    for (const BoundaryStorage& s : outputs_[j]) {
+      const bool input = s.input >= 0 && s.input < static_cast<int>(in.size());
+      out.push_back(input ? in[s.input] : NewStorage(s.bytes));
+    }
+    Hold(out);
+    return out;
   }
   bool ChunkedStage(int j) const { return plan_.PolicyOf(j).Chunks() > 1; }
   // Boundary j of run `r`: the executor's values at its ends, its own inside.
@@ -138,11 +183,11 @@ class StepReplay {
   void StoredForward(int j, Boundary& in, Boundary& out, bool in_held) {
     const StageProfile& s = *stages_[j];
     Note("forward", j);
-    Touch(s.retained_bytes + s.output_bytes + s.forward_transient_bytes);
-    Add(s.retained_bytes + s.output_bytes);
-    out = Boundary{s.output_bytes, 1};
-    if (s.keeps_output) Hold(out);
-    if (s.keeps_input) Hold(in);
+    Touch(s.retained_bytes + s.AllocatedOutputBytes() + s.forward_transient_bytes);
+    Add(s.retained_bytes);
+    out = Output(j, in);
+    RefSome(out, s.kept_outputs, true);
+    RefSome(in, s.kept_inputs, true);
     if (!in_held) Release(in);  // the loop moves on
   }
 
@@ -157,8 +202,8 @@ class StepReplay {
     // measurement saw it, but not kept afterwards (below).
     Touch(held ? s.backward_held_transient_bytes : s.backward_transient_bytes);
     Add(-s.retained_bytes);
-    if (s.keeps_output) Release(out);
-    if (s.keeps_input) Release(in);
+    RefSome(out, s.kept_outputs, false);
+    RefSome(in, s.kept_inputs, false);
     // The incoming gradient is freed, unless the executor holds it (below).
     Add(s.input_grad_bytes - (held ? 0 : grad_));
     grad_ = s.input_grad_bytes;
@@ -193,15 +238,18 @@ class StepReplay {
     Touch(summed);
   }
 
-  // Stages [begin, end) without a graph: one boundary alive at a time, the last kept.
-  void NoGradForward(int begin, int end) {
-    int64_t previous = 0;
+  // Stages [begin, end) without a graph from `in` (a value the executor holds): one boundary
+  // held at a time, the last returned.
+  Boundary NoGradForward(int begin, int end, const Boundary& in) {
+    Boundary x = in;
     for (int j = begin; j < end; ++j) {
       const StageProfile& s = *stages_[j];
-      Touch(s.output_bytes + s.nograd_transient_bytes);
-      Add(s.output_bytes - previous);
-      previous = s.output_bytes;
+      Touch(s.AllocatedOutputBytes() + s.nograd_transient_bytes);
+      Boundary y = Output(j, x);
+      if (j > begin) Release(x);
+      x = std::move(y);
     }
+    return x;
   }
 
   void RecordedForward(const Op& op) {
@@ -214,7 +262,7 @@ class StepReplay {
     const LossProfile& loss = profile_.loss;
     Boundary& last = At(r, op.end);
     Add(loss.retained_bytes + loss.output_bytes);
-    if (loss.keeps_input) Hold(last);
+    RefSome(last, loss.kept_inputs, true);
     if (op.begin < op.end) Release(last);  // the loop's; a value (a loss alone) is the table's
   }
 
@@ -228,7 +276,7 @@ class StepReplay {
       const LossProfile& loss = profile_.loss;
       Touch(loss.backward_transient_bytes);
       Add(loss.backward_net_bytes);
-      if (loss.keeps_input) Release(At(r, op.end));
+      RefSome(At(r, op.end), loss.kept_inputs, false);
       grad_ = loss.input_grad_bytes;
     }
     for (int j = op.end - 1; j >= op.begin; --j) {
@@ -240,12 +288,14 @@ class StepReplay {
   const ModelProfile& profile_;
   const Plan& plan_;
   std::vector<std::string>* timeline_;
-  std::vector<const StageProfile*> stages_;  // each stage under the plan's policy
+  std::vector<const StageProfile*> stages_;            // each stage under the plan's policy
+  std::vector<std::vector<BoundaryStorage>> outputs_;  // its output storages
   int64_t rng_bytes_ = 0;
-  std::vector<Boundary> values_;  // by value id
-  std::vector<RunFrame> runs_;    // by run id
-  int next_graph_ = 0;            // ids of backward calls, and of chunks' own passes
-  std::set<int> grads_;           // parameters whose gradient exists
+  std::vector<Storage> storages_;  // by id: every storage the replay has made
+  std::vector<Boundary> values_;   // by value id
+  std::vector<RunFrame> runs_;     // by run id
+  int next_graph_ = 0;             // ids of backward calls, and of chunks' own passes
+  std::set<int> grads_;            // parameters whose gradient exists
   // Gradient contributions so far per (parameter, backward pass), and what summing the second
   // into the first costs.
   struct Contributions {
@@ -257,7 +307,7 @@ class StepReplay {
   int64_t live_ = 0;
   int64_t peak_ = 0;
   int64_t limit_;
-  std::vector<int64_t> host_bytes_;  // by host buffer
+  std::vector<std::vector<int64_t>> host_bytes_;  // by host buffer, a copy per storage
   int64_t host_live_ = 0;
   int64_t host_peak_ = 0;
 };

@@ -9,6 +9,17 @@
 
 namespace ckpt {
 
+std::vector<BoundaryStorage> StageProfile::OutputStorages() const {
+  if (!outputs.empty()) return outputs;
+  return {BoundaryStorage{output_bytes, -1}};
+}
+
+int64_t StageProfile::AllocatedOutputBytes() const {
+  int64_t bytes = 0;
+  for (const BoundaryStorage& s : OutputStorages()) bytes += s.input < 0 ? s.bytes : 0;
+  return bytes;
+}
+
 const StageProfile* ModelProfile::Find(int stage, const StagePolicy& policy) const {
   if (stage < 0 || stage >= static_cast<int>(measured.size())) return nullptr;
   for (const StageProfile& p : measured[stage]) {

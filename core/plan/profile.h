@@ -26,10 +26,10 @@ struct StageCosts {
   double forward_ms = 0;         // forward with autograd recording
   double nograd_forward_ms = 0;  // forward without (a checkpointed segment's first pass)
   double backward_ms = 0;        // backward through the recorded graph
-  int64_t input_bytes = 0;       // x: the tensors the stage takes
-  int64_t output_bytes = 0;      // the tensors it returns (the next stage's x)
+  int64_t input_bytes = 0;       // x: the storages of the tensors the stage takes
+  int64_t output_bytes = 0;      // those of the tensors it returns (the next stage's x)
   // x-bar: what running it with a graph adds until its backward: what the graph keeps besides
-  // its input, and its output.
+  // its input, and the output storages it allocates.
   int64_t kept_bytes = 0;
   int64_t forward_transient_bytes = 0;   // tmp_f: the forward's peak above input + kept
   int64_t nograd_transient_bytes = 0;    // the same without a graph, above input + output
@@ -37,16 +37,31 @@ struct StageCosts {
   int64_t param_grad_bytes = 0;          // the parameter gradients its backward creates
 };
 
+// Memory is counted in storages, as the allocator sees it: the tensors at a stage boundary name
+// storages, several tensors may name one (a tensor returned twice, a view and its base), a view
+// keeps all of its base's storage alive (x[:, :0] too), and a stage's output may name its
+// input's (the input returned, nn.Flatten, x.t()). A boundary's storages are listed in the
+// order its tensors first name them.
+struct BoundaryStorage {
+  int64_t bytes = 0;
+  int input = -1;  // the index of the stage's input storage it is; -1: the stage allocated it
+};
+
 // One stage under one policy, as the memory model needs it: measured in isolation but as the
-// stage sits in the chain, on the input the chain gives it, with its input and output tensors
-// owned by the caller as the executor owns them.
+// stage sits in the chain, on the input the chain gives it (its tensors sharing storages as
+// they do there), with its input and output tensors owned by the caller as the executor owns
+// them.
 struct StageProfile {
   StagePolicy policy;
-  int64_t input_bytes = 0;              // the tensors it takes (owned by the previous stage)
-  int64_t output_bytes = 0;             // the tensors it returns
-  int64_t retained_bytes = 0;           // what its graph keeps besides its input and output tensors
-  bool keeps_input = false;             // its graph keeps its input tensors alive
-  bool keeps_output = false;            // its graph keeps its output tensors alive
+  int64_t input_bytes = 0;   // the storages of the tensors it takes (the previous stage's)
+  int64_t output_bytes = 0;  // the storages of the tensors it returns, its input's included
+  // Each storage its outputs name. Empty (a hand-made profile): one of output_bytes, allocated.
+  std::vector<BoundaryStorage> outputs;
+  int64_t retained_bytes = 0;  // what its graph keeps besides its input and output storages
+  // The storages its graph keeps alive until its backward: of its input (their indices) and of
+  // those it allocated for its output (indices into OutputStorages()).
+  std::vector<int> kept_inputs;
+  std::vector<int> kept_outputs;
   int64_t forward_transient_bytes = 0;  // forward peak above (input + retained + output)
   int64_t nograd_transient_bytes = 0;   // same without grad, above (input + output)
   // The gradients its backward creates: (index in ChainModel::Parameters(), bytes). A
@@ -80,13 +95,18 @@ struct StageProfile {
   // float32 in the bytes above. Empty without autocast.
   std::vector<std::string> float32_ops;
   StageCosts costs;  // the planner's view, with the measured times
+
+  // `outputs`, or for a hand-made profile the one storage it implies.
+  std::vector<BoundaryStorage> OutputStorages() const;
+  // The bytes of the output storages it allocates (not its input's).
+  int64_t AllocatedOutputBytes() const;
 };
 
 // The loss, profiled like a stage (its input is the last stage's output).
 struct LossProfile {
-  int64_t retained_bytes = 0;  // besides its input and the scalar
-  bool keeps_input = false;
-  int64_t output_bytes = 0;              // the scalar
+  int64_t retained_bytes = 0;            // besides its input and the scalar
+  std::vector<int> kept_inputs;          // its input's storages its graph (or the scalar) keeps
+  int64_t output_bytes = 0;              // the scalar, unless it is its input's
   int64_t backward_transient_bytes = 0;  // above its start; includes the input's gradient
   // Live bytes after its backward minus before: its input's gradient and the seed gradient
   // LibTorch allocates, less what its graph retained.
@@ -102,7 +122,10 @@ struct ModelProfile {
   // Per stage, one entry per measured policy; the first is every part stored.
   std::vector<std::vector<StageProfile>> measured;
   LossProfile loss;
-  int64_t input_bytes = 0;          // bytes of the chain's inputs (the batch holds them)
+  int64_t input_bytes = 0;  // bytes of the chain's inputs (the batch holds them)
+  // Each storage the chain's inputs name (the caller's: in the baseline). Empty (a hand-made
+  // profile): one of input_bytes.
+  std::vector<int64_t> input_storage_bytes;
   int64_t target_bytes = 0;         // bytes of the batch's targets, less storage its inputs share
   int64_t param_bytes = 0;          // bytes of the model's parameters
   int64_t param_element_bytes = 4;  // bytes of one element of a parameter (the largest kind)

@@ -141,7 +141,7 @@ class CudaHostPoolImpl final : public HostPool {
   explicit CudaHostPoolImpl(c10::DeviceIndex index)
       : index_(index), copies_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index)) {}
 
-  Transfer ToHost(const std::vector<at::Tensor>& ts) override {
+  Transfer CopyToHost(const std::vector<at::Tensor>& ts) override {
     StartAfterCompute();
     Transfer transfer;
     const c10::cuda::CUDAStreamGuard on_copies(copies_);
@@ -160,7 +160,7 @@ class CudaHostPoolImpl final : public HostPool {
     return transfer;
   }
 
-  Transfer ToDevice(const std::vector<at::Tensor>& host, const c10::Device& device) override {
+  Transfer CopyToDevice(const std::vector<at::Tensor>& host, const c10::Device& device) override {
     TORCH_CHECK(device.is_cuda() && device.index() == index_, "ckptlab host pool of cuda:", index_,
                 ": asked to copy to ", device.str());
     Transfer transfer;

@@ -196,9 +196,7 @@ StepResult ChainExecutor::RunStep(const Batch& batch, const StepOptions& options
         at::NoGradGuard no_grad;
         const std::vector<at::Tensor>& value = state.Read(op.input);
         Transfer out = host_pool_->ToHost(value);
-        for (const at::Tensor& t : value) {
-          if (t.defined()) state.offloaded_bytes += static_cast<int64_t>(t.nbytes());
-        }
+        state.offloaded_bytes += out.bytes;
         state.host[op.host] = std::move(out.tensors);
         state.copying_out[op.input] = std::move(out.done);
         break;

@@ -19,12 +19,12 @@ namespace {
 // Copies wait in a queue, in issue order, until a fence's Wait() does them and those before.
 class CpuHostPool final : public HostPool {
  public:
-  Transfer ToHost(const std::vector<at::Tensor>& ts) override {
+  Transfer CopyToHost(const std::vector<at::Tensor>& ts) override {
     std::vector<at::Tensor> copies;
     for (const at::Tensor& t : ts) copies.push_back(t.defined() ? Allocate(t) : at::Tensor());
     return Enqueue(ts, std::move(copies));
   }
-  Transfer ToDevice(const std::vector<at::Tensor>& host, const c10::Device& device) override {
+  Transfer CopyToDevice(const std::vector<at::Tensor>& host, const c10::Device& device) override {
     std::vector<at::Tensor> copies;
     for (const at::Tensor& h : host) {
       copies.push_back(h.defined() ? at::empty(h.sizes(), h.options().device(device))
@@ -106,7 +106,61 @@ class CpuHostPool final : public HostPool {
   bool check_order_ = false;
 };
 
+// The storages some tensors name, each once, as flat byte tensors over the whole of each, and
+// for each tensor the index of its storage's (-1 for an undefined one).
+struct Flattened {
+  explicit Flattened(const std::vector<at::Tensor>& ts) {
+    std::vector<const c10::StorageImpl*> ids;
+    for (const at::Tensor& t : ts) {
+      if (!t.defined()) {
+        of.push_back(-1);
+        continue;
+      }
+      const c10::StorageImpl* id = t.storage().unsafeGetStorageImpl();
+      const auto at = std::find(ids.begin(), ids.end(), id);
+      of.push_back(static_cast<int>(at - ids.begin()));
+      if (at != ids.end()) continue;
+      ids.push_back(id);
+      const int64_t bytes = static_cast<int64_t>(t.storage().nbytes());
+      flats.push_back(at::empty({0}, t.options().dtype(at::kByte).requires_grad(false))
+                          .set_(t.storage(), 0, {bytes}, {1}));
+      total += bytes;
+    }
+  }
+  // Each of `ts` as the same view of copies[of[i]] (the copies of `flats`).
+  std::vector<at::Tensor> Views(const std::vector<at::Tensor>& ts,
+                                const std::vector<at::Tensor>& copies) const {
+    std::vector<at::Tensor> out;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      if (of[i] < 0) {
+        out.emplace_back();
+        continue;
+      }
+      const at::Tensor& t = ts[i];
+      out.push_back(at::empty({0}, copies[of[i]].options().dtype(t.dtype()))
+                        .set_(copies[of[i]].storage(), t.storage_offset(), t.sizes(), t.strides()));
+    }
+    return out;
+  }
+
+  std::vector<at::Tensor> flats;
+  std::vector<int> of;
+  int64_t total = 0;
+};
+
 }  // namespace
+
+Transfer HostPool::ToHost(const std::vector<at::Tensor>& ts) {
+  const Flattened storages(ts);
+  Transfer copied = CopyToHost(storages.flats);
+  return {storages.Views(ts, copied.tensors), std::move(copied.done), storages.total};
+}
+
+Transfer HostPool::ToDevice(const std::vector<at::Tensor>& host, const c10::Device& device) {
+  const Flattened storages(host);
+  Transfer copied = CopyToDevice(storages.flats, device);
+  return {storages.Views(host, copied.tensors), std::move(copied.done), storages.total};
+}
 
 void HostCounter::Add(int64_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);

@@ -61,21 +61,32 @@ class CopyFence {
 struct Transfer {
   std::vector<at::Tensor> tensors;  // the copies, one per source (undefined for undefined)
   std::unique_ptr<CopyFence> done;
+  int64_t bytes = 0;  // the storages copied
 };
 
 class HostPool {
  public:
   virtual ~HostPool() = default;
-  // Contiguous copies of `ts` in blocks of this pool, each counted until its storage is freed.
-  // Tensors in no autograd graph: the copies record none.
-  virtual Transfer ToHost(const std::vector<at::Tensor>& ts) = 0;
-  // Copies of `host` (this pool's tensors) on `device`, from that device's allocator.
-  virtual Transfer ToDevice(const std::vector<at::Tensor>& host, const c10::Device& device) = 0;
+  // Copies of `ts` in blocks of this pool, each counted until its storage is freed. What is
+  // copied is storages, as the allocator holds them (core/plan/profile.h): each storage the
+  // tensors name, once and whole, and each copy is the same view of its storage's copy as its
+  // source is of its storage (two tensors sharing one share one copy). Tensors in no autograd
+  // graph: the copies record none.
+  Transfer ToHost(const std::vector<at::Tensor>& ts);
+  // Copies of `host` (this pool's tensors) on `device`, from that device's allocator, the same
+  // way.
+  Transfer ToDevice(const std::vector<at::Tensor>& host, const c10::Device& device);
   virtual HostStats Stats() const = 0;
   // Starts a new peak window at the current live bytes.
   virtual void ResetPeak() = 0;
   // Whether copies' results hold poison until their copies are done (above). Off by default.
   virtual void CheckOrder(bool on) = 0;
+
+ protected:
+  // A contiguous copy of each of `flats` (whole storages, as bytes), one per source.
+  virtual Transfer CopyToHost(const std::vector<at::Tensor>& flats) = 0;
+  virtual Transfer CopyToDevice(const std::vector<at::Tensor>& flats,
+                                const c10::Device& device) = 0;
 };
 
 // The pool for activations offloaded from `device` (cpu or cuda), created on first use; lives

@@ -36,11 +36,37 @@ int64_t StorageBytes(const at::Tensor& t) {
   return t.defined() && t.has_storage() ? static_cast<int64_t>(t.storage().nbytes()) : 0;
 }
 
-int64_t Bytes(const std::vector<at::Tensor>& tensors) {
-  int64_t n = 0;
-  for (const at::Tensor& t : tensors) n += StorageBytes(t);
-  return n;
-}
+// The storages some tensors name, each once, in the order they first name them (a boundary's,
+// as core/plan/profile.h lists them), with a weak reference to each that tells when it is freed.
+struct Storages {
+  explicit Storages(const std::vector<at::Tensor>& tensors) {
+    for (const at::Tensor& t : tensors) {
+      if (!t.defined() || !t.has_storage()) continue;
+      const c10::StorageImpl* id = t.storage().unsafeGetStorageImpl();
+      if (Find(id) >= 0) continue;
+      ids.push_back(id);
+      bytes.push_back(static_cast<int64_t>(t.storage().nbytes()));
+      weak.push_back(t.storage().getWeakStorageImpl());
+    }
+  }
+  // The index of storage `id`, or -1.
+  int Find(const c10::StorageImpl* id) const {
+    const auto at = std::find(ids.begin(), ids.end(), id);
+    return at == ids.end() ? -1 : static_cast<int>(at - ids.begin());
+  }
+  bool Alive(size_t k) const { return !weak[k].expired(); }
+  int64_t Total() const {
+    int64_t n = 0;
+    for (const int64_t b : bytes) n += b;
+    return n;
+  }
+
+  std::vector<const c10::StorageImpl*> ids;  // compared only while the storages live
+  std::vector<int64_t> bytes;
+  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> weak;
+};
+
+int64_t Bytes(const std::vector<at::Tensor>& tensors) { return Storages(tensors).Total(); }
 
 // Bytes of the storages behind `tensors` that none of `besides` (nor an earlier one of
 // `tensors`) shares: a target that is a view of an input costs nothing more.
@@ -178,14 +204,6 @@ class Float32OpsRecorder {
   at::CallbackHandle handle_;
 };
 
-// Live bytes freed by running `drop` (which releases some references).
-template <typename Fn>
-int64_t FreedBy(MemoryMeter& meter, Fn&& drop) {
-  const int64_t before = meter.Stats().live_bytes;
-  drop();
-  return before - meter.Stats().live_bytes;
-}
-
 // Puts a model's state (ChainModel::State) back as it was when made, also when measuring
 // throws: the profiler runs stages that update it (StageInfo::updates_state) many times.
 class StateRestorer {
@@ -244,7 +262,9 @@ class Profiler {
     ModelProfile profile;
     profile.model = model_.spec();
     profile.stages = stages_;
-    profile.input_bytes = Bytes(batch_.inputs);
+    const Storages batch_storages(batch_.inputs);
+    profile.input_bytes = batch_storages.Total();
+    profile.input_storage_bytes = batch_storages.bytes;
     profile.target_bytes = BytesBeyond(batch_.targets, batch_.inputs);
     profile.param_bytes = Bytes(params_);
     int64_t element_bytes = 0;
@@ -400,16 +420,58 @@ class Profiler {
   // outputs differentiable, whatever their inputs (core/run/checkpoint.h). (Where no stage
   // before has parameters and the batch needs no gradient, a stored stage's input does not need
   // one in a step, and what it saves for one is predicted too high: docs/torchscript.md.)
+  // Tensors that share a storage in `given` (one tensor twice, a view beside its base) share one
+  // in `xs` too, each the same view of it: the storage is copied whole, as a leaf where one of
+  // them needs a gradient.
   void PrepareInputs(const std::vector<at::Tensor>& given, bool batch, std::vector<at::Tensor>& xs,
                      std::vector<at::Tensor>& leaves) {
+    std::unordered_map<const c10::StorageImpl*, std::vector<const at::Tensor*>> sharing;
     for (const at::Tensor& t : given) {
-      const bool needs_grad = IsDifferentiable(t) && (!batch || t.requires_grad());
-      if (needs_grad) {
-        leaves.push_back(t.detach().requires_grad_(true));
-        xs.push_back(leaves.back().clone());
-      } else {
-        xs.push_back(batch || !t.defined() ? t : t.clone());
+      if (t.defined() && t.has_storage()) sharing[t.storage().unsafeGetStorageImpl()].push_back(&t);
+    }
+    const auto needs_grad = [batch](const at::Tensor& t) {
+      return IsDifferentiable(t) && (!batch || t.requires_grad());
+    };
+    std::unordered_map<const c10::StorageImpl*, at::Tensor> bases;  // a shared storage's copy
+    std::unordered_map<const c10::TensorImpl*, at::Tensor> made;    // a tensor named again
+    for (const at::Tensor& t : given) {
+      if (!t.defined() || (batch && !needs_grad(t))) {
+        xs.push_back(t);
+        continue;
       }
+      auto again = made.find(t.unsafeGetTensorImpl());
+      if (again != made.end()) {
+        xs.push_back(again->second);
+        continue;
+      }
+      const std::vector<const at::Tensor*>* group =
+          t.has_storage() ? &sharing[t.storage().unsafeGetStorageImpl()] : nullptr;
+      const bool alike = group != nullptr && group->size() > 1 &&
+                         std::all_of(group->begin(), group->end(), [&](const at::Tensor* u) {
+                           return u->scalar_type() == t.scalar_type();
+                         });
+      at::Tensor x;
+      if (alike) {
+        at::Tensor& base = bases[t.storage().unsafeGetStorageImpl()];
+        if (!base.defined()) {
+          const int64_t numel = static_cast<int64_t>(t.storage().nbytes()) / t.element_size();
+          at::Tensor copy = t.detach().as_strided({numel}, {1}, 0).clone();
+          if (std::any_of(group->begin(), group->end(),
+                          [&](const at::Tensor* u) { return needs_grad(*u); })) {
+            leaves.push_back(copy.requires_grad_(true));
+            copy = leaves.back().clone();
+          }
+          base = copy;
+        }
+        x = base.as_strided(t.sizes(), t.strides(), t.storage_offset());
+      } else if (needs_grad(t)) {
+        leaves.push_back(t.detach().requires_grad_(true));
+        x = leaves.back().clone();
+      } else {
+        x = t.clone();
+      }
+      made.emplace(t.unsafeGetTensorImpl(), x);
+      xs.push_back(x);
     }
   }
 
@@ -439,24 +501,36 @@ class Profiler {
     meter_.ResetPeak();
     std::vector<at::Tensor> ys = Run(i, xs, policy);
     const MemoryStats after = meter_.Stats();
-    p.output_bytes = Bytes(ys);
-    p.retained_bytes = after.live_bytes - start - p.output_bytes;
+    const Storages in(xs), out(ys);
+    for (size_t k = 0; k < out.ids.size(); ++k) {
+      p.outputs.push_back({out.bytes[k], in.Find(out.ids[k])});
+      p.output_bytes += out.bytes[k];
+    }
+    p.retained_bytes = after.live_bytes - start - p.AllocatedOutputBytes();
     p.forward_transient_bytes = after.peak_bytes - after.live_bytes;
 
     // The gradient source: z = sum(y * c), whose backward allocates dL/dy = c afresh, as the
-    // next stage's backward would.
+    // next stage's backward would (a gradient per tensor, as dense as the tensor).
     std::vector<at::Tensor> consts;
     at::Tensor z;
+    int64_t incoming_bytes = 0;
     for (const at::Tensor& y : ys) {
       if (!y.requires_grad()) continue;
       consts.push_back(at::randn_like(y));
+      incoming_bytes += static_cast<int64_t>(consts.back().nbytes());
       at::Tensor term = y.mul(consts.back()).sum();
       z = z.defined() ? z.add(term) : term;
     }
-    const int64_t x_bytes = Bytes(xs);
-    p.keeps_input = i > 0 && FreedBy(meter_, [&] { xs.clear(); }) < x_bytes;
-    const int64_t y_bytes = p.output_bytes;
-    p.keeps_output = FreedBy(meter_, [&] { ys.clear(); }) < y_bytes;
+    // What the graph keeps: the storages that outlive the tensors. Stage 0's input is the
+    // batch, which the caller holds throughout.
+    if (i > 0) xs.clear();
+    ys.clear();
+    for (size_t k = 0; i > 0 && k < in.ids.size(); ++k) {
+      if (in.Alive(k)) p.kept_inputs.push_back(static_cast<int>(k));
+    }
+    for (size_t k = 0; k < out.ids.size(); ++k) {
+      if (p.outputs[k].input < 0 && out.Alive(k)) p.kept_outputs.push_back(static_cast<int>(k));
+    }
     if (z.defined()) {
       // Each parameter's gradient as the engine hands it to the parameter's accumulator, which
       // is where a later stage's contribution would wait for it in a step's backward pass.
@@ -477,7 +551,7 @@ class Profiler {
       // Above the state at the start of the stage's backward, which already holds dL/dy (and
       // the 4-byte seed of z's backward, which the chain does not have).
       p.backward_transient_bytes =
-          meter_.Stats().peak_bytes - base - p.output_bytes - static_cast<int64_t>(z.nbytes());
+          meter_.Stats().peak_bytes - base - incoming_bytes - static_cast<int64_t>(z.nbytes());
       for (const int k : stage_params_[i]) {
         if (!params_[k].grad().defined()) continue;
         p.param_grads.emplace_back(k, params_[k].grad().nbytes());
@@ -614,12 +688,16 @@ class Profiler {
     timer_->Start();
     at::Tensor loss = Loss(xs);
     p.forward_ms = timer_->StopMs();
-    const bool aliases_input = !xs.empty() && loss.is_same(xs[0]);
+    const Storages in(xs);
+    const bool aliases_input =
+        loss.has_storage() && in.Find(loss.storage().unsafeGetStorageImpl()) >= 0;
     p.output_bytes = aliases_input ? 0 : StorageBytes(loss);
     p.retained_bytes = meter_.Stats().live_bytes - start - p.output_bytes;
-    const int64_t x_bytes = Bytes(xs);
-    p.keeps_input = aliases_input || FreedBy(meter_, [&] { xs.clear(); }) < x_bytes;
+    // The input's storages its graph (or the scalar itself) keeps.
     xs.clear();
+    for (size_t k = 0; !stages_.empty() && k < in.ids.size(); ++k) {
+      if (in.Alive(k)) p.kept_inputs.push_back(static_cast<int>(k));
+    }
     if (!loss.requires_grad()) return;
     const int64_t base = meter_.Stats().live_bytes;
     meter_.ResetPeak();
@@ -627,9 +705,11 @@ class Profiler {
     loss.backward();
     p.backward_ms = timer_->StopMs();
     p.backward_transient_bytes = meter_.Stats().peak_bytes - base;
-    // Without the release of its input (the model releases boundaries itself).
-    p.backward_net_bytes =
-        meter_.Stats().live_bytes - base + (p.keeps_input && !aliases_input ? x_bytes : 0);
+    // Without the release of the input storages its graph kept (the model releases boundaries
+    // itself).
+    int64_t released = 0;
+    for (const int k : p.kept_inputs) released += in.Alive(k) ? 0 : in.bytes[k];
+    p.backward_net_bytes = meter_.Stats().live_bytes - base + released;
     for (const at::Tensor& leaf : leaves) {
       p.input_grad_bytes += leaf.grad().defined() ? leaf.grad().nbytes() : 0;
     }

@@ -226,7 +226,7 @@ Chain FromProfile(const ModelProfile& profile) {
       if (std::find(menu.begin(), menu.end(), p.policy) == menu.end()) continue;
       s.nograd_transient = std::max(s.nograd_transient, p.nograd_transient_bytes);
       s.options.push_back({static_cast<int>(k), p.costs.forward_ms, p.costs.backward_ms,
-                           p.retained_bytes + p.output_bytes, p.forward_transient_bytes,
+                           p.retained_bytes + p.AllocatedOutputBytes(), p.forward_transient_bytes,
                            p.backward_transient_bytes, p.backward_held_transient_bytes});
     }
   }
