@@ -141,6 +141,7 @@ const std::vector<ResultColumn>& Columns() {
       Real("predicted_copy_exposed_ms", &Row::predicted_copy_exposed_ms, 3, true),
       Real("copy_exposed_ms", &Row::copy_exposed_ms, 3, true),
       Real("max_grad_diff_vs_store_all", &Row::max_grad_diff_vs_store_all, -1, true),
+      Text("grad_check", &Row::grad_check),
       Across(AcrossRanks::kMean, Real("loss", &Row::loss, -2, true)),
       Integer("steps", &Row::steps, false),
       Real("step_gflop", &Row::step_gflop, 4, false, /*zero_empty=*/true),

@@ -63,6 +63,10 @@ struct ConfigResult {
   double predicted_copy_exposed_ms = kUnknown;
   double copy_exposed_ms = kUnknown;
   double max_grad_diff_vs_store_all = kUnknown;  // max |g - g_store_all| over every gradient
+  // What the gradients were compared in (experiments/sweep.cc, CheckGradients): the run's dtype
+  // ("float32", "float32 under bfloat16 autocast"), or "float64 twin" where the plan sums in
+  // another order and that decided. Empty where they were not compared.
+  std::string grad_check;
   double loss = 0;
   int64_t steps = 0;  // timed rounds measured
   // The model's matrix-product GFLOP per training step (three times the forward's, as the

@@ -6,10 +6,13 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "ATen/Context.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "c10/core/DefaultDtype.h"
+#include "core/base/printable.h"
 #include "core/base/status_macros.h"
 #include "core/plan/memory_model.h"
 #include "core/plan/plan_text.h"
@@ -50,6 +53,7 @@ struct Config {
   explicit Config(BoundStrategy bound) : strategy(std::move(bound)) {}
   BoundStrategy strategy;
   ConfigResult result;
+  Plan plan;                              // as planned
   std::optional<ChainExecutor> executor;  // empty once it failed
   Variant variant = Variant::kNone;
   std::optional<ChainExecutor> twin;  // kTwin's executor
@@ -162,6 +166,7 @@ absl::Status PlanConfigs(const Cohort& cohort, Workload& workload, const ModelPr
     RETURN_IF_ERROR(cohort.Same(c.result.plan, "plans"));
     c.result.predicted = run->predicted;
     c.result.predicted_step_ms = PredictStepMs(profile, run->plan).value_or(kNaN);
+    c.plan = run->plan;
     if (run->predicted.offloaded_bytes > 0) {
       PlanTwin(cohort, workload, run->plan, profile, meter, c);
     }
@@ -291,70 +296,276 @@ absl::Status MeasureRounds(const SweepOptions& options, const Cohort& cohort, Wo
   return absl::OkStatus();
 }
 
-// Every configuration's gradients against store_all's (configs[0]), one more seeded step each.
-// Run after the measurements, so that the reference copy never inflates anyone's memory
-// figures, and outside the measured cap, which it would count against. With a group, each
-// step has a reducer of its own (its first step reduces after backward), so the gradients
-// compared are the ranks' mean, and the difference is the largest rank's.
-absl::Status CheckGradients(const SweepOptions& options, const Cohort& cohort, ChainModel& model,
-                            const Batch& batch, std::vector<Config>& configs) {
-  // The step's own outcome into `stepped`; an error when the sweep cannot go on.
-  auto seeded_step = [&](Config& c, absl::Status& stepped) -> absl::Status {
+// The largest |g| over gradients (empty ones have none).
+double LargestMagnitude(const std::vector<at::Tensor>& grads) {
+  double m = 0;
+  for (const at::Tensor& g : grads) {
+    if (g.defined() && g.numel() > 0) m = std::max(m, g.abs().max().item<double>());
+  }
+  return m;
+}
+
+// Sets LibTorch's default dtype for a scope: a model built inside is made in it.
+class ScopedDefaultDtype {
+ public:
+  explicit ScopedDefaultDtype(caffe2::TypeMeta dtype) : saved_(c10::get_default_dtype()) {
+    c10::set_default_dtype(dtype);
+  }
+  ~ScopedDefaultDtype() { c10::set_default_dtype(saved_); }
+  ScopedDefaultDtype(const ScopedDefaultDtype&) = delete;
+  ScopedDefaultDtype& operator=(const ScopedDefaultDtype&) = delete;
+
+ private:
+  caffe2::TypeMeta saved_;
+};
+
+// Seeded steps of one model, each from the model's state as it was when made: gradients from
+// steps that start alike can be compared (a stage may read the state it updates).
+class GradientSteps {
+ public:
+  GradientSteps(const SweepOptions& options, const Cohort& cohort, ChainModel& model,
+                const Batch& batch, std::optional<c10::ScalarType> autocast)
+      : options_(options), cohort_(cohort), model_(model), batch_(batch), autocast_(autocast) {
+    at::NoGradGuard no_grad;
+    for (const at::Tensor& t : model_.State()) state_.push_back(t.clone());
+  }
+
+  // A seeded step of `executor` (the step's own outcome in `stepped`), its gradients (every
+  // parameter's, then every input's) in `grads`; an error when the sweep cannot go on.
+  absl::Status Step(ChainExecutor& executor, absl::Status& stepped,
+                    std::vector<at::Tensor>& grads) {
     std::unique_ptr<GradientReducer> reducer;
-    if (!cohort.alone()) {
+    if (!cohort_.alone()) {
       absl::StatusOr<std::unique_ptr<GradientReducer>> made =
-          GradientReducer::Create(*cohort.group(), model.Parameters(), model.State());
-      if (!made.ok()) return RankError(*cohort.group(), "could not make a reducer", made.status());
+          GradientReducer::Create(*cohort_.group(), model_.Parameters(), model_.State());
+      if (!made.ok()) return RankError(*cohort_.group(), "could not make a reducer", made.status());
       reducer = *std::move(made);
     }
-    SeedRound(options.seed);
-    StepOptions step_options = SweepStepOptions(options);
+    stepped = RunTorch([&] {
+      at::NoGradGuard no_grad;
+      const std::vector<at::Tensor> state = model_.State();
+      for (size_t i = 0; i < state.size() && i < state_.size(); ++i) state[i].copy_(state_[i]);
+    });
+    SeedRound(options_.seed);
+    StepOptions step_options = SweepStepOptions(options_);
+    step_options.autocast = autocast_;
     step_options.hooks = reducer.get();
-    stepped = c.executor->Step(batch, step_options).status();
-    return cohort.AgreeOn(stepped);
-  };
+    if (stepped.ok()) stepped = executor.Step(batch_, step_options).status();
+    grads.clear();
+    if (stepped.ok()) grads = CollectGradients(model_, batch_);
+    return cohort_.AgreeOn(stepped);
+  }
+
+ private:
+  const SweepOptions& options_;
+  const Cohort& cohort_;
+  ChainModel& model_;
+  const Batch& batch_;
+  std::optional<c10::ScalarType> autocast_;
+  std::vector<at::Tensor> state_;
+};
+
+// The float64 twin of a model (the same spec, seed and batch, made with float64 as the default
+// dtype) and store_all's gradients on it: where a plan sums in another order than store_all
+// (Plan::Reassociates), the exact check of its arithmetic, independent of rounding in the run's
+// dtype (2^-53 against float32's 2^-24 and bfloat16's 2^-8). Steps run without autocast and,
+// with ranks, on each rank's own rows without reducing (the plan's arithmetic is each rank's).
+class Float64Twin {
+ public:
+  static constexpr double kTolerance = 1e-9;  // of the largest gradient (at least 1)
+
+  static absl::StatusOr<std::unique_ptr<Float64Twin>> Make(const SweepOptions& options,
+                                                           const BoundModel& model,
+                                                           const Plan& store_all,
+                                                           MemoryMeter& meter) {
+    const ScopedDefaultDtype float64(caffe2::TypeMeta::Make<double>());
+    ASSIGN_OR_RETURN(Workload workload, Workload::Build(model, WorkloadOptionsFor(options)));
+    auto twin = std::unique_ptr<Float64Twin>(new Float64Twin(options, std::move(workload), meter));
+    ASSIGN_OR_RETURN(twin->reference_, twin->Gradients(store_all));
+    return twin;
+  }
+
+  // max |g - g_store_all| / max(max |g_store_all|, 1) of `plan` on the twin.
+  absl::StatusOr<double> RelativeDifference(const Plan& plan) {
+    ASSIGN_OR_RETURN(const std::vector<at::Tensor> grads, Gradients(plan));
+    return RunTorch([&] {
+      return MaxGradientDifference(grads, reference_) / std::max(LargestMagnitude(reference_), 1.0);
+    });
+  }
+
+ private:
+  Float64Twin(const SweepOptions& options, Workload workload, MemoryMeter& meter)
+      : options_(options),
+        workload_(std::move(workload)),
+        meter_(meter),
+        cohort_(nullptr),
+        steps_(options_, cohort_, *workload_.model(), workload_.batch(), std::nullopt) {}
+
+  absl::StatusOr<std::vector<at::Tensor>> Gradients(const Plan& plan) {
+    ASSIGN_OR_RETURN(ChainExecutor executor,
+                     ChainExecutor::Create(workload_.model(), plan, &meter_, options_.device));
+    absl::Status stepped;
+    std::vector<at::Tensor> grads;
+    RETURN_IF_ERROR(steps_.Step(executor, stepped, grads));
+    RETURN_IF_ERROR(stepped);
+    return RunTorch([&] {
+      for (at::Tensor& g : grads) g = g.defined() ? g.clone() : g;
+      return grads;
+    });
+  }
+
+  const SweepOptions& options_;
+  Workload workload_;
+  MemoryMeter& meter_;
+  const Cohort cohort_;  // alone: a twin's steps reduce nothing
+  GradientSteps steps_;
+  std::vector<at::Tensor> reference_;
+};
+
+// What a configuration's step ran in: "float32", "float32 under bfloat16 autocast".
+std::string StepDtype(const SweepOptions& options) {
+  std::string dtype(c10::get_default_dtype().name());
+  if (dtype == "float") dtype = "float32";
+  if (dtype == "double") dtype = "float64";
+  if (!options.autocast) return dtype;
+  return absl::StrCat(dtype, " under ", *options.autocast == at::kBFloat16 ? "bfloat16" : "float16",
+                      " autocast");
+}
+
+// Every configuration's gradients against store_all's (configs[0]), one more seeded step each,
+// every step from the model's state as it was before the first. Run after the measurements, so
+// that the reference copy never inflates anyone's memory figures, and outside the measured cap,
+// which it would count against: store_all's reference step runs even where store_all's own
+// configuration did not fit the cap. With a group, each step has a reducer of its own (its first
+// step reduces after backward), so the gradients compared are the ranks' mean, and the
+// difference is the largest rank's.
+//
+// A row stays ok only when its gradients were compared and agree, and says what with
+// (ConfigResult::grad_check): in the run's dtype, within float32 rounding of the largest
+// gradient (the same arithmetic as store_all's is exactly equal on a CPU); and where the plan
+// sums in another order (chunks, a fused kernel) and under autocast, or where that rounding is
+// exceeded, on the float64 twins (Float64Twin). A comparison that cannot run is the row's error.
+absl::Status CheckGradients(const SweepOptions& options, const Cohort& cohort,
+                            const BoundModel& bound, Workload& workload, MemoryMeter& meter,
+                            std::vector<Config>& configs) {
+  ChainModel& model = *workload.model();
+  GradientSteps steps(options, cohort, model, workload.batch(), options.autocast);
+  // store_all's executor, or a new one where its configuration failed under the cap.
   Config& reference = configs[0];
+  std::optional<ChainExecutor> rebuilt;
+  ChainExecutor* reference_executor = reference.executor ? &*reference.executor : nullptr;
+  absl::Status no_reference = absl::OkStatus();
+  if (reference_executor == nullptr && reference.plan.segments.empty()) {
+    no_reference = absl::FailedPreconditionError("store_all was not planned");
+  } else if (reference_executor == nullptr) {
+    absl::StatusOr<ChainExecutor> made =
+        ChainExecutor::Create(workload.model(), reference.plan, &meter, options.device);
+    if (made.ok()) {
+      rebuilt.emplace(*std::move(made));
+      reference_executor = &*rebuilt;
+    } else {
+      no_reference = made.status();
+    }
+  }
   std::vector<at::Tensor> reference_grads;
   double reference_scale = 0;
-  if (reference.executor) {
+  ASSIGN_OR_RETURN(const bool can_step, cohort.OnEvery(reference_executor != nullptr));
+  if (can_step) {
     absl::Status stepped;
-    RETURN_IF_ERROR(seeded_step(reference, stepped));
+    std::vector<at::Tensor> grads;
+    RETURN_IF_ERROR(steps.Step(*reference_executor, stepped, grads));
     const absl::Status copied = !stepped.ok() ? stepped : RunTorch([&] {
-      for (const at::Tensor& g : CollectGradients(model, batch)) {
-        reference_grads.push_back(g.defined() ? g.clone() : g);
-        if (g.defined()) reference_scale = std::max(reference_scale, g.abs().max().item<double>());
-      }
+      for (const at::Tensor& g : grads) reference_grads.push_back(g.defined() ? g.clone() : g);
+      reference_scale = LargestMagnitude(reference_grads);
     });
-    if (!copied.ok()) reference_grads.clear();  // no reference: differences stay unknown
+    if (!copied.ok()) {
+      reference_grads.clear();
+      no_reference = copied;
+    }
   }
-  ASSIGN_OR_RETURN(const bool have_reference, cohort.OnEvery(!reference_grads.empty()));
+  ASSIGN_OR_RETURN(const bool have_reference,
+                   cohort.OnEvery(!reference_grads.empty() || model.Parameters().empty()));
   if (have_reference) {
     ASSIGN_OR_RETURN(const std::vector<double> scale, cohort.Max({reference_scale}));
     reference_scale = scale[0];
+  } else if (no_reference.ok()) {
+    no_reference = absl::InternalError("another rank could not make them");
   }
+  std::unique_ptr<Float64Twin> twin;
+  absl::Status no_twin = absl::OkStatus();
   for (Config& c : configs) {
-    c.result.max_grad_diff_vs_store_all = kNaN;
-    if (!c.executor || !have_reference) continue;
-    absl::Status stepped;
-    RETURN_IF_ERROR(seeded_step(c, stepped));
-    if (!stepped.ok()) {
-      Fail(c.result, stepped);
+    ConfigResult& r = c.result;
+    r.max_grad_diff_vs_store_all = kNaN;
+    r.grad_check.clear();
+    if (!c.executor) continue;  // its row says why
+    if (!have_reference) {
+      r.status = "error";
+      r.message = absl::StrCat("its gradients could not be compared: store_all's reference step: ",
+                               no_reference.message());
       continue;
     }
-    absl::StatusOr<double> diff = RunTorch(
-        [&] { return MaxGradientDifference(CollectGradients(model, batch), reference_grads); });
+    absl::Status stepped;
+    std::vector<at::Tensor> grads;
+    RETURN_IF_ERROR(steps.Step(*c.executor, stepped, grads));
+    if (!stepped.ok()) {
+      Fail(r, stepped);
+      continue;
+    }
+    absl::StatusOr<double> diff =
+        RunTorch([&] { return MaxGradientDifference(grads, reference_grads); });
     const double local = diff.ok() ? *diff : kNaN;
     // The largest rank's; unknown (NaN) on any rank is unknown.
     ASSIGN_OR_RETURN(const std::vector<double> most,
                      cohort.Max({std::isnan(local) ? 1.0 : 0.0, std::isnan(local) ? 0.0 : local}));
-    c.result.max_grad_diff_vs_store_all = most[0] > 0 ? kNaN : most[1];
-    // Agreement is required up to float32 rounding relative to the gradients' scale
-    // (strategies that recompute the same arithmetic are at exactly 0 on CPU).
-    if (!(c.result.max_grad_diff_vs_store_all <= kGradTolerance * (1 + reference_scale))) {
-      c.result.status = "error";
-      c.result.message = absl::StrFormat(
-          "gradients differ from store_all's by %g (max |grad| %g, tolerance %g relative)",
-          c.result.max_grad_diff_vs_store_all, reference_scale, kGradTolerance);
+    r.max_grad_diff_vs_store_all = most[0] > 0 ? kNaN : most[1];
+    if (most[0] > 0) {
+      r.status = "error";
+      r.message = absl::StrCat("its gradients could not be compared with store_all's: ",
+                               diff.ok() ? "on another rank" : diff.status().message());
+      continue;
+    }
+    // Float32 rounding relative to the gradients' scale (the same arithmetic on a CPU: 0).
+    const double tolerance = kGradTolerance * (1 + reference_scale);
+    r.grad_check = StepDtype(options);
+    const Plan& plan = c.executor->plan();
+    if (!plan.Reassociates() || (!options.autocast && r.max_grad_diff_vs_store_all <= tolerance)) {
+      if (!(r.max_grad_diff_vs_store_all <= tolerance)) {
+        r.status = "error";
+        r.message = absl::StrFormat(
+            "gradients differ from store_all's by %g in %s (max |grad| %g, tolerance %g relative)",
+            r.max_grad_diff_vs_store_all, r.grad_check, reference_scale, kGradTolerance);
+      }
+      continue;
+    }
+    // The exact check: on the float64 twins, made once per model where needed.
+    if (twin == nullptr && no_twin.ok()) {
+      absl::StatusOr<std::unique_ptr<Float64Twin>> made =
+          Float64Twin::Make(options, bound, reference.plan, meter);
+      if (made.ok()) {
+        twin = *std::move(made);
+      } else {
+        no_twin = made.status();
+      }
+    }
+    absl::StatusOr<double> twin_diff =
+        twin != nullptr ? twin->RelativeDifference(plan) : absl::StatusOr<double>(no_twin);
+    const double twin_local = twin_diff.ok() ? *twin_diff : kNaN;
+    ASSIGN_OR_RETURN(const std::vector<double> twin_most,
+                     cohort.Max({std::isnan(twin_local) ? 1.0 : 0.0,
+                                 std::isnan(twin_local) ? 0.0 : twin_local}));
+    r.grad_check = "float64 twin";
+    if (twin_most[0] > 0) {
+      r.status = "error";
+      r.message = absl::StrCat(
+          "its gradients could not be compared exactly: the plan sums in another order than "
+          "store_all's, so they are compared on float64 twins, which failed: ",
+          twin_diff.ok() ? "on another rank" : twin_diff.status().message());
+    } else if (!(twin_most[1] <= Float64Twin::kTolerance)) {
+      r.status = "error";
+      r.message = absl::StrFormat(
+          "gradients differ from store_all's on the float64 twins by %g of the largest "
+          "(tolerance %g): the plan changes what is computed, not only its rounding",
+          twin_most[1], Float64Twin::kTolerance);
     }
   }
   return absl::OkStatus();
@@ -419,7 +630,7 @@ absl::StatusOr<std::vector<ConfigResult>> SweepModel(const SweepOptions& options
     progress.Line(absl::StrFormat("%s: comparing %d strategies' gradients with store_all's",
                                   model_spec, configs.size() - 1));
   }
-  RETURN_IF_ERROR(CheckGradients(options, cohort, *workload->model(), workload->batch(), configs));
+  RETURN_IF_ERROR(CheckGradients(options, cohort, model, *workload, meter, configs));
   return Summarize(configs);
 }
 
@@ -793,7 +1004,7 @@ std::string FormatTable(const std::vector<ConfigResult>& results) {
     }
     if (r.status != "ok") {
       absl::StrAppend(&out, absl::StrFormat("  %-28s %-6s %s\n", r.strategy, r.status,
-                                            r.message.substr(0, 90)));
+                                            Printable(r.message).substr(0, 90)));
       continue;
     }
     absl::StrAppend(

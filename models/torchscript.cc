@@ -3,6 +3,7 @@
 #include <cctype>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -84,19 +85,6 @@ absl::StatusOr<std::string> ReadModelFile(const ParamValues& params) {
   return FileCache().emplace(path, *std::move(bytes)).first->second;
 }
 
-// The line of a LibTorch error that says what went wrong: an error raised inside TorchScript
-// code ends with "RuntimeError: <what>" after an excerpt of the code; others say it first,
-// perhaps after "[enforce fail at file:line] . ".
-std::string Reason(absl::string_view message) {
-  const size_t raised = message.rfind("RuntimeError: ");
-  if (raised != absl::string_view::npos) message.remove_prefix(raised + 14);
-  if (absl::StartsWith(message, "[enforce fail at ")) {
-    const size_t end = message.find("] . ");
-    if (end != absl::string_view::npos) message.remove_prefix(end + 4);
-  }
-  return std::string(message.substr(0, message.find('\n')));
-}
-
 // The module in `bytes`, its floating-point tensors in the default dtype, on `device`.
 absl::StatusOr<torch::jit::Module> LoadModule(const ParamValues& params, const std::string& bytes,
                                               c10::Device device) {
@@ -109,7 +97,7 @@ absl::StatusOr<torch::jit::Module> LoadModule(const ParamValues& params, const s
   if (!module.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         Where(params), ": not a TorchScript archive this LibTorch (", TORCH_VERSION_MAJOR, ".",
-        TORCH_VERSION_MINOR, ") reads: ", Reason(module.status().message()), "; ", kAccepted));
+        TORCH_VERSION_MINOR, ") reads: ", module.status().message(), "; ", kAccepted));
   }
   const caffe2::TypeMeta dtype = c10::get_default_dtype();
   RETURN_IF_ERROR(RunTorch([&] {
@@ -151,6 +139,28 @@ bool IsDropout(c10::Symbol kind) {
                                           "aten::native_dropout"};
   for (const char* name : kDropouts) {
     if (kind == c10::Symbol::fromQualString(name)) return true;
+  }
+  return false;
+}
+
+// Ops that draw random numbers: any of whose overloads takes a Generator (randperm's and
+// normal's without one draw from the default generator all the same), and those that take none
+// at all (randn_like).
+bool DrawsRandomNumbers(c10::Symbol kind) {
+  static const char* const kWithout[] = {"aten::rand_like", "aten::randn_like",
+                                         "aten::randint_like", "aten::rrelu", "aten::rrelu_"};
+  for (const char* name : kWithout) {
+    if (kind == c10::Symbol::fromQualString(name)) return true;
+  }
+  for (const std::shared_ptr<torch::jit::Operator>& op : torch::jit::getAllOperatorsFor(kind)) {
+    for (const c10::Argument& arg : op->schema().arguments()) {
+      const c10::TypePtr& type = arg.type();
+      if (type->kind() == c10::TypeKind::GeneratorType ||
+          (type->kind() == c10::TypeKind::OptionalType &&
+           type->containedType(0)->kind() == c10::TypeKind::GeneratorType)) {
+        return true;
+      }
+    }
   }
   return false;
 }
@@ -204,7 +214,7 @@ void ReadBlock(const torch::jit::Block* block, int depth, GraphReading& reading)
       facts.sets_attribute = node->s(c10::attr::name);
       continue;
     }
-    if (IsDropout(kind)) facts.stochastic = true;
+    if (IsDropout(kind) || DrawsRandomNumbers(kind)) facts.stochastic = true;
     if (IsNormWithRunningStats(kind) && node->inputs().size() > 4 &&
         IsModuleState(node->input(3))) {
       facts.updates_state = true;  // running_mean (and running_var) updated in training
@@ -213,12 +223,6 @@ void ReadBlock(const torch::jit::Block* block, int depth, GraphReading& reading)
     if (schema == nullptr) continue;
     for (size_t i = 0; i < schema->arguments().size() && i < node->inputs().size(); ++i) {
       const c10::Argument& arg = schema->arguments()[i];
-      const c10::TypePtr type = arg.type();
-      if (type->kind() == c10::TypeKind::GeneratorType ||
-          (type->kind() == c10::TypeKind::OptionalType &&
-           type->containedType(0)->kind() == c10::TypeKind::GeneratorType)) {
-        facts.stochastic = true;
-      }
       if (arg.alias_info() != nullptr && arg.alias_info()->isWrite() &&
           IsModuleState(node->input(i))) {
         facts.updates_state = true;
@@ -289,13 +293,70 @@ std::vector<at::Tensor> TensorsOf(const c10::IValue& value, const std::string& s
   return out;
 }
 
-std::vector<c10::IValue> IValuesOf(const std::vector<at::Tensor>& tensors) {
-  return std::vector<c10::IValue>(tensors.begin(), tensors.end());
+TorchScriptPacking PackingOf(const torch::jit::Module& stage) {
+  const std::vector<c10::Argument>& args =
+      stage.get_method("forward").function().getSchema().arguments();  // self first
+  if (args.size() != 2) return TorchScriptPacking::kSpread;
+  switch (args[1].type()->kind()) {
+    case c10::TypeKind::TupleType:
+      return TorchScriptPacking::kTuple;
+    case c10::TypeKind::ListType:
+      return TorchScriptPacking::kList;
+    default:
+      return TorchScriptPacking::kSpread;
+  }
+}
+
+// The arguments of a stage's forward that takes `x` as `packing` says.
+std::vector<c10::IValue> ArgumentsOf(TorchScriptPacking packing, const std::vector<at::Tensor>& x) {
+  switch (packing) {
+    case TorchScriptPacking::kTuple:
+      return {c10::ivalue::Tuple::create(std::vector<c10::IValue>(x.begin(), x.end()))};
+    case TorchScriptPacking::kList:
+      return {c10::List<at::Tensor>(x)};
+    case TorchScriptPacking::kSpread:
+      break;
+  }
+  return std::vector<c10::IValue>(x.begin(), x.end());
+}
+
+// The attributes of a stage and its submodules that are neither tensors nor modules (a
+// dropout's p, a flag), and its buffers' shapes: stages whose code and parameters are alike may
+// still run differently where these differ (a stochastic depth of 0 draws nothing).
+std::string AttributesOf(const torch::jit::Module& stage) {
+  std::ostringstream out;
+  std::vector<at::Tensor> buffers;
+  for (const auto& module : stage.named_modules()) {
+    const c10::ClassTypePtr& type = module.value.type();
+    for (size_t k = 0; k < type->numAttributes(); ++k) {
+      const c10::IValue value = module.value._ivalue()->getSlot(k);
+      if (value.isTensor()) buffers.push_back(value.toTensor());
+      if (value.isTensor() || value.isModule()) continue;
+      out << module.name << "." << type->getAttributeName(k) << "=" << value << ";";
+    }
+  }
+  out << ShapesOf(buffers);
+  return out.str();
+}
+
+// Every tensor's version counter (views share their base's): what an in-place write changes.
+std::vector<int64_t> VersionsOf(const std::vector<at::Tensor>& tensors) {
+  std::vector<int64_t> versions;
+  for (const at::Tensor& t : tensors) versions.push_back(t.defined() ? t._version() : 0);
+  return versions;
 }
 
 std::string StageName(const std::string& child, const torch::jit::Module& module) {
   const c10::optional<c10::QualifiedName>& type = module.type()->name();
   return type ? absl::StrCat(child, ".", type->name()) : child;
+}
+
+// "8x3x224x224 float": the batch's inputs.
+std::string BatchShape(const ParamValues& params) {
+  if (HasTokens(params))
+    return absl::StrCat(params.Int("batch"), "x", params.Text("tokens"), " long");
+  return absl::StrCat(params.Int("batch"), "x", params.Text("input"), " ",
+                      std::string(c10::get_default_dtype().name()));
 }
 
 Batch DrawBatch(const ParamValues& params, uint64_t seed, c10::Device device) {
@@ -374,30 +435,68 @@ absl::StatusOr<TorchScriptFacts> ReadFacts(const ParamValues& params) {
     facts.stages.push_back(stage);
     codes.push_back(std::move(code));
   }
-  // The batch through every stage once, without a graph and in evaluation mode: each stage must
-  // take what the one before returns; the shapes each stage takes key its repeats.
-  module.eval();
+  // The batch through every stage once, without a graph and in training mode (this module is
+  // a copy of its own, so its state may change): each stage must take what the one before
+  // returns; the shapes each stage takes key its repeats; what a stage does to its inputs, to
+  // its buffers and to the default generator is seen as it happens, also where its code is
+  // reached another way than the graph reading above follows.
+  module.train();
   c10::NoGradGuard no_grad;
-  const Batch batch = DrawBatch(params, /*seed=*/0, c10::Device(c10::DeviceType::CPU));
-  std::vector<at::Tensor> x = batch.inputs;
+  absl::StatusOr<Batch> batch =
+      RunTorch([&] { return DrawBatch(params, /*seed=*/0, c10::Device(c10::DeviceType::CPU)); });
+  if (!batch.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(Where(params), ": the batch (",
+                                                   BatchShape(params),
+                                                   ") cannot be made: ", batch.status().message()));
+  }
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  std::vector<at::Tensor> x = batch->inputs;
   for (size_t i = 0; i < children.size(); ++i) {
+    torch::jit::Module& child = children[i].second;
     const std::string shapes = ShapesOf(x);
-    absl::StatusOr<std::vector<at::Tensor>> y = RunTorch(
-        [&] { return TensorsOf(children[i].second.forward(IValuesOf(x)), facts.stages[i].name); });
+    std::vector<at::Tensor> buffers;
+    for (const at::Tensor& b : child.buffers()) buffers.push_back(b);
+    const std::vector<int64_t> input_versions = VersionsOf(x);
+    const std::vector<int64_t> buffer_versions = VersionsOf(buffers);
+    facts.packing.push_back(TorchScriptPacking::kSpread);
+    absl::StatusOr<std::vector<at::Tensor>> y = RunTorch([&] {
+      facts.packing.back() = PackingOf(child);
+      const at::Tensor rng = generator.get_state();
+      std::vector<at::Tensor> out =
+          TensorsOf(child.forward(ArgumentsOf(facts.packing.back(), x)), facts.stages[i].name);
+      if (!generator.get_state().equal(rng)) facts.stages[i].stochastic = true;
+      return out;
+    });
     if (!y.ok()) {
       const std::string what = i == 0 ? absl::StrCat("the batch (", shapes, ")")
                                       : absl::StrCat("the output of stage ",
                                                      facts.stages[i - 1].name, " (", shapes, ")");
       return absl::InvalidArgumentError(absl::StrCat(Where(params), ": ", what,
                                                      " does not fit stage ", facts.stages[i].name,
-                                                     ": ", Reason(y.status().message())));
+                                                     " in training: ", y.status().message()));
     }
+    facts.written_inputs.emplace_back();
+    const std::vector<int64_t> versions = VersionsOf(x);
+    for (size_t k = 0; k < x.size(); ++k) {
+      if (versions[k] != input_versions[k])
+        facts.written_inputs.back().push_back(static_cast<int>(k));
+    }
+    if (VersionsOf(buffers) != buffer_versions) facts.stages[i].updates_state = true;
     std::vector<at::Tensor> own;
-    for (const at::Tensor& p : children[i].second.parameters()) own.push_back(p);
+    for (const at::Tensor& p : child.parameters()) own.push_back(p);
     // Not the type's name, which differs between alike stages where it is mangled or traced.
+    ASSIGN_OR_RETURN(const std::string attributes, RunTorch([&] { return AttributesOf(child); }));
     facts.stages[i].repeat_key = absl::StrFormat(
-        "torchscript#%016x", Fnv1a64(absl::StrCat(codes[i], "|", ShapesOf(own), "|", shapes)));
+        "torchscript#%016x",
+        Fnv1a64(absl::StrCat(codes[i], "|", ShapesOf(own), "|", shapes, "|", attributes)));
     x = *std::move(y);
+  }
+  // The loss differentiates the last stage's first output.
+  if (!x.at(0).is_floating_point()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(params), ": the last stage, ", facts.stages.back().name, ", returns ",
+        ShapesOf({x.at(0)}),
+        " first, which no loss can be differentiated from; accepted: a floating-point tensor"));
   }
   facts.loss = LossFor(params, x.at(0));
   facts.output_shape = x.at(0).sizes().vec();
@@ -471,6 +570,15 @@ absl::StatusOr<TorchScriptFacts> TorchScriptModel::FactsFor(const ParamValues& p
     return absl::InvalidArgumentError(
         absl::StrCat(Where(params), ": ", shape_key, ": ", shape.status().message()));
   }
+  int64_t elements = params.Int("batch");
+  for (const int64_t d : *shape) {
+    elements = d > kMaxShapeElements / elements ? kMaxShapeElements + 1 : elements * d;
+  }
+  if (elements > kMaxShapeElements) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(params), ": the batch (", BatchShape(params),
+        ") has more than 2^40 elements; accepted: at most 2^40 in all (batch x ", shape_key, ")"));
+  }
   if (tokens) {
     if (shape->size() != 1) {
       return absl::InvalidArgumentError(
@@ -518,28 +626,53 @@ TorchScriptModel::TorchScriptModel(ParamValues params, torch::jit::Module module
     if (!facts_.stages.at(i).updates_state) continue;
     for (const auto& owner : stages_[i].named_modules()) {
       for (const auto& buffer : owner.value.named_buffers(/*recurse=*/false)) {
-        state_[i].push_back({owner.value, buffer.name, buffer.value, buffer.value.clone()});
+        state_[i].push_back(
+            {owner.value, buffer.name, buffer.value, buffer.value.clone(), buffer.value.clone()});
       }
     }
   }
 }
 
-std::vector<at::Tensor> TorchScriptModel::RunStage(int index, const std::vector<at::Tensor>& inputs,
-                                                   const StageParts&, const Batch&) {
-  const bool rerun = InRerun() && !state_[index].empty();
-  if (rerun) {
+namespace {
+// While it lives, a rerun's stand-ins hold the state the first run began with, in the buffers'
+// places (TorchScriptModel::StateSlot); the buffers go back when it ends, also on a throw.
+template <typename Slots>
+class StandIns {
+ public:
+  explicit StandIns(Slots& slots) : slots_(slots) {
     c10::NoGradGuard no_grad;
-    for (StateSlot& slot : state_[index]) {
-      slot.stand_in.copy_(slot.buffer);
+    for (auto& slot : slots_) {
+      slot.stand_in.copy_(slot.before);
       slot.owner.setattr(slot.name, slot.stand_in);
     }
   }
-  std::vector<at::Tensor> out =
-      TensorsOf(stages_[index].forward(IValuesOf(inputs)), facts_.stages[index].name);
-  if (rerun) {
-    for (StateSlot& slot : state_[index]) slot.owner.setattr(slot.name, slot.buffer);
+  ~StandIns() {
+    for (auto& slot : slots_) slot.owner.setattr(slot.name, slot.buffer);
   }
-  return out;
+  StandIns(const StandIns&) = delete;
+  StandIns& operator=(const StandIns&) = delete;
+
+ private:
+  Slots& slots_;
+};
+}  // namespace
+
+std::vector<at::Tensor> TorchScriptModel::RunStage(int index, const std::vector<at::Tensor>& inputs,
+                                                   const StageParts&, const Batch&) {
+  std::vector<at::Tensor> x = inputs;
+  for (const int k : facts_.written_inputs[index]) {
+    if (k < static_cast<int>(x.size()) && x[k].defined()) x[k] = x[k].clone();
+  }
+  std::vector<StateSlot>& state = state_[index];
+  std::optional<StandIns<std::vector<StateSlot>>> stand_ins;
+  if (!state.empty() && InRerun()) {
+    stand_ins.emplace(state);
+  } else if (!state.empty()) {
+    c10::NoGradGuard no_grad;
+    for (StateSlot& slot : state) slot.before.copy_(slot.buffer);
+  }
+  return TensorsOf(stages_[index].forward(ArgumentsOf(facts_.packing[index], x)),
+                   facts_.stages[index].name);
 }
 
 at::Tensor TorchScriptModel::Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) {

@@ -46,9 +46,20 @@ absl::StatusOr<std::vector<int64_t>> ParseShape(absl::string_view text);
 // How the loss reads the last stage's output.
 enum class TorchScriptLoss { kCrossEntropy, kMeanSquare };
 
-// What ckptlab reads from a TorchScript file for a spec: the stages and the loss.
+// How a stage is called with the tensors the stage before returned: as nn.Sequential passes
+// them (whole: a tuple or a list) where its forward takes one argument of that type, else one
+// tensor per argument.
+enum class TorchScriptPacking { kSpread, kTuple, kList };
+
+// What ckptlab reads from a TorchScript file for a spec: the stages, how each is called, and the
+// loss.
 struct TorchScriptFacts {
   std::vector<StageInfo> stages;
+  std::vector<TorchScriptPacking> packing;  // per stage
+  // Per stage, the indices of the input tensors its forward writes in place (x.mul_(2), an
+  // in-place ReLU): it is handed copies of those, so that what the executor and the
+  // checkpoints hold keeps its value for reruns, and gradients are the plain model's.
+  std::vector<std::vector<int>> written_inputs;
   TorchScriptLoss loss = TorchScriptLoss::kMeanSquare;
   std::vector<int64_t> output_shape;  // the last stage's first output, for the batch checked
 };
@@ -93,15 +104,17 @@ class TorchScriptModel : public ChainModel {
   std::vector<torch::jit::Module> stages_;
   const TorchScriptFacts facts_;
   const c10::Device device_;
-  // A buffer of a stage that updates state, and a stand-in made once for it: a rerun runs with
-  // the stand-in (a copy of the buffer's values) in the buffer's place, so it updates the
-  // stand-in and the graph it records saves the stand-in; the buffer is put back after, as the
-  // step's first run left it. Nothing is allocated during a step, and nothing a graph saved is
-  // written to afterwards (which autograd would refuse).
+  // A buffer of a stage that updates state, and two copies made once for it: `before`, its
+  // values when the step's first run of the stage began, and a stand-in that a rerun runs with
+  // in the buffer's place, filled from `before`, so that the rerun reads the state the first
+  // run read, updates the stand-in, and the graph it records saves the stand-in; the buffer is
+  // put back after, as the step's first run left it. Nothing is allocated during a step, and
+  // nothing a graph saved is written to afterwards (which autograd would refuse).
   struct StateSlot {
     torch::jit::Module owner;  // the (sub)module holding the buffer
     std::string name;
     at::Tensor buffer;
+    at::Tensor before;
     at::Tensor stand_in;
   };
   std::vector<std::vector<StateSlot>> state_;  // per stage

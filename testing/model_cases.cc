@@ -193,6 +193,8 @@ absl::StatusOr<Case> BuildCase(const std::string& model_spec, uint64_t seed, boo
   if (!profile.ok()) return profile.status();
   c.profile = **profile;
   c.autocast = autocast;
+  torch::NoGradGuard no_grad;
+  for (const at::Tensor& t : c.workload->model()->State()) c.state.push_back(t.clone());
   return c;
 }
 
@@ -217,14 +219,21 @@ absl::StatusOr<Run> StepUnder(Case& c, Plan plan, uint64_t seed) {
   auto peak_above_baseline = [](const StepResult& r) { return r.peak_bytes - r.baseline_bytes; };
   StepOptions step_options;
   step_options.autocast = c.autocast;
+  const auto from_built_state = [&] {
+    torch::NoGradGuard no_grad;
+    const std::vector<at::Tensor> state = model->State();
+    for (size_t i = 0; i < state.size() && i < c.state.size(); ++i) state[i].copy_(c.state[i]);
+  };
   std::optional<StepResult> unmeasured;
   if (!TestDevice().is_cpu()) {
     torch::manual_seed(seed);
+    from_built_state();
     absl::StatusOr<StepResult> warm_up = planned->executor.Step(batch, step_options);
     if (!warm_up.ok()) return warm_up.status();
     unmeasured = *warm_up;
   }
   torch::manual_seed(seed);
+  from_built_state();
   absl::StatusOr<StepResult> step = planned->executor.Step(batch, step_options);
   if (!step.ok()) return step.status();
   if (unmeasured && peak_above_baseline(*unmeasured) != peak_above_baseline(*step)) {

@@ -59,6 +59,9 @@ struct Case {
   std::unique_ptr<Workload> workload;
   ModelProfile profile;
   std::optional<c10::ScalarType> autocast;
+  // The model's state (ChainModel::State) as built, which every step starts from, so that steps
+  // compared start alike (a stage may read the state it updates).
+  std::vector<at::Tensor> state;
 };
 absl::StatusOr<Case> BuildCase(const std::string& model_spec, uint64_t seed, bool training = true,
                                bool input_grad = true, bool timed = false,
@@ -72,8 +75,8 @@ struct Run {
 };
 
 // Plans `strategy_spec` from the case's profile and runs one step on TestDevice() (under the
-// case's autocast) with the dropout RNG seeded by `seed`. The plan's status (InvalidArgument when
-// the parameters do not fit the model) comes back.
+// case's autocast) from the case's state with the dropout RNG seeded by `seed`. The plan's status
+// (InvalidArgument when the parameters do not fit the model) comes back.
 absl::StatusOr<Run> StepUnder(Case& c, const std::string& strategy_spec, uint64_t seed);
 // The same for a plan made elsewhere.
 absl::StatusOr<Run> StepUnder(Case& c, Plan plan, uint64_t seed);

@@ -43,6 +43,53 @@ constexpr char kJoin[] = R"(
 def forward(self, a, b):
     return a * b + a
 )";
+constexpr char kRandom[] = R"(
+def forward(self, x):
+    return x[:, torch.randperm(x.size(1))] + 0.1 * torch.randn_like(x)
+)";
+constexpr char kCounter[] = R"(
+def forward(self, x):
+    if self.training:
+        self.count.add_(1.0)
+    return x * self.count
+)";
+constexpr char kTwice[] = R"(
+def forward(self, x):
+    y = torch.tanh(x)
+    return (y, y)
+)";
+constexpr char kPassThrough[] = R"(
+def forward(self, x):
+    return (x, torch.tanh(x))
+)";
+constexpr char kTupleJoin[] = R"(
+def forward(self, t: Tuple[Tensor, Tensor]):
+    return t[0] * t[1] + t[0]
+)";
+constexpr char kView[] = R"(
+def forward(self, x):
+    return x.view(x.size(0), -1)
+)";
+constexpr char kFlatten[] = R"(
+def forward(self, x):
+    return torch.flatten(x, 1)
+)";
+constexpr char kEmptySlice[] = R"(
+def forward(self, x):
+    return (torch.relu(x), x[:, :0])
+)";
+constexpr char kEmptyJoin[] = R"(
+def forward(self, a, b):
+    return a + b.sum()
+)";
+constexpr char kInPlace[] = R"(
+def forward(self, x):
+    return torch.tanh(x.mul_(2.0))
+)";
+constexpr char kEmptyParameter[] = R"(
+def forward(self, x):
+    return x + self.nothing.sum()
+)";
 constexpr char kEmbedding[] = R"(
 def forward(self, ids):
     return torch.embedding(self.weight, ids)
@@ -92,6 +139,41 @@ torch::jit::Module MakeStage(const std::shared_ptr<torch::jit::CompilationUnit>&
       param(m, "weight", {vocab, stage.width});
       m.define(kEmbedding);
       break;
+    case StageKind::kRandom:
+      m.define(kRandom);
+      break;
+    case StageKind::kCounter:
+      m.register_buffer("count", at::ones({}));
+      m.define(kCounter);
+      break;
+    case StageKind::kTwice:
+      m.define(kTwice);
+      break;
+    case StageKind::kPassThrough:
+      m.define(kPassThrough);
+      break;
+    case StageKind::kTupleJoin:
+      m.define(kTupleJoin);
+      break;
+    case StageKind::kView:
+      m.define(kView);
+      break;
+    case StageKind::kFlatten:
+      m.define(kFlatten);
+      break;
+    case StageKind::kEmptySlice:
+      m.define(kEmptySlice);
+      break;
+    case StageKind::kEmptyJoin:
+      m.define(kEmptyJoin);
+      break;
+    case StageKind::kInPlace:
+      m.define(kInPlace);
+      break;
+    case StageKind::kEmptyParameter:
+      param(m, "nothing", {0});
+      m.define(kEmptyParameter);
+      break;
     case StageKind::kHead:
       param(m, "weight", {in, vocab});
       m.define(kHead);
@@ -100,17 +182,17 @@ torch::jit::Module MakeStage(const std::shared_ptr<torch::jit::CompilationUnit>&
   return m;
 }
 
-// Widths of stages that keep their input's (BatchNorm, fork and join) follow the input.
+// Widths of stages with parameters of their own are their own; the others keep their input's.
 int64_t OutputWidth(const ChainDescription::Stage& stage, int64_t in, int64_t vocab) {
   switch (stage.kind) {
-    case StageKind::kBatchNorm:
-    case StageKind::kFork:
-    case StageKind::kJoin:
-      return in;
+    case StageKind::kLinear:
+    case StageKind::kDropout:
+    case StageKind::kEmbedding:
+      return stage.width;
     case StageKind::kHead:
       return vocab;
     default:
-      return stage.width;
+      return in;
   }
 }
 
@@ -158,27 +240,70 @@ std::string SmallTorchScriptSpec(const SpecChooser& choose) {
   const bool dropout = choose("dropout stages", 0, 1) == 1;
   for (int64_t i = 0; i < middle; ++i) {
     // 0 linear, 1 BatchNorm (over features only: its channels are dimension 1) or dropout,
-    // 2 fork and join, 3 dropout.
-    int64_t k = choose(absl::StrCat("stage ", i, " kind"), 0, 3);
+    // 2 fork and join, 3 dropout, 4 random numbers (3 and 4 linear without dropout), 5 a
+    // counter read after its update, 6 a tensor returned twice, 7 the input returned beside a
+    // new one (both taken as a tuple), 8 a view of the input and 9 the input itself (over
+    // features only: they flatten), 10 a zero-element view of the input, 11 an in-place write to
+    // the input, 12 a zero-element parameter.
+    int64_t k = choose(absl::StrCat("stage ", i, " kind"), 0, 12);
     if (k == 1 && chain.tokens) k = 3;
-    if (k == 3 && !dropout) k = 0;
+    if ((k == 3 || k == 4) && !dropout) k = 0;
+    if ((k == 8 || k == 9) && chain.tokens) k = 0;
     const int64_t width = choose(absl::StrCat("stage ", i, " width"), 1, 5);
-    if (k == 0) chain.stages.push_back({StageKind::kLinear, width});
-    if (k == 1) {
-      chain.stages.push_back({StageKind::kBatchNorm, 0});
-      batch_norm = true;
+    switch (k) {
+      case 0:
+        chain.stages.push_back({StageKind::kLinear, width});
+        break;
+      case 1:
+        chain.stages.push_back({StageKind::kBatchNorm, 0});
+        batch_norm = true;
+        break;
+      case 2:
+        chain.stages.push_back({StageKind::kFork, 0});
+        chain.stages.push_back({StageKind::kJoin, 0});
+        break;
+      case 3:
+        chain.stages.push_back({StageKind::kDropout, width});
+        break;
+      case 4:
+        chain.stages.push_back({StageKind::kRandom, 0});
+        break;
+      case 5:
+        chain.stages.push_back({StageKind::kCounter, 0});
+        break;
+      case 6:
+        chain.stages.push_back({StageKind::kTwice, 0});
+        chain.stages.push_back({StageKind::kTupleJoin, 0});
+        break;
+      case 7:
+        chain.stages.push_back({StageKind::kPassThrough, 0});
+        chain.stages.push_back({StageKind::kTupleJoin, 0});
+        break;
+      case 8:
+        chain.stages.push_back({StageKind::kView, 0});
+        break;
+      case 9:
+        chain.stages.push_back({StageKind::kFlatten, 0});
+        break;
+      case 10:
+        chain.stages.push_back({StageKind::kEmptySlice, 0});
+        chain.stages.push_back({StageKind::kEmptyJoin, 0});
+        break;
+      case 11:
+        chain.stages.push_back({StageKind::kInPlace, 0});
+        break;
+      default:
+        chain.stages.push_back({StageKind::kEmptyParameter, 0});
+        break;
     }
-    if (k == 2) {
-      chain.stages.push_back({StageKind::kFork, 0});
-      chain.stages.push_back({StageKind::kJoin, 0});
-    }
-    if (k == 3) chain.stages.push_back({StageKind::kDropout, width});
   }
   if (chain.tokens) chain.stages.push_back({StageKind::kHead, 0});
   // A stage with parameters first: before one, on a batch that takes no gradient, a stored
   // stage's input needs none in a step, which the profile does not see (the profiler's
   // PrepareInputs, docs/torchscript.md).
-  if (!chain.tokens && (chain.stages.front().kind == StageKind::kFork)) {
+  const StageKind first = chain.stages.front().kind;
+  if (!chain.tokens && first != StageKind::kLinear && first != StageKind::kDropout &&
+      first != StageKind::kBatchNorm) {
     chain.stages.insert(chain.stages.begin(), {StageKind::kLinear, choose("first width", 1, 5)});
   }
   // A BatchNorm in training needs two values per channel.

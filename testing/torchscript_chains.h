@@ -1,10 +1,14 @@
 // TorchScript chains made in C++ for the tests of the `torchscript` model family, written as
 // torch.jit.save writes them: a module whose children are the stages, each compiled from
 // TorchScript source (Module::define), so no Python is needed. The stage kinds cover what the
-// family reads from a graph: plain linear blocks (identical ones share a repeat key), dropout
-// (stochastic), BatchNorm written out with running statistics and a counter updated in place
-// (updates state), a stage returning a tuple and one taking two tensors, and an embedding and
-// vocabulary head for token batches.
+// family reads from a graph and what users' models hold: plain linear blocks (identical ones
+// share a repeat key), dropout (stochastic), random numbers drawn without a Generator argument,
+// BatchNorm written out with running statistics and a counter updated in place (updates state),
+// a counter the stage reads after updating it, a stage returning a tuple and one taking two
+// tensors, one taking a tuple whole (as nn.Sequential passes it), outputs that share storage (a
+// tensor returned twice, the input returned beside a new tensor, a view of the input, the input
+// itself, a zero-element view keeping its base alive), an in-place write to the input, a used
+// zero-element parameter, and an embedding and vocabulary head for token batches.
 //
 //   std::string spec = testing::SmallTorchScriptSpec(choose);  // "torchscript:file=/tmp/...:..."
 #pragma once
@@ -18,7 +22,26 @@
 
 namespace ckpt::testing {
 
-enum class StageKind { kLinear, kDropout, kBatchNorm, kFork, kJoin, kEmbedding, kHead };
+enum class StageKind {
+  kLinear,
+  kDropout,
+  kBatchNorm,
+  kFork,  // (tanh(x), x * 0.5)
+  kJoin,  // (a, b) -> a * b + a
+  kEmbedding,
+  kHead,
+  kRandom,          // x + randn_like(x), columns in randperm's order
+  kCounter,         // a counter buffer, updated in training, then read: x * count
+  kTwice,           // (tanh(x), the same tensor)
+  kPassThrough,     // (x, tanh(x)): the input returned beside a new tensor
+  kTupleJoin,       // (a, b) taken as one tuple -> a * b + a
+  kView,            // x.view(rows, -1): a view of the input
+  kFlatten,         // flatten(x, 1): the input itself
+  kEmptySlice,      // (relu(x), x[:, :0]): a zero-element view of the input
+  kEmptyJoin,       // (a, b) -> a + b.sum()
+  kInPlace,         // tanh(x.mul_(2)): the input written in place
+  kEmptyParameter,  // x + p.sum() for a parameter p of no elements
+};
 
 // A chain to write: stage kinds in order with the feature width each one outputs.
 struct ChainDescription {

@@ -2,18 +2,23 @@
 """ckptlab's plans for exported models, run by PyTorch (python/ckptlab), against the plain model.
 
 The two example models (examples/export_cnn.py, examples/export_decoder.py) are exported at a
-small size, swept by ckptlab under every default strategy, and each row's plan (results.csv's
-`plan` column) is applied in PyTorch to the same file's stages. Checked, per row:
+small size, and a chain of what users' models hold besides (a tensor returned twice, the input
+returned beside a new tensor, views of the input, the input itself, a zero-element view, a tuple
+taken whole, an in-place write to the input, BatchNorm and a counter read after its update,
+random numbers without a generator, a zero-element parameter) is scripted; each is swept by
+ckptlab under every default strategy and a plan of every segment mode (the chain's with several
+checkpoints nested in one), and each row's plan (results.csv's `plan` column) is applied in
+PyTorch to the same file's stages. Checked, per row:
   ckptlab  status ok, gradients equal to store_all's (max_grad_diff_vs_store_all 0), predicted
            activation bytes equal to measured;
-  PyTorch  the planned model's gradients (every parameter's and the input's) equal the plain
-           model's bitwise, and the bytes PyTorch keeps for backward (ckptlab.kept_bytes: saved
+  PyTorch  the planned model's gradients (every parameter's and the input's) and the buffers
+           after its step (from the same state) equal the plain model's bitwise, and the bytes PyTorch keeps for backward (ckptlab.kept_bytes: saved
            tensors and checkpoints' inputs, each storage once, less the parameters, the buffers
            and the batch, which ckptlab counts in its baseline) equal ckptlab's predicted
            activation bytes less what ckptlab holds that is no saved tensor: the loss scalar;
            the RNG snapshot that each checkpointed segment drawing random numbers keeps from
-           its forward to its rerun (PyTorch's checkpoint keeps one too, outside autograd's
-           saved tensors); and a stored segment's outputs where an offloaded segment takes
+           its forward to its rerun (ckptlab.apply's checkpoints keep one too, outside
+           autograd's saved tensors); and a stored segment's outputs where an offloaded segment takes
            them (ckptlab's executor holds them for the stored segment's backward call). To the
            byte (docs/torchscript.md).
 Under Bazel the sweep is in the runfiles; elsewhere $SWEEP names it. Runs on the torch of the
@@ -26,8 +31,10 @@ import subprocess
 import sys
 import tempfile
 
+from typing import Tuple
+
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -55,6 +62,92 @@ class Example:
         self.plan = plan
 
 
+class Linear(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(width, width) * 0.5)
+        self.bias = nn.Parameter(torch.randn(width) * 0.5)
+
+    def forward(self, x):
+        return torch.tanh(x @ self.weight + self.bias)
+
+
+class Counter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("count", torch.ones(()))
+
+    def forward(self, x):
+        if self.training:
+            self.count.add_(1.0)
+        return x * self.count
+
+
+class Twice(nn.Module):
+    def forward(self, x):
+        y = torch.tanh(x)
+        return (y, y)
+
+
+class PassThrough(nn.Module):
+    def forward(self, x):
+        return (x, torch.tanh(x))
+
+
+class TupleJoin(nn.Module):
+    def forward(self, t: Tuple[Tensor, Tensor]):
+        return t[0] * t[1] + t[0]
+
+
+class Transposed(nn.Module):
+    def forward(self, x):
+        return x.t()
+
+
+class EmptySlice(nn.Module):
+    def forward(self, x):
+        return (torch.relu(x), x[:, :0])
+
+
+class EmptyJoin(nn.Module):
+    def forward(self, t: Tuple[Tensor, Tensor]):
+        return t[0] + t[1].sum()
+
+
+class Scale(nn.Module):
+    def forward(self, x):
+        return x * 0.5
+
+
+class InPlace(nn.Module):
+    def forward(self, x):
+        return torch.tanh(x.mul_(2.0))
+
+
+class EmptyParameter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.nothing = nn.Parameter(torch.zeros(0))
+
+    def forward(self, x):
+        return x + self.nothing.sum()
+
+
+class Random(nn.Module):
+    def forward(self, x):
+        return x[:, torch.randperm(x.size(1))] + 0.1 * torch.randn_like(x)
+
+
+def export_chain(path, width):
+    """What users' models hold, as a scripted nn.Sequential of 18 stages."""
+    torch.manual_seed(3)
+    stages = [Linear(width), Twice(), TupleJoin(), Linear(width), PassThrough(), TupleJoin(),
+              Transposed(), Transposed(), nn.Flatten(), Scale(), InPlace(), EmptySlice(),
+              EmptyJoin(), nn.BatchNorm1d(width), Counter(), Random(), EmptyParameter(),
+              Linear(width)]
+    torch.jit.script(nn.Sequential(*stages)).save(path)
+
+
 def examples(tmp):
     cnn = os.path.join(tmp, "cnn.pt")
     decoder = os.path.join(tmp, "decoder.pt")
@@ -74,6 +167,15 @@ def examples(tmp):
     def cross_entropy(y, targets):
         return nn.functional.cross_entropy(y.reshape(-1, y.size(-1)), targets.reshape(-1))
 
+    chain = os.path.join(tmp, "chain.pt")
+    export_chain(chain, width=6)
+
+    def features():
+        return torch.randn(4, 6, requires_grad=True), None
+
+    def mean_square(y, targets):
+        return y.pow(2).mean()
+
     return [
         Example(cnn, f"torchscript:file={cnn}:input=3x16x16:classes=10:batch=4", images,
                 cross_entropy, "[0,2) offloaded {[0,1) checkpointed, [1,2) stored}, "
@@ -81,6 +183,12 @@ def examples(tmp):
         Example(decoder, f"torchscript:file={decoder}:tokens=16:vocab=64:batch=2", tokens,
                 cross_entropy, "[0,1) stored, [1,3) offloaded, "
                 "[3,5) checkpointed {[3,4) recompute-all, [4,5) stored}"),
+        # Inner checkpoints that start past their outer one's input: on torch 1.13, PyTorch's
+        # own nested checkpoints kept each inner one's input alive from the forward on.
+        Example(chain, f"torchscript:file={chain}:input=6:batch=4", features, mean_square,
+                "[0,1) stored, [1,13) checkpointed {[1,3) stored, [3,6) checkpointed, "
+                "[6,9) checkpointed, [9,11) offloaded, [11,13) stored}, [13,15) recompute-all, "
+                "[15,18) stored"),
     ]
 
 
@@ -99,7 +207,8 @@ def stochastic_stages(stages):
                     walk(inner)
 
         walk(graph)
-        out.append(any("dropout" in k or "bernoulli" in k for k in kinds))
+        out.append(any(word in k for k in kinds
+                       for word in ("dropout", "bernoulli", "rand", "normal")))
     return out
 
 
@@ -111,33 +220,38 @@ def checkpointed_with_rng(plan, stochastic):
 
 
 def held_for_stored_backward(plan, stages, x):
-    """Bytes ckptlab's executor keeps that PyTorch does not: a stored segment's outputs, which
-    the executor holds for its backward call, where the next segment is offloaded (PyTorch
-    keeps only the host copy; where the next segment is checkpointed, both keep them)."""
+    """Bytes ckptlab's executor keeps that PyTorch does not: a stored segment's outputs (their
+    storages), which the executor holds for its backward call, where the next segment is
+    offloaded (PyTorch keeps only the host copy; where the next segment is checkpointed, both
+    keep them)."""
     total = 0
     for before, s in zip(plan.segments, plan.segments[1:]):
         if before.mode == "stored" and s.mode == "offloaded":
             with torch.no_grad():
-                ys = (x,)
-                for stage in list(stages)[:s.begin]:
-                    y = stage(*ys)
-                    ys = y if isinstance(y, tuple) else (y,)
-            total += sum(y.numel() * y.element_size() for y in ys)
+                first = nn.Sequential(*list(stages)[:s.begin])
+                y = ckptlab.apply(first, f"[0,{s.begin}) stored")(x.detach().clone())
+            ys = y if isinstance(y, (tuple, list)) else (y,)
+            total += sum(dict(ckptlab.planned._storage(t) for t in ys).values())
     return total
 
 
-def step(model, batch, loss_fn, baseline, seed):
-    """One forward and backward from `seed`: the gradients (the parameters', then the input's),
+def step(model, batch, loss_fn, baseline, seed, state):
+    """One forward and backward from `seed`, the buffers first set to `state` (their values
+    before any step): the gradients (the parameters', then the input's) and the buffers after,
     the bytes kept for backward besides `baseline`'s, and the loss's own."""
     x, targets = batch
     params = list(model.parameters())
     for t in params + [x]:
         t.grad = None
+    with torch.no_grad():
+        for b, value in zip(model.buffers(), state):
+            b.copy_(value)
     torch.manual_seed(seed)
     loss, kept = ckptlab.kept_bytes(lambda: loss_fn(model(x), targets),
-                                    exclude=baseline + [x, targets])
+                                    exclude=baseline + [x] + ([] if targets is None else [targets]))
     loss.backward()
     grads = [p.grad for p in params] + ([x.grad] if x.requires_grad else [])
+    grads += [b.clone() for b in model.buffers()]
     return grads, kept, loss.numel() * loss.element_size()
 
 
@@ -184,8 +298,9 @@ def check(tmp):
         with torch.jit.optimized_execution(False):
             # A module's first run in a process keeps more (8 KiB on the decoder, 1.13); ckptlab
             # profiles after one too.
-            step(stages, batch, example.loss, baseline, seed=1)
-            reference, _, _ = step(stages, batch, example.loss, baseline, seed=7)
+            state = [b.clone() for b in stages.buffers()]
+            step(stages, batch, example.loss, baseline, seed=1, state=state)
+            reference, _, _ = step(stages, batch, example.loss, baseline, seed=7, state=state)
             for row in mine:
                 name = os.path.basename(example.path)
                 where = f"{name} {row['strategy']}"
@@ -200,11 +315,11 @@ def check(tmp):
                                     f"{row['activation_bytes']}")
                 plan = parse_plan(row["plan"])
                 grads, kept, held = step(ckptlab.apply(stages, row["plan"]), batch,
-                                         example.loss, baseline, seed=7)
+                                         example.loss, baseline, seed=7, state=state)
                 for g, r in zip(grads, reference):
                     if not torch.equal(g, r):
-                        failures.append(f"{where}: a gradient differs from the plain model's by "
-                                        f"{(g - r).abs().max().item():.3g}")
+                        failures.append(f"{where}: a gradient or a buffer differs from the plain "
+                                        f"model's by {(g - r).abs().max().item():.3g}")
                         break
                 rng = RNG_SNAPSHOT_BYTES * checkpointed_with_rng(plan, stochastic)
                 held += held_for_stored_backward(plan, stages, batch[0])

@@ -168,7 +168,9 @@ struct GraphInputsFunction : torch::autograd::Function<GraphInputsFunction> {
     auto into =
         c10::static_intrusive_pointer_cast<InputGradients>(ctx->saved_data["into"].toCapsule());
     const size_t n = grad_outputs.size();
-    into->grads = std::move(grad_outputs);
+    for (size_t k = 0; k < n && k < into->first.size(); ++k) {
+      into->grads[into->first[k]] = std::move(grad_outputs[k]);
+    }
     return variable_list(n + 2);  // nothing for the inputs, the anchor or the capsule
   }
 };
@@ -178,11 +180,27 @@ struct GraphInputsFunction : torch::autograd::Function<GraphInputsFunction> {
 std::vector<at::Tensor> GraphInputs(const std::vector<at::Tensor>& inputs,
                                     c10::intrusive_ptr<InputGradients> into) {
   into->grads.assign(inputs.size(), at::Tensor());
-  // Detached: an input made by another run (its output) must not tie this graph to that one.
+  // A tensor named twice is one view named twice, as in the middle of a graph: its two
+  // contributions are summed before backward stores the gradient (at its first place).
+  std::vector<at::Tensor> distinct;
+  std::vector<size_t> of;  // per input, its index in `distinct`
+  for (const at::Tensor& t : inputs) {
+    size_t k = 0;
+    while (k < distinct.size() && !(t.defined() && distinct[k].is_same(t))) ++k;
+    // Detached: an input made by another run (its output) must not tie this graph to that one.
+    if (k == distinct.size()) distinct.push_back(t);
+    of.push_back(k);
+  }
+  into->first.assign(distinct.size(), 0);
+  for (size_t i = inputs.size(); i-- > 0;) into->first[of[i]] = i;
   std::vector<at::Tensor> detached;
-  for (const at::Tensor& t : inputs) detached.push_back(t.defined() ? t.detach() : t);
+  for (const at::Tensor& t : distinct) detached.push_back(t.defined() ? t.detach() : t);
   std::vector<at::Tensor> all_inputs = WithAnchor(detached);
-  return GraphInputsFunction::apply(at::TensorList(all_inputs), std::move(into));
+  const std::vector<at::Tensor> views =
+      GraphInputsFunction::apply(at::TensorList(all_inputs), std::move(into));
+  std::vector<at::Tensor> out;
+  for (const size_t k : of) out.push_back(views[k]);
+  return out;
 }
 
 std::vector<at::Tensor> ChunkedCheckpoint(const ChunkFn& fn, const std::vector<at::Tensor>& inputs,

@@ -68,7 +68,9 @@ std::vector<at::Tensor> Checkpoint(TensorFn fn, const std::vector<at::Tensor>& i
 
 // Where backward leaves the gradients of a recorded run's inputs (core/run/executor.cc).
 struct InputGradients : torch::CustomClassHolder {
-  std::vector<at::Tensor> grads;  // one per input; undefined where none arrived
+  // One per input; undefined where none arrived, and at a later place of a tensor named twice.
+  std::vector<at::Tensor> grads;
+  std::vector<size_t> first;  // per distinct input, the place of its first naming
 };
 
 // The start of a recorded run: `inputs` as views (no bytes) that begin a graph, the

@@ -16,6 +16,7 @@
 #include "ATen/ops/randn_like.h"
 #include "ATen/record_function.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "core/run/checkpoint.h"
 #include "core/run/device.h"
@@ -67,6 +68,18 @@ struct Storages {
 };
 
 int64_t Bytes(const std::vector<at::Tensor>& tensors) { return Storages(tensors).Total(); }
+
+// `tensors` with each tensor once: a stage's outputs as the next stage's backward hands their
+// gradients on (a tensor returned twice gets its two contributions summed first).
+std::vector<at::Tensor> Distinct(const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& t : tensors) {
+    if (std::none_of(out.begin(), out.end(), [&](const at::Tensor& u) { return u.is_same(t); })) {
+      out.push_back(t);
+    }
+  }
+  return out;
+}
 
 // Bytes of the storages behind `tensors` that none of `besides` (nor an earlier one of
 // `tensors`) shares: a target that is a view of an input costs nothing more.
@@ -135,32 +148,56 @@ std::string ShapesOf(const std::vector<at::Tensor>& tensors) {
   return out;
 }
 
+// Which storage each of `tensors` names (its index among them) and where in it: tensors alike in
+// shape may still share storage differently (a tensor returned twice, a view beside its base).
+std::string StorageLayout(const std::vector<at::Tensor>& tensors) {
+  const Storages storages(tensors);
+  std::string out;
+  for (const at::Tensor& t : tensors) {
+    if (!t.defined() || !t.has_storage()) {
+      out += "-;";
+      continue;
+    }
+    absl::StrAppend(&out, storages.Find(t.storage().unsafeGetStorageImpl()), "@",
+                    t.storage_offset(), ":", absl::StrJoin(t.strides(), ","), ";");
+  }
+  return out;
+}
+
 // The operators a stage's code calls (not those they call in turn) that compute a float32
 // tensor from floating-point inputs, on this thread while a Float32OpsRecorder lives.
 // RecordFunction's callbacks are plain functions, so they write here.
 thread_local std::set<std::string>* float32_ops_sink = nullptr;
 thread_local int op_depth = 0;  // operators entered and not left
 
-std::unique_ptr<at::ObserverContext> EnterOp(const at::RecordFunction&) {
-  ++op_depth;
-  return nullptr;
-}
+// The storages of an operator's floating-point inputs, read as it is entered: at its end they
+// may be gone (the TorchScript interpreter hands RecordFunction its stack, which the operator's
+// outputs then replace).
+struct OpInputs : at::ObserverContext {
+  std::unordered_set<const void*> storages;
+};
 
-// Whether `fn`, an operator the stage's code called, computed a float32 tensor: a new one (not
-// a view or an input written in place) from floating-point inputs, by more than a copy.
-bool ComputesFloat32(const at::RecordFunction& fn) {
-  absl::string_view name = fn.name();
-  absl::ConsumePrefix(&name, "aten::");
-  for (const char* moves : {"to", "_to_copy", "copy_", "clone", "contiguous", "type_as"}) {
-    if (name == moves) return false;
-  }
-  std::unordered_set<const void*> inputs;
+std::unique_ptr<at::ObserverContext> EnterOp(const at::RecordFunction& fn) {
+  if (++op_depth != 1 || float32_ops_sink == nullptr) return nullptr;
+  auto inputs = std::make_unique<OpInputs>();
   for (const c10::IValue& value : fn.inputs()) {
     if (!value.isTensor()) continue;
     const at::Tensor& t = value.toTensor();
     if (t.defined() && t.is_floating_point() && t.has_storage()) {
-      inputs.insert(t.storage().unsafeGetStorageImpl());
+      inputs->storages.insert(t.storage().unsafeGetStorageImpl());
     }
+  }
+  return inputs;
+}
+
+// Whether `fn`, an operator the stage's code called, computed a float32 tensor: a new one (not
+// a view or an input written in place) from floating-point inputs (`inputs`), by more than a
+// copy.
+bool ComputesFloat32(const at::RecordFunction& fn, const std::unordered_set<const void*>& inputs) {
+  absl::string_view name = fn.name();
+  absl::ConsumePrefix(&name, "aten::");
+  for (const char* moves : {"to", "_to_copy", "copy_", "clone", "contiguous", "type_as"}) {
+    if (name == moves) return false;
   }
   if (inputs.empty()) return false;  // a factory, or integer work
   for (const c10::IValue& value : fn.outputs()) {
@@ -174,8 +211,9 @@ bool ComputesFloat32(const at::RecordFunction& fn) {
   return false;
 }
 
-void LeaveOp(const at::RecordFunction& fn, at::ObserverContext*) {
-  if (--op_depth == 0 && float32_ops_sink != nullptr && ComputesFloat32(fn)) {
+void LeaveOp(const at::RecordFunction& fn, at::ObserverContext* entered) {
+  if (--op_depth == 0 && float32_ops_sink != nullptr && entered != nullptr &&
+      ComputesFloat32(fn, static_cast<OpInputs*>(entered)->storages)) {
     absl::string_view name = fn.name();
     absl::ConsumePrefix(&name, "aten::");
     float32_ops_sink->emplace(name);
@@ -357,14 +395,20 @@ class Profiler {
       twin_[i] = i;
       if (options_.reuse_repeated && !stages_[i].repeat_key.empty()) {
         // Alike where the measurements could tell them apart: the code (the key), whether the
-        // input is the batch (i == 0), and the shapes and types of inputs and parameters.
+        // input is the batch (i == 0), the shapes and types of inputs and parameters, and which
+        // inputs share storage, and how.
         std::vector<at::Tensor> own;
         for (const int k : stage_params_[i]) own.push_back(params_[k]);
-        const std::string key = absl::StrCat(stages_[i].repeat_key, "|", i == 0, "|",
-                                             ShapesOf(inputs_.back()), "|", ShapesOf(own));
+        const std::string key =
+            absl::StrCat(stages_[i].repeat_key, "|", i == 0, "|", ShapesOf(inputs_.back()), "|",
+                         ShapesOf(own), "|", StorageLayout(inputs_.back()));
         twin_[i] = first_of.emplace(key, i).first->second;
       }
-      for (at::Tensor& t : outputs) t = t.defined() ? t.detach() : t;
+      // Detached, a tensor returned twice staying one tensor.
+      std::unordered_map<const c10::TensorImpl*, at::Tensor> detached;
+      for (at::Tensor& t : outputs) {
+        if (t.defined()) t = detached.emplace(t.unsafeGetTensorImpl(), t.detach()).first->second;
+      }
       inputs_.push_back(std::move(outputs));
       Report("forward", i + 1);
     }
@@ -425,9 +469,15 @@ class Profiler {
   // them needs a gradient.
   void PrepareInputs(const std::vector<at::Tensor>& given, bool batch, std::vector<at::Tensor>& xs,
                      std::vector<at::Tensor>& leaves) {
+    // Per storage, the distinct tensors that name it.
     std::unordered_map<const c10::StorageImpl*, std::vector<const at::Tensor*>> sharing;
     for (const at::Tensor& t : given) {
-      if (t.defined() && t.has_storage()) sharing[t.storage().unsafeGetStorageImpl()].push_back(&t);
+      if (!t.defined() || !t.has_storage()) continue;
+      std::vector<const at::Tensor*>& group = sharing[t.storage().unsafeGetStorageImpl()];
+      if (std::none_of(group.begin(), group.end(),
+                       [&](const at::Tensor* u) { return u->is_same(t); })) {
+        group.push_back(&t);
+      }
     }
     const auto needs_grad = [batch](const at::Tensor& t) {
       return IsDifferentiable(t) && (!batch || t.requires_grad());
@@ -514,7 +564,7 @@ class Profiler {
     std::vector<at::Tensor> consts;
     at::Tensor z;
     int64_t incoming_bytes = 0;
-    for (const at::Tensor& y : ys) {
+    for (const at::Tensor& y : Distinct(ys)) {
       if (!y.requires_grad()) continue;
       consts.push_back(at::randn_like(y));
       incoming_bytes += static_cast<int64_t>(consts.back().nbytes());
@@ -591,7 +641,7 @@ class Profiler {
     PrepareInputs(given, /*batch=*/i == 0, xs, leaves);
     std::vector<at::Tensor> ys = Run(i, xs, policy);
     std::vector<at::Tensor> roots, grads;
-    for (const at::Tensor& y : ys) {
+    for (const at::Tensor& y : Distinct(ys)) {
       if (!y.requires_grad()) continue;
       roots.push_back(y);
       grads.push_back(at::randn_like(y));
@@ -654,7 +704,7 @@ class Profiler {
       std::vector<at::Tensor> ys = Run(i, xs, policy);
       forward.push_back(timer_->StopMs());
       std::vector<at::Tensor> roots, grads;
-      for (const at::Tensor& y : ys) {
+      for (const at::Tensor& y : Distinct(ys)) {
         if (!y.requires_grad()) continue;
         roots.push_back(y);
         grads.push_back(at::ones_like(y));

@@ -3,10 +3,12 @@
     import ckptlab
     planned = ckptlab.apply(model, plan_text)     # model: an nn.Sequential, a child per stage
 
-Pure Python (the standard library and torch); see ckptlab.apply for how each segment runs.
+Pure Python (the standard library and torch); see ckptlab.planned for how each segment runs, and
+`python3 -m ckptlab.apply PLAN_FILE MODEL.pt` for a plan's segments on a file's stages.
 """
 
-from ckptlab.apply import PlanError, apply, describe, kept_bytes
-from ckptlab.plan import Plan, Segment, parse_plan
+from ckptlab.plan import Plan, PlanError, Segment, parse_plan
+from ckptlab.planned import MAX_NESTING, PlannedSequential, apply, describe, kept_bytes
 
-__all__ = ["apply", "describe", "kept_bytes", "parse_plan", "Plan", "PlanError", "Segment"]
+__all__ = ["apply", "describe", "kept_bytes", "parse_plan", "Plan", "PlanError", "Segment",
+           "PlannedSequential", "MAX_NESTING"]

@@ -1,0 +1,408 @@
+"""A plan from ckptlab, run by PyTorch.
+
+ckptlab plans a chain of stages (docs/plans.md); `apply` wraps an nn.Sequential, each child a
+stage, so that its forward follows the plan:
+
+    import ckptlab
+    planned = ckptlab.apply(model, "[0,4) checkpointed {[0,2) checkpointed, [2,4) stored}, [4,6) stored")
+    loss = loss_fn(planned(x))
+    loss.backward()                   # the same gradients as model's, with less kept for backward
+
+Stages pass what they return on as nn.Sequential does: whole (a tensor, a tuple), spread into the
+arguments only of a stage whose forward takes several. The planned module runs as the plain
+model does, or refuses by name:
+  - the same gradients, bitwise on a CPU, and the same module state after a step: a stage that
+    updates state (BatchNorm's statistics, a counter) updates it in the step's first run only,
+    and a rerun reads the state that run read;
+  - a stage that writes its input in place (x.mul_(2), an in-place ReLU) is handed a copy of it,
+    so that what a checkpoint keeps for its rerun keeps its value;
+  - random numbers replay: a rerun draws what the first run drew;
+  - the children are read at every call: a stage replaced after `apply` runs as replaced;
+  - scripted stages run unoptimized (torch.jit.optimized_execution(False)), as ckptlab runs them:
+    the JIT's optimizing executor changes what a graph saves, and after how many runs, so that
+    a stage rerun by a plan would run differently from its first run. Compare with the plain
+    model run the same way.
+Which stages write their inputs or update state is learned on the first call (and again when a
+stage is replaced), by running the stages once without a graph on a copy of the inputs, the
+state and the random streams put back after.
+
+How each segment runs (ckptlab's executor does the same, core/run/checkpoint.h):
+  stored         the stages plainly: autograd keeps what they save.
+  checkpointed   an autograd Function that runs the segment without a graph, keeping only its
+                 inputs, and in backward reruns it as its inner plan says (inner checkpointed
+                 segments as nested Functions, which keep only their own inputs in turn).
+  recompute-all  nested checkpoints, one per stage from the last: backward reruns the segment
+                 from its input up to each stage in turn (ckptlab's recompute-all).
+  offloaded      checkpointed, its kept inputs in host memory from the forward to the rerun
+                 (ckptlab's offload; DeepSpeed's cpu_checkpointing).
+A plan that gives a stage's named parts a policy (a built-in model's attention core, say) is
+refused: PyTorch runs a module whole, and cannot run a part of it apart from the rest. Backward
+must be `.backward()` (a rerun backpropagates inside it), not torch.autograd.grad.
+
+`kept_bytes` measures what PyTorch keeps for backward, the figure ckptlab predicts.
+"""
+
+import contextlib
+import inspect
+import threading
+from typing import Callable, List, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from ckptlab.plan import Plan, PlanError, Segment, parse_plan, printable
+
+__all__ = ["apply", "kept_bytes", "describe", "PlanError", "PlannedSequential", "MAX_NESTING"]
+
+# Checkpoints inside checkpoints that a step runs (Python's stack bounds it): plans nesting
+# deeper, and recompute-all segments of more stages (each stage one level), are refused.
+MAX_NESTING = 100
+
+# Per thread: the tensors checkpoints keep outside autograd's saved tensors while a kept_bytes
+# measurement runs (`kept`), and how many reruns enclose the code running now (`reruns`).
+_local = threading.local()
+
+
+def _in_rerun() -> bool:
+    return getattr(_local, "reruns", 0) > 0
+
+
+@contextlib.contextmanager
+def _rerunning():
+    _local.reruns = getattr(_local, "reruns", 0) + 1
+    try:
+        yield
+    finally:
+        _local.reruns -= 1
+
+
+def _note_kept(tensors):
+    kept = getattr(_local, "kept", None)
+    if kept is not None:
+        kept.extend(tensors)
+
+
+class _Slot(int):
+    """Where a tensor sat in a value that _flatten took apart."""
+
+
+def _flatten(value):
+    """The tensors in `value` (a tensor, or tuples and lists holding tensors and other values)
+    and its skeleton, which _unflatten fills again."""
+    tensors = []
+
+    def walk(v):
+        if isinstance(v, torch.Tensor):
+            tensors.append(v)
+            return _Slot(len(tensors) - 1)
+        if type(v) in (tuple, list):
+            return type(v)(walk(e) for e in v)
+        return v
+
+    return tensors, walk(value)
+
+
+def _unflatten(skeleton, tensors):
+    if isinstance(skeleton, _Slot):
+        return tensors[int(skeleton)]
+    if type(skeleton) in (tuple, list):
+        return type(skeleton)(_unflatten(e, tensors) for e in skeleton)
+    return skeleton
+
+
+def _copied(value):
+    tensors, skeleton = _flatten(value)
+    return _unflatten(skeleton, [t.clone() for t in tensors])
+
+
+def _spreads(stage: nn.Module) -> bool:
+    """Whether a tuple or list is spread into `stage`'s arguments: where its forward takes
+    several (a scripted one's schema, an eager one's signature). nn.Sequential passes one."""
+    if isinstance(stage, torch.jit.ScriptModule):
+        return len(stage._c._get_method("forward").schema.arguments) > 2  # self first
+    try:
+        parameters = inspect.signature(stage.forward).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in parameters
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
+    return len(positional) > 1 or any(p.kind == p.VAR_POSITIONAL for p in positional)
+
+
+class _State:
+    """A stage's buffers that its forward updates, with `before` (their values when the step's
+    first run of the stage began) for reruns to start from."""
+
+    def __init__(self, stage: nn.Module):
+        self.slots = [(owner, name) for _, owner in stage.named_modules()
+                      for name, _ in owner.named_buffers(recurse=False)]
+        self.before = None
+
+    def remember(self):
+        with torch.no_grad():
+            if self.before is None:
+                self.before = [getattr(o, n).clone() for o, n in self.slots]
+            else:
+                for b, (o, n) in zip(self.before, self.slots):
+                    b.copy_(getattr(o, n))
+
+    @contextlib.contextmanager
+    def standing_in(self):
+        """The buffers replaced by copies of `before` (which the rerun updates and its graph may
+        save), put back after."""
+        buffers = [getattr(o, n) for o, n in self.slots]
+        try:
+            with torch.no_grad():
+                for b, (o, n) in zip(self.before, self.slots):
+                    setattr(o, n, b.clone())
+            yield
+        finally:
+            for b, (o, n) in zip(buffers, self.slots):
+                setattr(o, n, b)
+
+
+class _Facts:
+    """What a first run of the stages showed: how each takes its input, which write their
+    inputs in place, and the state of those that update it."""
+
+    def __init__(self, stages: List[nn.Module], value):
+        self.ids = [id(s) for s in stages]
+        self.spreads = [_spreads(s) for s in stages]
+        self.writes = [False] * len(stages)
+        self.state = [None] * len(stages)
+        devices = sorted({t.device.index or 0 for t in _flatten(value)[0] if t.is_cuda})
+        saved = [(b, b.detach().clone()) for s in stages for b in s.buffers()]
+        try:
+            with torch.no_grad(), torch.random.fork_rng(devices=devices):
+                x = _copied(value)
+                for i, stage in enumerate(stages):
+                    inputs = _flatten(x)[0]
+                    versions = [t._version for t in inputs]
+                    buffers = list(stage.buffers())
+                    buffer_versions = [b._version for b in buffers]
+                    x = _call(stage, x, self.spreads[i])
+                    self.writes[i] = [t._version for t in inputs] != versions
+                    if [b._version for b in buffers] != buffer_versions:
+                        self.state[i] = _State(stage)
+        finally:
+            with torch.no_grad():
+                for b, value_before in saved:
+                    b.copy_(value_before)
+
+
+def _call(stage, x, spreads):
+    return stage(*x) if spreads and type(x) in (tuple, list) else stage(x)
+
+
+def _devices_rng(tensors):
+    devices = sorted({t.device.index or 0 for t in tensors if t.is_cuda})
+    return devices, torch.get_rng_state(), [torch.cuda.get_rng_state(d) for d in devices]
+
+
+def _autocast_state():
+    cuda = torch.cuda.is_available() and torch.is_autocast_enabled()
+    return (cuda, torch.get_autocast_gpu_dtype() if cuda else None,
+            torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype())
+
+
+@contextlib.contextmanager
+def _autocast_as(state):
+    cuda, cuda_dtype, cpu, cpu_dtype = state
+    with contextlib.ExitStack() as stack:
+        if torch.cuda.is_available():
+            stack.enter_context(torch.autocast("cuda", dtype=cuda_dtype, enabled=cuda)
+                                if cuda else torch.autocast("cuda", enabled=False))
+        stack.enter_context(torch.autocast("cpu", dtype=cpu_dtype, enabled=cpu))
+        yield
+
+
+class _Checkpoint(torch.autograd.Function):
+    """A segment run without a graph, keeping its inputs (on the host where offloaded), rerun in
+    backward from them with the random streams and autocast of its first run. `anchor`, an empty
+    tensor that requires grad, makes the outputs differentiable whatever the inputs, so that the
+    parameters inside get their gradients. `out` receives the outputs' skeleton."""
+
+    @staticmethod
+    def forward(ctx, run, skeleton, offload, out, anchor, *xs):
+        ctx.run, ctx.skeleton, ctx.offload = run, skeleton, offload
+        ctx.devices, ctx.cpu_rng, ctx.cuda_rng = _devices_rng(xs)
+        ctx.autocast = _autocast_state()
+        ctx.placed = [(x.device, x.requires_grad) for x in xs]
+        versions = [x._version for x in xs]
+        if offload:
+            ctx.host = [x.detach().to("cpu", copy=True) for x in xs]
+        else:
+            ctx.save_for_backward(*xs)
+        ys, out[0] = _flatten(run(_unflatten(skeleton, list(xs))))
+        if [x._version for x in xs] != versions:  # a stage not known to write its input
+            raise RuntimeError("ckptlab.apply: a checkpointed segment wrote its input in place, "
+                               "which its rerun would read changed")
+        ctx.mark_non_differentiable(*[y for y in ys if not y.is_floating_point()])
+        ctx.set_materialize_grads(False)
+        return tuple(ys)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        kept = ([h.to(d) for h, (d, _) in zip(ctx.host, ctx.placed)] if ctx.offload
+                else ctx.saved_tensors)
+        xs = [x.detach().requires_grad_(needs) for x, (_, needs) in zip(kept, ctx.placed)]
+        with torch.random.fork_rng(devices=ctx.devices):
+            torch.set_rng_state(ctx.cpu_rng)
+            for d, state in zip(ctx.devices, ctx.cuda_rng):
+                torch.cuda.set_rng_state(state, d)
+            with torch.enable_grad(), _autocast_as(ctx.autocast), _rerunning(), \
+                    torch.jit.optimized_execution(False):
+                ys = _flatten(ctx.run(_unflatten(ctx.skeleton, xs)))[0]
+        pairs = [(y, g) for y, g in zip(ys, grads) if y.requires_grad and g is not None]
+        if pairs:
+            torch.autograd.backward([y for y, _ in pairs], [g for _, g in pairs])
+        return (None, None, None, None, None) + tuple(x.grad if x.requires_grad else None
+                                                      for x in xs)
+
+
+class PlannedSequential(nn.Module):
+    """`stages` run as `plan` says. Its parameters and buffers are the stages' own."""
+
+    def __init__(self, stages: nn.Sequential, plan: Plan):
+        super().__init__()
+        self.stages = stages
+        self.plan = plan
+        self._facts = None
+
+    def _stage(self, i, x):
+        stage, facts = self._list[i], self._facts
+        if facts.writes[i]:
+            x = _copied(x)
+        state = facts.state[i]
+        if state is None:
+            return _call(stage, x, facts.spreads[i])
+        if _in_rerun():
+            with state.standing_in():
+                return _call(stage, x, facts.spreads[i])
+        state.remember()
+        return _call(stage, x, facts.spreads[i])
+
+    def _run(self, segments: List[Segment], x):
+        for s in segments:
+            x = self._segment(s, x)
+        return x
+
+    def _checkpoint(self, run, x, offload):
+        xs, skeleton = _flatten(x)
+        if torch.is_grad_enabled() and not offload:  # kept: the Function's graph node saves them
+            _note_kept(xs)
+        out = [None]
+        anchor = torch.empty(0, requires_grad=True)
+        ys = _Checkpoint.apply(run, skeleton, offload, out, anchor, *xs)
+        return _unflatten(out[0], list(ys))
+
+    def _segment(self, s: Segment, x):
+        if s.mode == "stored":
+            for i in range(s.begin, s.end):
+                x = self._stage(i, x)
+            return x
+        if s.mode in ("checkpointed", "offloaded"):
+            inner = s.inner or [Segment(s.begin, s.end, "stored")]
+            return self._checkpoint(lambda v: self._run(inner, v), x, s.mode == "offloaded")
+        # recompute-all: stages [begin, end - 1) under a checkpoint of their own, nested, and
+        # the last stored, all under one checkpoint.
+        return self._checkpoint(lambda v: self._recompute_all(s.begin, s.end, v), x, False)
+
+    def _recompute_all(self, begin, end, x):
+        if end - begin > 1:
+            x = self._checkpoint(lambda v: self._recompute_all(begin, end - 1, v), x, False)
+        return self._stage(end - 1, x)
+
+    def forward(self, *inputs):
+        self._list = list(self.stages)
+        if len(self._list) != self.plan.stage_count():
+            raise PlanError(f"the plan covers {self.plan.stage_count()} stages; the model has "
+                            f"{len(self._list)} now")
+        x = inputs[0] if len(inputs) == 1 else inputs
+        with torch.jit.optimized_execution(False):
+            if self._facts is None or self._facts.ids != [id(s) for s in self._list]:
+                self._facts = _Facts(self._list, x)
+            return self._run(self.plan.segments, x)
+
+
+def _nesting(segments, depth=0):
+    """The most checkpoints inside one another that `segments` run."""
+    most = depth
+    for s in segments:
+        if s.mode == "recompute-all":
+            most = max(most, depth + s.end - s.begin)
+        elif s.mode != "stored":
+            most = max(most, _nesting(s.inner, depth + 1))
+    return most
+
+
+def apply(model: nn.Sequential, plan_text: str) -> PlannedSequential:
+    """`model`, its children the stages in order, wrapped to run as `plan_text` says.
+
+    PlanError (a ValueError) naming what is wrong: text that is not a plan, a plan for another
+    number of stages, or one that PyTorch cannot run as written (part policies, nesting past
+    MAX_NESTING)."""
+    if not isinstance(model, nn.Sequential):
+        raise PlanError(f"apply takes an nn.Sequential, each child a stage; got "
+                        f"{printable(type(model).__name__)}")
+    plan = parse_plan(plan_text)
+    if plan.stage_count() != len(model):
+        raise PlanError(f"the plan covers {plan.stage_count()} stages; the model has "
+                        f"{len(model)}")
+    if plan.policies:
+        p = plan.policies[0]
+        raise PlanError(f"the plan gives part '{printable(p.part)}' of stage {p.stages[0][0]} the "
+                        f"action '{printable(p.action)}': PyTorch runs a module whole, so part "
+                        "policies (built-in models' attention cores, MLPs, norms) cannot run here")
+    nesting = _nesting(plan.segments)
+    if nesting > MAX_NESTING:
+        raise PlanError(f"the plan nests {nesting} checkpoints inside one another (a recompute-all "
+                        f"segment one per stage); at most {MAX_NESTING} run here")
+    return PlannedSequential(model, plan)
+
+
+def _storage(t: torch.Tensor):
+    s = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+    return (t.device, s.data_ptr()), s.nbytes()
+
+
+def kept_bytes(forward: Callable[[], torch.Tensor],
+               exclude: Sequence[torch.Tensor] = ()) -> Tuple[torch.Tensor, int]:
+    """Runs `forward` (a model's forward and its loss) and returns its result and the bytes
+    PyTorch keeps for backward when it returns: the tensors autograd saved (seen through
+    saved_tensors_hooks) and the inputs checkpoints keep, each storage counted once, less the
+    storages of `exclude` (the parameters and the batch, which ckptlab counts in its baseline).
+    Host copies of offloaded inputs are not counted: ckptlab's figure is device bytes."""
+    saved = {}
+
+    def pack(t):
+        key, size = _storage(t)
+        saved[key] = size
+        return t
+
+    _local.kept = []
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            result = forward()
+        for t in _local.kept:
+            key, size = _storage(t)
+            saved[key] = size
+    finally:
+        _local.kept = None
+    for t in exclude:
+        saved.pop(_storage(t)[0], None)
+    return result, sum(saved.values())
+
+
+def describe(plan: Plan, names: Sequence[str]) -> str:
+    """The plan as lines, a segment a line with its stages' names."""
+    lines = []
+
+    def walk(segments, depth):
+        for s in segments:
+            stages = ", ".join(printable(n) for n in names[s.begin:s.end])
+            lines.append(f"{'  ' * depth}[{s.begin},{s.end}) {s.mode}: {stages}")
+            walk(s.inner, depth + 1)
+
+    walk(plan.segments, 0)
+    return "\n".join(lines)

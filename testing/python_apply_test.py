@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""ckptlab.apply against the plain model, on generated models and plans (Hypothesis).
+
+The models hold what users' models hold: stages returning a tensor twice, their input beside a
+new tensor, a view of their input, their input itself, a zero-element view of it; a stage taking
+a tuple whole; an in-place write to the input; BatchNorm and a counter read after its update
+(state); dropout and random numbers drawn without a generator; a zero-element parameter. Each is
+run eagerly or scripted. The plans are trees of every segment mode. Properties:
+  - a step of the planned model gives the plain model's loss and gradients (every parameter's
+    and the input's) bitwise, and leaves the state (every buffer) as the plain model's step
+    does; so does a second step, and a stage replaced between them runs as replaced;
+  - a plan nesting MAX_NESTING checkpoints runs; one nesting more is refused by name.
+Runs on the torch of the Python that runs it (1.13 here, 2.6 in CI's trixie root).
+"""
+
+import copy
+import os
+import sys
+import unittest
+from typing import Tuple
+
+import torch
+from torch import Tensor, nn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+import ckptlab  # noqa: E402
+from ckptlab import PlanError  # noqa: E402
+
+
+class Linear(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(width, width) * 0.5)
+        self.bias = nn.Parameter(torch.randn(width) * 0.5)
+
+    def forward(self, x):
+        return torch.tanh(x @ self.weight + self.bias)
+
+
+class Counter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("count", torch.ones(()))
+
+    def forward(self, x):
+        if self.training:
+            self.count.add_(1.0)
+        return x * self.count
+
+
+class Twice(nn.Module):
+    def forward(self, x):
+        y = torch.tanh(x)
+        return (y, y)
+
+
+class PassThrough(nn.Module):
+    def forward(self, x):
+        return (x, torch.tanh(x))
+
+
+class TupleJoin(nn.Module):
+    def forward(self, t: Tuple[Tensor, Tensor]):
+        return t[0] * t[1] + t[0]
+
+
+class View(nn.Module):
+    def forward(self, x):
+        return x.view(x.size(0), -1)
+
+
+class EmptySlice(nn.Module):
+    def forward(self, x):
+        return (torch.relu(x), x[:, :0])
+
+
+class EmptyJoin(nn.Module):
+    def forward(self, t: Tuple[Tensor, Tensor]):
+        return t[0] + t[1].sum()
+
+
+class Scale(nn.Module):  # saves nothing of its output, which InPlace may then write
+    def forward(self, x):
+        return x * 0.5
+
+
+class InPlace(nn.Module):
+    def forward(self, x):
+        return torch.tanh(x.mul_(2.0))
+
+
+class EmptyParameter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.nothing = nn.Parameter(torch.zeros(0))
+
+    def forward(self, x):
+        return x + self.nothing.sum()
+
+
+class Random(nn.Module):
+    def forward(self, x):
+        return x[:, torch.randperm(x.size(1))] + 0.1 * torch.randn_like(x)
+
+
+WIDTH = 4
+KINDS = {
+    "linear": lambda: [Linear(WIDTH)],
+    "dropout": lambda: [nn.Dropout(0.3)],
+    "batch_norm": lambda: [nn.BatchNorm1d(WIDTH)],
+    "counter": lambda: [Counter()],
+    "twice": lambda: [Twice(), TupleJoin()],
+    "pass_through": lambda: [PassThrough(), TupleJoin()],
+    "view": lambda: [View()],
+    "flatten": lambda: [nn.Flatten()],
+    "empty_slice": lambda: [EmptySlice(), EmptyJoin()],
+    "in_place": lambda: [Scale(), InPlace()],
+    "empty_parameter": lambda: [EmptyParameter()],
+    "random": lambda: [Random()],
+}
+MODES = ["stored", "checkpointed", "recompute-all", "offloaded"]
+
+
+@st.composite
+def models(draw):
+    seed = draw(st.integers(0, 2**16))
+    kinds = draw(st.lists(st.sampled_from(sorted(KINDS)), min_size=1, max_size=5))
+    scripted = draw(st.booleans())
+    torch.manual_seed(seed)
+    stages = [Linear(WIDTH)]  # parameters first: the input's gradient flows through every stage
+    for kind in kinds:
+        stages += KINDS[kind]()
+    return kinds, scripted, stages
+
+
+@st.composite
+def segments(draw, begin, end, depth):
+    out, at = [], begin
+    while at < end:
+        stop = draw(st.integers(at + 1, end))
+        mode = draw(st.sampled_from(MODES))
+        text = f"[{at},{stop}) {mode}"
+        if mode in ("checkpointed", "offloaded") and depth > 0 and draw(st.booleans()):
+            text += " {" + draw(segments(at, stop, depth - 1)) + "}"
+        out.append(text)
+        at = stop
+    return ", ".join(out)
+
+
+def step(model, x, seed):
+    """Loss, gradients (every parameter's, then the input's) and buffers after one step, scripted
+    stages unoptimized, as ckptlab.apply runs them."""
+    x = x.detach().clone().requires_grad_(True)
+    for p in model.parameters():
+        p.grad = None
+    torch.manual_seed(seed)
+    with torch.jit.optimized_execution(False):
+        loss = model(x).pow(2).mean()
+        loss.backward()
+    grads = [p.grad for p in model.parameters()] + [x.grad]
+    return loss.detach(), grads, [b.clone() for b in model.buffers()]
+
+
+def same(a, b):
+    if a is None or b is None:
+        return a is None and b is None
+    return a.shape == b.shape and torch.equal(a, b)
+
+
+def made(stages, scripted):
+    """An independent copy of the stages (parameters, buffers), each scripted if asked."""
+    return [torch.jit.script(s) if scripted else s for s in copy.deepcopy(stages)]
+
+
+class Apply(unittest.TestCase):
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.data())
+    def test_planned_steps_equal_the_plain_models(self, data):
+        kinds, scripted, stages = data.draw(models(), "model")
+        plan = data.draw(segments(0, len(stages), 3), "plan")
+        plain = nn.Sequential(*made(stages, scripted))
+        planned_stages = nn.Sequential(*made(stages, scripted))
+        planned = ckptlab.apply(planned_stages, plan)
+        x = torch.randn(3, WIDTH)
+        for seed in (7, 8):  # a second step starts from the state the first left
+            expected = step(plain, x, seed)
+            got = step(planned, x, seed)
+            self.assertTrue(same(expected[0], got[0]), f"loss {expected[0]} != {got[0]}")
+            for k, (e, g) in enumerate(zip(expected[1], got[1])):
+                self.assertTrue(same(e, g), f"gradient {k} differs")
+            for k, (e, g) in enumerate(zip(expected[2], got[2])):
+                self.assertTrue(same(e, g), f"buffer {k} differs: {e} != {g}")
+
+    def test_a_stage_replaced_after_apply_runs_as_replaced(self):
+        torch.manual_seed(0)
+        stages = nn.Sequential(Linear(WIDTH), Linear(WIDTH), Linear(WIDTH))
+        planned = ckptlab.apply(stages, "[0,2) checkpointed, [2,3) stored")
+        x = torch.randn(2, WIDTH)
+        before = planned(x)
+        stages[1] = Linear(WIDTH)
+        after = planned(x)
+        self.assertTrue(torch.equal(after, stages(x)))
+        self.assertFalse(torch.equal(before, after))
+        del stages[2]
+        with self.assertRaisesRegex(PlanError, "the plan covers 3 stages; the model has 2"):
+            planned(x)
+
+    def test_a_stage_taking_several_arguments_gets_a_tuple_spread(self):
+        class Spread(nn.Module):
+            def forward(self, a, b):
+                return a * b
+
+        torch.manual_seed(0)
+        for stage in (Spread(), torch.jit.script(Spread())):
+            stages = nn.Sequential(Linear(WIDTH), PassThrough(), stage)
+            x = torch.randn(2, WIDTH)
+            y = ckptlab.apply(stages, "[0,2) checkpointed, [2,3) stored")(x)
+            a, b = stages[1](stages[0](x))
+            self.assertTrue(torch.equal(y, a * b))
+
+    def test_nesting_up_to_the_bound_runs_and_past_it_is_refused(self):
+        torch.manual_seed(0)
+
+        def nested(depth):
+            text = "[0,1) stored"
+            for _ in range(depth):
+                text = "[0,1) checkpointed {" + text + "}"
+            return text
+
+        model = nn.Sequential(Linear(WIDTH))
+        x = torch.randn(2, WIDTH)
+        expected = step(model, x, 1)
+        got = step(ckptlab.apply(model, nested(ckptlab.MAX_NESTING)), x, 1)
+        self.assertTrue(all(same(e, g) for e, g in zip(expected[1], got[1])))
+        with self.assertRaisesRegex(PlanError, f"nests {ckptlab.MAX_NESTING + 1} checkpoints"):
+            ckptlab.apply(model, nested(ckptlab.MAX_NESTING + 1))
+        long = nn.Sequential(*[Linear(WIDTH) for _ in range(ckptlab.MAX_NESTING + 1)])
+        with self.assertRaisesRegex(PlanError, "recompute-all"):
+            ckptlab.apply(long, f"[0,{len(long)}) recompute-all")
+
+
+if __name__ == "__main__":
+    unittest.main()
