@@ -348,13 +348,22 @@ std::string PredictionCsv(const std::vector<Prediction>& rows) {
       "predicted_activation_bytes,predicted_step_peak_bytes,predicted_total_peak_bytes,"
       "predicted_step_ms,plan,message\n";
   for (const Prediction& p : rows) {
-    absl::StrAppend(
-        &out, CsvField(p.model), ",", CsvField(p.profiled), ",", CsvField(p.strategy), ",",
-        p.status, ",", p.states, ",", p.world_size, ",", p.autocast.empty() ? "none" : p.autocast,
-        ",", p.collectives_timed ? "true" : "false", ",", p.parameter_bytes, ",", p.gradient_bytes,
-        ",", p.optimizer_bytes, ",", p.batch_bytes, ",", p.largest_gather_bytes, ",",
-        p.activation_bytes, ",", p.step_peak_bytes, ",", p.total_peak_bytes, ",",
-        absl::StrFormat("%.3f", p.step_ms), ",", CsvField(p.plan), ",", CsvField(p.error), "\n");
+    // Empty where unknown, as in results.csv: the state's sizes where the model could not be
+    // profiled, the predictions where the row is not ok.
+    const bool ok = p.status == "ok";
+    const bool profiled = ok || p.parameter_bytes > 0;
+    const auto cell = [](bool known, int64_t bytes) {
+      return known ? absl::StrCat(bytes) : std::string();
+    };
+    absl::StrAppend(&out, CsvField(p.model), ",", CsvField(p.profiled), ",", CsvField(p.strategy),
+                    ",", p.status, ",", p.states, ",", p.world_size, ",",
+                    p.autocast.empty() ? "none" : p.autocast, ",",
+                    p.collectives_timed ? "true" : "false", ",", cell(profiled, p.parameter_bytes),
+                    ",", cell(profiled, p.gradient_bytes), ",", cell(profiled, p.optimizer_bytes),
+                    ",", cell(profiled, p.batch_bytes), ",", cell(profiled, p.largest_gather_bytes),
+                    ",", cell(ok, p.activation_bytes), ",", cell(ok, p.step_peak_bytes), ",",
+                    cell(ok, p.total_peak_bytes), ",", ok ? absl::StrFormat("%.3f", p.step_ms) : "",
+                    ",", CsvField(p.plan), ",", CsvField(p.error), "\n");
   }
   return out;
 }

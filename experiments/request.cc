@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/cord.h"
@@ -50,7 +51,14 @@ const std::vector<Mode>& ModesThatDoLess() {
 
 // The caps in force, in words, for the report.
 std::string DescribeCaps(std::optional<int64_t> measured, std::optional<int64_t> standing) {
-  auto gib = [](int64_t bytes) { return absl::StrFormat("%.2f GiB", bytes / double(1 << 30)); };
+  // Exact, as --memory_cap takes it ("16GiB", "1000 bytes"), with GiB beside a count of bytes.
+  auto gib = [](int64_t bytes) {
+    const std::string exact = FormatByteSize(bytes);
+    if (exact != absl::StrCat(bytes)) return exact;
+    return bytes < (int64_t{1} << 30)
+               ? absl::StrCat(bytes, " bytes")
+               : absl::StrFormat("%d bytes (%.2f GiB)", bytes, bytes / double(1 << 30));
+  };
   std::string out = measured.has_value()
                         ? absl::StrCat("each configuration's steps capped at ", gib(*measured),
                                        " of live tensors (--memory_cap)")
@@ -215,7 +223,15 @@ RunRecord RecordOf(const Request& r, const Machine& m) {
           {"amp", r.training.amp ? "true" : "false"},
           {"link_bandwidth", LinkSetting(o)},
           {"world_size", absl::StrCat(r.world_size)},
-          {"plan_files", r.plan_files.empty() ? "none" : absl::StrJoin(r.plan_files, ";")}};
+          {"plan_files", r.plan_files.empty() ? "none" : absl::StrJoin(r.plan_files, ";")},
+          // What --predict predicts for (none for a run that steps: its ranks are world_size).
+          {"states", r.predict ? StateLayoutName(r.states.layout) : "none"},
+          {"states_world_size", r.predict ? absl::StrCat(r.states.world_size) : "none"},
+          {"collective_bandwidth",
+           !r.predict ? "none"
+           : r.states.collective_bytes_per_ms > 0
+               ? absl::StrCat(std::llround(r.states.collective_bytes_per_ms * 1000), "B/s")
+               : "untimed"}};
 }
 
 std::string ConfigurationOf(const Request& r, const Machine& m) {

@@ -121,8 +121,8 @@ struct ResultColumn {
   std::function<std::string(const ConfigResult&)> write;
   std::function<bool(const std::string&, ConfigResult&)> read;
   AcrossRanks across = AcrossRanks::kAlike;
-  std::function<double(const ConfigResult&)> get;
-  std::function<void(ConfigResult&, double)> set;
+  std::function<double(const ConfigResult&)> get = nullptr;
+  std::function<void(ConfigResult&, double)> set = nullptr;
 };
 
 // results.csv's columns, in order.

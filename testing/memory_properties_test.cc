@@ -46,22 +46,38 @@ std::string Encoder(int depth) {
 
 // Without dropout: with it, every checkpoint also keeps a snapshot of the CPU generator (5056
 // bytes for mt19937), which at these toy sizes can outweigh what a segment saves (the sweep
-// reports it; the conformance test checks it is predicted).
+// reports it; the conformance test checks it is predicted). A checkpoint keeps its input, which
+// store_all keeps only where a stage's graph saves it: uniform <= store_all where every stage's
+// graph keeps its input (a stage that saves nothing of it, x * count or a view, can make
+// checkpointing cost more, and the generated TorchScript chains hold such stages).
 RC_GTEST_PROP(MemoryProperties, RecomputeAllAtMostUniformAtMostStoreAll, ()) {
   const std::string model_id = *rc::gen::elementOf(Models().Ids());
   const std::string spec = *testing::SmallModelSpec(model_id, /*dropout=*/false).as("model");
-  const int64_t store_all = Activation(spec, "store_all");
-  const int64_t uniform = Activation(spec, "uniform");
-  const int64_t recompute_all = Activation(spec, "recompute_all");
+  absl::StatusOr<testing::Case> c = testing::BuildCase(spec, /*seed=*/1);
+  RC_ASSERT(c.ok());
+  const auto activation = [&](const std::string& strategy) {
+    absl::StatusOr<Run> run = testing::StepUnder(*c, strategy, 2);
+    RC_ASSERT(run.ok());
+    return run->step.activation_bytes;
+  };
+  const int64_t store_all = activation("store_all");
+  const int64_t uniform = activation("uniform");
+  const int64_t recompute_all = activation("recompute_all");
   RC_ASSERT(recompute_all <= uniform);
-  RC_ASSERT(uniform <= store_all);
+  bool inputs_kept = true;
+  for (int j = 1; j < c->profile.num_stages(); ++j) {
+    inputs_kept &= !c->profile.Stored(j).kept_inputs.empty();
+  }
+  RC_TAG(inputs_kept ? "every stage keeps its input" : "a stage keeps nothing of its input");
+  if (inputs_kept) RC_ASSERT(uniform <= store_all);
 }
 
 // Offloading moves a checkpoint's kept input to the host pool, and nothing else: on generated
 // instances of every model under a generated plan, the plan with its checkpointed segments
 // offloaded has the same gradients to the bit, no more device bytes after forward or at the
 // peak, and after forward exactly the bytes it moved out of the device fewer (the host pool
-// holds them: its copies made in the forward pass, counted from their inputs' sizes).
+// holds them: its copies made in the forward pass, counted from their inputs' sizes), or at most
+// those where a storage moved is one another boundary shares.
 RC_GTEST_PROP(MemoryProperties, OffloadingMovesKeptInputsToTheHostAndNothingElse, ()) {
   const std::string model_id = *rc::gen::elementOf(Models().Ids());
   const std::string spec = *testing::SmallModelSpec(model_id, /*dropout=*/true).as("model");
@@ -96,7 +112,18 @@ RC_GTEST_PROP(MemoryProperties, OffloadingMovesKeptInputsToTheHostAndNothingElse
     moved_in_forward += c->profile.Stored(next.begin - 1).output_bytes;
   }
   RC_TAG(moved_in_forward > 0 ? "moved" : "nothing to move");
-  RC_ASSERT(a->step.activation_bytes - b->step.activation_bytes == moved_in_forward);
+  // Where an output names its input's storage (a TorchScript stage returning a view or its
+  // input), a value moved out may share a storage something else still holds on the device.
+  bool shared = false;
+  for (int j = 0; j < c->profile.num_stages(); ++j) {
+    for (const BoundaryStorage& o : c->profile.Stored(j).OutputStorages()) shared |= o.input >= 0;
+  }
+  RC_TAG(shared ? "storage shared across boundaries" : "no storage shared");
+  if (shared) {
+    RC_ASSERT(a->step.activation_bytes - b->step.activation_bytes <= moved_in_forward);
+  } else {
+    RC_ASSERT(a->step.activation_bytes - b->step.activation_bytes == moved_in_forward);
+  }
 }
 
 // Stages a model declares alike (StageInfo::repeat_key) are measured once and the others given
@@ -138,6 +165,7 @@ RC_GTEST_PROP(Profile, RepeatedStagesMeasuredOnceEqualEachMeasured, ()) {
       RC_ASSERT(a.param_grad_sums_in_place == b.param_grad_sums_in_place);
       RC_ASSERT(a.input_grad_bytes == b.input_grad_bytes);
       RC_ASSERT(a.backward_transient_bytes == b.backward_transient_bytes);
+      RC_ASSERT(a.backward_input_held_transient_bytes == b.backward_input_held_transient_bytes);
       RC_ASSERT(a.backward_held_transient_bytes == b.backward_held_transient_bytes);
       RC_ASSERT(a.rng_state_bytes == b.rng_state_bytes);
     }

@@ -269,6 +269,8 @@ TEST(Profile, StateALibraryMakesOnFirstUseIsNotMeasured) {
       EXPECT_EQ(s.forward_transient_bytes, p.forward_transient_bytes) << name;
       EXPECT_EQ(s.retained_bytes, p.retained_bytes) << name;
       EXPECT_EQ(s.backward_transient_bytes, p.backward_transient_bytes) << name;
+      EXPECT_EQ(s.backward_input_held_transient_bytes, p.backward_input_held_transient_bytes)
+          << name;
       EXPECT_EQ(s.backward_held_transient_bytes, p.backward_held_transient_bytes) << name;
     }
   }

@@ -109,6 +109,7 @@ rc::Gen<std::string> StrategySpec(const std::string& id) {
         break;
       }
       case ParamDef::Type::kFloat:
+      case ParamDef::Type::kText:  // a file's path means something only with its file
         parts.push_back(rc::gen::just(absl::StrCat(":", p.key, "=", p.default_value)));
         break;
       case ParamDef::Type::kChoice:

@@ -9,7 +9,10 @@ run eagerly or scripted. The plans are trees of every segment mode. Properties:
   - a step of the planned model gives the plain model's loss and gradients (every parameter's
     and the input's) bitwise, and leaves the state (every buffer) as the plain model's step
     does; so does a second step, and a stage replaced between them runs as replaced;
-  - a plan nesting MAX_NESTING checkpoints runs; one nesting more is refused by name.
+  - a plan nesting MAX_NESTING checkpoints runs; one nesting more is refused by name;
+  - `python3 -m ckptlab.apply` prints a plan's segments, and nothing else; bad input (a missing,
+    special, oversized or foreign file, a plan too deep or for another model) is one line and
+    exit status 2.
 Runs on the torch of the Python that runs it (1.13 here, 2.6 in CI's trixie root).
 """
 
@@ -240,6 +243,67 @@ class Apply(unittest.TestCase):
         long = nn.Sequential(*[Linear(WIDTH) for _ in range(ckptlab.MAX_NESTING + 1)])
         with self.assertRaisesRegex(PlanError, "recompute-all"):
             ckptlab.apply(long, f"[0,{len(long)}) recompute-all")
+
+
+class Command(unittest.TestCase):
+    """`python3 -m ckptlab.apply PLAN MODEL.pt`: what a plan does to a file's stages, or one line
+    on stderr naming the input and exit status 2."""
+
+    def run_command(self, *args):
+        import subprocess
+        env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(HERE), "python"))
+        return subprocess.run([sys.executable, "-m", "ckptlab.apply", *args], env=env,
+                              capture_output=True, text=True)
+
+    def setUp(self):
+        import tempfile
+        self.folder = tempfile.TemporaryDirectory(prefix="apply_cli_")
+        self.dir = self.folder.name
+        self.model = os.path.join(self.dir, "model.pt")
+        torch.jit.script(nn.Sequential(Linear(WIDTH), Twice(), TupleJoin())).save(self.model)
+        self.plan = os.path.join(self.dir, "plan.txt")
+        with open(self.plan, "w") as f:
+            f.write("[0,2) checkpointed, [2,3) stored\n")
+
+    def tearDown(self):
+        self.folder.cleanup()
+
+    def refused(self, done, names):
+        self.assertEqual(done.returncode, 2, done.stderr)
+        self.assertEqual(len(done.stderr.splitlines()), 1, done.stderr)
+        self.assertIn(names, done.stderr)
+        self.assertEqual(done.stdout, "")
+
+    def test_a_plan_on_a_file_prints_its_segments_and_nothing_else(self):
+        done = self.run_command(self.plan, self.model)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(done.stderr, "")  # no RuntimeWarning, nothing
+        self.assertEqual(done.stdout.splitlines(),
+                         ["[0,2) checkpointed: 0.Linear, 1.Twice", "[2,3) stored: 2.TupleJoin"])
+
+    def test_bad_input_is_one_line_and_exit_2(self):
+        missing = os.path.join(self.dir, "missing.pt")
+        self.refused(self.run_command(self.plan, missing), f"{missing}: No such file")
+        self.refused(self.run_command(self.plan, self.dir), "not a regular file")
+        text = os.path.join(self.dir, "text.pt")
+        with open(text, "w") as f:
+            f.write("not a model\n")
+        self.refused(self.run_command(self.plan, text), "not a TorchScript archive")
+        large = os.path.join(self.dir, "large.txt")
+        with open(large, "w") as f:
+            f.write("[0,3) stored\n" + "#" * (1 << 20))
+        self.refused(self.run_command(large, self.model), "larger than 1048576 bytes")
+        deep = os.path.join(self.dir, "deep.txt")
+        with open(deep, "w") as f:
+            text = "[0,3) stored"
+            for _ in range(ckptlab.MAX_NESTING + 1):
+                text = "[0,3) checkpointed {" + text + "}"
+            f.write(text)
+        self.refused(self.run_command(deep, self.model), "nests")
+        other = os.path.join(self.dir, "other.txt")
+        with open(other, "w") as f:
+            f.write("[0,4) stored")
+        self.refused(self.run_command(other, self.model), "the plan covers 4 stages")
 
 
 if __name__ == "__main__":

@@ -78,8 +78,9 @@ class TorchScriptFile : public ::testing::Test {
 };
 
 // The facts read from the graphs are what each stage was made of, on generated chains: only
-// dropout draws random numbers, only BatchNorm updates state, and two stages share a repeat key
-// exactly when they run the same code on the same shapes (the kind and the widths in and out).
+// dropout and the random stage (randperm, randn_like: no Generator argument) draw random
+// numbers, only BatchNorm and the counter update state, and two stages share a repeat key exactly
+// when they run the same code on the same shapes (the kind and the widths in and out).
 TEST_F(TorchScriptFile, StageFactsFollowWhatEachStageWasMadeOf) {
   int n = 0;
   EXPECT_TRUE(rc::check("stage facts of generated chains", [&] {
@@ -89,8 +90,9 @@ TEST_F(TorchScriptFile, StageFactsFollowWhatEachStageWasMadeOf) {
     std::vector<std::pair<int64_t, int64_t>> widths;  // in, out
     int64_t in = chain.input;
     for (int i = 0; i < stages; ++i) {
-      const StageKind kind = *rc::gen::element(StageKind::kLinear, StageKind::kDropout,
-                                               StageKind::kBatchNorm, StageKind::kFork);
+      const StageKind kind =
+          *rc::gen::element(StageKind::kLinear, StageKind::kDropout, StageKind::kBatchNorm,
+                            StageKind::kFork, StageKind::kRandom, StageKind::kCounter);
       const int64_t width = *rc::gen::inRange<int64_t>(1, 4);
       if (kind == StageKind::kFork) {
         chain.stages.push_back({StageKind::kFork, 0});
@@ -100,7 +102,9 @@ TEST_F(TorchScriptFile, StageFactsFollowWhatEachStageWasMadeOf) {
         continue;
       }
       chain.stages.push_back({kind, width});
-      const int64_t out = kind == StageKind::kBatchNorm ? in : width;
+      const bool keeps_width = kind == StageKind::kBatchNorm || kind == StageKind::kRandom ||
+                               kind == StageKind::kCounter;
+      const int64_t out = keeps_width ? in : width;
       widths.push_back({in, out});
       in = out;
     }
@@ -112,8 +116,10 @@ TEST_F(TorchScriptFile, StageFactsFollowWhatEachStageWasMadeOf) {
     RC_ASSERT(s.size() == chain.stages.size());
     for (size_t i = 0; i < s.size(); ++i) {
       RC_ASSERT(s[i].parts.empty());
-      RC_ASSERT(s[i].stochastic == (chain.stages[i].kind == StageKind::kDropout));
-      RC_ASSERT(s[i].updates_state == (chain.stages[i].kind == StageKind::kBatchNorm));
+      const StageKind kind = chain.stages[i].kind;
+      RC_ASSERT(s[i].stochastic == (kind == StageKind::kDropout || kind == StageKind::kRandom));
+      RC_ASSERT(s[i].updates_state ==
+                (kind == StageKind::kBatchNorm || kind == StageKind::kCounter));
       for (size_t j = 0; j < s.size(); ++j) {
         const bool alike = chain.stages[i].kind == chain.stages[j].kind && widths[i] == widths[j];
         RC_ASSERT((s[i].repeat_key == s[j].repeat_key) == alike);
@@ -154,6 +160,29 @@ TEST_F(TorchScriptFile, DropoutIsStochasticBatchNormUpdatesStateAlikeStagesShare
       BoundModel::Bind(absl::StrCat("torchscript:file=", path, ":input=3:batch=4"));
   ASSERT_TRUE(wider.ok()) << wider.status();
   EXPECT_NE(wider->Stages()[0].repeat_key, s[0].repeat_key);
+}
+
+// How each stage is called and what it writes, read from a chain of known kinds: a stage taking
+// one tuple gets the one before's outputs whole, one taking two gets them spread; only the
+// in-place stage writes its input.
+TEST_F(TorchScriptFile, TuplesArePassedAsTheForwardTakesThemAndInPlaceWritesAreSeen) {
+  ChainDescription chain;
+  chain.input = 3;
+  chain.stages = {{StageKind::kLinear, 3}, {StageKind::kTwice, 0}, {StageKind::kTupleJoin, 0},
+                  {StageKind::kFork, 0},   {StageKind::kJoin, 0},  {StageKind::kInPlace, 0},
+                  {StageKind::kView, 0},   {StageKind::kLinear, 3}};
+  const std::string path = Write(chain, "calls.pt");
+  const absl::StatusOr<BoundModel> model =
+      BoundModel::Bind(absl::StrCat("torchscript:file=", path, ":input=3:batch=2"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  const absl::StatusOr<TorchScriptFacts> facts = TorchScriptModel::FactsFor(model->values());
+  ASSERT_TRUE(facts.ok()) << facts.status();
+  using P = TorchScriptPacking;
+  EXPECT_EQ(facts->packing, std::vector<P>({P::kSpread, P::kSpread, P::kTuple, P::kSpread,
+                                            P::kSpread, P::kSpread, P::kSpread, P::kSpread}));
+  std::vector<std::vector<int>> written(8);
+  written[5] = {0};
+  EXPECT_EQ(facts->written_inputs, written);
 }
 
 // The loss: cross-entropy where the output is [batch, classes] or [batch, tokens, vocab].

@@ -193,14 +193,17 @@ class StepReplay {
 
   // `held`: the stage's input, output and incoming gradient stay referenced throughout (the
   // last stage of a run the executor backpropagates from its outputs), so its held transient
-  // applies. `graph`: the backward pass (autograd call) that delivers its parameter gradients.
-  void StoredBackward(int j, Boundary& in, Boundary& out, bool held, int graph) {
+  // applies; `input_held`: its input does (the first stage of a run from a value the executor
+  // holds). `graph`: the backward pass (autograd call) that delivers its parameter gradients.
+  void StoredBackward(int j, Boundary& in, Boundary& out, bool held, bool input_held, int graph) {
     const StageProfile& s = *stages_[j];
     Note("backward", j);
     // A gradient that exists already (a tied embedding's) is accumulated into: the stage's
     // freshly computed one is then a temporary, alive at the stage's peak as the isolated
     // measurement saw it, but not kept afterwards (below).
-    Touch(held ? s.backward_held_transient_bytes : s.backward_transient_bytes);
+    Touch(held         ? s.backward_held_transient_bytes
+          : input_held ? s.backward_input_held_transient_bytes
+                       : s.backward_transient_bytes);
     Add(-s.retained_bytes);
     RefSome(out, s.kept_outputs, false);
     RefSome(in, s.kept_inputs, false);
@@ -280,7 +283,8 @@ class StepReplay {
       grad_ = loss.input_grad_bytes;
     }
     for (int j = op.end - 1; j >= op.begin; --j) {
-      StoredBackward(j, At(r, j), At(r, j + 1), /*held=*/!op.loss && j == op.end - 1, graph);
+      StoredBackward(j, At(r, j), At(r, j + 1), /*held=*/!op.loss && j == op.end - 1,
+                     /*input_held=*/j == op.begin && op.input != 0, graph);
     }
     if (!op.loss) Add(-incoming);  // the gradient the executor held, dropped once the call returns
   }

@@ -4,10 +4,12 @@
 //
 //   ASSIGN_OR_RETURN(MemoryPrediction p, PredictMemory(profile, plan));
 //
-// How memory is counted: bytes of live tensors above the step's baseline (parameters, batch,
-// gradients kept from before). The model replays the plan's program (core/plan/schedule.h) op by op
-// as the executor runs it: a recorded run adds, stage by stage, what each graph retains and
-// each output; a boundary tensor lives while the executor, a graph or the run's loop holds it;
+// How memory is counted: bytes of live storages above the step's baseline (parameters, batch,
+// gradients kept from before), each storage once however many tensors name it. The model replays
+// the plan's program (core/plan/schedule.h) op by op as the executor runs it: a recorded run adds,
+// stage by stage, what each graph retains and the output storages each stage allocates (an output
+// that is its input, or a view of it, adds none); a storage lives while a boundary's tensors (the
+// executor, a graph or the run's loop holding them) or a graph that keeps it refers to it;
 // a forward without a graph keeps one boundary at a time; a backward call holds the run's
 // outputs and its incoming gradient until it returns, and swaps each stage's retained bytes for
 // its input's gradient and the parameters' first gradients; RNG snapshots live from their

@@ -84,6 +84,10 @@ struct StageProfile {
   }
   int64_t input_grad_bytes = 0;          // the gradient it passes to its input
   int64_t backward_transient_bytes = 0;  // backward peak above its start (graph + grad in)
+  // The same when its input stays referenced for the whole backward, as when it is the first
+  // stage of a run the executor starts at a value it holds (what its graph saves of the input is
+  // then not freed in the backward).
+  int64_t backward_input_held_transient_bytes = 0;
   // The same when its input, output and incoming gradient stay referenced for the whole
   // backward, as when a checkpoint reruns it and backpropagates from its outputs.
   int64_t backward_held_transient_bytes = 0;

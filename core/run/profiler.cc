@@ -613,7 +613,9 @@ class Profiler {
       ClearGradients(own);
       z.reset();
       consts.clear();
-      p.backward_held_transient_bytes = MeasureHeldBackward(i, given, policy);
+      p.backward_input_held_transient_bytes =
+          i == 0 ? p.backward_transient_bytes : MeasureBackward(i, given, policy, false);
+      p.backward_held_transient_bytes = MeasureBackward(i, given, policy, true);
     }
     p.costs = CostsOf(p);
     if (options_.timed) Time(i, given, policy, p.costs);
@@ -633,10 +635,12 @@ class Profiler {
     return c;
   }
 
-  // Backward from the stage's outputs while the caller holds its inputs, its outputs and the
-  // incoming gradients throughout (what Checkpoint's nested backward does).
-  int64_t MeasureHeldBackward(size_t i, const std::vector<at::Tensor>& given,
-                              const StagePolicy& policy) {
+  // The backward's transient while the caller holds the stage's inputs throughout, and with
+  // `outputs_held` its outputs and the incoming gradients too (what Checkpoint's nested backward
+  // does; StageProfile::backward_held_transient_bytes); else above the incoming gradient, as
+  // StageProfile::backward_transient_bytes counts (backward_input_held_transient_bytes).
+  int64_t MeasureBackward(size_t i, const std::vector<at::Tensor>& given, const StagePolicy& policy,
+                          bool outputs_held) {
     std::vector<at::Tensor> xs, leaves;
     PrepareInputs(given, /*batch=*/i == 0, xs, leaves);
     std::vector<at::Tensor> ys = Run(i, xs, policy);
@@ -647,10 +651,29 @@ class Profiler {
       grads.push_back(at::randn_like(y));
     }
     if (roots.empty()) return 0;
-    const int64_t base = meter_.Stats().live_bytes;
-    meter_.ResetPeak();
-    torch::autograd::backward(roots, grads);
-    const int64_t transient = meter_.Stats().peak_bytes - base;
+    int64_t transient = 0;
+    if (outputs_held) {
+      const int64_t base = meter_.Stats().live_bytes;
+      meter_.ResetPeak();
+      torch::autograd::backward(roots, grads);
+      transient = meter_.Stats().peak_bytes - base;
+    } else {
+      // z = sum(y * c): its backward allocates dL/dy afresh, as the next stage's backward would.
+      at::Tensor z;
+      int64_t incoming_bytes = 0;
+      for (size_t k = 0; k < roots.size(); ++k) {
+        incoming_bytes += static_cast<int64_t>(grads[k].nbytes());
+        at::Tensor term = roots[k].mul(grads[k]).sum();
+        z = z.defined() ? z.add(term) : term;
+      }
+      roots.clear();
+      ys.clear();
+      const int64_t base = meter_.Stats().live_bytes;
+      meter_.ResetPeak();
+      z.backward();
+      transient =
+          meter_.Stats().peak_bytes - base - incoming_bytes - static_cast<int64_t>(z.nbytes());
+    }
     ClearGradients(StageParams(i));
     return transient;
   }

@@ -28,11 +28,21 @@ def _read_regular(path: str, limit: int) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise _Refused(f"{path}: {e.strerror}")
-    with os.fdopen(fd, "rb") as f:
-        mode = os.fstat(f.fileno()).st_mode
-        if not stat.S_ISREG(mode):
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise _Refused(f"{path}: not a regular file; accepted: a regular file")
-        data = f.read(limit + 1)
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(limit + 1 - size, 1 << 24))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
+    except OSError as e:
+        raise _Refused(f"{path}: {e.strerror}")
+    finally:
+        os.close(fd)
     if len(data) > limit:
         raise _Refused(f"{path}: larger than {limit} bytes; accepted: at most {limit}")
     return data

@@ -61,16 +61,38 @@ std::vector<ParamDef> Optimal::Params() {
           ChoiceParam("offload", {"yes", "no"}, "yes",
                       "yes: checkpoints may also keep their inputs in host memory where that is "
                       "faster (planned where the profile knows the copy rates: measured, or "
-                      "--link_bandwidth); no: keep or recompute only")};
+                      "--link_bandwidth); no: keep or recompute only"),
+          ChoiceParam("chunks_under_amp", {"no", "yes"}, "no",
+                      "under autocast (--amp), whether stages may run in chunks, whose partial "
+                      "weight gradients are rounded to the autocast dtype apart (gradients move "
+                      "further than autocast's own); no: not under autocast")};
 }
+
+namespace {
+// `profile` without its chunking policies (every stage's other policies kept): what a plan may
+// choose from where chunking is not allowed.
+ModelProfile WithoutChunks(const ModelProfile& profile) {
+  ModelProfile out = profile;
+  for (std::vector<StageProfile>& menu : out.measured) {
+    menu.erase(std::remove_if(menu.begin() + 1, menu.end(),
+                              [](const StageProfile& p) { return p.policy.Chunks() > 1; }),
+               menu.end());
+  }
+  return out;
+}
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Strategy>> Optimal::Create(const ParamValues& params) {
   std::optional<int64_t> budget;
   if (!params.IsAuto("budget")) budget = params.Bytes("budget");
-  return std::make_unique<Optimal>(budget, params.Text("offload") == "yes");
+  return std::make_unique<Optimal>(budget, params.Text("offload") == "yes",
+                                   params.Text("chunks_under_amp") == "yes");
 }
 
-absl::StatusOr<Plan> Optimal::MakePlan(const ModelProfile& profile) const {
+absl::StatusOr<Plan> Optimal::MakePlan(const ModelProfile& measured) const {
+  const bool no_chunks = !measured.autocast.empty() && !chunks_under_amp_;
+  const ModelProfile unchunked = no_chunks ? WithoutChunks(measured) : ModelProfile();
+  const ModelProfile& profile = no_chunks ? unchunked : measured;
   int64_t budget = 0;
   std::string budget_text;
   if (budget_.has_value()) {
@@ -112,6 +134,7 @@ absl::StatusOr<Plan> Optimal::MakePlan(const ModelProfile& profile) const {
     const double best_ms = best->ms;
     plan.shown = {{"budget", budget_.has_value() ? budget_text : "auto"}};
     if (!offload_) plan.shown.emplace_back("offload", "no");
+    if (chunks_under_amp_) plan.shown.emplace_back("chunks_under_amp", "yes");
     const int offloaded = Compile(plan, profile.stages).num_host;  // the copies it makes
     plan.summary = absl::StrCat(
         "the fastest plan the planner finds within ", budget_text, ": predicted peak ",

@@ -18,6 +18,12 @@
 // misjudges a plan's peak, the answer is still never slower than that heuristic's; with
 // offload, its offloading variant too).
 //
+// Precision: under autocast (a profile taken under it, the sweep's --amp) no stage is chunked
+// unless chunks_under_amp=yes: a chunk's partial weight gradient is rounded to the autocast
+// dtype before the chunks are summed (bfloat16 keeps 8 bits), which moved a tiny model's
+// gradients 23 times as far as autocast itself moves store_all's (docs/testing.md). Every other
+// policy computes what store_all computes, in the same dtype.
+//
 // budget=auto: the predicted peak of uniform's default plan (ceil(sqrt(L)) segments), plus the
 // slack, so that a sweep compares the two at equal memory. A budget below every candidate's
 // peak is an error that names the least peak among them.
@@ -47,13 +53,15 @@ class Optimal : public Strategy {
   static absl::StatusOr<std::unique_ptr<Strategy>> Create(const ParamValues& params);
 
   // No budget: auto. `offload`: offloaded segments may be planned (where the profile knows the
-  // copy rates).
-  Optimal(std::optional<int64_t> budget, bool offload) : budget_(budget), offload_(offload) {}
+  // copy rates). `chunks_under_amp`: stages may be chunked under autocast too.
+  Optimal(std::optional<int64_t> budget, bool offload, bool chunks_under_amp = false)
+      : budget_(budget), offload_(offload), chunks_under_amp_(chunks_under_amp) {}
   absl::StatusOr<Plan> MakePlan(const ModelProfile& profile) const override;
 
  private:
   std::optional<int64_t> budget_;
   bool offload_ = true;
+  bool chunks_under_amp_ = false;
 };
 
 }  // namespace ckpt
