@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "ATen/Context.h"
+#include "ATen/core/grad_mode.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "c10/core/DefaultDtype.h"
@@ -401,7 +402,10 @@ class Float64Twin {
         cohort_(nullptr),
         steps_(options_, cohort_, *workload_.model(), workload_.batch(), std::nullopt) {}
 
+  // The plan's gradients on the twin, its steps in float64 too (what factories make without a
+  // dtype: a dropout mask, a model's own constants).
   absl::StatusOr<std::vector<at::Tensor>> Gradients(const Plan& plan) {
+    const ScopedDefaultDtype float64(caffe2::TypeMeta::Make<double>());
     ASSIGN_OR_RETURN(ChainExecutor executor,
                      ChainExecutor::Create(workload_.model(), plan, &meter_, options_.device));
     absl::Status stepped;

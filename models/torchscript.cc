@@ -332,7 +332,13 @@ std::string AttributesOf(const torch::jit::Module& stage) {
       const c10::IValue value = module.value._ivalue()->getSlot(k);
       if (value.isTensor()) buffers.push_back(value.toTensor());
       if (value.isTensor() || value.isModule()) continue;
-      out << module.name << "." << type->getAttributeName(k) << "=" << value << ";";
+      out << module.name << "." << type->getAttributeName(k) << "=";
+      // An object prints its address, which says nothing of what runs: its type instead.
+      if (value.isObject() || value.isCapsule()) {
+        out << value.type()->str() << ";";
+      } else {
+        out << value << ";";
+      }
     }
   }
   out << ShapesOf(buffers);

@@ -8,7 +8,8 @@ a tuple whole; an in-place write to the input; BatchNorm and a counter read afte
 run eagerly or scripted. The plans are trees of every segment mode. Properties:
   - a step of the planned model gives the plain model's loss and gradients (every parameter's
     and the input's) bitwise, and leaves the state (every buffer) as the plain model's step
-    does; so does a second step, and a stage replaced between them runs as replaced;
+    does; so does a second step, and one under bfloat16 autocast (reruns run under the first
+    run's); a stage replaced between steps runs as replaced;
   - a plan nesting MAX_NESTING checkpoints runs; one nesting more is refused by name;
   - `python3 -m ckptlab.apply` prints a plan's segments, and nothing else; bad input (a missing,
     special, oversized or foreign file, a plan too deep or for another model) is one line and
@@ -196,6 +197,20 @@ class Apply(unittest.TestCase):
                 self.assertTrue(same(e, g), f"gradient {k} differs")
             for k, (e, g) in enumerate(zip(expected[2], got[2])):
                 self.assertTrue(same(e, g), f"buffer {k} differs: {e} != {g}")
+
+    @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.data())
+    def test_reruns_run_under_the_first_runs_autocast(self, data):
+        kinds, scripted, stages = data.draw(models(), "model")
+        plan = data.draw(segments(0, len(stages), 2), "plan")
+        plain = nn.Sequential(*made(stages, scripted))
+        planned = ckptlab.apply(nn.Sequential(*made(stages, scripted)), plan)
+        x = torch.randn(3, WIDTH)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            expected = step(plain, x, 7)
+            got = step(planned, x, 7)
+        for k, (e, g) in enumerate(zip(expected[1], got[1])):
+            self.assertTrue(same(e, g), f"gradient {k} differs under autocast")
 
     def test_a_stage_replaced_after_apply_runs_as_replaced(self):
         torch.manual_seed(0)

@@ -173,7 +173,10 @@ class _Facts:
         devices = sorted({t.device.index or 0 for t in _flatten(value)[0] if t.is_cuda})
         saved = [(b, b.detach().clone()) for s in stages for b in s.buffers()]
         try:
-            with torch.no_grad(), torch.random.fork_rng(devices=devices):
+            # Without autocast: a cast made under no_grad would stay in autocast's cache of cast
+            # weights, without a graph, for the real forward in the same autocast region.
+            with torch.no_grad(), torch.random.fork_rng(devices=devices), \
+                    _autocast_as((False, None, False, torch.get_autocast_cpu_dtype())):
                 x = _copied(value)
                 for i, stage in enumerate(stages):
                     inputs = _flatten(x)[0]
@@ -200,19 +203,30 @@ def _devices_rng(tensors):
 
 
 def _autocast_state():
-    cuda = torch.cuda.is_available() and torch.is_autocast_enabled()
+    """(cuda on, its dtype, cpu on, its dtype): what a rerun must run under."""
+    cuda = torch.cuda.is_available()
+    if hasattr(torch, "get_autocast_dtype"):  # 2.4 on: the per-device calls (the others warn)
+        cuda = cuda and torch.is_autocast_enabled("cuda")
+        return (cuda, torch.get_autocast_dtype("cuda") if cuda else None,
+                torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"))
+    cuda = cuda and torch.is_autocast_enabled()
     return (cuda, torch.get_autocast_gpu_dtype() if cuda else None,
             torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype())
 
 
 @contextlib.contextmanager
 def _autocast_as(state):
+    """Autocast as `state` says, without its cache of cast weights, as ckptlab's executor runs
+    (core/run/torch_compat.h): a cast made in a checkpoint's first pass, without a graph, must not
+    be what its rerun, or a later stage, reads."""
     cuda, cuda_dtype, cpu, cpu_dtype = state
     with contextlib.ExitStack() as stack:
         if torch.cuda.is_available():
-            stack.enter_context(torch.autocast("cuda", dtype=cuda_dtype, enabled=cuda)
+            stack.enter_context(torch.autocast("cuda", dtype=cuda_dtype, enabled=cuda,
+                                               cache_enabled=False)
                                 if cuda else torch.autocast("cuda", enabled=False))
-        stack.enter_context(torch.autocast("cpu", dtype=cpu_dtype, enabled=cpu))
+        stack.enter_context(torch.autocast("cpu", dtype=cpu_dtype, enabled=cpu,
+                                           cache_enabled=False))
         yield
 
 
@@ -233,7 +247,8 @@ class _Checkpoint(torch.autograd.Function):
             ctx.host = [x.detach().to("cpu", copy=True) for x in xs]
         else:
             ctx.save_for_backward(*xs)
-        ys, out[0] = _flatten(run(_unflatten(skeleton, list(xs))))
+        with _autocast_as(ctx.autocast):
+            ys, out[0] = _flatten(run(_unflatten(skeleton, list(xs))))
         if [x._version for x in xs] != versions:  # a stage not known to write its input
             raise RuntimeError("ckptlab.apply: a checkpointed segment wrote its input in place, "
                                "which its rerun would read changed")
