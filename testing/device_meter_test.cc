@@ -131,6 +131,29 @@ TEST(HostPool, ARoundTripGivesTheValuesBackAndCountsHostBytesUntilTheCopyBackIsD
   ExpectEqual(back.tensors, x);
 }
 
+TEST(HostPool, CopiesStoragesOnceAndKeepHowTensorsShareThem) {
+  // A tensor named twice, a view of it, and a zero-element view of another that keeps all of it:
+  // as a stage boundary can hold them.
+  const at::Tensor x = torch::randn({3, 5}, torch::device(TestDevice()));
+  const at::Tensor y = torch::randn({4, 2}, torch::device(TestDevice()));
+  const std::vector<at::Tensor> boundary = {x, x, x.t(), y.narrow(1, 0, 0)};
+  const int64_t before = Pool().Stats().live_bytes;
+  Transfer out = Pool().ToHost(boundary);
+  EXPECT_EQ(out.bytes, static_cast<int64_t>(x.nbytes() + y.nbytes()));
+  EXPECT_EQ(Pool().Stats().live_bytes - before, static_cast<int64_t>(x.nbytes() + y.nbytes()));
+  out.done->Wait();
+  Transfer back = Pool().ToDevice(out.tensors, TestDevice());
+  out.tensors.clear();
+  back.done->Wait();
+  const std::vector<at::Tensor>& b = back.tensors;
+  ASSERT_EQ(b.size(), 4u);
+  EXPECT_TRUE(b[0].is_same(b[1]));
+  EXPECT_TRUE(b[2].is_alias_of(b[0]));
+  EXPECT_EQ(static_cast<int64_t>(b[3].storage().nbytes()), static_cast<int64_t>(y.nbytes()));
+  EXPECT_EQ(b[0].storage().nbytes(), x.nbytes());
+  ExpectEqual(b, boundary);
+}
+
 TEST(HostPool, CopiesRunInIssueOrder) {
   // The copy back is issued before the copy out was waited for, and still reads its result.
   const std::vector<at::Tensor> x = Boundary();

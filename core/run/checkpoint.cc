@@ -187,12 +187,12 @@ std::vector<at::Tensor> GraphInputs(const std::vector<at::Tensor>& inputs,
   for (const at::Tensor& t : inputs) {
     size_t k = 0;
     while (k < distinct.size() && !(t.defined() && distinct[k].is_same(t))) ++k;
-    // Detached: an input made by another run (its output) must not tie this graph to that one.
     if (k == distinct.size()) distinct.push_back(t);
     of.push_back(k);
   }
   into->first.assign(distinct.size(), 0);
   for (size_t i = inputs.size(); i-- > 0;) into->first[of[i]] = i;
+  // Detached: an input made by another run (its output) must not tie this graph to that one.
   std::vector<at::Tensor> detached;
   for (const at::Tensor& t : distinct) detached.push_back(t.defined() ? t.detach() : t);
   std::vector<at::Tensor> all_inputs = WithAnchor(detached);

@@ -127,18 +127,24 @@ struct Flattened {
       total += bytes;
     }
   }
-  // Each of `ts` as the same view of copies[of[i]] (the copies of `flats`).
+  // Each of `ts` as the same view of copies[of[i]] (the copies of `flats`); a tensor named
+  // twice comes back as one tensor.
   std::vector<at::Tensor> Views(const std::vector<at::Tensor>& ts,
                                 const std::vector<at::Tensor>& copies) const {
     std::vector<at::Tensor> out;
     for (size_t i = 0; i < ts.size(); ++i) {
-      if (of[i] < 0) {
-        out.emplace_back();
-        continue;
-      }
       const at::Tensor& t = ts[i];
-      out.push_back(at::empty({0}, copies[of[i]].options().dtype(t.dtype()))
-                        .set_(copies[of[i]].storage(), t.storage_offset(), t.sizes(), t.strides()));
+      size_t same = 0;
+      while (same < i && !(t.defined() && ts[same].is_same(t))) ++same;
+      if (same < i) {
+        out.push_back(out[same]);
+      } else if (of[i] < 0) {
+        out.emplace_back();
+      } else {
+        out.push_back(
+            at::empty({0}, copies[of[i]].options().dtype(t.dtype()))
+                .set_(copies[of[i]].storage(), t.storage_offset(), t.sizes(), t.strides()));
+      }
     }
     return out;
   }

@@ -176,7 +176,7 @@ class _Facts:
             # Without autocast: a cast made under no_grad would stay in autocast's cache of cast
             # weights, without a graph, for the real forward in the same autocast region.
             with torch.no_grad(), torch.random.fork_rng(devices=devices), \
-                    _autocast_as((False, None, False, torch.get_autocast_cpu_dtype())):
+                    _autocast_as((False, None, False, torch.bfloat16)):
                 x = _copied(value)
                 for i, stage in enumerate(stages):
                     inputs = _flatten(x)[0]
