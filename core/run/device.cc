@@ -43,6 +43,25 @@ Fn OpenBlasSymbol(const char* name) {
   return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
 }
 
+// OpenBLAS's DYNAMIC_ARCH picks its kernels by the CPU's model number, and a model it does not
+// know gets Prescott's SSE3 kernels, whatever the CPU can do (one core of an AVX-512 Xeon it
+// did not recognise: 25 GFLOP/s on 1024-square products, 127 with SkylakeX's kernels). Said
+// after the BLAS in the runtime's description, with the setting that fixes it; empty otherwise.
+std::string BlasKernelWarning() {
+  auto core = OpenBlasSymbol<char* (*)()>("openblas_get_corename");
+  if (core == nullptr || absl::string_view(core()) != "Prescott") return "";
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (!avx512 && !__builtin_cpu_supports("avx2")) return "";
+  return absl::StrCat(
+      " (its SSE3 kernels, on a CPU with ", avx512 ? "AVX-512" : "AVX2",
+      " whose model it did not recognise: OPENBLAS_CORETYPE=", avx512 ? "SkylakeX" : "Haswell",
+      " in the environment runs its products several times faster)");
+#else
+  return "";
+#endif
+}
+
 }  // namespace
 
 int VisibleGpus() {
@@ -148,6 +167,7 @@ std::string DescribeRuntime() {
     if (auto threads = OpenBlasSymbol<int (*)()>("openblas_get_num_threads")) {
       absl::StrAppend(&blas, ", ", threads(), " thread(s)");
     }
+    absl::StrAppend(&blas, BlasKernelWarning());
   }
   const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
   return absl::StrCat(

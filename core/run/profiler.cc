@@ -324,7 +324,9 @@ class Profiler {
           profile.measured[i].push_back(CopyOfTwin(measured, i));
         }
       } else {
+        // Said before each policy too: one stage of a full-width model can take minutes.
         for (const StagePolicy& policy : PolicyMenu(stages_[i], options_.chunks)) {
+          Report("measuring", i + 1);
           profile.measured[i].push_back(Measure(i, policy));
         }
       }

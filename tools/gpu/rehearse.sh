@@ -146,6 +146,33 @@ set -e
 grep -q "written with --report_only" "$root/killed/report.md" 2>/dev/null &&
   grep -A2 "^## Incomplete" "$root/killed/report.md" | grep -q "heavy_mlp:depth=8:hidden=512" ||
   fail "run.sh wrote no report.md naming the killed model: $(tail -5 "$root/killed.stderr")"
+# The phases of a measuring run (CKPT_STEPS="conformance jobs"): the device's tests within their
+# bound, each job in a folder of its own, one killed at its seconds, and $OUT's tarball made
+# again after each; a jobs file with a bad line is refused before anything runs.
+printf '%s\n' "# comment" \
+  "small 60 --models=heavy_mlp:depth=4:hidden=64:batch=8 --strategies=uniform --steps=1" \
+  "slow 3 --models=heavy_mlp:depth=8:hidden=512:batch=512 --steps=100000" >"$root/jobs"
+mkdir -p "$root/jobs-out"
+set +e
+env "${host[@]}" OUT="$root/jobs-out" CKPT_DEVICE=cpu CKPT_STEPS="conformance jobs" \
+  CKPT_CONFORMANCE_S=120 RC_PARAMS=max_success=1 CKPT_JOBS="$root/jobs" \
+  CKPT_RESULTS_DIR="$root/jobs-run" tools/gpu/run.sh 2>"$root/jobs.stderr"
+rc=$?
+set -e
+jobs_listing=$(tar tzf "$root/jobs-out/gpu-results.tar.gz" 2>/dev/null || true)
+((rc == 1)) && grep -q "conformance_test: \[  PASSED  \]" "$root/jobs.stderr" &&
+  grep -q "job slow killed at 3 s" "$root/jobs.stderr" &&
+  [[ -s "$root/jobs-run/jobs/small/results.csv" ]] &&
+  grep -q "/jobs/small/results.csv$" <<<"$jobs_listing" ||
+  fail "run.sh's conformance and jobs phases: exit $rc, $(tail -5 "$root/jobs.stderr")"
+echo "bad-line sixty --steps=1" >"$root/bad-jobs"
+set +e
+env -u OUT "${host[@]}" CKPT_DEVICE=cpu CKPT_STEPS=jobs CKPT_JOBS="$root/bad-jobs" \
+  CKPT_RESULTS_DIR="$root/bad-jobs-run" tools/gpu/run.sh 2>"$root/bad-jobs.stderr"
+rc=$?
+set -e
+((rc == 2)) && grep -q "CKPT_JOBS line 'bad-line sixty ...' is not accepted" "$root/bad-jobs.stderr" ||
+  fail "run.sh with a bad jobs line: exit $rc, $(tail -3 "$root/bad-jobs.stderr")"
 # tools/gpu/publish.sh on what came back, as a GPU session will run it: the folder to commit,
 # with the plot drawn here; refusals leave nothing behind.
 docs="$root/docs"

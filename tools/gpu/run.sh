@@ -21,7 +21,15 @@
 #   CKPT_SWEEP_RESERVE_S=90   of what is left for the sweep, the part kept for the model in
 #                             flight when its time limit passes; past even that the sweep is
 #                             killed, and report.md is written from its rows (--report_only)
-#   CKPT_STEPS="build test sweep"   which phases to run (build is always needed on a bare host)
+#   CKPT_STEPS="build test sweep"   which phases to run (build is always needed on a bare host);
+#                             also `conformance` (the device's meter and conformance tests
+#                             alone, each within CKPT_CONFORMANCE_S, RC_PARAMS as given) and
+#                             `jobs` (the sweeps CKPT_JOBS lists, each within its seconds)
+#   CKPT_BUILD_TARGETS="..."  build only these CMake targets (default: all)
+#   CKPT_CONFORMANCE_S=120    the conformance phase's bound per test binary
+#   CKPT_JOBS=FILE            the jobs phase's list: a line per sweep, `name seconds flags...`
+#                             (flags split at spaces, never through a shell; `#` comments);
+#                             each runs with --device and --out=<results>/jobs/<name>
 #   CKPT_SWEEP_ARGS="..."     more sweep flags; they come last, so --models=... overrides
 #   CKPT_AMP_MODELS="..."     the models of the mixed-precision training check (test phase)
 #   CKPT_CTEST_EXCLUDE=REGEX  tests ctest leaves out (its -E), where another run covers them
@@ -38,6 +46,9 @@ amp_models="transformer:depth=4:hidden=256:heads=4:seq=128:batch=8"
 amp_models+=",gpt2:depth=4:hidden=256:heads=4:seq=128:batch=8:vocab=8192:context=128"
 amp_models="${CKPT_AMP_MODELS:-$amp_models}"
 steps=" ${CKPT_STEPS:-build test sweep} "
+build_targets="${CKPT_BUILD_TARGETS:-}"
+conformance_s="${CKPT_CONFORMANCE_S:-120}"
+jobs_file="${CKPT_JOBS:-}"
 ctest_exclude="${CKPT_CTEST_EXCLUDE:-}"
 bundle="${CKPT_BUNDLE:-$PWD/third_party/cmake_bundle}"
 build="${CKPT_BUILD_DIR:-build/gpu}"
@@ -49,16 +60,20 @@ die() {
   exit 2
 }
 
-# Hands back what there is, also when a phase failed or the time ran out.
+# Copies what there is to $OUT: after each phase, so that a run killed at the device's limit
+# still returns the phases it finished, and at the exit, also when a phase failed.
+hand_back() {
+  [[ -n "${OUT:-}" ]] || return 0
+  tar czf "$OUT/gpu-results.tar.gz.part" -C "$(dirname "$out")" "$(basename "$out")" &&
+    mv "$OUT/gpu-results.tar.gz.part" "$OUT/gpu-results.tar.gz"
+  for f in report.md results.csv pareto.png run.log ctest.log conformance.log; do
+    if [[ -f "$out/$f" ]]; then cp "$out/$f" "$OUT/"; fi
+  done
+}
 deliver() {
   local status=$?
   log "exit status $status; results in $out"
-  if [[ -n "${OUT:-}" ]]; then
-    tar czf "$OUT/gpu-results.tar.gz" -C "$(dirname "$out")" "$(basename "$out")"
-    for f in report.md results.csv pareto.png run.log ctest.log conformance.log; do
-      if [[ -f "$out/$f" ]]; then cp "$out/$f" "$OUT/"; fi
-    done
-  fi
+  hand_back
   exit "$status"
 }
 trap deliver EXIT
@@ -72,9 +87,19 @@ esac
 [[ "$reserve" =~ ^[0-9]+$ ]] ||
   die "CKPT_SWEEP_RESERVE_S='$reserve' is not accepted; accepted: seconds"
 for step in $steps; do
-  [[ "$step" =~ ^(build|test|sweep)$ ]] ||
-    die "CKPT_STEPS has '$step'; accepted: build, test, sweep"
+  [[ "$step" =~ ^(build|test|conformance|jobs|sweep)$ ]] ||
+    die "CKPT_STEPS has '$step'; accepted: build, test, conformance, jobs, sweep"
 done
+[[ "$conformance_s" =~ ^[0-9]+$ ]] ||
+  die "CKPT_CONFORMANCE_S='$conformance_s' is not accepted; accepted: seconds"
+if [[ "$steps" == *" jobs "* ]]; then
+  [[ -f "$jobs_file" ]] || die "CKPT_JOBS='$jobs_file' is not a file; the jobs phase needs one"
+  while read -r name seconds _; do
+    [[ -z "$name" || "$name" == \#* ]] && continue
+    [[ "$name" =~ ^[a-z0-9][a-z0-9._-]*$ && "$seconds" =~ ^[0-9]+$ ]] ||
+      die "CKPT_JOBS line '$name $seconds ...' is not accepted; accepted: name seconds flags..."
+  done <"$jobs_file"
+fi
 [[ -f "$bundle/REQUIRES" && -d "$bundle/include/absl" ]] ||
   die "no C++ bundle at $bundle: run tools/make_cmake_bundle.sh on a Debian 12 machine and carry it"
 if [[ -n "${CKPT_TORCH_CMAKE_DIR:-}" ]]; then
@@ -137,12 +162,16 @@ if [[ "$steps" == *" build "* ]]; then
   if [[ "$device" == cuda* ]] && ! grep -q "CUDA 1" "$out/configure.log"; then
     die "this LibTorch has no CUDA, and CKPT_DEVICE=$device"
   fi
-  log "building with $(nproc) jobs"
-  cmake --build "$build" -j "$(nproc)" "${keep_going[@]}" >"$out/build.log" 2>&1 || {
+  targets=()
+  # shellcheck disable=SC2206
+  [[ -z "$build_targets" ]] || targets=(--target $build_targets)
+  log "building ${build_targets:-everything} with $(nproc) jobs"
+  cmake --build "$build" -j "$(nproc)" "${targets[@]}" "${keep_going[@]}" >"$out/build.log" 2>&1 || {
     # The compiler's errors, also into run.log, which comes back as a file of its own.
     grep -E "error:|Error [0-9]|FAILED:" "$out/build.log" | head -60 | tee -a "$out/run.log" >&2
     die "build failed (build.log, in the tarball)"
   }
+  hand_back
 fi
 
 # Data parallel on the GPU (docs/data-parallel.md): the process-group test with every backend
@@ -235,6 +264,47 @@ if [[ "$steps" == *" test "* ]]; then
   while read -r line; do log "amp: $line"; done < <(
     sed -n '/^## Training/,/^!\[loss curves\]/p' "$out/amp/report.md" 2>/dev/null |
       grep '^| [^-]' || true)
+fi
+
+# --- Conformance alone: the device's meter and conformance tests, each within its bound. ---
+if [[ "$steps" == *" conformance "* ]]; then
+  for test in device_meter_test conformance_test; do
+    log "$test on $device, within $conformance_s s (RC_PARAMS='${RC_PARAMS:-}')"
+    test_status=0
+    CKPT_TEST_DEVICE="$device" timeout --signal=KILL "$conformance_s" "$build/$test" \
+      >"$out/$test.log" 2>&1 || test_status=$?
+    cat "$out/$test.log" >>"$out/conformance.log"
+    ((test_status != 137)) || log "$test killed at its bound: the tests it finished are above"
+    ((test_status == 0)) || status=1
+    while read -r line; do log "$test: $line"; done < <(
+      grep -E '^\[ +(OK|FAILED|PASSED) +\]' "$out/$test.log" || true)
+  done
+  hand_back
+fi
+
+# --- Jobs: the sweeps CKPT_JOBS lists, in order, each within its seconds and what is left. ---
+if [[ "$steps" == *" jobs "* ]]; then
+  mkdir -p "$out/jobs"
+  while read -r name seconds flags; do
+    [[ -z "$name" || "$name" == \#* ]] && continue
+    left=$((budget - (SECONDS - start) - 5))
+    ((seconds < left)) || seconds=$left
+    if ((left < 20)); then
+      log "job $name: not started, $left s left"
+      continue
+    fi
+    log "job $name, within $seconds s: $flags"
+    job_status=0
+    # Split at spaces, never through a shell: the flags are data.
+    read -r -a job_flags <<<"$flags"
+    timeout --signal=KILL "$seconds" "$build/sweep" --device="$device" --out="$out/jobs/$name" \
+      "${job_flags[@]}" >"$out/jobs/$name.txt" 2>"$out/jobs/$name.stderr" </dev/null ||
+      job_status=$?
+    ((job_status != 137)) || log "job $name killed at $seconds s"
+    ((job_status == 0)) || status=1
+    log "job $name exited $job_status: $(tail -1 "$out/jobs/$name.stderr" | tr -d '\r' | cut -c1-200)"
+    hand_back
+  done <"$jobs_file"
 fi
 
 # --- Sweep: the paper preset, bounded by what is left of the budget. ---
