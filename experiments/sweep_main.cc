@@ -308,7 +308,6 @@ absl::StatusOr<Request> ReadRequest(const ParsedCommandLine& parsed) {
   training.steps = absl::GetFlag(FLAGS_train_steps);
   training.accumulate = absl::GetFlag(FLAGS_accumulate);
   training.amp = absl::GetFlag(FLAGS_amp);
-  if (training.amp) options.autocast = AmpDtype(options.device);
   if (training.steps == 0 && training.accumulate != 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--accumulate=", training.accumulate,
@@ -335,6 +334,9 @@ absl::StatusOr<Request> ReadRequest(const ParsedCommandLine& parsed) {
           : absl::GetFlag(FLAGS_resume)    ? FolderUse::kResume
                                            : FolderUse::kNew;
   RETURN_IF_ERROR(ParseRanks(parsed, r));
+  // After ParseRanks, which resolves the device: before it, every run took the CPU's dtype
+  // (an H100 ran --amp in bfloat16, its training in float16).
+  if (training.amp) options.autocast = AmpDtype(options.device);
   ASSIGN_OR_RETURN(r.threads.intra_op, ParseThreadCount("--threads", absl::GetFlag(FLAGS_threads)));
   ASSIGN_OR_RETURN(r.threads.blas,
                    ParseThreadCount("--blas_threads", absl::GetFlag(FLAGS_blas_threads)));
