@@ -6,8 +6,9 @@
 MEASURED_RESULTS_CSV is a sweep's results.csv measured on the card (one model). Every row is
 compared with the prediction the card's own profile made for it (its predicted_* columns), and,
 with PREDICT_CSV (`sweep --predict`'s predict.csv, made elsewhere, e.g. on a CPU), with the row
-there of the same strategy, or else that runs the same plan (matched by plan text: `plan:file=`
-rows on the card meet the `optimal:budget=...` rows whose plans they are). Peaks are above the step's baseline
+there that runs the same plan (matched by plan text, the same strategy's row first: `plan:file=`
+rows on the card meet the `optimal:budget=...` rows whose plans they are, and a planner that
+chose another plan on the card is compared with nothing). Peaks are above the step's baseline
 (parameters, batch, kept gradients), as --predict states them; step ratios are against
 store_all's (the measured one: the median of per-round ratios). The reserved peak (what the
 caching allocator held, rounding and cached blocks included) is absolute, against the card's
@@ -62,9 +63,7 @@ def main(argv):
     predicted = read_rows(argv[2]) if len(argv) == 3 else []
     ok = [r for r in predicted if r.get("status") == "ok"]
     by_strategy = {r["strategy"]: r for r in ok}
-    by_plan = {}
-    for r in ok:
-        by_plan.setdefault(r["plan"], r)
+    by_plan = {r["plan"]: r for r in ok}
     base = by_strategy_prefix(measured, "store_all")
     cpu_base = by_strategy_prefix(predicted, "store_all")
     head = ("| strategy | status | predicted peak GiB (elsewhere) | predicted peak GiB (card) "
@@ -75,7 +74,9 @@ def main(argv):
     print(head)
     print("|" + " --- |" * (head.count("|") - 1))
     for row in measured:
-        other = by_strategy.get(row["strategy"]) or by_plan.get(row.get("plan", ""))
+        other = by_strategy.get(row["strategy"])
+        if other is None or other["plan"] != row.get("plan"):
+            other = by_plan.get(row.get("plan", ""))
         measured_peak = number(row, "peak_above_baseline_bytes")
         card_peak = None
         if number(row, "predicted_peak_bytes") is not None:
