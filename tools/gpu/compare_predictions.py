@@ -17,17 +17,33 @@ Reads with the csv module only; writes nothing but stdout.
 """
 
 import csv
+import os
+import stat
 import sys
 
 GIB = float(1 << 30)
 
 
+def fail(message):
+    """Bad input: one line on stderr, exit status 2."""
+    print(f"compare_predictions: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def read_rows(path):
+    """A CSV file's rows; a regular file only, read whole (no FIFO or device is opened)."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            fail(f"{path!r} is not a regular file; accepted: a results.csv or predict.csv")
         with open(path, newline="", encoding="utf-8") as f:
-            return list(csv.DictReader(f))
+            rows = list(csv.DictReader(f))
     except OSError as e:
-        sys.exit(f"compare_predictions: cannot read {path!r}: {e.strerror}")
+        fail(f"cannot read {path!r}: {e.strerror}")
+    except (UnicodeDecodeError, csv.Error) as e:
+        fail(f"{path!r} is not a CSV file: {e}")
+    if rows and not {"strategy", "status", "plan"} <= rows[0].keys():
+        fail(f"{path!r} has no strategy, status and plan columns; accepted: a sweep's CSV")
+    return rows
 
 
 def number(row, column):
@@ -58,8 +74,10 @@ def by_strategy_prefix(rows, prefix):
 
 def main(argv):
     if len(argv) not in (2, 3):
-        sys.exit(__doc__.strip().splitlines()[2].strip())
+        fail("usage: " + __doc__.strip().splitlines()[2].strip())
     measured = read_rows(argv[1])
+    if not measured:
+        fail(f"{argv[1]!r} holds no rows")
     predicted = read_rows(argv[2]) if len(argv) == 3 else []
     ok = [r for r in predicted if r.get("status") == "ok"]
     by_strategy = {r["strategy"]: r for r in ok}
