@@ -498,8 +498,11 @@ bool CheckCases(const std::string& description, int cases, Testable&& testable) 
   auto keeping_first_failure = [&] {
     try {
       testable();
-    } catch (const rc::detail::CaseResult& result) {
+    } catch (const rc::detail::CaseResult& result) {  // an RC_ASSERT
       if (first_failure.empty()) first_failure = result.description;
+      throw;
+    } catch (const std::exception& e) {
+      if (first_failure.empty()) first_failure = e.what();
       throw;
     }
   };
@@ -507,7 +510,9 @@ bool CheckCases(const std::string& description, int cases, Testable&& testable) 
       rc::detail::checkTestable(keeping_first_failure, metadata, params);
   rc::detail::printResultMessage(result, std::cerr);
   const bool passed = result.template is<rc::detail::SuccessResult>();
-  if (!passed) std::cerr << "\nThe first failure seen:\n" << first_failure;
+  if (!passed && !first_failure.empty()) {
+    std::cerr << "\nThe first failure seen:\n" << first_failure;
+  }
   std::cerr << "\n";
   return passed;
 }
