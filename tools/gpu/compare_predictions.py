@@ -67,11 +67,6 @@ def gib(value):
     return None if value is None else value / GIB
 
 
-def by_strategy_prefix(rows, prefix):
-    return next((r for r in rows if r["strategy"].startswith(prefix) and r["status"] == "ok"),
-                None)
-
-
 def main(argv):
     if len(argv) not in (2, 3):
         fail("usage: " + __doc__.strip().splitlines()[2].strip())
@@ -82,8 +77,9 @@ def main(argv):
     ok = [r for r in predicted if r.get("status") == "ok"]
     by_strategy = {r["strategy"]: r for r in ok}
     by_plan = {r["plan"]: r for r in ok}
-    base = by_strategy_prefix(measured, "store_all")
-    cpu_base = by_strategy_prefix(predicted, "store_all")
+    base = next((r for r in measured if r["strategy"] == "store_all" and r["status"] == "ok"),
+                None)
+    cpu_base = by_strategy.get("store_all")
     head = ("| strategy | status | predicted peak GiB (elsewhere) | predicted peak GiB (card) "
             "| measured peak GiB | measured / predicted (elsewhere) | measured / predicted (card) "
             "| reserved peak / predicted (card) "
@@ -96,9 +92,9 @@ def main(argv):
         if other is None or other["plan"] != row.get("plan"):
             other = by_plan.get(row.get("plan", ""))
         measured_peak = number(row, "peak_above_baseline_bytes")
-        card_peak = None
-        if number(row, "predicted_peak_bytes") is not None:
-            card_peak = number(row, "predicted_peak_bytes") - number(row, "baseline_bytes")
+        predicted_peak = number(row, "predicted_peak_bytes")
+        baseline = number(row, "baseline_bytes")
+        card_peak = None if None in (predicted_peak, baseline) else predicted_peak - baseline
         other_peak = number(other, "predicted_step_peak_bytes") if other else None
         other_step = (ratio(number(other, "predicted_step_ms"), number(cpu_base,
                                                                        "predicted_step_ms"))

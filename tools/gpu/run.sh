@@ -92,12 +92,16 @@ for step in $steps; do
 done
 [[ "$conformance_s" =~ ^[0-9]+$ ]] ||
   die "CKPT_CONFORMANCE_S='$conformance_s' is not accepted; accepted: seconds"
+# The jobs' lines, read and checked once, before the build.
+job_lines=()
 if [[ "$steps" == *" jobs "* ]]; then
   [[ -f "$jobs_file" ]] || die "CKPT_JOBS='$jobs_file' is not a file; the jobs phase needs one"
-  while read -r name seconds _; do
+  while IFS= read -r line; do
+    read -r name seconds _ <<<"$line"
     [[ -z "$name" || "$name" == \#* ]] && continue
     [[ "$name" =~ ^[a-z0-9][a-z0-9._-]*$ && "$seconds" =~ ^[0-9]+$ ]] ||
       die "CKPT_JOBS line '$name $seconds ...' is not accepted; accepted: name seconds flags..."
+    job_lines+=("$line")
   done <"$jobs_file"
 fi
 [[ -f "$bundle/REQUIRES" && -d "$bundle/include/absl" ]] ||
@@ -174,6 +178,24 @@ if [[ "$steps" == *" build "* ]]; then
   hand_back
 fi
 
+# The tests that run on CKPT_TEST_DEVICE: the memory meter (first: it is the check that the
+# meter starts CUDA itself), then every strategy x every model against store_all. Each within
+# $1 seconds (0: unbounded), its gtest result lines into run.log, all of it into conformance.log.
+device_tests() {
+  local bound=$1 test test_status
+  for test in device_meter_test conformance_test; do
+    log "$test on $device$( ((bound == 0)) || echo ", within $bound s") (RC_PARAMS='${RC_PARAMS:-}')"
+    test_status=0
+    CKPT_TEST_DEVICE="$device" timeout --signal=KILL "$bound" "$build/$test" \
+      >"$out/$test.log" 2>&1 || test_status=$?
+    cat "$out/$test.log" >>"$out/conformance.log"
+    ((test_status != 137)) || log "$test killed at its bound: the tests it finished are above"
+    ((test_status == 0)) || status=1
+    while read -r line; do log "$test: $line"; done < <(
+      grep -E '^\[ +(OK|FAILED|PASSED) +\]' "$out/$test.log" || true)
+  done
+}
+
 # Data parallel on the GPU (docs/data-parallel.md): the process-group test with every backend
 # this build has for the device; then the quick preset's encoder swept on two ranks over Gloo
 # (one GPU between them), and over NCCL with a rank per GPU: two where there are, else
@@ -230,16 +252,7 @@ if [[ "$steps" == *" test "* ]]; then
   elif [[ "$device" == cpu ]]; then
     log "conformance suite: ctest ran it on the CPU"
   else
-    # The tests that run on CKPT_TEST_DEVICE: the memory meter (first: it is the check that
-    # the meter starts CUDA itself), then every strategy x every model against store_all.
-    for test in device_meter_test conformance_test; do
-      log "$test on $device"
-      CKPT_TEST_DEVICE="$device" "$build/$test" >>"$out/conformance.log" 2>&1 || {
-        log "$test failed on $device (conformance.log)"
-        status=1
-      }
-      tail -1 "$out/conformance.log" | tee -a "$out/run.log" >&2
-    done
+    device_tests 0
     # The benchmarks on the device: CUDA-event time reported as manual time.
     log "benchmarks on $device"
     "$build/benchmarks" --device="$device" --models=heavy_mlp:depth=8:hidden=1024:batch=64 \
@@ -268,25 +281,15 @@ fi
 
 # --- Conformance alone: the device's meter and conformance tests, each within its bound. ---
 if [[ "$steps" == *" conformance "* ]]; then
-  for test in device_meter_test conformance_test; do
-    log "$test on $device, within $conformance_s s (RC_PARAMS='${RC_PARAMS:-}')"
-    test_status=0
-    CKPT_TEST_DEVICE="$device" timeout --signal=KILL "$conformance_s" "$build/$test" \
-      >"$out/$test.log" 2>&1 || test_status=$?
-    cat "$out/$test.log" >>"$out/conformance.log"
-    ((test_status != 137)) || log "$test killed at its bound: the tests it finished are above"
-    ((test_status == 0)) || status=1
-    while read -r line; do log "$test: $line"; done < <(
-      grep -E '^\[ +(OK|FAILED|PASSED) +\]' "$out/$test.log" || true)
-  done
+  device_tests "$conformance_s"
   hand_back
 fi
 
 # --- Jobs: the sweeps CKPT_JOBS lists, in order, each within its seconds and what is left. ---
 if [[ "$steps" == *" jobs "* ]]; then
   mkdir -p "$out/jobs"
-  while read -r name seconds flags; do
-    [[ -z "$name" || "$name" == \#* ]] && continue
+  for line in "${job_lines[@]}"; do
+    read -r name seconds flags <<<"$line"
     left=$((budget - (SECONDS - start) - 5))
     ((seconds < left)) || seconds=$left
     if ((left < 20)); then
@@ -304,7 +307,7 @@ if [[ "$steps" == *" jobs "* ]]; then
     ((job_status == 0)) || status=1
     log "job $name exited $job_status: $(tail -1 "$out/jobs/$name.stderr" | tr -d '\r' | cut -c1-200)"
     hand_back
-  done <"$jobs_file"
+  done
 fi
 
 # --- Sweep: the paper preset, bounded by what is left of the budget. ---
