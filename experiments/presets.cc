@@ -17,12 +17,16 @@ std::vector<Preset> Presets() {
                "CPU-sized models (each model's quick size) with every strategy (about a minute "
                "on 2 cores)",
                {},
-               AllStrategies()};
+               AllStrategies(),
+               /*predict_only=*/false,
+               /*published=*/{}};
   Preset paper{"paper",
                "the classic demonstration sizes (Chen et al.'s MLPs, a BERT-base-like encoder, "
                "GPT-2 small and medium): for a GPU or a patient CPU",
                {},
-               AllStrategies()};
+               AllStrategies(),
+               /*predict_only=*/false,
+               /*published=*/{}};
   for (const auto* model : Models().Entries()) {
     if (!model->traits.quick_spec.empty()) quick.models.push_back(model->traits.quick_spec);
     for (const std::string& spec : model->traits.paper_specs) paper.models.push_back(spec);

@@ -71,7 +71,7 @@
 #include "experiments/sweep.h"
 #include "experiments/training.h"
 #include "models/layers.h"
-#include "strategies/plan/plan.h"
+#include "strategies/plan_file.h"
 
 ABSL_FLAG(std::string, preset, "quick",
           "quick (CPU-sized, the default) or paper (the classic sizes); --models and "

@@ -1,8 +1,8 @@
-"""The list of strategy plugins linked into //strategies:all.
+"""The strategy plugins linked into //strategies:all, by id.
 
-Adding a strategy: create strategies/<id>/ (see strategies/uniform/) and add its id here.
-The all-strategies test checks that every id listed here is registered, and the conformance
-tests run every registered strategy.
+Adding a strategy: strategies/<id>.cc, a `ckpt_strategy(name = "<id>")` stanza in
+strategies/BUILD, and its id here (docs/extending.md). The registry test checks that every id
+listed here registers, and the conformance tests run every registered strategy.
 """
 
 STRATEGIES = [

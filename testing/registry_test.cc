@@ -5,7 +5,6 @@
 #include "core/plan/strategy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "strategies/store_all/store_all.h"
 
 namespace ckpt {
 namespace {
@@ -66,7 +65,10 @@ TEST(StrategyRegistry, DescribeListsParameters) {
 }
 
 TEST(StrategyRegistryDeathTest, DuplicateIdIsFatalAndNamesIt) {
-  EXPECT_DEATH(StrategyRegistration<StoreAll>(), "duplicate strategy id 'store_all'");
+  EXPECT_DEATH(
+      PlannerRegistration("store_all", "a second store_all",
+                          [](const ModelProfile&) -> absl::StatusOr<Plan> { return Plan(); }),
+      "duplicate strategy id 'store_all'");
 }
 
 }  // namespace

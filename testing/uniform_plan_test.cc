@@ -9,7 +9,7 @@
 #include "gtest/gtest.h"
 #include "rapidcheck.h"
 #include "rapidcheck/gtest.h"
-#include "strategies/uniform/uniform.h"
+#include "strategies/plan_builders.h"
 
 namespace ckpt {
 namespace {
@@ -129,7 +129,7 @@ namespace {
 // hundred times, not 100,000.
 RC_GTEST_PROP(UniformPlan, BudgetSearchTriesEverySmallCountAndFewLargeOnes, ()) {
   const int stages = *rc::gen::inRange(1, 200000).as("stages");
-  const std::vector<int> counts = Uniform::SegmentCounts(stages);
+  const std::vector<int> counts = SegmentCounts(stages);
   RC_ASSERT(std::is_sorted(counts.begin(), counts.end()));
   RC_ASSERT(std::adjacent_find(counts.begin(), counts.end()) == counts.end());
   RC_ASSERT(counts.front() == 1 && counts.back() == stages);

@@ -38,13 +38,13 @@ def ckpt_cc_benchmark(name, copts = [], tags = [], **kwargs):
         **kwargs
     )
 
-def ckpt_strategy(name, deps = []):
-    """A strategy plugin package: <name>.cc and <name>.h, linked whole (it self-registers)."""
+def ckpt_strategy(name, srcs = None, hdrs = [], deps = []):
+    """A strategy plugin: <name>.cc (or `srcs`), linked whole (it self-registers)."""
     ckpt_cc_library(
         name = name,
-        srcs = [name + ".cc"],
-        hdrs = [name + ".h"],
+        srcs = srcs or [name + ".cc"],
+        hdrs = hdrs,
         alwayslink = 1,
         visibility = ["//visibility:public"],
-        deps = ["//core/plan:strategy", "@absl//:strings"] + deps,
+        deps = ["//core/plan:strategy", "@absl//:status", "@absl//:strings"] + deps,
     )

@@ -8,7 +8,7 @@
 # Exit status: 0 every command passed; 1 one failed (its output is above and in the log); 2
 # nothing ran (not root, no debootstrap, no apt source, too little disk, no root made).
 #
-#   tools/check_fresh_install.sh              # about 15 minutes on 2 cores
+#   tools/check_fresh_install.sh              # the bare root, then README.md's commands in it
 #   CKPT_FRESH_SOURCE=DIR tools/check_fresh_install.sh   # another tree (e.g. an older commit's)
 #   tools/check_fresh_install.sh --here       # the same commands on this machine, in this tree
 #
@@ -114,6 +114,13 @@ done
 [[ "${CKPT_KEEP_ROOTS:-0}" == 1 ]] || rm -rf "$root"
 
 while IFS= read -r line; do say "$suite minbase: ${line#== }"; done < <(grep '^== exit ' "$check_log")
+# The first command builds everything from nothing: what a newcomer sees holds no warning.
+warnings=$(grep -cE '^[^ ]+:[0-9]+:[0-9]+: warning: ' "$check_log" || true)
+if ((warnings > 0)); then
+  grep -E '^[^ ]+:[0-9]+:[0-9]+: warning: ' "$check_log" >&2
+  say "the build printed $warnings warnings (above); it must print none"
+  rc=1
+fi
 if ((rc != 0)); then
   say "FAILED in $((SECONDS - started)) s (the whole output is in $check_log)"
   exit 1

@@ -34,21 +34,20 @@
 # and so is a "+cuda" suite without a CUDA build of its LibTorch.
 #
 # Needs root (debootstrap, chroot, a private mount namespace) and about 2 GB of disk per suite
-# (13 GB with +cuda) under $CKPT_ROOTS_DIR (default /var/tmp). Roots are made afresh (2.5-3
-# minutes each; the CUDA packages 3 more) and removed after; CKPT_KEEP_ROOTS=1 keeps them, and a
-# kept root is upgraded and reused. The logs stay there: ckptlab-root-<suite>.log (debootstrap),
-# ckptlab-check-<suite>.log (the rest).
+# (13 GB with +cuda) under $CKPT_ROOTS_DIR (default /var/tmp). Roots are made afresh and removed
+# after; CKPT_KEEP_ROOTS=1 keeps them, and a kept root is upgraded and reused. The logs stay
+# there: ckptlab-root-<suite>.log (debootstrap), ckptlab-check-<suite>.log (the rest).
 #
 # --prepare does steps 1 and 2 and the packages step 4 needs, nothing else, and keeps the roots:
-# a later run without it finds them made. Making trixie+cuda's took 586 s here beside a test
-# run, 6 minutes of it on the CPU and the rest waiting on the network and the disk, so CI
-# (.ci/run) prepares it while the rehearsal compiles, and its later check starts at the build.
+# a later run without it finds them made. Making trixie+cuda's waits on the network and the
+# disk for much of its time, so CI (.ci/run) prepares it while the rehearsal compiles, and its
+# later check starts at the build.
 # A prepared root is removed by that later run, as any root, unless CKPT_KEEP_ROOTS.
 #
 # Exit status: 0 every suite that could be made built and passed (with --prepare: was made);
 # 1 something failed; 2 nothing ran (not root, or no suite's root could be made).
 #
-#   tools/check_libtorch_versions.sh            # trixie+cuda and sid: about 22 + 10 minutes
+#   tools/check_libtorch_versions.sh            # trixie+cuda and sid
 #   tools/check_libtorch_versions.sh trixie     # trixie's CPU LibTorch, CMake and ctest only
 #   tools/check_libtorch_versions.sh --prepare trixie+cuda   # the root and its packages only
 set -euo pipefail

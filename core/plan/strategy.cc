@@ -13,6 +13,29 @@ StrategyRegistry& Strategies() {
   return *registry;
 }
 
+namespace {
+class FunctionStrategy : public Strategy {
+ public:
+  explicit FunctionStrategy(PlannerRegistration::PlanFunction plan) : plan_(plan) {}
+  absl::StatusOr<Plan> MakePlan(const ModelProfile& profile) const override {
+    return plan_(profile);
+  }
+
+ private:
+  PlannerRegistration::PlanFunction plan_;
+};
+}  // namespace
+
+PlannerRegistration::PlannerRegistration(const char* id, const char* summary, PlanFunction plan) {
+  Strategies().Register({id,
+                         summary,
+                         {},
+                         [plan](const ParamValues&) -> absl::StatusOr<std::unique_ptr<Strategy>> {
+                           return std::make_unique<FunctionStrategy>(plan);
+                         },
+                         StrategyTraits{}});
+}
+
 std::vector<std::string> DefaultStrategies() {
   std::vector<std::string> ids;
   for (const StrategyRegistry::Entry* entry : Strategies().Entries()) {

@@ -2,8 +2,8 @@
 //
 // A strategy turns a model profile (core/plan/profile.h: the stages, their parts, and what each
 // stage costs under each policy it offers) into a plan (core/plan/plan.h); it never runs a tensor.
-// To add one, create strategies/<id>/ with a class like this and add its id to
-// strategies/strategies.bzl:
+// A plugin is one file, strategies/<id>.cc, its class in an anonymous namespace beside its
+// registration (docs/extending.md):
 //
 //   class MyStrategy : public Strategy {
 //    public:
@@ -13,16 +13,13 @@
 //     static absl::StatusOr<std::unique_ptr<Strategy>> Create(const ParamValues& params);
 //     absl::StatusOr<Plan> MakePlan(const ModelProfile& profile) const override;
 //   };
-//   // in my_strategy.cc, in an anonymous namespace:
 //   const StrategyRegistration<MyStrategy> registration;
 //
-// A strategy that plans to a memory budget names the parameter that holds it:
-//   static constexpr char kBudgetParam[] = "budget";
-// (a kBytes parameter: the peak bytes above the baseline its plans must fit); the sweep's
-// --budgets sets it, and the property tests hold it to its promise: every plan's predicted peak
-// fits its budget, and a larger budget never makes the predicted step slower.
-//
-// Needs no LibTorch.
+// or, without parameters, a function: `const PlannerRegistration registration(id, summary, F);`.
+// A strategy that plans to a memory budget names its kBytes parameter, `static constexpr char
+// kBudgetParam[] = "budget";` (the peak bytes above the baseline its plans must fit): the
+// sweep's --budgets sets it, and the property tests hold every plan's predicted peak within it
+// and the predicted step never slower at a larger budget.
 #pragma once
 
 #include <memory>
@@ -127,6 +124,12 @@ struct BudgetParamOf<T, std::void_t<decltype(T::kBudgetParam)>> {
   static std::string Get() { return T::kBudgetParam; }
 };
 }  // namespace internal
+
+// A strategy without parameters, its plan a function of the profile alone.
+struct PlannerRegistration {
+  using PlanFunction = absl::StatusOr<Plan> (*)(const ModelProfile& profile);
+  PlannerRegistration(const char* id, const char* summary, PlanFunction plan);
+};
 
 template <typename T>
 struct StrategyRegistration {

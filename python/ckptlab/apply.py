@@ -13,7 +13,7 @@ import os
 import stat
 import sys
 
-MAX_PLAN_BYTES = 1 << 20  # ckptlab's own bound on a plan file (strategies/plan/plan.cc)
+MAX_PLAN_BYTES = 1 << 20  # ckptlab's own bound on a plan file (strategies/plan_file.cc)
 MAX_MODEL_BYTES = 4 << 30  # and on a model file (models/torchscript.cc)
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Rehearses tools/gpu/run.sh on this CPU machine under the conditions of a GPU host, so that a
-# session lent a GPU for 30 minutes does not spend them on a broken script:
+# session lent a GPU does not spend its minutes on a broken script:
 #   - the C++ bundle is made afresh (tools/make_cmake_bundle.sh);
 #   - every file of Debian's Abseil, GoogleTest/GoogleMock, RapidCheck and Google Benchmark
 #     packages is hidden (whited out by an overlay in a private mount namespace), as on the
@@ -12,7 +12,7 @@
 # CI runs this (.ci/run). Needs root for the mount namespace; where that is refused, it says so
 # and runs without hiding the packages.
 #
-#   tools/gpu/rehearse.sh            # about 5 minutes on 2 cores, most of it compiling
+#   tools/gpu/rehearse.sh            # most of its time compiling
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # The inner half, run in the private mount namespace: hide the packages, then run run.sh.

@@ -11,7 +11,7 @@
 # or from $CKPT_TORCH_CMAKE_DIR. tools/gpu/rehearse.sh runs this script on a CPU machine with
 # Debian's copies of those libraries hidden, which is how CI checks it.
 #
-#   tools/gpu/run.sh                        # build, tests, sweep on CUDA; about 10 minutes
+#   tools/gpu/run.sh                        # build, tests, sweep on CUDA
 #
 # Settings, from the environment:
 #   CKPT_DEVICE=cuda          the device for the conformance suite and the sweep (cpu: rehearsal)

@@ -7,24 +7,25 @@
 // Compute: L(L+1)/2 stage forwards in backward (L(L-1)/2 without a graph plus L with), so
 // O(L^2): the extreme end of the trade-off (Chen et al. 2016, section 4, the "no memory"
 // baseline; Griewank and Walther's treatment of reversal without checkpoints).
-#pragma once
-
-#include <memory>
-#include <vector>
-
+#include "absl/strings/str_cat.h"
 #include "core/plan/strategy.h"
 
 namespace ckpt {
+namespace {
 
-class RecomputeAll : public Strategy {
- public:
-  static constexpr char kId[] = "recompute_all";
-  static constexpr char kSummary[] =
-      "keep only the chain's input; backward recomputes each stage's input from it (O(L^2))";
-  static std::vector<ParamDef> Params() { return {}; }
-  static absl::StatusOr<std::unique_ptr<Strategy>> Create(const ParamValues& params);
+absl::StatusOr<Plan> RecomputeAll(const ModelProfile& profile) {
+  const int n = profile.num_stages();
+  Plan plan;
+  if (n > 0) plan.segments.push_back({0, n, SegmentMode::kRecomputeAll});
+  plan.summary = absl::StrCat("only the input of the ", n, " stages is kept; backward reruns ",
+                              n * (n + 1) / 2, " stage forwards");
+  return plan;
+}
 
-  absl::StatusOr<Plan> MakePlan(const ModelProfile& profile) const override;
-};
+const PlannerRegistration registration(
+    "recompute_all",
+    "keep only the chain's input; backward recomputes each stage's input from it (O(L^2))",
+    RecomputeAll);
 
+}  // namespace
 }  // namespace ckpt

@@ -8,27 +8,22 @@
 // which is cheap in FLOPs next to the projections and MLPs.
 // Memory: saves about 9 bytes x batch x heads x seq^2 per attention stage in float32 (probs,
 // dropped probs, the bool mask) and keeps the O(L x seq x hidden) rest. Compute: one extra
-// attention core per attention stage.
-// On models without attention stages it plans exactly like store_all and says so.
-#pragma once
-
-#include <memory>
-#include <vector>
-
+// attention core per attention stage. Without attention stages it plans as store_all, and says so.
 #include "core/plan/strategy.h"
+#include "strategies/plan_builders.h"
 
 namespace ckpt {
+namespace {
 
-class SelectiveAttention : public Strategy {
- public:
-  static constexpr char kId[] = "selective_attention";
-  static constexpr char kSummary[] =
-      "recompute only attention's seq^2 core (scores, softmax, dropout, x values), as "
-      "Megatron-LM";
-  static std::vector<ParamDef> Params() { return {}; }
-  static absl::StatusOr<std::unique_ptr<Strategy>> Create(const ParamValues& params);
+absl::StatusOr<Plan> SelectiveAttention(const ModelProfile& profile) {
+  return WithPartRecomputed(profile, PartKind::kAttentionCore, "the seq^2 core", "attention",
+                            "no attention cores");
+}
 
-  absl::StatusOr<Plan> MakePlan(const ModelProfile& profile) const override;
-};
+const PlannerRegistration registration(
+    "selective_attention",
+    "recompute only attention's seq^2 core (scores, softmax, dropout, x values), as Megatron-LM",
+    SelectiveAttention);
 
+}  // namespace
 }  // namespace ckpt

@@ -1,4 +1,4 @@
-#include "strategies/optimal/chain_solver.h"
+#include "strategies/chain_solver.h"
 
 #include <algorithm>
 #include <cmath>

@@ -11,24 +11,20 @@
 // Compute: one extra MLP forward per MLP stage, about a third of a block's forward FLOPs.
 // On models whose stages declare no MLP hidden part (the MLP zoo's blocks are a single Linear
 // and its ReLU) it plans exactly like store_all and says so.
-#pragma once
-
-#include <memory>
-#include <vector>
-
 #include "core/plan/strategy.h"
+#include "strategies/plan_builders.h"
 
 namespace ckpt {
+namespace {
 
-class SelectiveMlp : public Strategy {
- public:
-  static constexpr char kId[] = "selective_mlp";
-  static constexpr char kSummary[] =
-      "recompute only the MLP's 4x-wide hidden activation, keeping everything else";
-  static std::vector<ParamDef> Params() { return {}; }
-  static absl::StatusOr<std::unique_ptr<Strategy>> Create(const ParamValues& params);
+absl::StatusOr<Plan> SelectiveMlp(const ModelProfile& profile) {
+  return WithPartRecomputed(profile, PartKind::kMlpHidden, "the hidden activation", "MLP",
+                            "no MLP hidden parts");
+}
 
-  absl::StatusOr<Plan> MakePlan(const ModelProfile& profile) const override;
-};
+const PlannerRegistration registration(
+    "selective_mlp", "recompute only the MLP's 4x-wide hidden activation, keeping everything else",
+    SelectiveMlp);
 
+}  // namespace
 }  // namespace ckpt

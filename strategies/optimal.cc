@@ -1,0 +1,198 @@
+// optimal: the fastest plan whose peak fits a memory budget, from the measured stage costs:
+// Rotor's persistent dynamic programme (Beaumont et al., Inria RR-9302 / ACM TOMS), with a
+// choice of policy per stage as Rockmate extends it (store, recompute the attention core,
+// recompute the MLP's hidden activation, chunk the sequence: each stage's menu in the
+// profile). The recurrence, its chain model and its discretisation are documented in
+// strategies/chain_solver.h.
+//
+// Keeps, recomputes and offloads: whatever the fastest plan within the budget does; its result is
+// a plan tree, checkpoints nested in checkpoints where that is faster than recomputing more, some
+// offloaded (their inputs in host memory until their reruns) where the profile knows the copy
+// rates (measured, or a link assumed: core/plan/profile.h) and that is faster still; offload=no
+// plans keep-or-recompute alone. Host bytes do not count against the budget.
+// Memory: its peak, as the memory model predicts it, is within `budget` bytes above the
+// baseline (parameters, batch), less kBudgetSlackBytes (core/plan/memory_model.h). Compute: the
+// least predicted step time (core/plan/time_model.h, the solver's objective, so that its error is
+// this strategy's error) among the candidates that fit: the solver's plan at every budget of
+// its grid, and uniform's plan with every segment count (so that where the chain model
+// misjudges a plan's peak, the answer is still never slower than that heuristic's; with
+// offload, its offloading variant too).
+//
+// Precision: under autocast (a profile taken under it, the sweep's --amp) no stage is chunked
+// unless chunks_under_amp=yes: a chunk's partial weight gradient is rounded to the autocast
+// dtype before the chunks are summed (bfloat16 keeps 8 bits), which moved a tiny model's
+// gradients 23 times as far as autocast itself moves store_all's (docs/testing.md). Every other
+// policy computes what store_all computes, in the same dtype.
+//
+// budget=auto: the predicted peak of uniform's default plan (ceil(sqrt(L)) segments), plus the
+// slack, so that a sweep compares the two at equal memory. A budget below every candidate's
+// peak is an error that names the least peak among them.
+//
+// The candidates depend on the model, not on the budget (the grid is the chain model's peak
+// with every stage stored, in at most 2000 steps), so a larger budget can only widen those that
+// fit: the predicted step time never grows with the budget.
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/base/status_macros.h"
+#include "core/plan/memory_model.h"
+#include "core/plan/schedule.h"
+#include "core/plan/spec.h"
+#include "core/plan/strategy.h"
+#include "core/plan/time_model.h"
+#include "strategies/chain_solver.h"
+#include "strategies/plan_builders.h"
+
+namespace ckpt {
+namespace {
+
+// The solver's grid: at most this many steps, and about 5e7 inner-loop steps of work, for
+// `contexts` tables per range (chain_solver.h).
+int GridSteps(int stages, int options, int contexts) {
+  const double work = static_cast<double>(stages) * stages * (stages + options) * contexts;
+  return static_cast<int>(std::clamp(5e7 / std::max(work, 1.0), 100.0, 2000.0));
+}
+
+// The solver's plan at every budget of its grid over `chain`, distinct ones.
+absl::StatusOr<std::vector<Plan>> SolverPlans(const ModelProfile& profile,
+                                              const chain::Chain& chain) {
+  int options = 1;
+  for (const chain::Stage& s : chain.stages) options = std::max<int>(options, s.options.size());
+  ASSIGN_OR_RETURN(chain::Cost all_stored, chain::Evaluate(chain, chain::AllStored(chain)));
+  const int steps =
+      GridSteps(static_cast<int>(chain.stages.size()), options, chain::Contexts(chain));
+  const int64_t unit = std::max<int64_t>(1, (all_stored.peak + steps - 1) / steps);
+  const chain::Chain quantized = chain::Quantize(chain, unit);
+  // The grid's top: every stage stored, as the rounded chain sees it.
+  ASSIGN_OR_RETURN(chain::Cost top, chain::Evaluate(quantized, chain::AllStored(quantized)));
+  const chain::Solver solver(quantized, static_cast<int>(std::max<int64_t>(top.peak, steps)));
+  std::vector<Plan> plans;
+  for (int m = solver.max_units(); m >= 0 && solver.Feasible(m); --m) {
+    Plan plan = chain::ToPlan(profile, chain, solver.ScheduleAt(m));
+    if (!plans.empty() && plan.segments == plans.back().segments &&
+        plan.stage_policies == plans.back().stage_policies) {
+      continue;
+    }
+    plans.push_back(std::move(plan));
+  }
+  return plans;
+}
+// `profile` without its chunking policies (every stage's other policies kept): what a plan may
+// choose from where chunking is not allowed.
+ModelProfile WithoutChunks(const ModelProfile& profile) {
+  ModelProfile out = profile;
+  for (std::vector<StageProfile>& menu : out.measured) {
+    menu.erase(std::remove_if(menu.begin() + 1, menu.end(),
+                              [](const StageProfile& p) { return p.policy.Chunks() > 1; }),
+               menu.end());
+  }
+  return out;
+}
+class Optimal : public Strategy {
+ public:
+  static constexpr char kId[] = "optimal";
+  static constexpr char kSummary[] =
+      "the fastest plan tree within a peak budget, from measured stage costs (Rotor's dynamic "
+      "programme with per-stage policies)";
+  static constexpr char kBudgetParam[] = "budget";
+
+  static std::vector<ParamDef> Params() {
+    return {BytesParam("budget", "auto",
+                       "peak bytes above the baseline its plan must fit; auto = uniform's "
+                       "default plan's predicted peak")
+                .AllowAuto(),
+            ChoiceParam("offload", {"yes", "no"}, "yes",
+                        "yes: checkpoints may also keep their inputs in host memory where that "
+                        "is faster (planned where the profile knows the copy rates: measured, "
+                        "or --link_bandwidth); no: keep or recompute only"),
+            ChoiceParam("chunks_under_amp", {"no", "yes"}, "no",
+                        "under autocast (--amp), whether stages may run in chunks, whose partial "
+                        "weight gradients are rounded to the autocast dtype apart (gradients "
+                        "move further than autocast's own); no: not under autocast")};
+  }
+
+  static absl::StatusOr<std::unique_ptr<Strategy>> Create(const ParamValues& params) {
+    auto optimal = std::make_unique<Optimal>();
+    if (!params.IsAuto("budget")) optimal->budget_ = params.Bytes("budget");
+    optimal->offload_ = params.Text("offload") == "yes";
+    optimal->chunks_under_amp_ = params.Text("chunks_under_amp") == "yes";
+    return optimal;
+  }
+
+  absl::StatusOr<Plan> MakePlan(const ModelProfile& measured) const override;
+
+ private:
+  std::optional<int64_t> budget_;  // empty: auto
+  bool offload_ = true;            // offloaded segments may be planned (given copy rates)
+  bool chunks_under_amp_ = false;  // stages may be chunked under autocast too
+};
+
+const StrategyRegistration<Optimal> registration;
+
+absl::StatusOr<Plan> Optimal::MakePlan(const ModelProfile& measured) const {
+  const bool no_chunks = !measured.autocast.empty() && !chunks_under_amp_;
+  const ModelProfile unchunked = no_chunks ? WithoutChunks(measured) : ModelProfile();
+  const ModelProfile& profile = no_chunks ? unchunked : measured;
+  int64_t budget = 0;
+  std::string budget_text;
+  if (budget_.has_value()) {
+    budget = *budget_;
+    budget_text = FormatByteSize(budget);
+  } else {
+    // uniform's default plan: ceil(sqrt(L)) even segments.
+    const int n = profile.num_stages();
+    ASSIGN_OR_RETURN(MemoryPrediction predicted,
+                     PredictMemory(profile, EvenSegments(CeilSqrt(n), n)));
+    budget = predicted.peak_bytes + kBudgetSlackBytes;  // so that uniform's plan itself fits
+    budget_text = absl::StrCat("auto (", DescribeBytes(budget), ", uniform's predicted peak)");
+  }
+  chain::Chain chain = chain::FromProfile(profile);
+  chain.offload = chain.offload && offload_;
+  // The candidates: the solver's plan at every budget of its grid (distinct ones), without
+  // offload and with it (both, so that offload never makes the answer slower or its least peak
+  // higher: the grids differ); and uniform's with every segment count its budget search tries
+  // (SegmentCounts), so that the answer is never slower than uniform at the same
+  // budget, nor than the heuristic where the chain model misjudges a plan the memory model would
+  // fit.
+  chain::Chain without = chain;
+  without.offload = false;
+  ASSIGN_OR_RETURN(std::vector<Plan> candidates, SolverPlans(profile, without));
+  if (chain.offload) {
+    ASSIGN_OR_RETURN(std::vector<Plan> solved, SolverPlans(profile, chain));
+    for (Plan& plan : solved) candidates.push_back(std::move(plan));
+  }
+  for (const int k : SegmentCounts(profile.num_stages())) {
+    candidates.push_back(EvenSegments(k, profile.num_stages()));
+    if (chain.offload) candidates.push_back(EvenSegments(k, profile.num_stages(), true));
+  }
+  // The fastest candidate the memory model fits in the budget (the first of equals).
+  ASSIGN_OR_RETURN(BudgetChoice best, FastestOrLeastPeak(profile, std::move(candidates), budget,
+                                                         budget_text, kId, "the planner"));
+  Plan& plan = best.plan;
+  plan.shown = {{"budget", budget_.has_value() ? budget_text : "auto"}};
+  if (!offload_) plan.shown.emplace_back("offload", "no");
+  if (chunks_under_amp_) plan.shown.emplace_back("chunks_under_amp", "yes");
+  const int offloaded = Compile(plan, profile.stages).num_host;  // the copies it makes
+  plan.summary = absl::StrCat(
+      "the fastest plan the planner finds within ", budget_text, ": predicted peak ",
+      DescribeBytes(best.predicted.peak_bytes), ", ", RecomputedStages(plan, profile.num_stages()),
+      " stage forwards rerun, checkpoints nested ", plan.Depth(), " deep",
+      offloaded > 0 ? absl::StrCat(", ", offloaded, " of them offloaded (",
+                                   DescribeBytes(best.predicted.offloaded_bytes), " to the host)")
+                    : std::string(),
+      offload_ && !chain.offload ? " (offload not planned: the profile has no copy rates)"
+                                 : std::string(),
+      profile.timed ? absl::StrFormat(", predicted step %.2f ms", best.ms) : std::string(),
+      chain.stages.size() < static_cast<size_t>(profile.num_stages())
+          ? absl::StrCat(" (planned over ", chain.stages.size(), " groups of stages)")
+          : std::string());
+  return std::move(plan);
+}
+
+}  // namespace
+}  // namespace ckpt
