@@ -59,7 +59,7 @@ void TrainingStep(benchmark::State& state, const BoundModel& model, const BoundS
   WorkloadOptions options;
   options.device = device;
   absl::StatusOr<Workload> workload = Workload::Build(model, options);
-  absl::StatusOr<PlannedRun> run = workload.ok() ? workload->Plan(strategy, *meter)
+  absl::StatusOr<PlannedRun> run = workload.ok() ? workload->Prepare(strategy, *meter)
                                                  : absl::StatusOr<PlannedRun>(workload.status());
   if (!run.ok()) return state.SkipWithError(Printable(run.status().message()).c_str());
   ChainExecutor& exec = run->executor;

@@ -155,7 +155,7 @@ absl::Status PlanConfigs(const Cohort& cohort, Workload& workload, const ModelPr
                                     c.result.strategy, i + 1, configs.size()));
     c.result.model = workload.model()->spec();
     c.result.step_gflop = step_flops / 1e9;
-    absl::StatusOr<PlannedRun> run = workload.Plan(c.strategy, profile, meter);
+    absl::StatusOr<PlannedRun> run = workload.Prepare(c.strategy, profile, meter);
     RETURN_IF_ERROR(cohort.AgreeOn(run.status()));
     if (!run.ok()) {
       Fail(c.result, run.status());
@@ -848,7 +848,7 @@ absl::StatusOr<std::vector<DepthPoint>> RunDepthScan(const SweepOptions& options
       for (const BoundStrategy& strategy : order) {
         const std::string& strategy_spec = strategy.spec();
         progress.Steps(1);
-        absl::StatusOr<PlannedRun> run = workload->Plan(strategy, profile, meter);
+        absl::StatusOr<PlannedRun> run = workload->Prepare(strategy, profile, meter);
         SeedRound(options.seed);
         absl::StatusOr<StepResult> step =
             run.ok() ? run->executor.Step(workload->batch(), SweepStepOptions(options))

@@ -412,7 +412,7 @@ absl::Status Explain(const SweepOptions& options, MemoryMeter& meter) {
     ModelProfile profile = *measured;
     std::string out = absl::StrFormat("%s (%d stages)\n", profile.model, profile.num_stages());
     for (const BoundStrategy& strategy : options.strategies) {
-      absl::StatusOr<PlannedRun> run = workload.Plan(strategy, profile, meter);
+      absl::StatusOr<PlannedRun> run = workload.Prepare(strategy, profile, meter);
       if (!run.ok()) {
         absl::StrAppend(&out, "  ", strategy.spec(), ": ", Printable(run.status().message()), "\n");
         continue;

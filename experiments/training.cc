@@ -44,7 +44,7 @@ LossCurve Train(const BoundModel& bound, const BoundStrategy& strategy, ModelPro
   WorkloadOptions workload_options = WorkloadOptionsFor(sweep);
   workload_options.profile.timed = false;
   absl::StatusOr<Workload> workload = Workload::Build(bound, workload_options);
-  absl::StatusOr<PlannedRun> run = workload.ok() ? workload->Plan(strategy, profile, meter)
+  absl::StatusOr<PlannedRun> run = workload.ok() ? workload->Prepare(strategy, profile, meter)
                                                  : absl::StatusOr<PlannedRun>(workload.status());
   *aborted = AgreeOnOutcome(sweep.group, run.status());
   if (!aborted->ok()) return fail(*aborted);

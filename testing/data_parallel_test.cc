@@ -532,7 +532,7 @@ GeneratedCase Generate(int k, rc::Random& random, MemoryMeter& meter) {
       c.how = attempt < 5 ? testing::StrategySpec(id)(random.split(), 20).value() : id;
       absl::StatusOr<BoundStrategy> strategy = BoundStrategy::Bind(c.how);
       absl::StatusOr<PlannedRun> run = strategy.ok()
-                                           ? w->Plan(*strategy, extended, meter)
+                                           ? w->Prepare(*strategy, extended, meter)
                                            : absl::StatusOr<PlannedRun>(strategy.status());
       if (run.ok()) {
         c.plan = PlanToText(run->plan, extended.stages);
@@ -569,7 +569,7 @@ absl::StatusOr<std::vector<at::Tensor>> OneProcessReference(const std::string& m
     }
     ASSIGN_OR_RETURN(Workload w, Workload::Build(per_rank ? model : global, options));
     ASSIGN_OR_RETURN(BoundStrategy store_all, BoundStrategy::Bind("store_all"));
-    ASSIGN_OR_RETURN(PlannedRun run, w.Plan(store_all, meter));
+    ASSIGN_OR_RETURN(PlannedRun run, w.Prepare(store_all, meter));
     ASSIGN_OR_RETURN(StepResult step, run.executor.Step(w.batch()));
     std::vector<at::Tensor> snapshot = Snapshot(*w.model(), step, run.predicted);
     if (mean.empty()) {

@@ -205,7 +205,7 @@ TEST(Trainer, HandsTheMeanGradientToAfterBackwardBeforeTheUpdate) {
   absl::StatusOr<testing::Case> c = testing::BuildCase("heavy_mlp:depth=3:hidden=4:batch=2", 1);
   ASSERT_TRUE(c.ok()) << c.status();
   absl::StatusOr<PlannedRun> run =
-      c->workload->Plan(BoundStrategy::Bind("uniform").value(), c->profile, Cpu());
+      c->workload->Prepare(BoundStrategy::Bind("uniform").value(), c->profile, Cpu());
   ASSERT_TRUE(run.ok()) << run.status();
   const std::shared_ptr<ChainModel>& model = c->workload->model();
   const std::vector<Batch> batches = {model->MakeBatch(11), model->MakeBatch(12)};

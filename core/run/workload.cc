@@ -125,8 +125,8 @@ absl::StatusOr<const ModelProfile*> Workload::Profile(MemoryMeter& meter) {
   return profile_.get();
 }
 
-absl::StatusOr<PlannedRun> Workload::Plan(const BoundStrategy& strategy, ModelProfile& profile,
-                                          MemoryMeter& meter) {
+absl::StatusOr<PlannedRun> Workload::Prepare(const BoundStrategy& strategy, ModelProfile& profile,
+                                             MemoryMeter& meter) {
   ASSIGN_OR_RETURN(ckpt::Plan plan, strategy.PlanFor(profile));  // validated
   return PrepareValid(std::move(plan), profile, meter);
 }
@@ -147,9 +147,9 @@ absl::StatusOr<PlannedRun> Workload::PrepareValid(ckpt::Plan plan, ModelProfile&
   return PlannedRun{std::move(plan), predicted, std::move(executor)};
 }
 
-absl::StatusOr<PlannedRun> Workload::Plan(const BoundStrategy& strategy, MemoryMeter& meter) {
+absl::StatusOr<PlannedRun> Workload::Prepare(const BoundStrategy& strategy, MemoryMeter& meter) {
   RETURN_IF_ERROR(Profile(meter).status());
-  return Plan(strategy, *profile_, meter);
+  return Prepare(strategy, *profile_, meter);
 }
 
 }  // namespace ckpt

@@ -6,7 +6,7 @@
 //   ASSIGN_OR_RETURN(Workload w, Workload::Build("gpt2:depth=4", {device, /*seed=*/0}));
 //   ASSIGN_OR_RETURN(const ModelProfile* profile, w.Profile(meter));
 //   ASSIGN_OR_RETURN(BoundStrategy uniform, BoundStrategy::Bind("uniform"));
-//   ASSIGN_OR_RETURN(PlannedRun run, w.Plan(uniform, *profile, meter));
+//   ASSIGN_OR_RETURN(PlannedRun run, w.Prepare(uniform, *profile, meter));
 //   ASSIGN_OR_RETURN(StepResult r, run.executor.Step(w.batch()));
 #pragma once
 
@@ -70,10 +70,10 @@ class Workload {
   // training plans fresh copies of a model from one profile), validated; the profile is
   // extended with the plan's policies where it lacks them, the memory predicted, and the
   // executor created.
-  absl::StatusOr<PlannedRun> Plan(const BoundStrategy& strategy, ModelProfile& profile,
-                                  MemoryMeter& meter);
+  absl::StatusOr<PlannedRun> Prepare(const BoundStrategy& strategy, ModelProfile& profile,
+                                     MemoryMeter& meter);
   // The same from this workload's own profile (measured first if need be).
-  absl::StatusOr<PlannedRun> Plan(const BoundStrategy& strategy, MemoryMeter& meter);
+  absl::StatusOr<PlannedRun> Prepare(const BoundStrategy& strategy, MemoryMeter& meter);
   // A plan made elsewhere (a test's generated one): validated (ValidatePlan's error), the
   // profile extended, the memory predicted, the executor created.
   absl::StatusOr<PlannedRun> Prepare(ckpt::Plan plan, ModelProfile& profile, MemoryMeter& meter);
