@@ -52,7 +52,7 @@ class Model {
   int n() const { return n_; }
   // x_i: the input of stage i; x_n the last stage's output.
   int64_t X(int i) const { return i < n_ ? chain_.stages[i].input : chain_.stages[n_ - 1].output; }
-  // What a finished list over [c, b) leaves (see the header).
+  // What a finished list over [c, b) leaves (docs/chain-solver.md).
   int64_t Net(int c, int b, bool rerun) const {
     if (c == b) return rerun ? 0 : chain_.output_grad;
     return grad_prefix_[b] - grad_prefix_[c] + chain_.stages[c].input_grad + (rerun ? X(b) : 0);
@@ -110,8 +110,8 @@ std::vector<Element> ElementsOf(const std::vector<Segment>& segments) {
   return out;
 }
 
-// A fetch pending on a list's last backward call (see the header): its bytes, and whether the
-// call is a run's that continues into the list (only a stored head is in it).
+// A fetch pending on a list's last backward call (docs/chain-solver.md): its bytes, and whether
+// the call is a run's that continues into the list (only a stored head is in it).
 struct Pending {
   int64_t bytes = 0;
   bool run_only = false;

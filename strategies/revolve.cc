@@ -47,14 +47,14 @@ int64_t Choose(int64_t n, int64_t k) {
   return static_cast<int64_t>(std::llround(c));
 }
 
-// t(l, c) of the header, from the closed form (c >= 1).
+// t(l, c) above, from the closed form (c >= 1).
 int64_t BinomialRecomputations(int64_t l, int64_t c) {
   int64_t r = 0;
   while (Choose(c + r, r) < l) ++r;
   return r * l - Choose(c + r, r - 1);
 }
 
-// R(l, s) of the header, from the closed form (R(l, s) = t(l, s + 1)), and the first j that
+// R(l, s) above, from the closed form (R(l, s) = t(l, s + 1)), and the first j that
 // achieves it, found by trying every j against the closed form: O(l r) for a split.
 class Binomial {
  public:
