@@ -25,7 +25,8 @@
 #                             also `conformance` (the device's meter and conformance tests
 #                             alone, each within CKPT_CONFORMANCE_S, RC_PARAMS as given) and
 #                             `jobs` (the sweeps CKPT_JOBS lists, each within its seconds)
-#   CKPT_BUILD_TARGETS="..."  build only these CMake targets (default: all)
+#   CKPT_BUILD_TARGETS="..."  build only these CMake targets (default: all); ctest then runs
+#                             those of them that are tests
 #   CKPT_CONFORMANCE_S=120    the conformance phase's bound per test binary
 #   CKPT_JOBS=FILE            the jobs phase's list: a line per sweep, `name seconds flags...`
 #                             (flags split at spaces, never through a shell; `#` comments);
@@ -235,15 +236,16 @@ data_parallel_on_device() {
 # --- Tests: ctest (CPU), then the device meter and conformance tests on the device. ---
 status=0
 if [[ "$steps" == *" test "* ]]; then
-  exclude=()
-  if [[ -n "$ctest_exclude" ]]; then
-    exclude=(-E "$ctest_exclude")
-    log "ctest, leaving out what CKPT_CTEST_EXCLUDE='$ctest_exclude' matches"
-  else
-    log "ctest"
-  fi
-  ctest --test-dir "$build" --output-on-failure -j "$(($(nproc) < 4 ? $(nproc) : 4))" \
-    "${exclude[@]}" >"$out/ctest.log" 2>&1 || status=1
+  selection=()
+  # Only the tests built, where the build was of named targets.
+  [[ -z "$build_targets" ]] || selection=(-R "^($(tr -s ' ' '|' <<<"$build_targets"))\$")
+  [[ -z "$ctest_exclude" ]] || selection+=(-E "$ctest_exclude")
+  log "ctest${build_targets:+ of the targets built}${ctest_exclude:+, less what CKPT_CTEST_EXCLUDE matches}"
+  # Each test's scratch files in a folder of this run's own, as Bazel gives them (not /tmp).
+  scratch=$(mktemp -d)
+  TEST_TMPDIR="$scratch" ctest --test-dir "$build" --output-on-failure \
+    -j "$(($(nproc) < 4 ? $(nproc) : 4))" "${selection[@]}" >"$out/ctest.log" 2>&1 || status=1
+  rm -rf "$scratch"
   # Through log, prefixed: the summary line at the start of a line is rehearse.sh's to print.
   while read -r line; do log "ctest: $line"; done < <(
     grep -E "tests passed|tests failed|Failed|Exception" "$out/ctest.log" || true)
