@@ -3,7 +3,7 @@
 // choice of policy per stage as Rockmate extends it (store, recompute the attention core,
 // recompute the MLP's hidden activation, chunk the sequence: each stage's menu in the
 // profile). The recurrence, its chain model and its discretisation are documented in
-// strategies/chain_solver.h.
+// docs/chain-solver.md.
 //
 // Keeps, recomputes and offloads: whatever the fastest plan within the budget does; its result is
 // a plan tree, checkpoints nested in checkpoints where that is faster than recomputing more, some
