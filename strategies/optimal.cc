@@ -93,6 +93,7 @@ ModelProfile WithoutChunks(const ModelProfile& profile) {
   }
   return out;
 }
+
 class Optimal : public Strategy {
  public:
   static constexpr char kId[] = "optimal";

@@ -70,6 +70,20 @@ std::vector<int> SegmentCounts(int n) {
   return counts;
 }
 
+absl::StatusOr<CountOrBudget> ReadCountOrBudget(const ParamValues& params, absl::string_view id,
+                                                const std::string& count_param,
+                                                absl::string_view what) {
+  CountOrBudget read;
+  if (!params.IsAuto(count_param)) read.count = static_cast<int>(params.Int(count_param));
+  if (!params.IsNone("budget")) read.budget = params.Bytes("budget");
+  if (read.count.has_value() && read.budget.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(id, ": ", count_param, "=", *read.count, " and budget=", params.Text("budget"),
+                     " both choose the ", what, "; accepted: one of them"));
+  }
+  return read;
+}
+
 absl::StatusOr<BudgetChoice> FastestOrLeastPeak(const ModelProfile& profile,
                                                 std::vector<Plan> candidates, int64_t budget,
                                                 absl::string_view budget_text, absl::string_view id,

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -11,6 +13,7 @@
 #include "core/plan/memory_model.h"
 #include "core/plan/plan.h"
 #include "core/plan/profile.h"
+#include "core/plan/spec.h"
 
 namespace ckpt {
 
@@ -35,6 +38,17 @@ std::vector<int> SegmentCounts(int num_stages);
 
 // ceil(sqrt(n)), exact for every int n >= 0.
 int CeilSqrt(int n);
+
+// A count parameter (`count_param`, "auto" when not given) and budget=SIZE ("none" when not
+// given), which choose the same thing (`what`: "segment count") two ways: those given, or
+// InvalidArgument "`id`: COUNT_PARAM=K and budget=B both choose the `what`; accepted: one of them".
+struct CountOrBudget {
+  std::optional<int> count;
+  std::optional<int64_t> budget;
+};
+absl::StatusOr<CountOrBudget> ReadCountOrBudget(const ParamValues& params, absl::string_view id,
+                                                const std::string& count_param,
+                                                absl::string_view what);
 
 // The fastest of `candidates` within `budget` (FastestWithinBudget), its Plan::shown set to
 // {budget=`budget_text`}. None fits: InvalidArgument "`id`: budget=`budget_text` is below the

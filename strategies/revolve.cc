@@ -148,15 +148,11 @@ class Revolve : public Strategy {
   }
 
   static absl::StatusOr<std::unique_ptr<Strategy>> Create(const ParamValues& params) {
+    ASSIGN_OR_RETURN(CountOrBudget read,
+                     ReadCountOrBudget(params, kId, "snapshots", "checkpoint count"));
     auto revolve = std::make_unique<Revolve>();
-    if (!params.IsAuto("snapshots"))
-      revolve->snapshots_ = static_cast<int>(params.Int("snapshots"));
-    if (!params.IsNone("budget")) revolve->budget_ = params.Bytes("budget");
-    if (revolve->snapshots_.has_value() && revolve->budget_.has_value()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "revolve: snapshots=", *revolve->snapshots_, " and budget=", params.Text("budget"),
-          " both choose the checkpoint count; accepted: one of them"));
-    }
+    revolve->snapshots_ = read.count;
+    revolve->budget_ = read.budget;
     return revolve;
   }
 

@@ -49,15 +49,12 @@ class Uniform : public Strategy {
   }
 
   static absl::StatusOr<std::unique_ptr<Strategy>> Create(const ParamValues& params) {
+    ASSIGN_OR_RETURN(CountOrBudget read,
+                     ReadCountOrBudget(params, kId, "segments", "segment count"));
     auto uniform = std::make_unique<Uniform>();
-    if (!params.IsAuto("segments")) uniform->segments_ = static_cast<int>(params.Int("segments"));
-    if (!params.IsNone("budget")) uniform->budget_ = params.Bytes("budget");
+    uniform->segments_ = read.count;
+    uniform->budget_ = read.budget;
     uniform->offload_ = params.Text("offload") == "yes";
-    if (uniform->segments_.has_value() && uniform->budget_.has_value()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "uniform: segments=", *uniform->segments_, " and budget=", params.Text("budget"),
-          " both choose the segment count; accepted: one of them"));
-    }
     return uniform;
   }
 

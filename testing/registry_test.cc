@@ -58,6 +58,21 @@ TEST(StrategyRegistry, BadParametersAreInvalidArgument) {
   }
 }
 
+TEST(StrategyRegistry, ACountAndABudgetTogetherAreRefusedNamingBoth) {
+  for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{
+           {"uniform:segments=3:budget=1MiB",
+            "uniform: segments=3 and budget=1MiB both choose the segment count; accepted: one of "
+            "them"},
+           {"revolve:snapshots=2:budget=1MiB",
+            "revolve: snapshots=2 and budget=1MiB both choose the checkpoint count; accepted: "
+            "one of them"}}) {
+    absl::StatusOr<BoundStrategy> s = BoundStrategy::Bind(text);
+    ASSERT_FALSE(s.ok()) << text;
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_EQ(s.status().message(), message);
+  }
+}
+
 TEST(StrategyRegistry, DescribeListsParameters) {
   const std::string text = Strategies().Describe();
   EXPECT_THAT(text, HasSubstr("uniform: "));

@@ -115,10 +115,10 @@ done
 
 while IFS= read -r line; do say "$suite minbase: ${line#== }"; done < <(grep '^== exit ' "$check_log")
 # The first command builds everything from nothing: what a newcomer sees holds no warning.
-warnings=$(grep -cE '^[^ ]+:[0-9]+:[0-9]+: warning: ' "$check_log" || true)
-if ((warnings > 0)); then
-  grep -E '^[^ ]+:[0-9]+:[0-9]+: warning: ' "$check_log" >&2
-  say "the build printed $warnings warnings (above); it must print none"
+warnings=$(grep -E '^[^ ]+:[0-9]+:[0-9]+: warning: ' "$check_log" || true)
+if [[ -n "$warnings" ]]; then
+  echo "$warnings" >&2
+  say "the build printed $(wc -l <<<"$warnings") warnings (above); it must print none"
   rc=1
 fi
 if ((rc != 0)); then
