@@ -15,6 +15,7 @@
 #include "core/plan/time_model.h"
 #include "core/run/profiler.h"
 #include "core/run/workload.h"
+#include "experiments/configurations.h"
 #include "experiments/progress.h"
 #include "experiments/results_csv.h"
 #include "experiments/sweep.h"
@@ -74,98 +75,85 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
                                                 const StatesSetting& states, MemoryMeter& meter,
                                                 std::ostream& progress_out) {
   RETURN_IF_ERROR(ValidateStatesSetting(states));
-  const std::vector<BoundStrategy>& strategies = options.strategies;
-  Progress progress(progress_out, static_cast<int64_t>(options.models.size() * strategies.size()));
+  LoopOptions loop(WorkloadOptionsFor(options));
+  // The shallow copy is built and profiled; the strategies plan for one rank of the full model.
+  loop.prepare = false;
+  loop.stand_in = ShallowModel;
+  loop.planned_on = [&](const BoundModel& model, const ModelProfile& measured) {
+    absl::StatusOr<ModelProfile> full = ExpandProfile(measured, model.spec(), model.Stages());
+    return full.ok() ? RankProfile(*full, states) : full;
+  };
+  Progress progress(progress_out,
+                    static_cast<int64_t>(options.models.size() * options.strategies.size()));
   std::vector<Prediction> rows;
-  for (const BoundModel& bound : options.models) {
-    const std::string& model = bound.spec();
-    ASSIGN_OR_RETURN(const BoundModel shallow_model, ShallowModel(bound));
-    const std::string& profiled = shallow_model.spec();
-    progress.Line(absl::StrCat("profiling ", profiled, model == profiled ? "" : " for ",
-                               model == profiled ? "" : model));
-    WorkloadOptions workload_options = WorkloadOptionsFor(options);
-    workload_options.profile.progress = progress.Profiling(profiled);
-    // The model's own failure (its shallow copy does not fit, say) is its rows', one a strategy:
-    // the other models are still answered.
-    absl::StatusOr<Workload> workload = Workload::Build(shallow_model, workload_options);
-    absl::StatusOr<const ModelProfile*> measured =
-        workload.ok() ? workload->Profile(meter) : workload.status();
-    absl::StatusOr<std::vector<StageInfo>> stages =
-        measured.ok() ? absl::StatusOr<std::vector<StageInfo>>(bound.Stages()) : measured.status();
-    std::vector<int> counterparts;
-    absl::StatusOr<ModelProfile> full =
-        stages.ok() ? ExpandProfile(**measured, model, *stages, &counterparts) : stages.status();
-    // The full model as one rank sees it, and that rank's state.
-    absl::StatusOr<ModelProfile> rank = full.ok() ? RankProfile(*full, states) : full.status();
-    absl::StatusOr<RankStates> state = rank.ok() ? StatesPerRank(*full, states) : rank.status();
-    std::set<std::string> float32_ops;
-    if (full.ok()) {
-      for (const std::vector<StageProfile>& menu : full->measured) {
-        float32_ops.insert(menu.front().float32_ops.begin(), menu.front().float32_ops.end());
-      }
-    }
-    auto setting = [&](Prediction& p) {
-      p.model = model;
-      p.profiled = profiled;
-      p.states = StateLayoutName(states.layout);
-      p.world_size = states.world_size;
-      p.autocast = options.autocast ? c10::toString(*options.autocast) : "";
-      p.collectives_timed = states.collective_bytes_per_ms > 0;
-      p.float32_ops.assign(float32_ops.begin(), float32_ops.end());
-    };
-    if (!state.ok()) {
-      for (const BoundStrategy& strategy : strategies) {
-        Prediction p;
-        setting(p);
-        p.strategy = strategy.spec();
-        p.status = FailureStatus(state.status());
-        p.error = std::string(state.status().message());
-        rows.push_back(std::move(p));
-      }
-      progress.Steps(static_cast<int64_t>(strategies.size()));
-      progress.Line(absl::StrCat(model, ": ", rows.back().status, ", ", rows.back().error));
-      continue;
-    }
-    ModelProfile shallow = **measured;  // extended by the profiles the plans need
-    for (const BoundStrategy& strategy : strategies) {
-      Prediction p;
-      setting(p);
-      p.strategy = strategy.spec();
-      p.parameter_bytes = state->parameters;
-      p.gradient_bytes = state->gradients;
-      p.optimizer_bytes = state->optimizer;
-      p.largest_gather_bytes = state->largest_gather;
-      p.batch_bytes = full->input_bytes + full->target_bytes;
-      absl::StatusOr<Plan> plan = strategy.PlanFor(*rank);
-      absl::StatusOr<ModelProfile> with_policies =
-          plan.ok() ? ProfileForPlan(*workload, shallow, *full, counterparts, *plan, meter,
-                                     options.device)
-                    : absl::StatusOr<ModelProfile>(plan.status());
-      absl::StatusOr<ModelProfile> profile =
-          with_policies.ok() ? RankProfile(*with_policies, states) : with_policies.status();
-      absl::StatusOr<MemoryPrediction> memory =
-          profile.ok() ? PredictMemory(*profile, *plan)
-                       : absl::StatusOr<MemoryPrediction>(profile.status());
-      absl::StatusOr<double> ms =
-          memory.ok() ? PredictStepMs(*profile, *plan) : absl::StatusOr<double>(memory.status());
-      if (!ms.ok()) {
-        p.status = FailureStatus(ms.status());
-        p.error = std::string(ms.status().message());
-      } else {
-        p.strategy = plan->strategy;
-        p.plan = PlanToText(*plan, full->stages);
-        p.activation_bytes = memory->activation_bytes;
-        p.step_peak_bytes = memory->peak_bytes;
-        p.step_ms = *ms;
-        p.total_peak_bytes = p.parameter_bytes + p.optimizer_bytes + p.batch_bytes +
-                             std::max(p.step_peak_bytes, p.gradient_bytes);
-      }
-      rows.push_back(std::move(p));
-      progress.Steps(1);
-      progress.Line(absl::StrCat(model, " ", rows.back().strategy, ": ",
-                                 rows.back().status == "ok" ? "predicted" : rows.back().error));
-    }
-  }
+  RETURN_IF_ERROR(ForEachModel(
+      options.models, options.strategies, loop, meter, progress, [&](PreparedModel& m) {
+        const std::string& model = m.model->spec();
+        // The model's own failure (its shallow copy does not fit, say) is its rows', one a
+        // strategy: the other models are still answered.
+        std::vector<int> counterparts;
+        ModelProfile shallow;  // extended by the profiles the plans need
+        if (m.status.ok()) shallow = **m.workload->Profile(meter);
+        absl::StatusOr<ModelProfile> full =
+            m.status.ok() ? ExpandProfile(shallow, model, m.model->Stages(), &counterparts)
+                          : absl::StatusOr<ModelProfile>(m.status);
+        absl::StatusOr<RankStates> state = full.ok() ? StatesPerRank(*full, states) : full.status();
+        std::set<std::string> float32_ops;
+        if (full.ok()) {
+          for (const std::vector<StageProfile>& menu : full->measured) {
+            float32_ops.insert(menu.front().float32_ops.begin(), menu.front().float32_ops.end());
+          }
+        }
+        for (size_t k = 0; k < options.strategies.size(); ++k) {
+          Prediction& p = rows.emplace_back();
+          p.model = model;
+          p.profiled = m.built.empty() ? model : m.built;
+          p.states = StateLayoutName(states.layout);
+          p.world_size = states.world_size;
+          p.autocast = options.autocast ? c10::toString(*options.autocast) : "";
+          p.collectives_timed = states.collective_bytes_per_ms > 0;
+          p.float32_ops.assign(float32_ops.begin(), float32_ops.end());
+          p.strategy = options.strategies[k].spec();
+          absl::Status why = state.status();
+          if (state.ok()) {
+            p.parameter_bytes = state->parameters;
+            p.gradient_bytes = state->gradients;
+            p.optimizer_bytes = state->optimizer;
+            p.largest_gather_bytes = state->largest_gather;
+            p.batch_bytes = full->input_bytes + full->target_bytes;
+            const Configuration& c = m.configurations[k];
+            absl::StatusOr<ModelProfile> with_policies =
+                c.status.ok() ? ProfileForPlan(*m.workload, shallow, *full, counterparts, c.plan,
+                                               meter, options.device)
+                              : absl::StatusOr<ModelProfile>(c.status);
+            absl::StatusOr<ModelProfile> profile =
+                with_policies.ok() ? RankProfile(*with_policies, states) : with_policies.status();
+            absl::StatusOr<MemoryPrediction> memory =
+                profile.ok() ? PredictMemory(*profile, c.plan)
+                             : absl::StatusOr<MemoryPrediction>(profile.status());
+            absl::StatusOr<double> ms = memory.ok() ? PredictStepMs(*profile, c.plan)
+                                                    : absl::StatusOr<double>(memory.status());
+            why = ms.status();
+            if (ms.ok()) {
+              p.strategy = c.plan.strategy;
+              p.plan = PlanToText(c.plan, full->stages);
+              p.activation_bytes = memory->activation_bytes;
+              p.step_peak_bytes = memory->peak_bytes;
+              p.step_ms = *ms;
+              p.total_peak_bytes = p.parameter_bytes + p.optimizer_bytes + p.batch_bytes +
+                                   std::max(p.step_peak_bytes, p.gradient_bytes);
+            }
+          }
+          if (!why.ok()) {
+            p.status = FailureStatus(why);
+            p.error = std::string(why.message());
+          }
+          progress.Steps(1);
+          progress.Line(
+              absl::StrCat(model, " ", p.strategy, ": ", p.status == "ok" ? "predicted" : p.error));
+        }
+        return absl::OkStatus();
+      }));
   return rows;
 }
 

@@ -62,6 +62,7 @@ struct Request {
   std::vector<int> depths;
   ComputeThreads threads;  // as asked
   FolderUse use = FolderUse::kNew;
+  std::string out;  // --out: the output folder, "" for a new one under results/
   bool explain = false;
   bool predict = false;
   std::vector<PublishedSaving> published;  // the preset's figures, beside --predict's

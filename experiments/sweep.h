@@ -8,102 +8,17 @@
 // and message; the sweep goes on.
 #pragma once
 
-#include <cstdint>
 #include <functional>
-#include <limits>
-#include <optional>
 #include <ostream>
-#include <set>
-#include <string>
-#include <utility>
 #include <vector>
 
-#include "ATen/core/Tensor.h"
 #include "absl/status/statusor.h"
-#include "c10/core/Device.h"
-#include "core/dist/data_parallel.h"
-#include "core/plan/memory_model.h"
-#include "core/plan/strategy.h"
-#include "core/run/chain_model.h"
-#include "core/run/device.h"
 #include "core/run/memory_meter.h"
-#include "core/run/workload.h"
 #include "experiments/report.h"
 #include "experiments/results.h"
+#include "experiments/sweep_options.h"
 
 namespace ckpt {
-
-struct SweepOptions {
-  // The models, bound where the request was read (BindModels: each once); rows record their
-  // specs.
-  std::vector<BoundModel> models;
-  // The strategies, bound where the request was read (BindStrategies: store_all first, each
-  // once); rows record their specs.
-  std::vector<BoundStrategy> strategies;
-  c10::Device device = c10::Device(c10::DeviceType::CPU);
-  // Cap on live tensor bytes (absolute, as peak_bytes) for the configurations' own steps: the
-  // timed rounds and their warm-up, in which a configuration past it fails as "oom". The
-  // sweep's own work (building, profiling and planning each model, the gradient check's
-  // reference copy) runs under the meter's cap in force, not this one.
-  std::optional<int64_t> memory_cap;
-  // > 0: the offload copies' rate, bytes per second each way, of a link the time model and the
-  // planners assume (a GPU's, on a CPU run) instead of the measured copies (--link_bandwidth).
-  int64_t link_bytes_per_s = 0;  // 0: none (measured)
-  // --amp: every step the sweep runs and the profile it predicts from, under autocast to this
-  // dtype (AmpDtype: bfloat16 on CPU, float16 on CUDA); none: the model's own dtype.
-  std::optional<c10::ScalarType> autocast;
-  int steps = 5;           // timed rounds
-  int warmup = 1;          // untimed rounds before them
-  ComputeThreads threads;  // as the pools run them: recorded in every row
-  uint64_t seed = 0;
-  // Wall-clock budget in seconds, 0 for none: once it is spent no further model starts (the
-  // first one to run always does), so a bounded run still ends with rows, a report and a
-  // results.csv that --resume continues. A model that has started runs to its end.
-  double time_limit_s = 0;
-  // Data parallel: this rank's process group (core/dist/data_parallel.h), or none for one process.
-  // Every rank runs the sweep alike on its share of each batch (WorkloadOptions::rank), and
-  // every rank gets the rows, each combining all ranks' figures (ConfigResult::world_size);
-  // `completed` must be the same on every rank. The ranks act on profiles averaged over them
-  // so that they plan alike, and measure one configuration at a time, each with a reducer of
-  // its own (c10d's learns its plan in its first step), its rounds' steps each followed by the
-  // same step without the reducer (the computation alone). A rank that fails or disagrees ends
-  // the sweep with an error on every rank that can still tell.
-  ProcessGroup* group = nullptr;
-  // (model spec, strategy spec) pairs already in results.csv (--resume), canonical (as
-  // BoundModel::spec and BoundStrategy::spec write them): a model whose pairs are all there is
-  // skipped; otherwise it runs again and only the missing rows are reported.
-  std::set<std::pair<std::string, std::string>> completed;
-};
-
-// How the sweep's workloads are built: its device, seed, and the profile's assumed link and
-// autocast.
-WorkloadOptions WorkloadOptionsFor(const SweepOptions& options);
-
-// The dtype mixed precision (--amp) autocasts to on `device`: bfloat16 on a CPU, float16 on a
-// GPU (where training scales the loss).
-c10::ScalarType AmpDtype(c10::Device device);
-
-// A step's options under the sweep's autocast.
-StepOptions SweepStepOptions(const SweepOptions& options);
-
-// Checks each strategy against each model's stages (CheckStages: a written plan's fit) and the
-// numbers for sense, touching no tensor: InvalidArgument naming the offending value and the
-// accepted ones. The models must be as BindModels returns them (each once, non-empty) and the
-// strategies as BindStrategies does (store_all first, each once): InvalidArgument otherwise.
-absl::Status ValidateSweep(const SweepOptions& options);
-
-// The models of `texts`, each spec bound once, in order: a model given twice (by canonical spec,
-// as "heavy_mlp:depth=4" and "heavy_mlp:depth=+4") is InvalidArgument naming both writings; a
-// spec that does not bind is its error, after "--models: " where the text names no model.
-absl::StatusOr<std::vector<BoundModel>> BindModels(const std::vector<std::string>& texts);
-
-// The models the depth scan builds of `model` (its depth set to each of `depths`), checked:
-// InvalidArgument for a model without a depth parameter, a depth outside its range, or a spec
-// the model refuses.
-absl::StatusOr<std::vector<BoundModel>> DepthScanModels(const BoundModel& model,
-                                                        const std::vector<int>& depths);
-// `model`'s spec without its depth: what names a depth scan's panel.
-std::string WithoutDepth(const BoundModel& model);
 
 // Runs the sweep. `on_result` is called as each configuration finishes (the CSV append);
 // an error from it stops the sweep. Progress lines go to `progress`. With a group, an error
@@ -122,46 +37,6 @@ absl::StatusOr<std::vector<DepthPoint>> RunDepthScan(const SweepOptions& options
 // over rounds of (its time / the reference's time in that round). Pairing by round cancels
 // drift that hits a whole round (another process, clock changes). NaN without rounds.
 double OverheadRatio(const std::vector<double>& step_ms, const std::vector<double>& reference_ms);
-
-// The strategies a sweep runs, each spec bound once: store_all first (the reference, whether
-// given or not), then the given ones in order. A strategy given twice (by canonical spec, as
-// "uniform" and "uniform:segments=auto") is InvalidArgument naming both writings; a spec that
-// does not bind is its error.
-absl::StatusOr<std::vector<BoundStrategy>> BindStrategies(const std::vector<std::string>& texts);
-// The same for strategies bound already, each with the text it was bound from (for the
-// message naming a repeat): what BindStrategies returns after binding each text.
-absl::StatusOr<std::vector<BoundStrategy>> SweepOrder(
-    const std::vector<std::pair<std::string, BoundStrategy>>& given);
-
-// `strategies`, then for every one of them that plans to a budget (budget_param), that strategy
-// at each of `budgets`, sizes as a user writes them ("optimal:budget=12MiB"; the parameters the
-// budget chooses, those that take auto, dropped), in order, without repeats. The budgets are
-// parsed there, once, by the spec's binder: its errors, after "--budgets: ".
-absl::StatusOr<std::vector<BoundStrategy>> WithBudgets(const std::vector<BoundStrategy>& strategies,
-                                                       const std::vector<std::string>& budgets);
-
-// The specs of `strategies` or `models`, in order.
-std::vector<std::string> SpecsOf(const std::vector<BoundStrategy>& strategies);
-std::vector<std::string> SpecsOf(const std::vector<BoundModel>& models);
-
-// Whether `rows` ((model, strategy) canonical specs, as in results.csv) holds a row of `model`
-// for every one of `strategies`: what --resume skips, and what a time limit left out when it does
-// not.
-bool HasEveryRow(const std::string& model, const std::vector<BoundStrategy>& strategies,
-                 const std::set<std::pair<std::string, std::string>>& rows);
-
-// The (model, strategy) pairs of `rows` (as results.csv holds them) in their canonical writing:
-// what --resume skips. InvalidArgument naming a cell that is not a spec ("... holds a row whose
-// spec is not one").
-absl::StatusOr<std::set<std::pair<std::string, std::string>>> CompletedPairs(
-    const std::vector<ConfigResult>& rows);
-
-// A row's status for a failure: "oom" for ResourceExhausted, else "error".
-std::string FailureStatus(const absl::Status& status);
-
-// max |a - b| over paired gradients; infinity when one is undefined where the other is not,
-// when their shapes differ, or where one holds a NaN or inf that the other does not.
-double MaxGradientDifference(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b);
 
 // A fixed-width table of the results, grouped by model.
 std::string FormatTable(const std::vector<ConfigResult>& results);

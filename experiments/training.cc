@@ -20,6 +20,7 @@
 #include "core/run/workload.h"
 #include "core/train/loss_scaler.h"
 #include "core/train/trainer.h"
+#include "experiments/configurations.h"
 #include "experiments/gnuplot.h"
 #include "experiments/report.h"
 #include "experiments/results_csv.h"
@@ -27,12 +28,13 @@
 namespace ckpt {
 namespace {
 
-// One strategy's curve on a fresh model, planned from `profile` (of the same model spec), trained
-// by core/train/trainer.h. Data parallel: the ranks' gradients are averaged by a reducer, each
-// step's loss is the mean of the ranks', and `aborted` is set when the ranks cannot go on together.
-LossCurve Train(const BoundModel& bound, const BoundStrategy& strategy, ModelProfile& profile,
-                const SweepOptions& sweep, const TrainingOptions& options, MemoryMeter& meter,
-                bool* reassociates, absl::Status* aborted) {
+// One strategy's curve on a fresh model, its `plan` prepared with `profile` (of the same model
+// spec), trained by core/train/trainer.h. Data parallel: the ranks' gradients are averaged by a
+// reducer, each step's loss is the mean of the ranks', and `aborted` is set when the ranks cannot
+// go on together.
+LossCurve Train(const BoundModel& bound, const BoundStrategy& strategy, const Plan& plan,
+                ModelProfile& profile, const SweepOptions& sweep, const TrainingOptions& options,
+                MemoryMeter& meter, bool* reassociates, absl::Status* aborted) {
   LossCurve curve;
   curve.model = bound.spec();
   curve.strategy = strategy.spec();
@@ -44,7 +46,7 @@ LossCurve Train(const BoundModel& bound, const BoundStrategy& strategy, ModelPro
   WorkloadOptions workload_options = WorkloadOptionsFor(sweep);
   workload_options.profile.timed = false;
   absl::StatusOr<Workload> workload = Workload::Build(bound, workload_options);
-  absl::StatusOr<PlannedRun> run = workload.ok() ? workload->Prepare(strategy, profile, meter)
+  absl::StatusOr<PlannedRun> run = workload.ok() ? workload->Prepare(plan, profile, meter)
                                                  : absl::StatusOr<PlannedRun>(workload.status());
   *aborted = AgreeOnOutcome(sweep.group, run.status());
   if (!aborted->ok()) return fail(*aborted);
@@ -143,63 +145,64 @@ absl::StatusOr<std::vector<LossCurve>> RunTraining(const SweepOptions& sweep,
                                                    MemoryMeter& meter, std::ostream& progress) {
   RETURN_IF_ERROR(ValidateSweep(sweep));
   RETURN_IF_ERROR(ValidateTraining(options));
+  // Bytes only: training reads no times, so every rank plans alike.
+  LoopOptions loop(WorkloadOptionsFor(sweep));
+  loop.workload.profile.timed = false;
+  loop.prepare = false;  // each curve prepares its plan on a fresh model
+  Progress quiet(progress, 0);
   std::vector<LossCurve> curves;
-  for (const BoundModel& model_spec : sweep.models) {
-    // One profile per model, for the strategies to plan from (bytes only: training reads
-    // no times, so every rank plans alike).
-    WorkloadOptions workload_options = WorkloadOptionsFor(sweep);
-    workload_options.profile.timed = false;
-    ModelProfile profile;
-    {
-      ASSIGN_OR_RETURN(Workload probe, Workload::Build(model_spec, workload_options));
-      ASSIGN_OR_RETURN(const ModelProfile* measured, probe.Profile(meter));
-      profile = *measured;
-    }
-
-    const size_t first = curves.size();
-    for (const BoundStrategy& strategy : sweep.strategies) {
-      bool reassociates = false;
-      absl::Status aborted;
-      absl::StatusOr<LossCurve> curve = RunTorch([&] {
-        return Train(model_spec, strategy, profile, sweep, options, meter, &reassociates, &aborted);
-      });
-      RETURN_IF_ERROR(aborted);
-      if (!curve.ok()) {
-        LossCurve failed;
-        failed.model = model_spec.spec();
-        failed.strategy = strategy.spec();
-        failed.status = FailureStatus(curve.status());
-        failed.message = std::string(curve.status().message());
-        curve = failed;
-      }
-      // Against store_all's curve (the first of this model).
-      const LossCurve& reference = curves.size() > first ? curves[first] : *curve;
-      if (curve->status == "ok" && reference.status != "ok") {
-        curve->max_diff_vs_store_all = std::numeric_limits<double>::quiet_NaN();
-        curve->message = absl::StrCat("not compared: store_all's curve is ", reference.status, " (",
-                                      reference.message, ")");
-      } else if (curve->status == "ok" && curve->losses.size() == reference.losses.size()) {
-        const double diff = CurveDeparture(curve->losses, reference.losses);
-        double scale = 0;
-        for (const double loss : reference.losses) {
-          if (std::isfinite(loss)) scale = std::max(scale, std::abs(loss));
+  RETURN_IF_ERROR(ForEachModel(
+      sweep.models, sweep.strategies, loop, meter, quiet, [&](PreparedModel& m) -> absl::Status {
+        RETURN_IF_ERROR(m.status);
+        const size_t first = curves.size();
+        for (const Configuration& c : m.configurations) {
+          bool reassociates = false;
+          absl::Status aborted;
+          absl::StatusOr<LossCurve> curve =
+              !c.status.ok() ? absl::StatusOr<LossCurve>(c.status) : RunTorch([&] {
+                return Train(*m.model, *c.strategy, c.plan, m.profile, sweep, options, meter,
+                             &reassociates, &aborted);
+              });
+          RETURN_IF_ERROR(aborted);
+          if (!curve.ok()) {
+            LossCurve failed;
+            failed.model = m.model->spec();
+            failed.strategy = c.strategy->spec();
+            failed.status = FailureStatus(curve.status());
+            failed.message = std::string(curve.status().message());
+            curve = failed;
+          }
+          // Against store_all's curve (the first of this model).
+          const LossCurve& reference = curves.size() > first ? curves[first] : *curve;
+          if (curve->status == "ok" && reference.status != "ok") {
+            curve->max_diff_vs_store_all = std::numeric_limits<double>::quiet_NaN();
+            curve->message = absl::StrCat("not compared: store_all's curve is ", reference.status,
+                                          " (", reference.message, ")");
+          } else if (curve->status == "ok" && curve->losses.size() == reference.losses.size()) {
+            const double diff = CurveDeparture(curve->losses, reference.losses);
+            double scale = 0;
+            for (const double loss : reference.losses) {
+              if (std::isfinite(loss)) scale = std::max(scale, std::abs(loss));
+            }
+            curve->max_diff_vs_store_all = diff;
+            const bool exact =
+                !reassociates && !sweep.device.is_cuda();  // see RunTraining's comment
+            curve->tolerance = exact ? 0.0 : (options.amp ? 2e-2 : 1e-3) * std::max(scale, 1.0);
+            if (!(diff <= curve->tolerance)) {
+              curve->status = "error";
+              curve->departs = true;
+              curve->message =
+                  absl::StrFormat("loss curve departs from store_all's by %g (tolerance %g)", diff,
+                                  curve->tolerance);
+            }
+          }
+          progress << absl::StrFormat(
+              "training %s %s: %s, final loss %s\n", curve->model, curve->strategy, curve->status,
+              curve->losses.empty() ? "-" : absl::StrCat(curve->losses.back()));
+          curves.push_back(*std::move(curve));
         }
-        curve->max_diff_vs_store_all = diff;
-        const bool exact = !reassociates && !sweep.device.is_cuda();  // see RunTraining's comment
-        curve->tolerance = exact ? 0.0 : (options.amp ? 2e-2 : 1e-3) * std::max(scale, 1.0);
-        if (!(diff <= curve->tolerance)) {
-          curve->status = "error";
-          curve->departs = true;
-          curve->message = absl::StrFormat(
-              "loss curve departs from store_all's by %g (tolerance %g)", diff, curve->tolerance);
-        }
-      }
-      progress << absl::StrFormat("training %s %s: %s, final loss %s\n", curve->model,
-                                  curve->strategy, curve->status,
-                                  curve->losses.empty() ? "-" : absl::StrCat(curve->losses.back()));
-      curves.push_back(*std::move(curve));
-    }
-  }
+        return absl::OkStatus();
+      }));
   return curves;
 }
 

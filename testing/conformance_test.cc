@@ -58,7 +58,7 @@
 #include "core/run/torch_compat.h"
 #include "core/run/workload.h"
 #include "core/train/trainer.h"
-#include "experiments/sweep.h"
+#include "experiments/gradient_check.h"
 #include "gtest/gtest.h"
 #include "rapidcheck.h"
 #include "rapidcheck/gtest.h"

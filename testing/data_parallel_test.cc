@@ -47,7 +47,7 @@
 #include "core/run/device.h"
 #include "core/run/memory_meter.h"
 #include "core/run/workload.h"
-#include "experiments/sweep.h"
+#include "experiments/gradient_check.h"
 #include "gtest/gtest.h"
 #include "testing/model_cases.h"
 #include "torch/serialize.h"

@@ -12,7 +12,7 @@
 #include "core/run/parts.h"
 #include "core/run/torch_compat.h"
 #include "core/run/workload.h"
-#include "experiments/sweep.h"
+#include "experiments/gradient_check.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "models/layers.h"

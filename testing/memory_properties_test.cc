@@ -8,7 +8,7 @@
 #include "core/run/chain_model.h"
 #include "core/run/profiler.h"
 #include "core/run/workload.h"
-#include "experiments/sweep.h"
+#include "experiments/gradient_check.h"
 #include "gtest/gtest.h"
 #include "rapidcheck.h"
 #include "rapidcheck/gtest.h"

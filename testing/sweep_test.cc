@@ -19,6 +19,7 @@
 #include "core/base/printable.h"
 #include "core/run/memory_meter.h"
 #include "core/run/profiler.h"
+#include "experiments/gradient_check.h"
 #include "experiments/presets.h"
 #include "experiments/report.h"
 #include "experiments/results.h"
