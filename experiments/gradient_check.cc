@@ -28,29 +28,6 @@ std::vector<at::Tensor> CollectGradients(ChainModel& model, const Batch& batch) 
   return grads;
 }
 
-// The largest |g| over gradients (empty ones have none).
-double LargestMagnitude(const std::vector<at::Tensor>& grads) {
-  double m = 0;
-  for (const at::Tensor& g : grads) {
-    if (g.defined() && g.numel() > 0) m = std::max(m, g.abs().max().item<double>());
-  }
-  return m;
-}
-
-// Sets LibTorch's default dtype for a scope: a model built inside is made in it.
-class ScopedDefaultDtype {
- public:
-  explicit ScopedDefaultDtype(caffe2::TypeMeta dtype) : saved_(c10::get_default_dtype()) {
-    c10::set_default_dtype(dtype);
-  }
-  ~ScopedDefaultDtype() { c10::set_default_dtype(saved_); }
-  ScopedDefaultDtype(const ScopedDefaultDtype&) = delete;
-  ScopedDefaultDtype& operator=(const ScopedDefaultDtype&) = delete;
-
- private:
-  caffe2::TypeMeta saved_;
-};
-
 // Seeded steps of one model, each from the model's state as it was when made: gradients from
 // steps that start alike can be compared (a stage may read the state it updates).
 class GradientSteps {
@@ -291,6 +268,14 @@ absl::Status CheckGradients(const SweepOptions& options, const Cohort& cohort, W
     }
   }
   return absl::OkStatus();
+}
+
+double LargestMagnitude(const std::vector<at::Tensor>& grads) {
+  double m = 0;
+  for (const at::Tensor& g : grads) {
+    if (g.defined() && g.numel() > 0) m = std::max(m, g.abs().max().item<double>());
+  }
+  return m;
 }
 
 double MaxGradientDifference(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {

@@ -7,6 +7,7 @@
 
 #include "ATen/core/Tensor.h"
 #include "absl/status/status.h"
+#include "c10/core/DefaultDtype.h"
 #include "core/plan/plan.h"
 #include "core/run/executor.h"
 #include "core/run/memory_meter.h"
@@ -20,6 +21,24 @@ namespace ckpt {
 // max |a - b| over paired gradients; infinity when one is undefined where the other is not,
 // when their shapes differ, or where one holds a NaN or inf that the other does not.
 double MaxGradientDifference(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b);
+
+// The largest |g| over `grads` (empty and undefined ones have none).
+double LargestMagnitude(const std::vector<at::Tensor>& grads);
+
+// Sets LibTorch's default dtype for a scope (parameters, batches and every factory without an
+// explicit dtype follow it): a model built inside is made in it.
+class ScopedDefaultDtype {
+ public:
+  explicit ScopedDefaultDtype(caffe2::TypeMeta dtype) : saved_(c10::get_default_dtype()) {
+    c10::set_default_dtype(dtype);
+  }
+  ~ScopedDefaultDtype() { c10::set_default_dtype(saved_); }
+  ScopedDefaultDtype(const ScopedDefaultDtype&) = delete;
+  ScopedDefaultDtype& operator=(const ScopedDefaultDtype&) = delete;
+
+ private:
+  caffe2::TypeMeta saved_;
+};
 
 // A configuration as the check sees it: its executor (none where it failed already; its row
 // says why) and its row, whose check columns the check fills.

@@ -67,7 +67,6 @@
 namespace ckpt {
 namespace {
 
-using testing::MaxAbs;
 using testing::Run;
 using testing::StepUnder;
 
@@ -118,7 +117,7 @@ testing::Case Build(const CaseSpec& c) {
 // max |g - g_store_all| / max(max |g_store_all|, 1) for `plan` (a plan of the case's model,
 // which has the same stages in float64) on the float64 twin of the case.
 double RelativeDifferenceInFloat64(const CaseSpec& c, const Plan& plan) {
-  const testing::ScopedDefaultDtype float64(caffe2::TypeMeta::Make<double>());
+  const ScopedDefaultDtype float64(caffe2::TypeMeta::Make<double>());
   testing::Case twin = Build(c);
   for (const at::Tensor& x : twin.workload->batch().inputs) {
     RC_ASSERT(!x.is_floating_point() || x.scalar_type() == at::kDouble);
@@ -128,7 +127,7 @@ double RelativeDifferenceInFloat64(const CaseSpec& c, const Plan& plan) {
   RC_ASSERT(reference.ok() && run.ok());
   RC_ASSERT(reference->grads.front().scalar_type() == at::kDouble);
   return MaxGradientDifference(run->grads, reference->grads) /
-         std::max(MaxAbs(reference->grads), 1.0);
+         std::max(LargestMagnitude(reference->grads), 1.0);
 }
 
 // `run` against store_all's `reference` on case `c`: gradients, the loss, recompute counts and
@@ -136,7 +135,7 @@ double RelativeDifferenceInFloat64(const CaseSpec& c, const Plan& plan) {
 void CheckAgainstStoreAll(const CaseSpec& c, testing::Case& built, const Run& reference,
                           const Run& run) {
   const bool on_cpu = testing::TestDevice().is_cpu();
-  const double scale = MaxAbs(reference.grads);
+  const double scale = LargestMagnitude(reference.grads);
   if (c.amp && run.plan.Reassociates()) {
     // Under bfloat16 autocast (8 significant bits) a chunk's partial weight gradient is rounded
     // by up to 2^-8 of itself, and where partials cancel that has no bound in terms of the
@@ -367,7 +366,7 @@ void CheckStateAfterTraining(const std::string& model_id) {
     RC_LOG() << "state " << state_difference << " from store_all's; evaluation loss " << t.eval_loss
              << " against " << reference.eval_loss << "\n";
     if (plan.Reassociates() || !testing::TestDevice().is_cpu()) {
-      RC_ASSERT(state_difference <= 1e-4 * std::max(1.0, MaxAbs(reference.state)));
+      RC_ASSERT(state_difference <= 1e-4 * std::max(1.0, LargestMagnitude(reference.state)));
       RC_ASSERT(std::abs(t.eval_loss - reference.eval_loss) <=
                 1e-4 * std::max(1.0, std::abs(reference.eval_loss)));
     } else {

@@ -125,7 +125,7 @@ TEST(DataParallelRank, RunsTheCasesItIsGiven) {
   absl::StatusOr<std::optional<Rendezvous>> r = RendezvousFromEnvironment();
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_TRUE(r->has_value());
-  const testing::ScopedDefaultDtype float64(caffe2::TypeMeta::Make<double>());
+  const ScopedDefaultDtype float64(caffe2::TypeMeta::Make<double>());
   const std::string count = ReadText(absl::StrCat(dir, "/count"));
   const int cases = std::stoi(count);
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
@@ -585,7 +585,7 @@ absl::StatusOr<std::vector<at::Tensor>> OneProcessReference(const std::string& m
 
 TEST(DataParallelTest, TwoRanksTrainLikeOneProcessOnBothBatches) {
   if (!GlooOnCpu()) GTEST_SKIP() << ChooseBackend(c10::Device(c10::kCPU), "gloo").status();
-  const testing::ScopedDefaultDtype float64(caffe2::TypeMeta::Make<double>());
+  const ScopedDefaultDtype float64(caffe2::TypeMeta::Make<double>());
   char dir_template[] = "/tmp/ckptlab-dp-test-XXXXXX";
   const char* made = mkdtemp(dir_template);
   ASSERT_NE(made, nullptr) << std::strerror(errno);

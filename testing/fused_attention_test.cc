@@ -95,13 +95,13 @@ TEST(FusedAttention, KeepsNoSeqSquaredTensorAndComputesTheUnfusedCore) {
   if (!compat::kHasFusedAttention) {
     GTEST_SKIP() << FusedAttentionUnavailable(false);
   }
-  const testing::ScopedDefaultDtype float64(caffe2::TypeMeta::Make<double>());
+  const ScopedDefaultDtype float64(caffe2::TypeMeta::Make<double>());
   for (const std::string& spec : AttentionModels("0")) {
     absl::StatusOr<testing::Case> c = testing::BuildCase(spec, 7);
     ASSERT_TRUE(c.ok()) << spec << ": " << c.status();
     absl::StatusOr<testing::Run> reference = testing::StepUnder(*c, "store_all", 9);
     ASSERT_TRUE(reference.ok()) << reference.status();
-    const double scale = std::max(testing::MaxAbs(reference->grads), 1.0);
+    const double scale = std::max(LargestMagnitude(reference->grads), 1.0);
     for (const int chunks : {1, 2}) {
       absl::StatusOr<testing::Run> run =
           testing::StepUnder(*c, FusedEverywhere(c->profile, chunks), 9);

@@ -256,12 +256,4 @@ absl::StatusOr<Run> StepUnder(Case& c, Plan plan, uint64_t seed) {
   return run;
 }
 
-double MaxAbs(const std::vector<at::Tensor>& a) {
-  double m = 0;
-  for (const at::Tensor& t : a) {
-    if (t.defined() && t.numel() > 0) m = std::max(m, t.abs().max().item<double>());
-  }
-  return m;
-}
-
 }  // namespace ckpt::testing

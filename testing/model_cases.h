@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "c10/core/DefaultDtype.h"
 #include "c10/core/Device.h"
 #include "core/plan/memory_model.h"
 #include "core/plan/plan.h"
@@ -80,23 +79,5 @@ struct Run {
 absl::StatusOr<Run> StepUnder(Case& c, const std::string& strategy_spec, uint64_t seed);
 // The same for a plan made elsewhere.
 absl::StatusOr<Run> StepUnder(Case& c, Plan plan, uint64_t seed);
-
-// Sets LibTorch's default dtype for a scope (parameters, batches and every factory without an
-// explicit dtype follow it).
-class ScopedDefaultDtype {
- public:
-  explicit ScopedDefaultDtype(caffe2::TypeMeta dtype) : saved_(c10::get_default_dtype()) {
-    c10::set_default_dtype(dtype);
-  }
-  ~ScopedDefaultDtype() { c10::set_default_dtype(saved_); }
-  ScopedDefaultDtype(const ScopedDefaultDtype&) = delete;
-  ScopedDefaultDtype& operator=(const ScopedDefaultDtype&) = delete;
-
- private:
-  caffe2::TypeMeta saved_;
-};
-
-// The largest |a| over the gradients.
-double MaxAbs(const std::vector<at::Tensor>& a);
 
 }  // namespace ckpt::testing

@@ -21,93 +21,20 @@ import copy
 import os
 import sys
 import unittest
-from typing import Tuple
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+sys.path.insert(0, HERE)
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
 import ckptlab  # noqa: E402
 from ckptlab import PlanError  # noqa: E402
-
-
-class Linear(nn.Module):
-    def __init__(self, width: int):
-        super().__init__()
-        self.weight = nn.Parameter(torch.randn(width, width) * 0.5)
-        self.bias = nn.Parameter(torch.randn(width) * 0.5)
-
-    def forward(self, x):
-        return torch.tanh(x @ self.weight + self.bias)
-
-
-class Counter(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("count", torch.ones(()))
-
-    def forward(self, x):
-        if self.training:
-            self.count.add_(1.0)
-        return x * self.count
-
-
-class Twice(nn.Module):
-    def forward(self, x):
-        y = torch.tanh(x)
-        return (y, y)
-
-
-class PassThrough(nn.Module):
-    def forward(self, x):
-        return (x, torch.tanh(x))
-
-
-class TupleJoin(nn.Module):
-    def forward(self, t: Tuple[Tensor, Tensor]):
-        return t[0] * t[1] + t[0]
-
-
-class View(nn.Module):
-    def forward(self, x):
-        return x.view(x.size(0), -1)
-
-
-class EmptySlice(nn.Module):
-    def forward(self, x):
-        return (torch.relu(x), x[:, :0])
-
-
-class EmptyJoin(nn.Module):
-    def forward(self, t: Tuple[Tensor, Tensor]):
-        return t[0] + t[1].sum()
-
-
-class Scale(nn.Module):  # saves nothing of its output, which InPlace may then write
-    def forward(self, x):
-        return x * 0.5
-
-
-class InPlace(nn.Module):
-    def forward(self, x):
-        return torch.tanh(x.mul_(2.0))
-
-
-class EmptyParameter(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.nothing = nn.Parameter(torch.zeros(0))
-
-    def forward(self, x):
-        return x + self.nothing.sum()
-
-
-class Random(nn.Module):
-    def forward(self, x):
-        return x[:, torch.randperm(x.size(1))] + 0.1 * torch.randn_like(x)
+from stage_modules import (  # noqa: E402
+    Counter, EmptyJoin, EmptyParameter, EmptySlice, InPlace, Linear, PassThrough, Random, Scale,
+    Twice, TupleJoin, View)
 
 
 WIDTH = 4

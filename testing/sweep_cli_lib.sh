@@ -18,6 +18,19 @@ tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 
+# Sets torch_python to a Python that imports torch (python3 first on PATH may be another
+# interpreter), or to "".
+find_torch_python() {
+  torch_python=""
+  local p
+  for p in python3 /usr/bin/python3; do
+    if "$p" -c 'import torch' >/dev/null 2>&1; then
+      torch_python=$p
+      return
+    fi
+  done
+}
+
 # Waits until the results.csv $1 holds $2 rows, or a minute has passed.
 wait_rows() {
   for _ in $(seq 1 600); do

@@ -9,13 +9,7 @@
 # shellcheck source=testing/sweep_cli_lib.sh
 source "$(dirname "$0")/sweep_cli_lib.sh"
 
-torch_python=""
-for p in python3 /usr/bin/python3; do
-  if "$p" -c 'import torch' >/dev/null 2>&1; then
-    torch_python=$p
-    break
-  fi
-done
+find_torch_python
 if [[ -z "$torch_python" ]]; then
   [[ -n "${TEST_SRCDIR:-}" ]] && fail "no Python with torch: tools/bazel installs python3-torch"
   finish sweep_exact_test
@@ -43,102 +37,28 @@ rm -rf "$m" && mkdir -p "$m"
 # (From a file: scripting reads each class's source.)
 cat >"$m/make.py" <<'PY'
 import sys
-from typing import Tuple
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 m = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+from stage_modules import (Counter, Depth, EmptyJoin, EmptyParameter, EmptySlice, InPlace,
+                           Integer, PassThrough, Random, Scale, TrainingOnly, Transposed, Twice,
+                           TupleJoin)
+
 torch.manual_seed(0)
-
-class Twice(nn.Module):
-    def forward(self, x):
-        y = torch.tanh(x)
-        return (y, y)
-
-class PassThrough(nn.Module):
-    def forward(self, x):
-        return (x, torch.tanh(x))
-
-class Join(nn.Module):
-    def forward(self, t: Tuple[Tensor, Tensor]):
-        return t[0] * t[1] + t[0]
-
-class Transposed(nn.Module):
-    def forward(self, x):
-        return x.t()
-
-class EmptySlice(nn.Module):
-    def forward(self, x):
-        return (torch.relu(x), x[:, :0])
-
-class EmptyJoin(nn.Module):
-    def forward(self, t: Tuple[Tensor, Tensor]):
-        return t[0] + t[1].sum()
-
-class Scale(nn.Module):
-    def forward(self, x):
-        return x * 0.5
-
-class InPlace(nn.Module):
-    def forward(self, x):
-        return torch.tanh(x.mul_(2.0))
-
-class Counter(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("count", torch.ones(()))
-
-    def forward(self, x):
-        if self.training:
-            self.count.add_(1.0)
-        return x * self.count
-
-class Random(nn.Module):
-    def forward(self, x):
-        return x[:, torch.randperm(x.size(1))] + 0.1 * torch.randn_like(x)
-
-class Nothing(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.nothing = nn.Parameter(torch.zeros(0))
-
-    def forward(self, x):
-        return x + self.nothing.sum()
-
-class Depth(nn.Module):  # torchvision's stochastic depth: draws nothing where p is 0
-    def __init__(self, width: int, p: float):
-        super().__init__()
-        self.p = p
-        self.linear = nn.Linear(width, width)
-
-    def forward(self, x):
-        y = torch.tanh(self.linear(x))
-        if not self.training or self.p == 0.0:
-            return x + y
-        keep = torch.empty(x.size(0), 1).bernoulli_(1.0 - self.p) / (1.0 - self.p)
-        return x + y * keep
-
-class Integer(nn.Module):
-    def forward(self, x):
-        return x.argmax(1)
-
-class TrainingOnly(nn.Module):
-    def forward(self, x):
-        if self.training:
-            return x.view(-1, 7)
-        return x
 
 def save(name, *stages):
     torch.jit.script(nn.Sequential(*stages)).save(f"{m}/{name}.pt")
 
-save("aliases", nn.Linear(6, 6), Twice(), Join(), nn.Linear(6, 6), PassThrough(), Join(),
-     Transposed(), Transposed(), nn.Flatten(), Scale(), InPlace(), EmptySlice(), EmptyJoin(),
-     nn.BatchNorm1d(6), Counter(), Random(), Nothing(), nn.Linear(6, 6))
+save("aliases", nn.Linear(6, 6), Twice(), TupleJoin(), nn.Linear(6, 6), PassThrough(),
+     TupleJoin(), Transposed(), Transposed(), nn.Flatten(), Scale(), InPlace(), EmptySlice(),
+     EmptyJoin(), nn.BatchNorm1d(6), Counter(), Random(), EmptyParameter(), nn.Linear(6, 6))
 save("depth", nn.Linear(6, 6), Depth(6, 0.0), Depth(6, 0.5), Depth(6, 0.5), nn.Linear(6, 6))
 save("integer", nn.Linear(6, 6), Integer())
 save("training_only", nn.Linear(6, 6), TrainingOnly(), nn.Linear(6, 6))
 PY
-"$torch_python" "$m/make.py" "$m" || fail "could not write the TorchScript files"
+"$torch_python" "$m/make.py" "$m" "$(dirname "$0")" || fail "could not write the TorchScript files"
 
 # Aliased and view outputs, tuples taken whole, in-place writes, state, random numbers and a
 # zero-element parameter: every strategy's row exact, its gradients compared, under a written

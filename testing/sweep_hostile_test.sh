@@ -489,13 +489,7 @@ if [[ -n "$saved_tmpdir" ]]; then export TMPDIR="$saved_tmpdir"; else unset TMPD
 # A model from a TorchScript file (docs/torchscript.md): each kind of bad file is exit 2, one
 # line naming the file, nothing written. The files that must be real TorchScript are written by
 # a Python with torch (required under Bazel, whose tools/bazel installs python3-torch).
-torch_python=""
-for p in python3 /usr/bin/python3; do
-  if "$p" -c 'import torch' >/dev/null 2>&1; then
-    torch_python=$p
-    break
-  fi
-done
+find_torch_python
 ts="$tmp/torchscript"
 rm -rf "$ts" && mkdir -p "$ts"
 printf 'not a model\n' >"$ts/text.pt"

@@ -31,16 +31,18 @@ import subprocess
 import sys
 import tempfile
 
-from typing import Tuple
-
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, HERE)
 import ckptlab  # noqa: E402  (after the path)
 from ckptlab.plan import parse_plan  # noqa: E402
+from stage_modules import (  # noqa: E402
+    Counter, EmptyJoin, EmptyParameter, EmptySlice, InPlace, Linear, PassThrough, Random, Scale,
+    Transposed, Twice, TupleJoin)
 
 RNG_SNAPSHOT_BYTES = torch.get_rng_state().numel()  # the CPU generator's state (mt19937)
 
@@ -60,82 +62,6 @@ class Example:
     def __init__(self, path, spec, make_batch, loss, plan):
         self.path, self.spec, self.make_batch, self.loss = path, spec, make_batch, loss
         self.plan = plan
-
-
-class Linear(nn.Module):
-    def __init__(self, width: int):
-        super().__init__()
-        self.weight = nn.Parameter(torch.randn(width, width) * 0.5)
-        self.bias = nn.Parameter(torch.randn(width) * 0.5)
-
-    def forward(self, x):
-        return torch.tanh(x @ self.weight + self.bias)
-
-
-class Counter(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("count", torch.ones(()))
-
-    def forward(self, x):
-        if self.training:
-            self.count.add_(1.0)
-        return x * self.count
-
-
-class Twice(nn.Module):
-    def forward(self, x):
-        y = torch.tanh(x)
-        return (y, y)
-
-
-class PassThrough(nn.Module):
-    def forward(self, x):
-        return (x, torch.tanh(x))
-
-
-class TupleJoin(nn.Module):
-    def forward(self, t: Tuple[Tensor, Tensor]):
-        return t[0] * t[1] + t[0]
-
-
-class Transposed(nn.Module):
-    def forward(self, x):
-        return x.t()
-
-
-class EmptySlice(nn.Module):
-    def forward(self, x):
-        return (torch.relu(x), x[:, :0])
-
-
-class EmptyJoin(nn.Module):
-    def forward(self, t: Tuple[Tensor, Tensor]):
-        return t[0] + t[1].sum()
-
-
-class Scale(nn.Module):
-    def forward(self, x):
-        return x * 0.5
-
-
-class InPlace(nn.Module):
-    def forward(self, x):
-        return torch.tanh(x.mul_(2.0))
-
-
-class EmptyParameter(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.nothing = nn.Parameter(torch.zeros(0))
-
-    def forward(self, x):
-        return x + self.nothing.sum()
-
-
-class Random(nn.Module):
-    def forward(self, x):
-        return x[:, torch.randperm(x.size(1))] + 0.1 * torch.randn_like(x)
 
 
 def export_chain(path, width):
