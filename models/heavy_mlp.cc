@@ -1,95 +1,91 @@
-#include "models/heavy_mlp.h"
+// heavy_mlp: `depth` blocks of Linear(hidden, hidden) + ReLU; loss = the sum of the output
+// over its features, averaged over the rows (so ranks sharing a batch average to its loss).
+//
+// The classic checkpointing demonstration: every block keeps one batch x hidden float32
+// tensor for backward (ReLU's output, which is also the next Linear's saved input), so
+// store_all holds depth x batch x hidden x 4 bytes of activations after forward.
+
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "ATen/CPUGeneratorImpl.h"
-#include "ATen/Context.h"
 #include "ATen/ops/randn.h"
-#include "ATen/ops/relu.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "core/plan/spec.h"
+#include "core/run/chain_model.h"
+#include "models/layers.h"
 #include "models/model_init.h"
+#include "models/module_model.h"
 
 namespace ckpt {
 namespace {
+
+// heavy_mlp as a chain for the executor: one stage per block.
+class HeavyMlpModel : public ModuleModel<LinearStack> {
+ public:
+  static constexpr char kId[] = "heavy_mlp";
+  static constexpr char kSummary[] =
+      "depth x (Linear(hidden, hidden) + ReLU), loss = the output's sum per row, averaged";
+  static constexpr char kQuickSpec[] = "heavy_mlp:depth=16:hidden=1024:batch=64";
+  static std::vector<ParamDef> Params() {
+    return {IntParam("depth", "20", "number of Linear+ReLU blocks").Min(1).Max(100000),
+            IntParam("hidden", "4096", "width of every block").Min(1).Max(1 << 20),
+            IntParam("batch", "32", "rows per batch").Min(1).Max(1 << 24)};
+  }
+  static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,
+                                                            const ModelContext& context) {
+    const std::vector<int64_t> widths(params.Int("depth") + 1, params.Int("hidden"));
+    LinearStack mlp =
+        InitSeeded(context.init_seed, [&] { return LinearStack(widths, /*relu_last=*/true); });
+    mlp->to(context.device);
+    return std::make_shared<HeavyMlpModel>(params, params.Canonical(), std::move(mlp),
+                                           params.Int("batch"), context.device);
+  }
+  static std::vector<std::string> PaperSpecs() {
+    return {"heavy_mlp:depth=20:hidden=4096:batch=32", "heavy_mlp:depth=40:hidden=4096:batch=64"};
+  }
+  static std::string SmallSpec(const SpecChooser& choose) {
+    return absl::StrCat("heavy_mlp:depth=", choose("depth", 1, 6),
+                        ":hidden=", choose("hidden", 1, 24), ":batch=", choose("batch", 1, 6));
+  }
+
+  static std::vector<StageInfo> StagesFor(const ParamValues& params) {
+    const int64_t batch = params.Int("batch");
+    const double hidden = static_cast<double>(params.Int("hidden"));
+    std::vector<StageInfo> stages;
+    for (int64_t i = 0; i < params.Int("depth"); ++i) {
+      // Rows are independent: the chunkable axis is the batch's.
+      stages.push_back({absl::StrCat("block", i),
+                        StageKind::kMlp,
+                        /*stochastic=*/false,
+                        {SequencePart(batch, "rows")},
+                        2 * static_cast<double>(batch) * hidden * hidden,
+                        /*repeat_key=*/"block"});
+    }
+    return stages;
+  }
+
+  using ModuleModel::ModuleModel;
+  std::vector<StageInfo> Stages() const override { return StagesFor(params_); }
+  std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& in,
+                                   const StageParts& parts, const Batch&) override {
+    return module_->RunLayer(index, in, parts);
+  }
+  at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch&) override {
+    const at::Tensor& y = outputs.at(0);
+    return y.sum().div(y.size(0));
+  }
+  Batch MakeBatch(uint64_t seed) override {
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+    at::Tensor x = at::randn({batch_, params_.Int("hidden")}, gen).to(device_);
+    x.requires_grad_(true);
+    return {{x}, {}};
+  }
+};
+
 const ModelRegistration<HeavyMlpModel> registration;
+
 }  // namespace
-
-HeavyMlpImpl::HeavyMlpImpl(const HeavyMlpOptions& options_) : options(options_) {
-  for (int64_t i = 0; i < options.depth(); ++i) {
-    layers_.push_back(register_module(
-        absl::StrCat("linear", i),
-        torch::nn::Linear(torch::nn::LinearOptions(options.hidden(), options.hidden()))));
-  }
-}
-
-at::Tensor HeavyMlpImpl::forward_block(int64_t i, const at::Tensor& x) {
-  return at::relu(layers_[i]->forward(x));
-}
-
-at::Tensor HeavyMlpImpl::forward(at::Tensor x) {
-  for (int64_t i = 0; i < options.depth(); ++i) x = forward_block(i, x);
-  return x;
-}
-
-std::vector<ParamDef> HeavyMlpModel::Params() {
-  return {IntParam("depth", "20", "number of Linear+ReLU blocks").Min(1).Max(100000),
-          IntParam("hidden", "4096", "width of every block").Min(1).Max(1 << 20),
-          IntParam("batch", "32", "rows per batch").Min(1).Max(1 << 24)};
-}
-
-absl::StatusOr<std::shared_ptr<ChainModel>> HeavyMlpModel::Create(const ParamValues& params,
-                                                                  const ModelContext& context) {
-  HeavyMlp mlp = InitSeeded(context.init_seed, [&] {
-    return HeavyMlp(HeavyMlpOptions(params.Int("depth"), params.Int("hidden")));
-  });
-  mlp->to(context.device);
-  return std::make_shared<HeavyMlpModel>(params, params.Canonical(), std::move(mlp),
-                                         params.Int("batch"), context.device);
-}
-
-std::vector<std::string> HeavyMlpModel::PaperSpecs() {
-  return {"heavy_mlp:depth=20:hidden=4096:batch=32", "heavy_mlp:depth=40:hidden=4096:batch=64"};
-}
-
-std::string HeavyMlpModel::SmallSpec(const SpecChooser& choose) {
-  return absl::StrCat("heavy_mlp:depth=", choose("depth", 1, 6),
-                      ":hidden=", choose("hidden", 1, 24), ":batch=", choose("batch", 1, 6));
-}
-
-std::vector<StageInfo> HeavyMlpModel::StagesFor(const ParamValues& params) {
-  const int64_t batch = params.Int("batch");
-  const double hidden = static_cast<double>(params.Int("hidden"));
-  std::vector<StageInfo> stages;
-  for (int64_t i = 0; i < params.Int("depth"); ++i) {
-    // Rows are independent: the chunkable axis is the batch's.
-    stages.push_back({absl::StrCat("block", i),
-                      StageKind::kMlp,
-                      /*stochastic=*/false,
-                      {SequencePart(batch, "rows")},
-                      2 * static_cast<double>(batch) * hidden * hidden,
-                      /*repeat_key=*/"block"});
-  }
-  return stages;
-}
-
-std::vector<at::Tensor> HeavyMlpModel::RunStage(int index, const std::vector<at::Tensor>& in,
-                                                const StageParts& parts, const Batch&) {
-  return parts.RunChunked(
-      "rows",
-      [this, index](const std::vector<at::Tensor>& x, int64_t) {
-        return std::vector<at::Tensor>{module_->forward_block(index, x[0])};
-      },
-      in, {true}, /*dim=*/0);
-}
-
-at::Tensor HeavyMlpModel::Loss(const std::vector<at::Tensor>& outputs, const Batch&) {
-  const at::Tensor& y = outputs.at(0);
-  return y.sum().div(y.size(0));
-}
-
-Batch HeavyMlpModel::MakeBatch(uint64_t seed) {
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  at::Tensor x = at::randn({batch_, module_->options.hidden()}, gen).to(device_);
-  x.requires_grad_(true);
-  return {{x}, {}};
-}
-
 }  // namespace ckpt

@@ -13,6 +13,7 @@
 #include "ATen/ops/gelu.h"
 #include "ATen/ops/matmul.h"
 #include "ATen/ops/randint.h"
+#include "ATen/ops/relu.h"
 #include "ATen/ops/scalar_tensor.h"
 #include "ATen/ops/softmax.h"
 #include "ATen/ops/where.h"
@@ -24,6 +25,46 @@
 #endif
 
 namespace ckpt {
+
+LinearStackImpl::LinearStackImpl(const std::vector<int64_t>& widths, bool relu_last)
+    : relu_last_(relu_last) {
+  for (size_t i = 0; i + 1 < widths.size(); ++i) {
+    layers_.push_back(
+        register_module(absl::StrCat("linear", i), torch::nn::Linear(widths[i], widths[i + 1])));
+  }
+}
+
+at::Tensor LinearStackImpl::forward_layer(int64_t i, const at::Tensor& x) {
+  const at::Tensor y = layers_[i]->forward(x);
+  return i + 1 == static_cast<int64_t>(layers_.size()) && !relu_last_ ? y : at::relu(y);
+}
+
+at::Tensor LinearStackImpl::forward(at::Tensor x) {
+  for (int64_t i = 0; i < static_cast<int64_t>(layers_.size()); ++i) x = forward_layer(i, x);
+  return x;
+}
+
+std::vector<at::Tensor> LinearStackImpl::RunLayer(int64_t i, const std::vector<at::Tensor>& inputs,
+                                                  const StageParts& parts) {
+  return parts.RunChunked(
+      "rows",
+      [this, i](const std::vector<at::Tensor>& x, int64_t) {
+        return std::vector<at::Tensor>{forward_layer(i, x[0])};
+      },
+      inputs, {true}, /*dim=*/0);
+}
+
+std::vector<ParamDef> SizeParams(const std::vector<std::string>& sizes,
+                                 const std::string& described, std::vector<ParamDef> rest,
+                                 const std::string& heads_are) {
+  std::vector<ParamDef> params = {
+      ChoiceParam("size", sizes, sizes.front(), described),
+      IntParam("depth", "auto", "blocks; auto = the size's").Min(1).Max(1000).AllowAuto(),
+      IntParam("hidden", "auto", "width; auto = the size's").Min(1).Max(1 << 16).AllowAuto(),
+      IntParam("heads", "auto", heads_are + "; auto = the size's").Min(1).Max(1024).AllowAuto()};
+  params.insert(params.end(), rest.begin(), rest.end());
+  return params;
+}
 namespace {
 constexpr int64_t kMask31 = (int64_t{1} << 31) - 1;
 // Odd multipliers below 2^31, so products of 31-bit values stay inside int64.

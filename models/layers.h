@@ -1,5 +1,6 @@
-// Building blocks of the transformer models: counter-based dropout, multi-head self-attention
-// split into the pieces strategies act on, and the position-wise MLP.
+// Building blocks the models share: counter-based dropout, multi-head self-attention split into
+// the pieces strategies act on, the position-wise MLP, the MLP models' stack of Linear layers, and
+// the parameters of a model that comes in named sizes.
 //
 // Counter-based dropout: the mask of each element is a hash of (seed, the element's index in
 // the whole tensor), so a chunk of a tensor drops exactly what the whole tensor would drop
@@ -15,6 +16,7 @@
 
 #include "ATen/core/Tensor.h"
 #include "c10/core/Device.h"
+#include "core/plan/spec.h"
 #include "core/plan/stage.h"
 #include "core/run/chain_model.h"
 #include "core/run/parts.h"
@@ -24,6 +26,13 @@
 #include "torch/nn/pimpl.h"
 
 namespace ckpt {
+
+// The parameters of a model that comes in named sizes: `size` (one of `sizes`, the first the
+// default; `described` says each size's shape), depth, hidden and heads (`heads_are`), each
+// "auto" for the size's, then `rest`.
+std::vector<ParamDef> SizeParams(const std::vector<std::string>& sizes,
+                                 const std::string& described, std::vector<ParamDef> rest,
+                                 const std::string& heads_are = "attention heads");
 
 // One draw from the default CPU generator: the seed of one dropout call site for one step.
 int64_t DrawDropoutSeed();
@@ -89,6 +98,24 @@ class FeedForwardImpl : public torch::nn::Module {
   torch::nn::Linear fc1_{nullptr}, fc2_{nullptr};
 };
 TORCH_MODULE(FeedForward);
+
+// Linear layers of `widths` (layer i: widths[i] -> widths[i + 1], named "linear<i>"), each
+// followed by a ReLU but the last unless `relu_last`: the MLP models' module, a stage per layer,
+// whose rows are independent (the part "rows" chunks them).
+class LinearStackImpl : public torch::nn::Module {
+ public:
+  LinearStackImpl(const std::vector<int64_t>& widths, bool relu_last);
+  at::Tensor forward_layer(int64_t i, const at::Tensor& x);
+  at::Tensor forward(at::Tensor x);
+  // Layer i as a stage: its input's rows in the chunks of the part "rows".
+  std::vector<at::Tensor> RunLayer(int64_t i, const std::vector<at::Tensor>& inputs,
+                                   const StageParts& parts);
+
+ private:
+  std::vector<torch::nn::Linear> layers_;
+  bool relu_last_;
+};
+TORCH_MODULE(LinearStack);
 
 // A pre-norm transformer block as two stages (GPT-2's, ViT's): attention,
 // x + Dropout(Attention(LN1(x))), and MLP, x + Dropout(W2 GELU(W1 LN2(x))). Each stage runs its

@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -24,9 +25,11 @@
 #include "core/base/digest.h"
 #include "core/base/files.h"
 #include "core/base/status_macros.h"
+#include "core/run/chain_model.h"
 #include "core/run/checkpoint.h"
 #include "core/run/torch_status.h"
 #include "torch/csrc/jit/api/function_impl.h"
+#include "torch/csrc/jit/api/module.h"
 #include "torch/csrc/jit/ir/ir.h"
 #include "torch/csrc/jit/passes/inliner.h"
 #include "torch/csrc/jit/runtime/graph_executor.h"
@@ -35,7 +38,6 @@
 
 namespace ckpt {
 namespace {
-const ModelRegistration<TorchScriptModel> registration;
 
 // A model file larger than this is refused before it is read.
 constexpr int64_t kMaxFileBytes = int64_t{4} << 30;
@@ -508,6 +510,62 @@ absl::StatusOr<TorchScriptFacts> ReadFacts(const ParamValues& params) {
   facts.output_shape = x.at(0).sizes().vec();
   return facts;
 }
+class TorchScriptModel : public ChainModel {
+ public:
+  static constexpr char kId[] = "torchscript";
+  static constexpr char kSummary[] =
+      "your nn.Sequential from torch.jit.save, a stage per child; loss: cross-entropy where the "
+      "output is [batch, classes] or [batch, tokens, vocab], else the mean of its squares";
+  static constexpr char kQuickSpec[] = "";
+  static std::vector<ParamDef> Params();
+  // Reads and loads the file, reads each stage's facts and runs the batch through the stages
+  // once without a graph: InvalidArgument naming the file and what is wrong (not a TorchScript
+  // archive, saved by a newer PyTorch, not a sequence of stages, a batch or an output that does
+  // not fit the next stage).
+  static absl::Status Check(const ParamValues& params);
+  static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,
+                                                            const ModelContext& context);
+  static std::vector<std::string> PaperSpecs() { return {}; }
+  // No small_spec: the tests generate their files (testing/torchscript_test.cc).
+  static std::vector<StageInfo> StagesFor(const ParamValues& params);
+
+  TorchScriptModel(ParamValues params, torch::jit::Module module, TorchScriptFacts facts,
+                   c10::Device device);
+
+  std::string spec() const override { return params_.Canonical(); }
+  std::vector<StageInfo> Stages() const override { return facts_.stages; }
+  std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
+                                   const StageParts& parts, const Batch& batch) override;
+  at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) override;
+  Batch MakeBatch(uint64_t seed) override;
+  std::vector<at::Tensor> Parameters() override;
+  std::vector<at::Tensor> State() override;
+  void SetTraining(bool training) override { module_.train(training); }
+
+ private:
+  const ParamValues params_;
+  torch::jit::Module module_;
+  std::vector<torch::jit::Module> stages_;
+  const TorchScriptFacts facts_;
+  const c10::Device device_;
+  // A buffer of a stage that updates state, and two copies made once for it: `before`, its
+  // values when the step's first run of the stage began, and a stand-in that a rerun runs with
+  // in the buffer's place, filled from `before`, so that the rerun reads the state the first
+  // run read, updates the stand-in, and the graph it records saves the stand-in; the buffer is
+  // put back after, as the step's first run left it. Nothing is allocated during a step, and
+  // nothing a graph saved is written to afterwards (which autograd would refuse).
+  struct StateSlot {
+    torch::jit::Module owner;  // the (sub)module holding the buffer
+    std::string name;
+    at::Tensor buffer;
+    at::Tensor before;
+    at::Tensor stand_in;
+  };
+  std::vector<std::vector<StateSlot>> state_;  // per stage
+};
+
+const ModelRegistration<TorchScriptModel> registration;
+
 }  // namespace
 
 absl::StatusOr<std::vector<int64_t>> ParseShape(absl::string_view text) {
@@ -553,10 +611,10 @@ std::vector<ParamDef> TorchScriptModel::Params() {
 }
 
 absl::Status TorchScriptModel::Check(const ParamValues& params) {
-  return FactsFor(params).status();
+  return TorchScriptFactsFor(params).status();
 }
 
-absl::StatusOr<TorchScriptFacts> TorchScriptModel::FactsFor(const ParamValues& params) {
+absl::StatusOr<TorchScriptFacts> TorchScriptFactsFor(const ParamValues& params) {
   const std::string spec = params.Canonical();
   {
     std::lock_guard<std::mutex> lock(cache_mutex);
@@ -604,13 +662,13 @@ absl::StatusOr<TorchScriptFacts> TorchScriptModel::FactsFor(const ParamValues& p
 std::vector<StageInfo> TorchScriptModel::StagesFor(const ParamValues& params) {
   // Bind ran Check, so the facts are kept; a file gone bad since reads as no stages, which no
   // plan fits.
-  absl::StatusOr<TorchScriptFacts> facts = FactsFor(params);
+  absl::StatusOr<TorchScriptFacts> facts = TorchScriptFactsFor(params);
   return facts.ok() ? facts->stages : std::vector<StageInfo>{};
 }
 
 absl::StatusOr<std::shared_ptr<ChainModel>> TorchScriptModel::Create(const ParamValues& params,
                                                                      const ModelContext& context) {
-  ASSIGN_OR_RETURN(TorchScriptFacts facts, FactsFor(params));
+  ASSIGN_OR_RETURN(TorchScriptFacts facts, TorchScriptFactsFor(params));
   ASSIGN_OR_RETURN(const std::string bytes, ReadModelFile(params));
   ASSIGN_OR_RETURN(torch::jit::Module module, LoadModule(params, bytes, context.device));
   return RunTorch([&] {

@@ -26,7 +26,6 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,8 +33,6 @@
 #include "absl/strings/string_view.h"
 #include "core/plan/spec.h"
 #include "core/plan/stage.h"
-#include "core/run/chain_model.h"
-#include "torch/csrc/jit/api/module.h"
 
 namespace ckpt {
 
@@ -64,60 +61,8 @@ struct TorchScriptFacts {
   std::vector<int64_t> output_shape;  // the last stage's first output, for the batch checked
 };
 
-class TorchScriptModel : public ChainModel {
- public:
-  static constexpr char kId[] = "torchscript";
-  static constexpr char kSummary[] =
-      "your nn.Sequential from torch.jit.save, a stage per child; loss: cross-entropy where the "
-      "output is [batch, classes] or [batch, tokens, vocab], else the mean of its squares";
-  static constexpr char kQuickSpec[] = "";
-  static std::vector<ParamDef> Params();
-  // Reads and loads the file, reads each stage's facts and runs the batch through the stages
-  // once without a graph: InvalidArgument naming the file and what is wrong (not a TorchScript
-  // archive, saved by a newer PyTorch, not a sequence of stages, a batch or an output that does
-  // not fit the next stage).
-  static absl::Status Check(const ParamValues& params);
-  static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,
-                                                            const ModelContext& context);
-  static std::vector<std::string> PaperSpecs() { return {}; }
-  // No small_spec: the tests generate their files (testing/torchscript_test.cc).
-  static std::vector<StageInfo> StagesFor(const ParamValues& params);
-  // Check's facts for `params` (read once per spec and kept for the process).
-  static absl::StatusOr<TorchScriptFacts> FactsFor(const ParamValues& params);
-
-  TorchScriptModel(ParamValues params, torch::jit::Module module, TorchScriptFacts facts,
-                   c10::Device device);
-
-  std::string spec() const override { return params_.Canonical(); }
-  std::vector<StageInfo> Stages() const override { return facts_.stages; }
-  std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
-                                   const StageParts& parts, const Batch& batch) override;
-  at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) override;
-  Batch MakeBatch(uint64_t seed) override;
-  std::vector<at::Tensor> Parameters() override;
-  std::vector<at::Tensor> State() override;
-  void SetTraining(bool training) override { module_.train(training); }
-
- private:
-  const ParamValues params_;
-  torch::jit::Module module_;
-  std::vector<torch::jit::Module> stages_;
-  const TorchScriptFacts facts_;
-  const c10::Device device_;
-  // A buffer of a stage that updates state, and two copies made once for it: `before`, its
-  // values when the step's first run of the stage began, and a stand-in that a rerun runs with
-  // in the buffer's place, filled from `before`, so that the rerun reads the state the first
-  // run read, updates the stand-in, and the graph it records saves the stand-in; the buffer is
-  // put back after, as the step's first run left it. Nothing is allocated during a step, and
-  // nothing a graph saved is written to afterwards (which autograd would refuse).
-  struct StateSlot {
-    torch::jit::Module owner;  // the (sub)module holding the buffer
-    std::string name;
-    at::Tensor buffer;
-    at::Tensor before;
-    at::Tensor stand_in;
-  };
-  std::vector<std::vector<StateSlot>> state_;  // per stage
-};
+// What Check reads of the file that `params` name (a torchscript spec's parameters), read once
+// per spec and kept for the process: InvalidArgument as Check's.
+absl::StatusOr<TorchScriptFacts> TorchScriptFactsFor(const ParamValues& params);
 
 }  // namespace ckpt

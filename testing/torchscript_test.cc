@@ -175,7 +175,7 @@ TEST_F(TorchScriptFile, TuplesArePassedAsTheForwardTakesThemAndInPlaceWritesAreS
   const absl::StatusOr<BoundModel> model =
       BoundModel::Bind(absl::StrCat("torchscript:file=", path, ":input=3:batch=2"));
   ASSERT_TRUE(model.ok()) << model.status();
-  const absl::StatusOr<TorchScriptFacts> facts = TorchScriptModel::FactsFor(model->values());
+  const absl::StatusOr<TorchScriptFacts> facts = TorchScriptFactsFor(model->values());
   ASSERT_TRUE(facts.ok()) << facts.status();
   using P = TorchScriptPacking;
   EXPECT_EQ(facts->packing, std::vector<P>({P::kSpread, P::kSpread, P::kTuple, P::kSpread,
@@ -195,7 +195,7 @@ TEST_F(TorchScriptFile, LossIsCrossEntropyWhereTheOutputHasTheClassesElseMeanSqu
     absl::StatusOr<BoundModel> bound =
         BoundModel::Bind(absl::StrCat("torchscript:file=", path, ":input=3", extra, ":batch=4"));
     EXPECT_TRUE(bound.ok()) << bound.status();
-    return TorchScriptModel::FactsFor(bound->values())->loss;
+    return TorchScriptFactsFor(bound->values())->loss;
   };
   EXPECT_EQ(loss_of(":classes=5"), TorchScriptLoss::kCrossEntropy);
   EXPECT_EQ(loss_of(":classes=4"), TorchScriptLoss::kMeanSquare);
@@ -210,7 +210,7 @@ TEST_F(TorchScriptFile, LossIsCrossEntropyWhereTheOutputHasTheClassesElseMeanSqu
   absl::StatusOr<BoundModel> bound =
       BoundModel::Bind(absl::StrCat("torchscript:file=", lm_path, ":tokens=6:vocab=7:batch=2"));
   ASSERT_TRUE(bound.ok()) << bound.status();
-  EXPECT_EQ(TorchScriptModel::FactsFor(bound->values())->loss, TorchScriptLoss::kCrossEntropy);
+  EXPECT_EQ(TorchScriptFactsFor(bound->values())->loss, TorchScriptLoss::kCrossEntropy);
   absl::StatusOr<std::shared_ptr<ChainModel>> model = bound->Create(ModelContext{});
   ASSERT_TRUE(model.ok()) << model.status();
   const Batch batch = (*model)->MakeBatch(3);

@@ -20,10 +20,11 @@
 #      only, and must say CUDA 1 and NCCL 1 (LibTorch's CMake config found the toolkit, the NCCL
 #      route is on): step 4's Bazel compiles the same sources with the same defines
 #      (CKPT_HAS_CUDA=1) and the same warnings against the same LibTorch, links them with its
-#      CUDA libraries and runs every test, and CI's rehearsal builds and runs them through CMake
+#      CUDA libraries and runs the tests, and CI's rehearsal builds and runs them through CMake
 #      (on 1.13), so compiling them a second time here bought nothing but minutes;
 #   4. with "+cuda": the README's test command, `bazel test //testing/...`, against that CUDA
-#      LibTorch (the Bazel route's CUDA link: CKPT_HAS_CUDA=1, libtorch_cuda, the CUDA runtime);
+#      LibTorch (the Bazel route's CUDA link: CKPT_HAS_CUDA=1, libtorch_cuda, the CUDA runtime),
+#      but the sweep command line's two end-to-end tests (docs/testing.md, CI phase 5);
 #   5. in it, tools/check_cuda_compile.sh against the same LibTorch version's CUDA headers
 #      (contrib's libtorch-cuda-dev where the suite has it for that version, else the c10/cuda
 #      that libtorch-dev ships) and this machine's CUDA toolkit headers: the CUDA-only code's
@@ -228,8 +229,11 @@ if [[ "$cuda_torch" == 1 ]]; then
     ln -sf "$f" "/tmp/cuda-home/include/${f#/usr/include/}"
   done
   bazel_flags=(--repo_env=CUDA_HOME=/tmp/cuda-home --symlink_prefix=/ --test_summary=short)
-  echo "bazel test //testing/... against the CUDA LibTorch"
-  bazel-4 test //testing/... "${bazel_flags[@]}" || status=1
+  # Every test but the sweep command line's end-to-end two, whose flags, folders and hostile
+  # input are the same code whatever the LibTorch (docs/testing.md, CI phase 5).
+  echo "bazel test //testing/... against the CUDA LibTorch, but sweep_cli_test and sweep_hostile_test"
+  bazel-4 test "${bazel_flags[@]}" -- //testing/... -//testing:sweep_cli_test \
+    -//testing:sweep_hostile_test || status=1
   output_base=$(bazel-4 info output_base 2>/dev/null)
   if grep -q 'LIBTORCH_HAS_CUDA = True' "$output_base/external/libtorch/cuda.bzl"; then
     echo "bazel: @libtorch has CUDA (CKPT_HAS_CUDA=1)"

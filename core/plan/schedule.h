@@ -3,48 +3,15 @@
 // schedules (Beaumont et al.: forward with a graph, forward keeping only the input, forward
 // without a graph, backward); the executor runs it, and the memory and time models replay it,
 // each a loop over the same operations. A new way to treat a segment is a new rule here, not a
-// change to its three readers.
+// change to its three readers. Two plans and their programs: docs/plans.md; offload's rules:
+// docs/offload.md.
 //
 // Values are the tensors at the boundaries of the chain (boundary j: stage j's input; value 0
 // is the batch's inputs, boundary 0), each made once, by one forward: a rerun makes new values
 // at the boundaries it passes. The executor holds a value from the forward that makes it to the
-// release that drops it; a recorded run's graph may hold it longer (what the graph saves).
-//
-//   plan [0,4) checkpointed, [4,6) stored        program (an RNG snapshot where the stages draw)
-//     forward [0,4) v0 -> v1, no graph             the checkpoint's first pass, keeping v0
-//     forward [4,6) v1 -> loss, run 0              recorded, and on through the loss
-//     release v1
-//     backward run 0                               from the loss: the gradient at boundary 4
-//     forward [0,4) v0 -> v2, run 1                the checkpoint's rerun, as its inner plan says
-//     backward run 1                               to boundary 0
-//     release v2
-//
-// An offloaded segment's input goes to the host pool in a buffer of its own: the
-// copy is issued before the segment's first pass, which reads the input meanwhile, and the
-// device value is released after it as usual, once the copy is done (device bytes go only when
-// nothing else holds the value). It comes back as a new value, prefetched: the fetch is placed
-// before the last backward call that precedes the rerun (when one follows the copy out), so that on
-// a device with a copy engine it overlaps that call; its device bytes count from there. An input
-// that something else holds on the device anyway is not copied (the segment is then checkpointed):
-// the batch, which is the caller's, a recorded run's output, which its backward starts from, a
-// rerun's input.
-//
-//   plan [0,2) checkpointed, [2,4) offloaded, [4,6) stored
-//     forward [0,2) v0 -> v1, no graph
-//     offload v1 -> host 0
-//     forward [2,4) v1 -> v2, no graph
-//     release v1                                   the device copy goes after the first pass
-//     forward [4,6) v2 -> loss, run 0
-//     release v2
-//     fetch host 0 -> v3                           prefetched during run 0's backward
-//     backward run 0 from the loss
-//     forward [2,4) v3 -> v4, run 1 (rerun)        then the rerun of [0,2), as checkpointed
-//     ...
-//
-// A recorded run is one autograd graph from its input to its output (or the loss): store_all is
-// a single run, exactly a plain training step. Its backward is one call, from the gradient at its
-// end, which the executor holds until the call returns, to the gradient at its start.
-// Needs no LibTorch.
+// release that drops it; a recorded run's graph may hold it longer (what the graph saves). A
+// recorded run is one autograd graph from its input to its output (or the loss): store_all is a
+// single run, exactly a plain training step; its backward is one call. Needs no LibTorch.
 #pragma once
 
 #include <cstdint>
