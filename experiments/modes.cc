@@ -39,9 +39,14 @@ namespace ckpt {
 
 void Say(absl::string_view text) { std::fprintf(stderr, "sweep: %s\n", Printable(text).c_str()); }
 
+namespace {
+
+// Text on standard output (tables, plans, the closing line), escaped but for its line breaks.
 void PrintOut(absl::string_view text) {
   std::fputs(Printable(text, LineBreaks::kKeep).c_str(), stdout);
 }
+
+}  // namespace
 
 absl::Status FlushStdout() {
   if (std::fflush(stdout) != 0 || std::ferror(stdout)) {

@@ -17,8 +17,6 @@ namespace ckpt {
 // whatever a path, a spec, a file or a library's message holds, it is one line and rewrites no
 // terminal.
 void Say(absl::string_view text);
-// Text on standard output (tables, plans, the closing line), escaped but for its line breaks.
-void PrintOut(absl::string_view text);
 // What was printed is an output too: an error when standard output could not be written (a
 // closed pipe, a full disk).
 absl::Status FlushStdout();

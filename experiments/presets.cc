@@ -14,19 +14,23 @@ std::vector<std::string> AllStrategies() { return DefaultStrategies(); }
 // The presets, from the registries: every strategy, and each model's sizes for the preset.
 std::vector<Preset> Presets() {
   Preset quick{"quick",
-               "CPU-sized models (each model's quick size) with every strategy (about a minute "
-               "on 2 cores)",
+               "CPU-sized models (each model's quick size) with every strategy, 3 timed rounds "
+               "after 1 (a minute or two on 2 cores)",
                {},
                AllStrategies(),
                /*predict_only=*/false,
-               /*published=*/{}};
+               /*published=*/{},
+               /*steps=*/3,
+               /*warmup=*/1};
   Preset paper{"paper",
                "the classic demonstration sizes (Chen et al.'s MLPs, a BERT-base-like encoder, "
                "GPT-2 small and medium): for a GPU or a patient CPU",
                {},
                AllStrategies(),
                /*predict_only=*/false,
-               /*published=*/{}};
+               /*published=*/{},
+               /*steps=*/10,
+               /*warmup=*/2};
   for (const auto* model : Models().Entries()) {
     if (!model->traits.quick_spec.empty()) quick.models.push_back(model->traits.quick_spec);
     for (const std::string& spec : model->traits.paper_specs) paper.models.push_back(spec);
@@ -44,7 +48,9 @@ std::vector<Preset> Presets() {
                  {{"resnet", "ResNet-152", 7.2, 3.1},
                   {"vit", "ViT-B/16", 12.5, 5.8},
                   {"gpt2", "GPT-2 774M", 38, 16},
-                  {"llama", "LLaMA-7B", 56, 24}}};
+                  {"llama", "LLaMA-7B", 56, 24}},
+                 /*steps=*/10,
+                 /*warmup=*/2};
   return {quick, paper, seed004};
 }
 

@@ -27,12 +27,15 @@ struct Preset {
   // Sizes no machine here holds: the preset runs only with --predict.
   bool predict_only = false;
   std::vector<PublishedSaving> published;
+  // Timed and untimed rounds per configuration where --steps and --warmup are not given.
+  int steps = 10;
+  int warmup = 2;
 };
 
-// "quick" (the default: CPU-sized, about a minute on 2 cores), "paper" (the classic
-// demonstration sizes, for a GPU or a patient CPU) or "seed004" (ResNet-152, ViT-B/16, GPT-2
-// large and LLaMA-7B at stated sizes, predicted: --predict, beside the figures of the documents
-// the project grew from). NotFound names the accepted ones.
+// "quick" (the default: CPU-sized, 3 timed rounds after 1, a minute or two on 2 cores), "paper"
+// (the classic demonstration sizes, for a GPU or a patient CPU) or "seed004" (ResNet-152, ViT-B/16,
+// GPT-2 large and LLaMA-7B at stated sizes, predicted: --predict, beside the figures of the
+// documents the project grew from). NotFound names the accepted ones.
 absl::StatusOr<Preset> FindPreset(const std::string& name);
 std::vector<std::string> PresetNames();
 

@@ -158,6 +158,9 @@ std::string OffloadSection(const std::string& model, const std::vector<ConfigRes
 
 }  // namespace
 
+namespace {
+
+// The machine: CPU model, cores, memory, OS (from /proc and uname).
 std::string DescribeMachine() {
   utsname u{};
   uname(&u);
@@ -168,6 +171,8 @@ std::string DescribeMachine() {
                          ReadFirstMatch("/proc/cpuinfo", "model name"), cores, mem_gib, u.sysname,
                          u.release, u.machine);
 }
+
+}  // namespace
 
 absl::Status WriteReport(const std::string& dir, const std::vector<ConfigResult>& rows,
                          const RunInfo& info, const std::string& appendix) {
@@ -266,13 +271,14 @@ absl::Status WriteParetoPlot(const std::string& dir, const std::vector<ConfigRes
   std::string data, gp;
   const int columns = models.size() > 1 ? 2 : 1;
   const int panel_rows = (static_cast<int>(models.size()) + columns - 1) / columns;
+  // Each strategy a marker of its own, named in the panel's key: names written beside the points
+  // would overlap wherever strategies land close.
   absl::StrAppend(
-      &gp, PlotPreamble("pareto.png", 640 * columns, 420 * panel_rows), "set multiplot layout ",
+      &gp, PlotPreamble("pareto.png", 820 * columns, 440 * panel_rows), "set multiplot layout ",
       panel_rows, ",", columns, " title 'Peak memory against step time (lower left is better)'\n",
-      "set key outside bottom center horizontal\nset grid\n",
-      // From zero on both axes, so that heights and widths compare as ratios; room
-      // on the right and at the top for the points' labels.
-      "set xrange [0:*]\nset yrange [0:*]\nset offsets 0, graph 0.08, graph 0.12, 0\n",
+      "set key outside right top vertical Left reverse font ',8' spacing 0.9\nset grid\n",
+      // From zero on both axes, so that heights and widths compare as ratios.
+      "set xrange [0:*]\nset yrange [0:*]\nset offsets 0, graph 0.05, graph 0.05, 0\n",
       "set xlabel 'step time, ms (median)'\n", "set ylabel 'peak above baseline, MiB'\n");
   int block = 0;
   for (const std::string& model : models) {
@@ -305,11 +311,19 @@ absl::Status WriteParetoPlot(const std::string& dir, const std::vector<ConfigRes
       absl::StrAppend(&data, absl::StrFormat("%.4f %.6f\n", points[i].first, points[i].second));
     }
     absl::StrAppend(&data, "\n\n");
-    std::string plot = absl::StrCat(
-        "plot 'pareto.dat' index ", block, " using 1:2 with points pt 7 ps 1.4 ",
-        "title 'strategy', '' index ", block,
-        " using 1:2:3 with labels offset 0,0.9 font ',8' noenhanced notitle, ", "'' index ",
-        block + 1, " using 1:2 with linespoints lw 2 dt 2 pt 6 ps 2.2 title 'Pareto front'");
+    // Filled markers first; a color and a marker each, so that no two strategies look alike.
+    constexpr int kPointTypes[] = {7, 5, 9, 11, 13, 15, 1, 2, 3, 4, 6, 8, 10, 12, 14};
+    constexpr int kNumPointTypes = sizeof(kPointTypes) / sizeof(kPointTypes[0]);
+    std::string plot = absl::StrCat("plot 'pareto.dat' index ", block + 1,
+                                    " using 1:2 with linespoints lw 2 dt 2 lc 'gray40' pt 6 ps 2.4 "
+                                    "title 'Pareto front'");
+    for (size_t i = 0, k = 0; i < points.size(); ++i) {
+      if (names[i].empty()) continue;  // on its frontier's line
+      absl::StrAppend(&plot, ", '' index ", block, " every ::", i, "::", i,
+                      " using 1:2 with points pt ", kPointTypes[k % kNumPointTypes], " ps 1.5 lc ",
+                      k % 8 + 1, " title ", GpLiteral(names[i]), " noenhanced");
+      ++k;
+    }
     block += 2;
     for (auto& [family, line] : frontiers) {
       std::sort(line.begin(), line.end(),

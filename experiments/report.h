@@ -25,9 +25,6 @@ struct RunInfo {
   double gemm_gflops = 0;  // the device's measured float32 matrix-product rate (0: not measured)
 };
 
-// The machine: CPU model, cores, memory, OS (from /proc and uname).
-std::string DescribeMachine();
-
 // Writes `dir`/report.md (whole or not at all: core/base/files.h), with `appendix`
 // (more markdown, e.g. the training section) at the end.
 absl::Status WriteReport(const std::string& dir, const std::vector<ConfigResult>& rows,

@@ -166,6 +166,21 @@ absl::StatusOr<std::vector<int>> ParseDepths(const std::string& text) {
   return depths;
 }
 
+absl::StatusOr<std::vector<int64_t>> ParseBudgets(const std::string& text) {
+  std::vector<int64_t> budgets;
+  if (text.empty()) return budgets;
+  for (const std::string& item : SplitList(text)) {
+    absl::StatusOr<int64_t> bytes = ParseByteSize(item);
+    if (!bytes.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--budgets: '", item,
+                       "' is not accepted; accepted: sizes in bytes, e.g. 8MiB,16MiB,1.5GiB"));
+    }
+    budgets.push_back(*bytes);
+  }
+  return budgets;
+}
+
 absl::Status CheckFlagsOfMode(const std::set<std::string>& given) {
   for (const Mode& mode : ModesThatDoLess()) {
     if (!given.count(mode.flag)) continue;
@@ -205,9 +220,14 @@ absl::StatusOr<std::string> TempParent() {
                    "unset (/tmp)"));
 }
 
+namespace {
+
+// --link_bandwidth as run.csv records it: "25000000000B/s", or "measured".
 std::string LinkSetting(const SweepOptions& o) {
   return o.link_bytes_per_s > 0 ? absl::StrCat(o.link_bytes_per_s, "B/s") : "measured";
 }
+
+}  // namespace
 
 RunRecord RecordOf(const Request& r, const Machine& m) {
   const SweepOptions& o = r.options;

@@ -46,6 +46,10 @@ absl::StatusOr<std::optional<int64_t>> ParseCap(const std::string& text);
 absl::StatusOr<int64_t> ParseRate(absl::string_view flag, const std::string& text);
 absl::StatusOr<int64_t> ParseLinkBandwidth(const std::string& text);
 
+// --budgets: sizes in bytes (ParseByteSize), in order, none for ""; InvalidArgument naming the
+// item.
+absl::StatusOr<std::vector<int64_t>> ParseBudgets(const std::string& text);
+
 // --depths: distinct integers >= 1, in order, none for ""; InvalidArgument naming the item.
 absl::StatusOr<std::vector<int>> ParseDepths(const std::string& text);
 
@@ -98,9 +102,6 @@ struct Machine {
   // kernel kills.
   std::optional<int64_t> standing_cap;
 };
-
-// --link_bandwidth as run.csv records it: "25000000000B/s", or "measured".
-std::string LinkSetting(const SweepOptions& options);
 
 // What changes the rows besides their models and strategies: a --resume must match it.
 RunRecord RecordOf(const Request& request, const Machine& machine);

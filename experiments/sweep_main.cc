@@ -62,8 +62,11 @@ ABSL_FLAG(std::string, models, "", "comma-separated model specs (see --list)");
 ABSL_FLAG(std::string, strategies, "",
           "comma-separated strategy specs (see --list); store_all always runs as the reference");
 ABSL_FLAG(std::string, device, "auto", "auto (CUDA if available), cpu, cuda or cuda:N");
-ABSL_FLAG(int, steps, 10, "timed training steps per configuration");
-ABSL_FLAG(int, warmup, 2, "untimed steps per configuration before timing");
+ABSL_FLAG(int, steps, 10,
+          "timed training steps per configuration (not given: the preset's, quick 3, paper 10)");
+ABSL_FLAG(int, warmup, 2,
+          "untimed steps per configuration before timing (not given: the preset's, quick 1, "
+          "paper 2)");
 ABSL_FLAG(std::string, threads, "1",
           "LibTorch's intra-op threads (elementwise work): an integer or auto (the usable cores)");
 ABSL_FLAG(std::string, blas_threads, "auto",
@@ -248,14 +251,12 @@ absl::StatusOr<Request> ReadRequest(const ParsedCommandLine& parsed) {
   r.published = preset.published;
   SweepOptions& options = r.options;
   ASSIGN_OR_RETURN(options.models, BindModels(model_texts.empty() ? preset.models : model_texts));
-  const std::vector<std::string> budgets = absl::GetFlag(FLAGS_budgets).empty()
-                                               ? std::vector<std::string>()
-                                               : SplitList(absl::GetFlag(FLAGS_budgets));
+  ASSIGN_OR_RETURN(const std::vector<int64_t> budgets, ParseBudgets(absl::GetFlag(FLAGS_budgets)));
   ASSIGN_OR_RETURN(const std::vector<BoundStrategy> strategies,
                    BindStrategies(strategy_texts.empty() ? preset.strategies : strategy_texts));
   ASSIGN_OR_RETURN(options.strategies, WithBudgets(strategies, budgets));
-  options.steps = absl::GetFlag(FLAGS_steps);
-  options.warmup = absl::GetFlag(FLAGS_warmup);
+  options.steps = parsed.given.count("steps") ? absl::GetFlag(FLAGS_steps) : preset.steps;
+  options.warmup = parsed.given.count("warmup") ? absl::GetFlag(FLAGS_warmup) : preset.warmup;
   options.seed = absl::GetFlag(FLAGS_seed);
   options.time_limit_s = absl::GetFlag(FLAGS_time_limit_s);
   ASSIGN_OR_RETURN(options.memory_cap, ParseCap(absl::GetFlag(FLAGS_memory_cap)));

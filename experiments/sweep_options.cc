@@ -183,26 +183,12 @@ absl::StatusOr<std::vector<BoundStrategy>> SweepOrder(
 }
 
 absl::StatusOr<std::vector<BoundStrategy>> WithBudgets(const std::vector<BoundStrategy>& strategies,
-                                                       const std::vector<std::string>& budgets) {
+                                                       const std::vector<int64_t>& budgets) {
   std::vector<BoundStrategy> out = strategies;
-  if (budgets.empty()) return out;
   for (const BoundStrategy& strategy : strategies) {
-    const std::string& param = strategy.budget_param();
-    if (param.empty()) continue;
-    ASSIGN_OR_RETURN(const StrategyRegistry::Entry* entry, Strategies().Find(strategy.id()));
-    // The strategy at each budget with the parameters that the budget does not choose: those
-    // that take `auto` do (uniform's segments, revolve's snapshots), the others (offload) say how
-    // it plans, so `optimal,optimal:offload=no` draws two frontiers.
-    std::string kept;
-    for (const auto& [key, value] : strategy.values().Entries()) {
-      const auto def = std::find_if(entry->params.begin(), entry->params.end(),
-                                    [&key = key](const ParamDef& d) { return d.key == key; });
-      if (key == param || (def != entry->params.end() && def->auto_allowed)) continue;
-      absl::StrAppend(&kept, ":", key, "=", value);
-    }
-    for (const std::string& budget : budgets) {
-      absl::StatusOr<BoundStrategy> budgeted =
-          BoundStrategy::Bind(absl::StrCat(strategy.id(), ":", param, "=", budget, kept));
+    if (strategy.budget_param().empty()) continue;
+    for (const int64_t budget : budgets) {
+      absl::StatusOr<BoundStrategy> budgeted = strategy.WithBudget(budget);
       if (!budgeted.ok()) {
         return absl::InvalidArgumentError(absl::StrCat("--budgets: ", budgeted.status().message()));
       }

@@ -105,12 +105,11 @@ absl::StatusOr<std::vector<BoundStrategy>> BindStrategies(const std::vector<std:
 absl::StatusOr<std::vector<BoundStrategy>> SweepOrder(
     const std::vector<std::pair<std::string, BoundStrategy>>& given);
 
-// `strategies`, then for every one of them that plans to a budget (budget_param), that strategy
-// at each of `budgets`, sizes as a user writes them ("optimal:budget=12MiB"; the parameters the
-// budget chooses, those that take auto, dropped), in order, without repeats. The budgets are
-// parsed there, once, by the spec's binder: its errors, after "--budgets: ".
+// `strategies`, then every one of them that plans to a budget (budget_param) at each of
+// `budgets` (BoundStrategy::WithBudget), in order, without repeats; a budget a strategy refuses
+// is its error, after "--budgets: ".
 absl::StatusOr<std::vector<BoundStrategy>> WithBudgets(const std::vector<BoundStrategy>& strategies,
-                                                       const std::vector<std::string>& budgets);
+                                                       const std::vector<int64_t>& budgets);
 
 // The specs of `strategies` or `models`, in order.
 std::vector<std::string> SpecsOf(const std::vector<BoundStrategy>& strategies);

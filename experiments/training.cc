@@ -149,10 +149,10 @@ absl::StatusOr<std::vector<LossCurve>> RunTraining(const SweepOptions& sweep,
   LoopOptions loop(WorkloadOptionsFor(sweep));
   loop.workload.profile.timed = false;
   loop.prepare = false;  // each curve prepares its plan on a fresh model
-  Progress quiet(progress, 0);
+  Progress lines(progress, static_cast<int64_t>(sweep.models.size() * sweep.strategies.size()));
   std::vector<LossCurve> curves;
   RETURN_IF_ERROR(ForEachModel(
-      sweep.models, sweep.strategies, loop, meter, quiet, [&](PreparedModel& m) -> absl::Status {
+      sweep.models, sweep.strategies, loop, meter, lines, [&](PreparedModel& m) -> absl::Status {
         RETURN_IF_ERROR(m.status);
         const size_t first = curves.size();
         for (const Configuration& c : m.configurations) {
@@ -196,9 +196,10 @@ absl::StatusOr<std::vector<LossCurve>> RunTraining(const SweepOptions& sweep,
                                   curve->tolerance);
             }
           }
-          progress << absl::StrFormat(
-              "training %s %s: %s, final loss %s\n", curve->model, curve->strategy, curve->status,
-              curve->losses.empty() ? "-" : absl::StrCat(curve->losses.back()));
+          lines.Steps(1);
+          lines.Line(absl::StrFormat(
+              "training %s %s: %s, final loss %s", curve->model, curve->strategy, curve->status,
+              curve->losses.empty() ? "-" : absl::StrCat(curve->losses.back())));
           curves.push_back(*std::move(curve));
         }
         return absl::OkStatus();

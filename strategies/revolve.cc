@@ -135,6 +135,7 @@ class Revolve : public Strategy {
       "binomial checkpointing (Griewank's Revolve): the fewest recomputations with c "
       "checkpoints on a chain of equal stages";
   static constexpr char kBudgetParam[] = "budget";
+  static constexpr char kBudgetChooses[] = "snapshots";
 
   static std::vector<ParamDef> Params() {
     return {IntParam("snapshots", "auto",

@@ -30,6 +30,7 @@ class Uniform : public Strategy {
  public:
   static constexpr char kId[] = "uniform";
   static constexpr char kBudgetParam[] = "budget";
+  static constexpr char kBudgetChooses[] = "segments";
   static constexpr char kSummary[] =
       "checkpoint sequential: k near-equal segments keep only their inputs (default k = "
       "ceil(sqrt(L)))";

@@ -203,13 +203,15 @@ RC_GTEST_PROP(StrategyProperties, BudgetStrategiesKeepTheirPromise, ()) {
   const int low = *rc::gen::inRange(30, 121).as("lower budget, percent of store_all's peak");
   const int high = *rc::gen::inRange(low, 131).as("higher budget, percent");
   for (const auto* entry : Strategies().Entries()) {
-    const std::string& param = entry->traits.budget_param;
-    if (param.empty()) continue;
+    if (entry->traits.budget_param.empty()) continue;
+    const BoundStrategy strategy = *BoundStrategy::Bind(entry->id);
     std::vector<absl::StatusOr<Plan>> plans;
     std::vector<int64_t> budgets;
     for (const int percent : {low, high}) {
       budgets.push_back(peak * percent / 100);
-      plans.push_back(PlanFor(absl::StrCat(entry->id, ":", param, "=", budgets.back()), profile));
+      const absl::StatusOr<BoundStrategy> budgeted = strategy.WithBudget(budgets.back());
+      RC_ASSERT(budgeted.ok());
+      plans.push_back(budgeted->PlanFor(profile));
     }
     for (size_t k = 0; k < plans.size(); ++k) {
       if (!plans[k].ok()) {

@@ -1,5 +1,6 @@
 #include "core/plan/spec.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -295,6 +296,31 @@ absl::StatusOr<ParamValues> BindParams(const Spec& spec, const std::vector<Param
     if (parsed->real) out.floats_[d.key] = *parsed->real;
     out.values_.emplace_back(d.key, parsed->canonical);
   }
+  return out;
+}
+
+absl::StatusOr<ParamValues> ParamValues::With(const ParamDef& def,
+                                              std::optional<int64_t> bytes) const {
+  ParamValues out = *this;
+  const auto entry = std::find_if(out.values_.begin(), out.values_.end(),
+                                  [&](const auto& kv) { return kv.first == def.key; });
+  if (entry == out.values_.end()) {
+    return absl::InternalError(absl::StrCat(name_, " declares no parameter ", Quote(def.key)));
+  }
+  out.ints_.erase(def.key);
+  if (!bytes.has_value()) {
+    absl::StatusOr<Parsed> parsed = CheckValue(name_, def, def.default_value);
+    if (!parsed.ok()) return parsed.status();
+    entry->second = parsed->canonical;
+    if (parsed->integer) out.ints_[def.key] = *parsed->integer;
+    return out;
+  }
+  if (def.type != ParamDef::Type::kBytes || *bytes < def.min_value || *bytes > def.max_value) {
+    return absl::InvalidArgumentError(absl::StrCat(name_, ": ", def.key, "=", *bytes,
+                                                   " bytes is not accepted; ", def.Describe()));
+  }
+  entry->second = FormatByteSize(*bytes);
+  out.ints_[def.key] = *bytes;
   return out;
 }
 

@@ -117,6 +117,10 @@ class ParamValues {
   int64_t IntOr(absl::string_view key, int64_t if_auto) const;
   const std::string& Text(absl::string_view key) const;
 
+  // These values with the kBytes parameter `def` at `bytes`, or, with none, at its default:
+  // InvalidArgument naming the value and what `def` accepts.
+  absl::StatusOr<ParamValues> With(const ParamDef& def, std::optional<int64_t> bytes) const;
+
   // `name:key=value:...` with every declared parameter in declaration order.
   std::string Canonical() const;
   const std::string& name() const { return name_; }

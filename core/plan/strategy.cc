@@ -61,6 +61,23 @@ absl::StatusOr<BoundStrategy> BoundStrategy::Bind(const std::string& spec_text) 
   return BoundStrategy(std::move(values), std::move(strategy), entry->traits.budget_param);
 }
 
+absl::StatusOr<BoundStrategy> BoundStrategy::WithBudget(int64_t bytes) const {
+  if (budget_param_.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(id(), " plans to no memory budget"));
+  }
+  ASSIGN_OR_RETURN(const StrategyRegistry::Entry* entry, Strategies().Find(id()));
+  ParamValues values = values_;
+  for (const ParamDef& def : entry->params) {
+    if (def.key == budget_param_) {
+      ASSIGN_OR_RETURN(values, values.With(def, bytes));
+    } else if (def.key == entry->traits.budget_chooses) {
+      ASSIGN_OR_RETURN(values, values.With(def, std::nullopt));
+    }
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Strategy> strategy, entry->factory(values));
+  return BoundStrategy(std::move(values), std::move(strategy), budget_param_);
+}
+
 absl::StatusOr<Plan> BoundStrategy::PlanFor(const ModelProfile& profile) const {
   ASSIGN_OR_RETURN(Plan plan, strategy_->MakePlan(profile));
   // The label: the id and the shown parameters, in declaration order.

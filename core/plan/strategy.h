@@ -17,9 +17,10 @@
 //
 // or, without parameters, a function: `const PlannerRegistration registration(id, summary, F);`.
 // A strategy that plans to a memory budget names its kBytes parameter, `static constexpr char
-// kBudgetParam[] = "budget";` (the peak bytes above the baseline its plans must fit): the
-// sweep's --budgets sets it, and the property tests hold every plan's predicted peak within it
-// and the predicted step never slower at a larger budget.
+// kBudgetParam[] = "budget";` (the peak bytes above the baseline its plans must fit), and the
+// parameter a budget chooses in its place, if any (`kBudgetChooses[] = "segments"`): the sweep's
+// --budgets sets it (BoundStrategy::WithBudget), and the property tests hold every plan's predicted
+// peak within it and the predicted step never slower at a larger budget.
 #pragma once
 
 #include <memory>
@@ -55,6 +56,9 @@ class Strategy {
 // What a strategy declares about itself besides its parameters.
 struct StrategyTraits {
   std::string budget_param;  // the kBytes parameter holding its memory budget, or empty
+  // The parameter a budget chooses in its place (uniform's segments), or empty: at a budget it
+  // goes back to its default (BoundStrategy::WithBudget).
+  std::string budget_chooses;
 };
 
 using StrategyRegistry = Registry<std::unique_ptr<Strategy>, StrategyTraits>;
@@ -89,6 +93,11 @@ class BoundStrategy {
   const Strategy& strategy() const { return *strategy_; }
   // The kBytes parameter that holds its memory budget (StrategyTraits), or empty.
   const std::string& budget_param() const { return budget_param_; }
+  // This strategy planning to `bytes` above the baseline: its budget parameter set to them, the
+  // parameter a budget chooses (StrategyTraits::budget_chooses) back at its default, the others
+  // as they are (optimal's offload says how it plans). InvalidArgument where it plans to no
+  // budget, or `bytes` is outside what its budget parameter accepts.
+  absl::StatusOr<BoundStrategy> WithBudget(int64_t bytes) const;
 
   // The strategy's plan for `profile`, labelled (Plan::strategy: the id and Plan::shown's
   // parameters in declaration order) and validated against the profile's stages (an invalid one,
@@ -123,6 +132,14 @@ template <typename T>
 struct BudgetParamOf<T, std::void_t<decltype(T::kBudgetParam)>> {
   static std::string Get() { return T::kBudgetParam; }
 };
+template <typename T, typename = void>
+struct BudgetChoosesOf {
+  static std::string Get() { return ""; }
+};
+template <typename T>
+struct BudgetChoosesOf<T, std::void_t<decltype(T::kBudgetChooses)>> {
+  static std::string Get() { return T::kBudgetChooses; }
+};
 }  // namespace internal
 
 // A strategy without parameters, its plan a function of the profile alone.
@@ -134,8 +151,9 @@ struct PlannerRegistration {
 template <typename T>
 struct StrategyRegistration {
   StrategyRegistration() {
-    Strategies().Register({T::kId, T::kSummary, T::Params(), &T::Create,
-                           StrategyTraits{internal::BudgetParamOf<T>::Get()}});
+    Strategies().Register(
+        {T::kId, T::kSummary, T::Params(), &T::Create,
+         StrategyTraits{internal::BudgetParamOf<T>::Get(), internal::BudgetChoosesOf<T>::Get()}});
   }
 };
 
