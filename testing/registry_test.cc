@@ -39,6 +39,40 @@ TEST(StrategyRegistry, EveryStrategyCreatesWithDefaultsOrNamesWhatMustBeGiven) {
   EXPECT_THAT(defaults, ::testing::Not(::testing::Contains("plan")));  // plan:file= is required
 }
 
+// A budget's traits name declared parameters: the budget a size, what a budget chooses one that
+// takes "auto" by default. A plugin's typo there would leave its budgeted runs planning with the
+// count they were given; at a budget, WithBudget puts it back at "auto".
+TEST(StrategyRegistry, BudgetTraitsNameDeclaredParameters) {
+  for (const StrategyRegistry::Entry* entry : Strategies().Entries()) {
+    const StrategyTraits& traits = entry->traits;
+    auto declared = [&](const std::string& key) -> const ParamDef* {
+      for (const ParamDef& def : entry->params) {
+        if (def.key == key) return &def;
+      }
+      return nullptr;
+    };
+    if (traits.budget_param.empty()) {
+      EXPECT_EQ(traits.budget_chooses, "") << entry->id << " chooses with no budget";
+      continue;
+    }
+    const ParamDef* budget = declared(traits.budget_param);
+    ASSERT_NE(budget, nullptr) << entry->id << "'s budget is no parameter of its";
+    EXPECT_EQ(budget->type, ParamDef::Type::kBytes) << entry->id;
+    if (traits.budget_chooses.empty()) continue;
+    const ParamDef* chosen = declared(traits.budget_chooses);
+    ASSERT_NE(chosen, nullptr) << entry->id << "'s budget chooses no parameter of its";
+    EXPECT_EQ(chosen->default_value, "auto") << entry->id;
+    const absl::StatusOr<BoundStrategy> given =
+        BoundStrategy::Bind(entry->id + ":" + traits.budget_chooses + "=1");
+    ASSERT_TRUE(given.ok()) << given.status();
+    const absl::StatusOr<BoundStrategy> budgeted = given->WithBudget(int64_t{8} << 20);
+    ASSERT_TRUE(budgeted.ok()) << budgeted.status();
+    EXPECT_EQ(budgeted->values().Text(traits.budget_chooses), "auto") << entry->id;
+    EXPECT_EQ(budgeted->values().Bytes(traits.budget_param), int64_t{8} << 20) << entry->id;
+  }
+  EXPECT_FALSE(BoundStrategy::Bind("store_all")->WithBudget(1 << 20).ok());
+}
+
 TEST(StrategyRegistry, UnknownIdListsTheKnownOnes) {
   absl::StatusOr<BoundStrategy> s = BoundStrategy::Bind("checkmate");
   ASSERT_FALSE(s.ok());
