@@ -103,7 +103,6 @@ absl::Status ForEachModel(const std::vector<BoundModel>& models,
     progress.Line(absl::StrFormat("model %d/%d %s", i + 1, models.size(), spec));
     PreparedModel m;
     m.model = &models[i];
-    m.index = static_cast<int>(i);
     RETURN_IF_ERROR(Profile(loop, meter, progress, m));
     if (m.status.ok()) {
       // The phase, then each plan where the one before it took seconds (a budget planner on a

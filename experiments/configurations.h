@@ -38,7 +38,6 @@ struct Configuration {
 // A model as the loop hands it to its mode.
 struct PreparedModel {
   const BoundModel* model = nullptr;  // as the run names it
-  int index = 0;                      // of the run's models
   // OK, or why the model could not be built, profiled or planned on: then every configuration's
   // failure, and `configurations` is empty.
   absl::Status status;

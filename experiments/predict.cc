@@ -79,9 +79,18 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
   // The shallow copy is built and profiled; the strategies plan for one rank of the full model.
   loop.prepare = false;
   loop.stand_in = ShallowModel;
-  loop.planned_on = [&](const BoundModel& model, const ModelProfile& measured) {
-    absl::StatusOr<ModelProfile> full = ExpandProfile(measured, model.spec(), model.Stages());
-    return full.ok() ? RankProfile(*full, states) : full;
+  // The model in hand's full profile, expanded once, and each of its stages' counterpart in the
+  // shallow copy: what planned_on made, read by the model's rows.
+  ModelProfile full;
+  std::vector<int> counterparts;
+  loop.planned_on = [&](const BoundModel& model,
+                        const ModelProfile& measured) -> absl::StatusOr<ModelProfile> {
+    counterparts.clear();
+    absl::StatusOr<ModelProfile> expanded =
+        ExpandProfile(measured, model.spec(), model.Stages(), &counterparts);
+    if (!expanded.ok()) return expanded.status();
+    full = *std::move(expanded);
+    return RankProfile(full, states);
   };
   Progress progress(progress_out,
                     static_cast<int64_t>(options.models.size() * options.strategies.size()));
@@ -91,16 +100,13 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
         const std::string& model = m.model->spec();
         // The model's own failure (its shallow copy does not fit, say) is its rows', one a
         // strategy: the other models are still answered.
-        std::vector<int> counterparts;
         ModelProfile shallow;  // extended by the profiles the plans need
         if (m.status.ok()) shallow = **m.workload->Profile(meter);
-        absl::StatusOr<ModelProfile> full =
-            m.status.ok() ? ExpandProfile(shallow, model, m.model->Stages(), &counterparts)
-                          : absl::StatusOr<ModelProfile>(m.status);
-        absl::StatusOr<RankStates> state = full.ok() ? StatesPerRank(*full, states) : full.status();
+        absl::StatusOr<RankStates> state =
+            m.status.ok() ? StatesPerRank(full, states) : absl::StatusOr<RankStates>(m.status);
         std::set<std::string> float32_ops;
-        if (full.ok()) {
-          for (const std::vector<StageProfile>& menu : full->measured) {
+        if (m.status.ok()) {
+          for (const std::vector<StageProfile>& menu : full.measured) {
             float32_ops.insert(menu.front().float32_ops.begin(), menu.front().float32_ops.end());
           }
         }
@@ -120,10 +126,10 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
             p.gradient_bytes = state->gradients;
             p.optimizer_bytes = state->optimizer;
             p.largest_gather_bytes = state->largest_gather;
-            p.batch_bytes = full->input_bytes + full->target_bytes;
+            p.batch_bytes = full.input_bytes + full.target_bytes;
             const Configuration& c = m.configurations[k];
             absl::StatusOr<ModelProfile> with_policies =
-                c.status.ok() ? ProfileForPlan(*m.workload, shallow, *full, counterparts, c.plan,
+                c.status.ok() ? ProfileForPlan(*m.workload, shallow, full, counterparts, c.plan,
                                                meter, options.device)
                               : absl::StatusOr<ModelProfile>(c.status);
             absl::StatusOr<ModelProfile> profile =
@@ -136,7 +142,7 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
             why = ms.status();
             if (ms.ok()) {
               p.strategy = c.plan.strategy;
-              p.plan = PlanToText(c.plan, full->stages);
+              p.plan = PlanToText(c.plan, full.stages);
               p.activation_bytes = memory->activation_bytes;
               p.step_peak_bytes = memory->peak_bytes;
               p.step_ms = *ms;

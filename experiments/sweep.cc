@@ -346,11 +346,9 @@ absl::StatusOr<std::vector<DepthPoint>> RunDepthScan(const SweepOptions& options
                                                      MemoryMeter& meter, std::ostream& out) {
   RETURN_IF_ERROR(ValidateSweep(options));
   std::vector<BoundModel> models;
-  std::vector<int> depth_of;  // of each of `models`
   for (const BoundModel& model : options.models) {
     ASSIGN_OR_RETURN(std::vector<BoundModel> deep, DepthScanModels(model, depths));
     models.insert(models.end(), deep.begin(), deep.end());
-    depth_of.insert(depth_of.end(), depths.begin(), depths.end());
   }
   LoopOptions loop(WorkloadOptionsFor(options));
   // Bytes are what this scan reports; planners get one timing of each stage.
@@ -378,7 +376,8 @@ absl::StatusOr<std::vector<DepthPoint>> RunDepthScan(const SweepOptions& options
             continue;
           }
           // Labelled as given: "uniform" resolves to other segment counts at other depths.
-          points.push_back({WithoutDepth(*m.model), c.strategy->spec(), depth_of[m.index],
+          points.push_back({WithoutDepth(*m.model), c.strategy->spec(),
+                            static_cast<int>(m.model->values().Int("depth")),
                             step->activation_bytes});
         }
         progress.Line(absl::StrCat(model_spec, ": done"));

@@ -39,11 +39,6 @@ at::Tensor LinearStackImpl::forward_layer(int64_t i, const at::Tensor& x) {
   return i + 1 == static_cast<int64_t>(layers_.size()) && !relu_last_ ? y : at::relu(y);
 }
 
-at::Tensor LinearStackImpl::forward(at::Tensor x) {
-  for (int64_t i = 0; i < static_cast<int64_t>(layers_.size()); ++i) x = forward_layer(i, x);
-  return x;
-}
-
 std::vector<at::Tensor> LinearStackImpl::RunLayer(int64_t i, const std::vector<at::Tensor>& inputs,
                                                   const StageParts& parts) {
   return parts.RunChunked(

@@ -106,7 +106,6 @@ class LinearStackImpl : public torch::nn::Module {
  public:
   LinearStackImpl(const std::vector<int64_t>& widths, bool relu_last);
   at::Tensor forward_layer(int64_t i, const at::Tensor& x);
-  at::Tensor forward(at::Tensor x);
   // Layer i as a stage: its input's rows in the chunks of the part "rows".
   std::vector<at::Tensor> RunLayer(int64_t i, const std::vector<at::Tensor>& inputs,
                                    const StageParts& parts);
