@@ -34,11 +34,6 @@ std::vector<int64_t> Widths(const ParamValues& params) {
 
 class DeepMlpModel : public ModuleModel<LinearStack> {
  public:
-  static constexpr char kId[] = "deep_mlp";
-  static constexpr char kSummary[] =
-      "Linear(1024, hidden), (depth-2) x Linear(hidden, hidden), Linear(hidden, 10), ReLU "
-      "between, cross-entropy on random labels";
-  static constexpr char kQuickSpec[] = "";  // the quick preset's MLP is heavy_mlp
   static std::vector<ParamDef> Params() {
     return {IntParam("depth", "20", "number of Linear layers, at least 2").Min(2).Max(100000),
             IntParam("hidden", "1024", "width of the hidden layers").Min(1).Max(1 << 20),
@@ -95,7 +90,11 @@ class DeepMlpModel : public ModuleModel<LinearStack> {
   }
 };
 
-const ModelRegistration<DeepMlpModel> registration;
+const ModelRegistration<DeepMlpModel> registration(
+    "deep_mlp",
+    "Linear(1024, hidden), (depth-2) x Linear(hidden, hidden), Linear(hidden, 10), ReLU "
+    "between, cross-entropy on random labels",
+    /*quick_spec=*/"");  // the quick preset's MLP is heavy_mlp
 
 }  // namespace
 }  // namespace ckpt

@@ -119,10 +119,6 @@ TORCH_MODULE(Gpt2);
 
 class Gpt2Model : public HeadLossModel<Gpt2> {
  public:
-  static constexpr char kId[] = "gpt2";
-  static constexpr char kSummary[] =
-      "GPT-2 decoder: embedding, depth x (causal attention + MLP), tied LM head with its loss";
-  static constexpr char kQuickSpec[] = "gpt2:depth=4:hidden=256:heads=4:seq=128:batch=2:vocab=8192";
   static std::vector<ParamDef> Params() {
     return SizeParams(
         {"small", "medium", "large", "xl"},
@@ -225,7 +221,10 @@ class Gpt2Model : public HeadLossModel<Gpt2> {
   int64_t seq_;
 };
 
-const ModelRegistration<Gpt2Model> registration;
+const ModelRegistration<Gpt2Model> registration(
+    "gpt2",
+    "GPT-2 decoder: embedding, depth x (causal attention + MLP), tied LM head with its loss",
+    "gpt2:depth=4:hidden=256:heads=4:seq=128:batch=2:vocab=8192");
 
 }  // namespace
 }  // namespace ckpt

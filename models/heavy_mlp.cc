@@ -25,10 +25,6 @@ namespace {
 // heavy_mlp as a chain for the executor: one stage per block.
 class HeavyMlpModel : public ModuleModel<LinearStack> {
  public:
-  static constexpr char kId[] = "heavy_mlp";
-  static constexpr char kSummary[] =
-      "depth x (Linear(hidden, hidden) + ReLU), loss = the output's sum per row, averaged";
-  static constexpr char kQuickSpec[] = "heavy_mlp:depth=16:hidden=1024:batch=64";
   static std::vector<ParamDef> Params() {
     return {IntParam("depth", "20", "number of Linear+ReLU blocks").Min(1).Max(100000),
             IntParam("hidden", "4096", "width of every block").Min(1).Max(1 << 20),
@@ -85,7 +81,10 @@ class HeavyMlpModel : public ModuleModel<LinearStack> {
   }
 };
 
-const ModelRegistration<HeavyMlpModel> registration;
+const ModelRegistration<HeavyMlpModel> registration(
+    "heavy_mlp",
+    "depth x (Linear(hidden, hidden) + ReLU), loss = the output's sum per row, averaged",
+    "heavy_mlp:depth=16:hidden=1024:batch=64");
 
 }  // namespace
 }  // namespace ckpt

@@ -234,12 +234,6 @@ TORCH_MODULE(Llama);
 
 class LlamaModel : public HeadLossModel<Llama> {
  public:
-  static constexpr char kId[] = "llama";
-  static constexpr char kSummary[] =
-      "Llama-style decoder: embedding, depth x (RMSNorm, rotary grouped-query causal attention + "
-      "RMSNorm, SwiGLU MLP), untied LM head with its loss";
-  static constexpr char kQuickSpec[] =
-      "llama:size=tiny:depth=4:hidden=256:heads=4:kv_heads=2:mlp=688:seq=128:batch=2:vocab=8192";
   static std::vector<ParamDef> Params() {
     return SizeParams(
         {"tiny", "7b", "13b"},
@@ -353,7 +347,11 @@ class LlamaModel : public HeadLossModel<Llama> {
   int64_t seq_;
 };
 
-const ModelRegistration<LlamaModel> registration;
+const ModelRegistration<LlamaModel> registration(
+    "llama",
+    "Llama-style decoder: embedding, depth x (RMSNorm, rotary grouped-query causal attention + "
+    "RMSNorm, SwiGLU MLP), untied LM head with its loss",
+    "llama:size=tiny:depth=4:hidden=256:heads=4:kv_heads=2:mlp=688:seq=128:batch=2:vocab=8192");
 
 }  // namespace
 }  // namespace ckpt

@@ -163,12 +163,6 @@ TORCH_MODULE(Resnet);
 
 class ResnetModel : public HeadLossModel<Resnet> {
  public:
-  static constexpr char kId[] = "resnet";
-  static constexpr char kSummary[] =
-      "ResNet: stem, bottleneck blocks with BatchNorm (a stage each, skip inside), pooled "
-      "classifier head with its loss";
-  static constexpr char kQuickSpec[] =
-      "resnet:size=50:depth=1:width=16:image=64:classes=100:batch=8";
   static std::vector<ParamDef> Params() {
     return {
         ChoiceParam("size", {"50", "152"}, "50",
@@ -278,7 +272,11 @@ class ResnetModel : public HeadLossModel<Resnet> {
   int64_t image_;
 };
 
-const ModelRegistration<ResnetModel> registration;
+const ModelRegistration<ResnetModel> registration(
+    "resnet",
+    "ResNet: stem, bottleneck blocks with BatchNorm (a stage each, skip inside), pooled "
+    "classifier head with its loss",
+    "resnet:size=50:depth=1:width=16:image=64:classes=100:batch=8");
 
 }  // namespace
 }  // namespace ckpt

@@ -512,11 +512,6 @@ absl::StatusOr<TorchScriptFacts> ReadFacts(const ParamValues& params) {
 }
 class TorchScriptModel : public ChainModel {
  public:
-  static constexpr char kId[] = "torchscript";
-  static constexpr char kSummary[] =
-      "your nn.Sequential from torch.jit.save, a stage per child; loss: cross-entropy where the "
-      "output is [batch, classes] or [batch, tokens, vocab], else the mean of its squares";
-  static constexpr char kQuickSpec[] = "";
   static std::vector<ParamDef> Params();
   // Reads and loads the file, reads each stage's facts and runs the batch through the stages
   // once without a graph: InvalidArgument naming the file and what is wrong (not a TorchScript
@@ -564,7 +559,11 @@ class TorchScriptModel : public ChainModel {
   std::vector<std::vector<StateSlot>> state_;  // per stage
 };
 
-const ModelRegistration<TorchScriptModel> registration;
+const ModelRegistration<TorchScriptModel> registration(
+    "torchscript",
+    "your nn.Sequential from torch.jit.save, a stage per child; loss: cross-entropy where the "
+    "output is [batch, classes] or [batch, tokens, vocab], else the mean of its squares",
+    /*quick_spec=*/"");
 
 }  // namespace
 

@@ -107,10 +107,6 @@ TORCH_MODULE(Transformer);
 
 class TransformerModel : public ModuleModel<Transformer> {
  public:
-  static constexpr char kId[] = "transformer";
-  static constexpr char kSummary[] =
-      "post-LayerNorm encoder: depth x (attention + MLP stages), MSE loss on random targets";
-  static constexpr char kQuickSpec[] = "transformer:depth=4:hidden=256:heads=4:seq=128:batch=4";
   static std::vector<ParamDef> Params() {
     return {IntParam("depth", "6", "number of blocks (2 stages each)").Min(1).Max(1000),
             IntParam("hidden", "768", "model width; a multiple of heads").Min(1).Max(1 << 16),
@@ -185,7 +181,10 @@ class TransformerModel : public ModuleModel<Transformer> {
   int64_t seq_;
 };
 
-const ModelRegistration<TransformerModel> registration;
+const ModelRegistration<TransformerModel> registration(
+    "transformer",
+    "post-LayerNorm encoder: depth x (attention + MLP stages), MSE loss on random targets",
+    "transformer:depth=4:hidden=256:heads=4:seq=128:batch=4");
 
 }  // namespace
 }  // namespace ckpt

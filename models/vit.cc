@@ -119,12 +119,6 @@ TORCH_MODULE(Vit);
 
 class VitModel : public HeadLossModel<Vit> {
  public:
-  static constexpr char kId[] = "vit";
-  static constexpr char kSummary[] =
-      "Vision Transformer: patch embedding with class token, depth x (attention + MLP, pre-norm), "
-      "classifier head with its loss";
-  static constexpr char kQuickSpec[] =
-      "vit:depth=4:hidden=256:heads=4:image=64:patch=8:classes=100:batch=4";
   static std::vector<ParamDef> Params() {
     return SizeParams(
         {"b16", "l16"},
@@ -223,7 +217,11 @@ class VitModel : public HeadLossModel<Vit> {
   }
 };
 
-const ModelRegistration<VitModel> registration;
+const ModelRegistration<VitModel> registration(
+    "vit",
+    "Vision Transformer: patch embedding with class token, depth x (attention + MLP, pre-norm), "
+    "classifier head with its loss",
+    "vit:depth=4:hidden=256:heads=4:image=64:patch=8:classes=100:batch=4");
 
 }  // namespace
 }  // namespace ckpt

@@ -30,10 +30,6 @@ namespace {
 
 class ChunkedSequence : public Strategy {
  public:
-  static constexpr char kId[] = "chunked_sequence";
-  static constexpr char kSummary[] =
-      "position-wise stages and attention queries run in sequence chunks, each checkpointed "
-      "(Mini-Sequence Transformer)";
   static std::vector<ParamDef> Params() {
     return {IntParam("chunks", "4", "sequence chunks per stage").Min(1).Max(1 << 20)};
   }
@@ -79,7 +75,10 @@ class ChunkedSequence : public Strategy {
   int chunks_;
 };
 
-const StrategyRegistration<ChunkedSequence> registration;
+const StrategyRegistration<ChunkedSequence> registration(
+    "chunked_sequence",
+    "position-wise stages and attention queries run in sequence chunks, each checkpointed "
+    "(Mini-Sequence Transformer)");
 
 }  // namespace
 }  // namespace ckpt

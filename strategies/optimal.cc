@@ -96,12 +96,6 @@ ModelProfile WithoutChunks(const ModelProfile& profile) {
 
 class Optimal : public Strategy {
  public:
-  static constexpr char kId[] = "optimal";
-  static constexpr char kSummary[] =
-      "the fastest plan tree within a peak budget, from measured stage costs (Rotor's dynamic "
-      "programme with per-stage policies)";
-  static constexpr char kBudgetParam[] = "budget";
-
   static std::vector<ParamDef> Params() {
     return {BytesParam("budget", "auto",
                        "peak bytes above the baseline its plan must fit; auto = uniform's "
@@ -133,7 +127,11 @@ class Optimal : public Strategy {
   bool chunks_under_amp_ = false;  // stages may be chunked under autocast too
 };
 
-const StrategyRegistration<Optimal> registration;
+const StrategyRegistration<Optimal> registration(
+    "optimal",
+    "the fastest plan tree within a peak budget, from measured stage costs (Rotor's dynamic "
+    "programme with per-stage policies)",
+    StrategyTraits{/*budget_param=*/"budget", /*budget_chooses=*/""});
 
 absl::StatusOr<Plan> Optimal::MakePlan(const ModelProfile& measured) const {
   const bool no_chunks = !measured.autocast.empty() && !chunks_under_amp_;
@@ -173,7 +171,7 @@ absl::StatusOr<Plan> Optimal::MakePlan(const ModelProfile& measured) const {
   }
   // The fastest candidate the memory model fits in the budget (the first of equals).
   ASSIGN_OR_RETURN(BudgetChoice best, FastestOrLeastPeak(profile, std::move(candidates), budget,
-                                                         budget_text, kId, "the planner"));
+                                                         budget_text, "optimal", "the planner"));
   Plan& plan = best.plan;
   plan.shown = {{"budget", budget_.has_value() ? budget_text : "auto"}};
   if (!offload_) plan.shown.emplace_back("offload", "no");

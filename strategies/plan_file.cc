@@ -48,9 +48,6 @@ absl::StatusOr<std::string> ReadPlanFile(const std::string& path) {
 
 class PlanFile : public Strategy {
  public:
-  static constexpr char kId[] = "plan";
-  static constexpr char kSummary[] =
-      "a plan read from a file: segments and part policies as docs/plans.md writes them";
   static std::vector<ParamDef> Params() {
     return {TextParam("file", "", "the path of a file holding one plan (docs/plans.md)")};
   }
@@ -77,7 +74,7 @@ class PlanFile : public Strategy {
 
  private:
   absl::StatusOr<Plan> Parse(const std::vector<StageInfo>& stages) const {
-    absl::StatusOr<Plan> plan = ParsePlan(text_, stages, absl::StrCat(kId, ":file=", path_));
+    absl::StatusOr<Plan> plan = ParsePlan(text_, stages, absl::StrCat("plan", ":file=", path_));
     if (!plan.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("plan file ", path_, ": ", plan.status().message()));
@@ -91,7 +88,8 @@ class PlanFile : public Strategy {
   std::string text_;
 };
 
-const StrategyRegistration<PlanFile> registration;
+const StrategyRegistration<PlanFile> registration(
+    "plan", "a plan read from a file: segments and part policies as docs/plans.md writes them");
 
 }  // namespace
 

@@ -130,13 +130,6 @@ Plan BinomialPlan(int n, int c) {
 
 class Revolve : public Strategy {
  public:
-  static constexpr char kId[] = "revolve";
-  static constexpr char kSummary[] =
-      "binomial checkpointing (Griewank's Revolve): the fewest recomputations with c "
-      "checkpoints on a chain of equal stages";
-  static constexpr char kBudgetParam[] = "budget";
-  static constexpr char kBudgetChooses[] = "snapshots";
-
   static std::vector<ParamDef> Params() {
     return {IntParam("snapshots", "auto",
                      "checkpoints, the chain's input included, 1..L; auto = ceil(sqrt(L)) + 1")
@@ -150,7 +143,7 @@ class Revolve : public Strategy {
 
   static absl::StatusOr<std::unique_ptr<Strategy>> Create(const ParamValues& params) {
     ASSIGN_OR_RETURN(CountOrBudget read,
-                     ReadCountOrBudget(params, kId, "snapshots", "checkpoint count"));
+                     ReadCountOrBudget(params, "revolve", "snapshots", "checkpoint count"));
     auto revolve = std::make_unique<Revolve>();
     revolve->snapshots_ = read.count;
     revolve->budget_ = read.budget;
@@ -169,8 +162,8 @@ class Revolve : public Strategy {
       }
       const std::string budget = FormatByteSize(*budget_);
       ASSIGN_OR_RETURN(BudgetChoice best,
-                       FastestOrLeastPeak(profile, std::move(candidates), *budget_, budget, kId,
-                                          "any checkpoint count"));
+                       FastestOrLeastPeak(profile, std::move(candidates), *budget_, budget,
+                                          "revolve", "any checkpoint count"));
       absl::StrAppend(&best.plan.summary, "; the fastest count that fits ", budget);
       return std::move(best.plan);
     }
@@ -188,7 +181,11 @@ class Revolve : public Strategy {
   std::optional<int64_t> budget_;
 };
 
-const StrategyRegistration<Revolve> registration;
+const StrategyRegistration<Revolve> registration(
+    "revolve",
+    "binomial checkpointing (Griewank's Revolve): the fewest recomputations with c "
+    "checkpoints on a chain of equal stages",
+    StrategyTraits{/*budget_param=*/"budget", /*budget_chooses=*/"snapshots"});
 
 }  // namespace
 }  // namespace ckpt

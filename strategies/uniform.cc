@@ -28,13 +28,6 @@ namespace {
 
 class Uniform : public Strategy {
  public:
-  static constexpr char kId[] = "uniform";
-  static constexpr char kBudgetParam[] = "budget";
-  static constexpr char kBudgetChooses[] = "segments";
-  static constexpr char kSummary[] =
-      "checkpoint sequential: k near-equal segments keep only their inputs (default k = "
-      "ceil(sqrt(L)))";
-
   static std::vector<ParamDef> Params() {
     return {IntParam("segments", "auto",
                      "number of segments, 1..L; auto = ceil(sqrt(L)); 1 = no checkpointing")
@@ -51,7 +44,7 @@ class Uniform : public Strategy {
 
   static absl::StatusOr<std::unique_ptr<Strategy>> Create(const ParamValues& params) {
     ASSIGN_OR_RETURN(CountOrBudget read,
-                     ReadCountOrBudget(params, kId, "segments", "segment count"));
+                     ReadCountOrBudget(params, "uniform", "segments", "segment count"));
     auto uniform = std::make_unique<Uniform>();
     uniform->segments_ = read.count;
     uniform->budget_ = read.budget;
@@ -65,9 +58,9 @@ class Uniform : public Strategy {
     if (budget_.has_value()) {
       std::vector<Plan> candidates;
       for (const int k : SegmentCounts(n)) candidates.push_back(EvenSegments(k, n, offload_));
-      ASSIGN_OR_RETURN(BudgetChoice best,
-                       FastestOrLeastPeak(profile, std::move(candidates), *budget_,
-                                          FormatByteSize(*budget_), kId, "any segment count"));
+      ASSIGN_OR_RETURN(BudgetChoice best, FastestOrLeastPeak(profile, std::move(candidates),
+                                                             *budget_, FormatByteSize(*budget_),
+                                                             "uniform", "any segment count"));
       if (offload_) best.plan.shown.emplace_back("offload", "yes");
       absl::StrAppend(&best.plan.summary, " (the fastest count whose predicted peak, ",
                       DescribeBytes(best.predicted.peak_bytes), ", fits)");
@@ -90,7 +83,11 @@ class Uniform : public Strategy {
   bool offload_ = false;
 };
 
-const StrategyRegistration<Uniform> registration;
+const StrategyRegistration<Uniform> registration(
+    "uniform",
+    "checkpoint sequential: k near-equal segments keep only their inputs (default k = "
+    "ceil(sqrt(L)))",
+    StrategyTraits{/*budget_param=*/"budget", /*budget_chooses=*/"segments"});
 
 }  // namespace
 }  // namespace ckpt

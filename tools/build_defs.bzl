@@ -48,3 +48,11 @@ def ckpt_strategy(name, srcs = None, hdrs = [], deps = []):
         visibility = ["//visibility:public"],
         deps = ["//core/plan:strategy", "@absl//:status", "@absl//:strings"] + deps,
     )
+
+def ckpt_sources():
+    """This package's .h and .cc files as `:sources`, for testing/layering_test.sh."""
+    native.filegroup(
+        name = "sources",
+        srcs = native.glob(["*.h", "*.cc"]),
+        visibility = ["//testing:__pkg__"],
+    )

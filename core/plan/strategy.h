@@ -2,30 +2,26 @@
 //
 // A strategy turns a model profile (core/plan/profile.h: the stages, their parts, and what each
 // stage costs under each policy it offers) into a plan (core/plan/plan.h); it never runs a tensor.
-// A plugin is one file, strategies/<id>.cc, its class in an anonymous namespace beside its
-// registration (docs/extending.md):
+// A plugin is one file, strategies/<id>.cc, its class in an anonymous namespace beside the
+// registration that names it (docs/extending.md):
 //
 //   class MyStrategy : public Strategy {
 //    public:
-//     static constexpr char kId[] = "my_strategy";
-//     static constexpr char kSummary[] = "what it keeps and what it recomputes";
 //     static std::vector<ParamDef> Params() { return {IntParam("k", "2", "...").Min(1)}; }
 //     static absl::StatusOr<std::unique_ptr<Strategy>> Create(const ParamValues& params);
 //     absl::StatusOr<Plan> MakePlan(const ModelProfile& profile) const override;
 //   };
-//   const StrategyRegistration<MyStrategy> registration;
+//   const StrategyRegistration<MyStrategy> registration("my_strategy", "what it keeps");
 //
 // or, without parameters, a function: `const PlannerRegistration registration(id, summary, F);`.
-// A strategy that plans to a memory budget names its kBytes parameter, `static constexpr char
-// kBudgetParam[] = "budget";` (the peak bytes above the baseline its plans must fit), and the
-// parameter a budget chooses in its place, if any (`kBudgetChooses[] = "segments"`): the sweep's
-// --budgets sets it (BoundStrategy::WithBudget), and the property tests hold every plan's predicted
-// peak within it and the predicted step never slower at a larger budget.
+// A strategy that plans to a memory budget says so in its registration's StrategyTraits: the
+// sweep's --budgets sets that parameter (BoundStrategy::WithBudget), and the property tests hold
+// every plan's predicted peak within it and the predicted step never slower at a larger budget.
 #pragma once
 
 #include <memory>
 #include <string>
-#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -123,37 +119,17 @@ absl::StatusOr<std::string> BoundStrategySpec(const std::string& spec_text);
 // run (bind it where it is read).
 absl::StatusOr<Plan> PlanFor(const std::string& spec_text, const ModelProfile& profile);
 
-namespace internal {
-template <typename T, typename = void>
-struct BudgetParamOf {
-  static std::string Get() { return ""; }
-};
-template <typename T>
-struct BudgetParamOf<T, std::void_t<decltype(T::kBudgetParam)>> {
-  static std::string Get() { return T::kBudgetParam; }
-};
-template <typename T, typename = void>
-struct BudgetChoosesOf {
-  static std::string Get() { return ""; }
-};
-template <typename T>
-struct BudgetChoosesOf<T, std::void_t<decltype(T::kBudgetChooses)>> {
-  static std::string Get() { return T::kBudgetChooses; }
-};
-}  // namespace internal
-
 // A strategy without parameters, its plan a function of the profile alone.
 struct PlannerRegistration {
   using PlanFunction = absl::StatusOr<Plan> (*)(const ModelProfile& profile);
   PlannerRegistration(const char* id, const char* summary, PlanFunction plan);
 };
 
+// A strategy class T: its Params() and Create(), registered under `id`.
 template <typename T>
 struct StrategyRegistration {
-  StrategyRegistration() {
-    Strategies().Register(
-        {T::kId, T::kSummary, T::Params(), &T::Create,
-         StrategyTraits{internal::BudgetParamOf<T>::Get(), internal::BudgetChoosesOf<T>::Get()}});
+  StrategyRegistration(const char* id, const char* summary, StrategyTraits traits = {}) {
+    Strategies().Register({id, summary, T::Params(), &T::Create, std::move(traits)});
   }
 };
 

@@ -8,10 +8,10 @@
 // without the model knowing plans. Models register like strategies (see models/heavy_mlp.cc),
 // one package and one line in models/models.bzl:
 //
-//   const ModelRegistration<HeavyMlpModel> registration;
+//   const ModelRegistration<HeavyMlpModel> registration("heavy_mlp", "summary", "quick spec");
 //
-// besides kId, kSummary, Params() and Create(), a model class declares its stages from its
-// parameters (StagesFor) and the sizes the presets and tests use (see ModelTraits).
+// besides Params() and Create(), a model class declares its stages from its parameters
+// (StagesFor) and the sizes the presets and tests use (see ModelTraits).
 #pragma once
 
 #include <cstdint>
@@ -70,8 +70,7 @@ struct ModelContext {
 };
 
 // What a model declares besides its parameters: the sizes the presets run and the tests
-// generate. In the model class:
-//   static constexpr char kQuickSpec[] = "heavy_mlp:depth=16:hidden=1024:batch=64";  // or ""
+// generate. In the model class (the quick preset's size is its registration's):
 //   static std::vector<std::string> PaperSpecs();
 //   static std::string SmallSpec(const SpecChooser& choose);         // optional
 struct ModelTraits {
@@ -163,11 +162,12 @@ struct SmallSpecOf<T, std::void_t<decltype(&T::SmallSpec)>> {
 };
 }  // namespace internal
 
+// A model class T registered under `id`; `quick_spec` is the quick preset's size ("": not in it).
 template <typename T>
 struct ModelRegistration {
-  ModelRegistration() {
-    Models().Register({T::kId, T::kSummary, T::Params(), &T::Create,
-                       ModelTraits{internal::CheckOf<T>::Get(), T::kQuickSpec, T::PaperSpecs(),
+  ModelRegistration(const char* id, const char* summary, const char* quick_spec) {
+    Models().Register({id, summary, T::Params(), &T::Create,
+                       ModelTraits{internal::CheckOf<T>::Get(), quick_spec, T::PaperSpecs(),
                                    internal::SmallSpecOf<T>::Get(), &T::StagesFor}});
   }
 };
