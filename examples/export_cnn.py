@@ -50,14 +50,17 @@ def save_whole(module, path):
         raise
 
 
-def write(module, path, program):
-    """save_whole, or one line naming the file and the system's reason. True when written."""
+def export(module, path, program, spec):
+    """Scripts `module` and saves it whole to `path`, then prints its stages and the ckptlab spec
+    that reads it; or one line naming the file and the system's reason. The exit status."""
+    model = torch.jit.script(module)
     try:
-        save_whole(module, path)
+        save_whole(model, path)
     except OSError as e:
         print(f"{program}: cannot write {path!r}: {e.strerror}", file=sys.stderr)
-        return False
-    return True
+        return 1
+    print(f"wrote {path}: {len(model._modules)} stages; ckptlab spec {spec}")
+    return 0
 
 
 def positive(text):
@@ -76,12 +79,8 @@ def main():
     parser.add_argument("--seed", type=int, default=0, help="parameters are drawn from it")
     args = parser.parse_args()
     torch.manual_seed(args.seed)
-    model = torch.jit.script(make_cnn(args.width, args.depth, args.classes))
-    if not write(model, args.out, "export_cnn"):
-        return 1
-    print(f"wrote {args.out}: {len(model._modules)} stages; "
-          f"ckptlab spec torchscript:file={args.out}:input=3xHxW:classes={args.classes}:batch=N")
-    return 0
+    return export(make_cnn(args.width, args.depth, args.classes), args.out, "export_cnn",
+                  f"torchscript:file={args.out}:input=3xHxW:classes={args.classes}:batch=N")
 
 
 if __name__ == "__main__":

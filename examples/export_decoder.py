@@ -21,7 +21,7 @@ import sys
 import torch
 from torch import nn
 
-from export_cnn import positive, write
+from export_cnn import export, positive
 
 
 class Embedding(nn.Module):
@@ -94,13 +94,10 @@ def main():
     if not 0 <= args.dropout < 1:
         parser.error(f"--dropout={args.dropout} is not in [0, 1)")
     torch.manual_seed(args.seed)
-    model = torch.jit.script(
-        make_decoder(args.vocab, args.context, args.width, args.heads, args.layers, args.dropout))
-    if not write(model, args.out, "export_decoder"):
-        return 1
-    print(f"wrote {args.out}: {len(model._modules)} stages; ckptlab spec "
-          f"torchscript:file={args.out}:tokens=T:vocab={args.vocab}:batch=N (T <= {args.context})")
-    return 0
+    return export(
+        make_decoder(args.vocab, args.context, args.width, args.heads, args.layers, args.dropout),
+        args.out, "export_decoder",
+        f"torchscript:file={args.out}:tokens=T:vocab={args.vocab}:batch=N (T <= {args.context})")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 import ckptlab  # noqa: E402
+from export_cnn import positive  # noqa: E402
 from export_decoder import make_decoder  # noqa: E402
 
 
@@ -43,13 +44,6 @@ def budget_list(text):
     if not values or any(not 0 < v <= 1 for v in values):
         raise argparse.ArgumentTypeError(f"{text!r}: accepted: fractions in (0, 1] joined by ','")
     return values
-
-
-def positive(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return value
 
 
 def memory_of(step):

@@ -14,6 +14,7 @@
 #include "absl/strings/strip.h"
 #include "core/base/files.h"
 #include "core/base/printable.h"
+#include "core/base/status_macros.h"
 
 namespace ckpt {
 namespace {
@@ -73,6 +74,28 @@ std::string PlotPreamble(const std::string& default_output, int width, int heigh
   return absl::StrCat("if (!exists('output_file')) output_file = ", GpLiteral(default_output),
                       "\nset terminal pngcairo size ", width, ",", height,
                       " font ',9'\nset output output_file\n");
+}
+
+std::string PanelsPreamble(const std::string& stem, size_t panels, size_t columns, int width,
+                           int height, absl::string_view title_code) {
+  columns = std::max<size_t>(1, std::min(columns, panels));
+  const size_t rows = std::max<size_t>(1, (panels + columns - 1) / columns);
+  return absl::StrCat(PlotPreamble(stem + ".png", width * static_cast<int>(columns),
+                                   height * static_cast<int>(rows)),
+                      "set multiplot layout ", rows, ",", columns, " title ", title_code, "\n");
+}
+
+std::string Panel(absl::string_view title, const std::vector<std::string>& plots) {
+  return absl::StrCat("set title ", GpTitle(title), " noenhanced\nplot ",
+                      absl::StrJoin(plots, ", "), "\n");
+}
+
+absl::Status DrawPanels(const std::string& dir, const std::string& stem, const std::string& data,
+                        const std::string& script) {
+  RETURN_IF_ERROR(WriteFileAtomically(absl::StrCat(dir, "/", stem, ".dat"), data));
+  RETURN_IF_ERROR(
+      WriteFileAtomically(absl::StrCat(dir, "/", stem, ".gp"), script + "unset multiplot\n"));
+  return RenderPlot(dir, stem + ".gp", stem + ".png");
 }
 
 absl::StatusOr<ProgramResult> RunProgram(const std::vector<std::string>& argv,

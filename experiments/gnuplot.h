@@ -46,6 +46,18 @@ std::string GpDataLabel(absl::string_view text);
 // `output_file`, `default_output` unless the caller set it.
 std::string PlotPreamble(const std::string& default_output, int width, int height);
 
+// What every picture of panels (one per model) shares. The script's opening: PlotPreamble for
+// <stem>.png, `panels` panels `columns` across, each `width` x `height` pixels, under `title_code`
+// (a gnuplot string the sweep wrote itself, quotes included).
+std::string PanelsPreamble(const std::string& stem, size_t panels, size_t columns, int width,
+                           int height, absl::string_view title_code);
+// A panel: its title (text, as GpTitle) and the plot of `plots`, gnuplot plot elements.
+std::string Panel(absl::string_view title, const std::vector<std::string>& plots);
+// Writes <stem>.dat (`data`) and <stem>.gp (`script`, its multiplot then closed) whole, then
+// draws <stem>.png (RenderPlot).
+absl::Status DrawPanels(const std::string& dir, const std::string& stem, const std::string& data,
+                        const std::string& script);
+
 // Runs gnuplot on `script` in `dir`, writing `dir/output` as above. Unavailable when gnuplot is
 // not installed; Internal when it failed (its messages then in `dir/script.log`, and the first
 // of them in the status); DataLoss when the picture could not be written whole. The old picture

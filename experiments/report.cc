@@ -268,14 +268,12 @@ std::vector<size_t> ParetoFront(const std::vector<std::pair<double, double>>& po
 
 absl::Status WriteParetoPlot(const std::string& dir, const std::vector<ConfigResult>& rows) {
   const std::vector<std::string> models = ModelsOf(rows);
-  std::string data, gp;
-  const int columns = models.size() > 1 ? 2 : 1;
-  const int panel_rows = (static_cast<int>(models.size()) + columns - 1) / columns;
+  std::string data;
   // Each strategy a marker of its own, named in the panel's key: names written beside the points
   // would overlap wherever strategies land close.
-  absl::StrAppend(
-      &gp, PlotPreamble("pareto.png", 820 * columns, 440 * panel_rows), "set multiplot layout ",
-      panel_rows, ",", columns, " title 'Peak memory against step time (lower left is better)'\n",
+  std::string gp = absl::StrCat(
+      PanelsPreamble("pareto", models.size(), 2, 820, 440,
+                     "'Peak memory against step time (lower left is better)'"),
       "set key outside right top vertical Left reverse font ',8' spacing 0.9\nset grid\n",
       // From zero on both axes, so that heights and widths compare as ratios.
       "set xrange [0:*]\nset yrange [0:*]\nset offsets 0, graph 0.05, graph 0.05, 0\n",
@@ -314,14 +312,16 @@ absl::Status WriteParetoPlot(const std::string& dir, const std::vector<ConfigRes
     // Filled markers first; a color and a marker each, so that no two strategies look alike.
     constexpr int kPointTypes[] = {7, 5, 9, 11, 13, 15, 1, 2, 3, 4, 6, 8, 10, 12, 14};
     constexpr int kNumPointTypes = sizeof(kPointTypes) / sizeof(kPointTypes[0]);
-    std::string plot = absl::StrCat("plot 'pareto.dat' index ", block + 1,
-                                    " using 1:2 with linespoints lw 2 dt 2 lc 'gray40' pt 6 ps 2.4 "
-                                    "title 'Pareto front'");
+    std::vector<std::string> plots = {
+        absl::StrCat("'pareto.dat' index ", block + 1,
+                     " using 1:2 with linespoints lw 2 dt 2 lc 'gray40' pt 6 ps 2.4 "
+                     "title 'Pareto front'")};
     for (size_t i = 0, k = 0; i < points.size(); ++i) {
       if (names[i].empty()) continue;  // on its frontier's line
-      absl::StrAppend(&plot, ", '' index ", block, " every ::", i, "::", i,
-                      " using 1:2 with points pt ", kPointTypes[k % kNumPointTypes], " ps 1.5 lc ",
-                      k % 8 + 1, " title ", GpLiteral(names[i]), " noenhanced");
+      plots.push_back(absl::StrCat("'' index ", block, " every ::", i, "::", i,
+                                   " using 1:2 with points pt ", kPointTypes[k % kNumPointTypes],
+                                   " ps 1.5 lc ", k % 8 + 1, " title ", GpLiteral(names[i]),
+                                   " noenhanced"));
       ++k;
     }
     block += 2;
@@ -332,15 +332,12 @@ absl::Status WriteParetoPlot(const std::string& dir, const std::vector<ConfigRes
       for (const auto& [ms, mib] : line)
         absl::StrAppend(&data, absl::StrFormat("%.4f %.6f\n", ms, mib));
       absl::StrAppend(&data, "\n\n");
-      absl::StrAppend(&plot, ", '' index ", block++, " using 1:2 with linespoints lw 2 pt 5 ",
-                      "title ", GpLiteral(family + " at each budget"), " noenhanced");
+      plots.push_back(absl::StrCat("'' index ", block++, " using 1:2 with linespoints lw 2 pt 5 ",
+                                   "title ", GpLiteral(family + " at each budget"), " noenhanced"));
     }
-    absl::StrAppend(&gp, "set title ", GpTitle(model), " noenhanced\n", plot, "\n");
+    absl::StrAppend(&gp, Panel(model, plots));
   }
-  absl::StrAppend(&gp, "unset multiplot\n");
-  RETURN_IF_ERROR(WriteFileAtomically(dir + "/pareto.dat", data));
-  RETURN_IF_ERROR(WriteFileAtomically(dir + "/pareto.gp", gp));
-  return RenderPlot(dir, "pareto.gp", "pareto.png");
+  return DrawPanels(dir, "pareto", data, gp);
 }
 
 absl::Status WriteDepthPlot(const std::string& dir, const std::vector<DepthPoint>& points) {
@@ -357,9 +354,9 @@ absl::Status WriteDepthPlot(const std::string& dir, const std::vector<DepthPoint
   // One data block per (model, strategy).
   std::string data;
   std::string gp = absl::StrCat(
-      PlotPreamble("depth.png", 640 * static_cast<int>(models.size()), 460),
-      "set multiplot layout 1,", models.size(),
-      " title 'Activation bytes after forward against depth (log-log): O(L), O(sqrt L), O(1)'\n",
+      PanelsPreamble(
+          "depth", models.size(), models.size(), 640, 460,
+          "'Activation bytes after forward against depth (log-log): O(L), O(sqrt L), O(1)'"),
       "set logscale xy 2\nset grid\nset key outside bottom center horizontal\n",
       "set xlabel 'depth parameter of the model'\n", "set ylabel 'activations, KiB'\n");
   int block = 0;
@@ -378,14 +375,10 @@ absl::Status WriteDepthPlot(const std::string& dir, const std::vector<DepthPoint
                                    " using 1:2 with linespoints lw 2 title ", GpLiteral(strategy),
                                    " noenhanced"));
     }
-    absl::StrAppend(&gp, "set title ", GpTitle(model), " noenhanced\nplot ",
-                    absl::StrJoin(plots, ", "), "\n");
+    absl::StrAppend(&gp, Panel(model, plots));
   }
-  absl::StrAppend(&gp, "unset multiplot\n");
   RETURN_IF_ERROR(WriteFileAtomically(dir + "/depth.csv", csv));
-  RETURN_IF_ERROR(WriteFileAtomically(dir + "/depth.dat", data));
-  RETURN_IF_ERROR(WriteFileAtomically(dir + "/depth.gp", gp));
-  return RenderPlot(dir, "depth.gp", "depth.png");
+  return DrawPanels(dir, "depth", data, gp);
 }
 
 }  // namespace ckpt

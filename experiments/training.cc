@@ -246,12 +246,9 @@ absl::Status WriteLossCurves(const std::string& dir, const std::vector<LossCurve
                       ",", absl::StrFormat("%.9g", c.losses[i]), "\n");
     }
   }
-  const size_t columns = models.size() > 1 ? 2 : 1;
-  const size_t rows = (models.size() + columns - 1) / columns;
   std::string gp = absl::StrCat(
-      PlotPreamble("loss.png", 640 * static_cast<int>(columns), 420 * static_cast<int>(rows)),
-      "set multiplot layout ", rows, ",", columns,
-      " title 'Training loss per optimizer step: every strategy on top of store\\_all'\n",
+      PanelsPreamble("loss", models.size(), 2, 640, 420,
+                     "'Training loss per optimizer step: every strategy on top of store\\_all'"),
       "set grid\nset key outside bottom center horizontal\nset xlabel 'optimizer step'\n",
       "set ylabel 'loss'\n");
   int block = 0;
@@ -271,18 +268,14 @@ absl::Status WriteLossCurves(const std::string& dir, const std::vector<LossCurve
                                    GpLiteral(c.strategy), " noenhanced"));
       ++k;
     }
-    absl::StrAppend(&gp, "set title ", GpTitle(model), " noenhanced\nplot ",
-                    absl::StrJoin(plots, ", "), "\n");
+    absl::StrAppend(&gp, Panel(model, plots));
   }
-  absl::StrAppend(&gp, "unset multiplot\n");
   RETURN_IF_ERROR(WriteFileAtomically(dir + "/losses.csv", csv));
-  RETURN_IF_ERROR(WriteFileAtomically(dir + "/loss.dat", data));
-  RETURN_IF_ERROR(WriteFileAtomically(dir + "/loss.gp", gp));
   if (models.empty()) {  // not a failure of the run: its rows and report say why
     return absl::UnavailableError(
         "no curve has a loss to draw (every one failed; see report.md): loss.png not drawn");
   }
-  return RenderPlot(dir, "loss.gp", "loss.png");
+  return DrawPanels(dir, "loss", data, gp);
 }
 
 }  // namespace ckpt

@@ -43,7 +43,6 @@ class DeepMlpModel : public ModuleModel<LinearStack> {
                                                             const ModelContext& context) {
     LinearStack mlp = InitSeeded(context.init_seed,
                                  [&] { return LinearStack(Widths(params), /*relu_last=*/false); });
-    mlp->to(context.device);
     return std::make_shared<DeepMlpModel>(params, params.Canonical(), std::move(mlp),
                                           params.Int("batch"), context.device);
   }

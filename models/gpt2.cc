@@ -117,7 +117,7 @@ class Gpt2Impl : public torch::nn::Module {
 };
 TORCH_MODULE(Gpt2);
 
-class Gpt2Model : public HeadLossModel<Gpt2> {
+class Gpt2Model : public DecoderModel<Gpt2> {
  public:
   static std::vector<ParamDef> Params() {
     return SizeParams(
@@ -134,7 +134,6 @@ class Gpt2Model : public HeadLossModel<Gpt2> {
   }
   static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,
                                                             const ModelContext& context) {
-    if (absl::Status s = Check(params); !s.ok()) return s;
     const Size size = Resolved(params);
     const int64_t depth = size.depth, hidden = size.hidden, heads = size.heads;
     const int64_t seq = params.Int("seq"), ctx = params.Int("context");
@@ -144,13 +143,12 @@ class Gpt2Model : public HeadLossModel<Gpt2> {
                       .context(ctx)
                       .dropout(params.Float("dropout")));
     });
-    net->to(context.device);
     // The canonical spec names the resolved shape.
     const std::string spec = absl::StrCat(
         "gpt2:size=", size.name, ":depth=", depth, ":hidden=", hidden, ":heads=", heads,
         ":seq=", seq, ":batch=", params.Int("batch"), ":vocab=", params.Int("vocab"),
         ":context=", ctx, ":dropout=", params.Text("dropout"));
-    return std::make_shared<Gpt2Model>(params, spec, std::move(net), context.device);
+    return std::make_shared<Gpt2Model>(params, spec, std::move(net), depth, context.device);
   }
   static std::vector<std::string> PaperSpecs() {
     return {"gpt2:size=small:seq=256:batch=2", "gpt2:size=medium:seq=256:batch=2"};
@@ -195,30 +193,14 @@ class Gpt2Model : public HeadLossModel<Gpt2> {
     stages.push_back({"embedding", StageKind::kEmbedding, stochastic, {}, 0, ""});
     AppendBlockStages(size.depth, batch * seq, seq, size.hidden, stochastic, /*pre_norm=*/true,
                       &stages);
-    stages.push_back({"head",
-                      StageKind::kHead,
-                      /*stochastic=*/false,
-                      {SequencePart(seq)},
-                      2 * static_cast<double>(batch * seq) * static_cast<double>(size.hidden) *
-                          static_cast<double>(params.Int("vocab")),
-                      ""});
+    stages.push_back(LmHeadStage(seq, static_cast<double>(batch * seq),
+                                 static_cast<double>(size.hidden),
+                                 static_cast<double>(params.Int("vocab"))));
     return stages;
   }
 
-  Gpt2Model(ParamValues params, std::string spec, Gpt2 net, c10::Device device)
-      : HeadLossModel(params, std::move(spec), std::move(net), params.Int("batch"), device),
-        seq_(params.Int("seq")) {}
+  using DecoderModel::DecoderModel;
   std::vector<StageInfo> Stages() const override { return StagesFor(params_); }
-  std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& in,
-                                   const StageParts& parts, const Batch& batch) override {
-    return RunBlockChainStage(*module_, module_->options.depth(), index, in, parts, batch);
-  }
-  Batch MakeBatch(uint64_t seed) override {
-    return NextTokenBatch(seed, module_->options.vocab(), batch_, seq_, device_);
-  }
-
- private:
-  int64_t seq_;
 };
 
 const ModelRegistration<Gpt2Model> registration(

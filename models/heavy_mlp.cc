@@ -35,7 +35,6 @@ class HeavyMlpModel : public ModuleModel<LinearStack> {
     const std::vector<int64_t> widths(params.Int("depth") + 1, params.Int("hidden"));
     LinearStack mlp =
         InitSeeded(context.init_seed, [&] { return LinearStack(widths, /*relu_last=*/true); });
-    mlp->to(context.device);
     return std::make_shared<HeavyMlpModel>(params, params.Canonical(), std::move(mlp),
                                            params.Int("batch"), context.device);
   }

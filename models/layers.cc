@@ -272,6 +272,15 @@ void AppendBlockStages(int64_t depth, int64_t seq, bool stochastic, bool pre_nor
   }
 }
 
+StageInfo LmHeadStage(int64_t seq, double tokens, double hidden, double vocab) {
+  return {"head",
+          StageKind::kHead,
+          /*stochastic=*/false,
+          {SequencePart(seq)},
+          2 * tokens * hidden * vocab,
+          ""};
+}
+
 Batch NextTokenBatch(uint64_t seed, int64_t vocab, int64_t batch, int64_t seq, c10::Device device) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const at::Tensor tokens = at::randint(vocab, {batch, seq + 1}, gen, at::kLong);

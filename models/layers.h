@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ATen/core/Tensor.h"
@@ -20,6 +21,7 @@
 #include "core/plan/stage.h"
 #include "core/run/chain_model.h"
 #include "core/run/parts.h"
+#include "models/module_model.h"
 #include "torch/nn/module.h"
 #include "torch/nn/modules/linear.h"
 #include "torch/nn/modules/normalization.h"
@@ -154,6 +156,10 @@ void AppendBlockStages(int64_t depth, int64_t tokens, int64_t seq, int64_t hidde
 void AppendBlockStages(int64_t depth, int64_t seq, bool stochastic, bool pre_norm,
                        double attention_flops, double mlp_flops, std::vector<StageInfo>* stages);
 
+// A decoder's last stage, its LM head with the loss: chunkable over its `seq` positions, forward
+// FLOPs 2 x tokens x hidden x vocab.
+StageInfo LmHeadStage(int64_t seq, double tokens, double hidden, double vocab);
+
 // The batch of a decoder trained on next tokens: `batch` sequences of seq + 1 tokens below
 // `vocab` drawn from `seed`, the first seq of each the inputs, the last seq the targets.
 Batch NextTokenBatch(uint64_t seed, int64_t vocab, int64_t batch, int64_t seq, c10::Device device);
@@ -171,5 +177,27 @@ std::vector<at::Tensor> RunBlockChainStage(Net& net, int64_t depth, int index,
   if ((index - 1) % 2 == 0) return {net.AttentionStage(block, in.at(0), parts)};
   return {net.MlpStage(block, in.at(0), parts)};
 }
+
+// A decoder trained on next tokens (GPT-2's, Llama's): its stages run as RunBlockChainStage says,
+// its head returns the loss, and its batches are NextTokenBatch's, `seq` tokens below `vocab`.
+template <typename Net>
+class DecoderModel : public HeadLossModel<Net> {
+ public:
+  DecoderModel(ParamValues params, std::string spec, Net net, int64_t depth, c10::Device device)
+      : HeadLossModel<Net>(params, std::move(spec), std::move(net), params.Int("batch"), device),
+        depth_(depth),
+        seq_(params.Int("seq")),
+        vocab_(params.Int("vocab")) {}
+  std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& in,
+                                   const StageParts& parts, const Batch& batch) override {
+    return RunBlockChainStage(*this->module_, depth_, index, in, parts, batch);
+  }
+  Batch MakeBatch(uint64_t seed) override {
+    return NextTokenBatch(seed, vocab_, this->batch_, seq_, this->device_);
+  }
+
+ private:
+  const int64_t depth_, seq_, vocab_;
+};
 
 }  // namespace ckpt

@@ -232,7 +232,7 @@ class LlamaImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Llama);
 
-class LlamaModel : public HeadLossModel<Llama> {
+class LlamaModel : public DecoderModel<Llama> {
  public:
   static std::vector<ParamDef> Params() {
     return SizeParams(
@@ -258,7 +258,6 @@ class LlamaModel : public HeadLossModel<Llama> {
   }
   static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,
                                                             const ModelContext& context) {
-    if (absl::Status s = Check(params); !s.ok()) return s;
     const Size size = Resolved(params);
     LlamaOptions options;
     options.depth = size.depth;
@@ -268,13 +267,12 @@ class LlamaModel : public HeadLossModel<Llama> {
     options.mlp = size.mlp;
     options.vocab = params.Int("vocab");
     Llama net = InitSeeded(context.init_seed, [&] { return Llama(options); });
-    net->to(context.device);
     // The canonical spec names the resolved shape.
     const std::string spec = absl::StrCat(
         "llama:size=", size.name, ":depth=", size.depth, ":hidden=", size.hidden,
         ":heads=", size.heads, ":kv_heads=", size.kv_heads, ":mlp=", size.mlp,
         ":seq=", params.Int("seq"), ":batch=", params.Int("batch"), ":vocab=", params.Int("vocab"));
-    return std::make_shared<LlamaModel>(params, spec, std::move(net), context.device);
+    return std::make_shared<LlamaModel>(params, spec, std::move(net), size.depth, context.device);
   }
   // The full sizes do not fit a CPU's memory, nor a GPU's at full depth in float32: the paper
   // preset leaves them to --models.
@@ -322,29 +320,13 @@ class LlamaModel : public HeadLossModel<Llama> {
     AppendBlockStages(size.depth, params.Int("seq"), /*stochastic=*/false, /*pre_norm=*/true,
                       4 * t * h * h + 4 * t * h * kv + 4 * t * seq * h,
                       6 * t * h * static_cast<double>(size.mlp), &stages);
-    stages.push_back({"head",
-                      StageKind::kHead,
-                      /*stochastic=*/false,
-                      {SequencePart(params.Int("seq"))},
-                      2 * t * h * static_cast<double>(params.Int("vocab")),
-                      ""});
+    stages.push_back(
+        LmHeadStage(params.Int("seq"), t, h, static_cast<double>(params.Int("vocab"))));
     return stages;
   }
 
-  LlamaModel(ParamValues params, std::string spec, Llama net, c10::Device device)
-      : HeadLossModel(params, std::move(spec), std::move(net), params.Int("batch"), device),
-        seq_(params.Int("seq")) {}
+  using DecoderModel::DecoderModel;
   std::vector<StageInfo> Stages() const override { return StagesFor(params_); }
-  std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& in,
-                                   const StageParts& parts, const Batch& batch) override {
-    return RunBlockChainStage(*module_, module_->options.depth, index, in, parts, batch);
-  }
-  Batch MakeBatch(uint64_t seed) override {
-    return NextTokenBatch(seed, module_->options.vocab, batch_, seq_, device_);
-  }
-
- private:
-  int64_t seq_;
 };
 
 const ModelRegistration<LlamaModel> registration(

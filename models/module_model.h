@@ -1,7 +1,8 @@
 // What every model of the zoo shares as a ChainModel: its parameters as bound and its canonical
-// spec, its torch::nn module (a TORCH_MODULE holder), its batch size and device; parameters and
-// training mode are the module's. A model derives from ModuleModel<ItsModule> and adds its
-// stages (StagesFor(params_), the static declaration the registry holds too), loss and batches.
+// spec, its torch::nn module (a TORCH_MODULE holder, moved to the device here), its batch size
+// and device; parameters and training mode are the module's. A model derives from
+// ModuleModel<ItsModule> and adds its stages (StagesFor(params_), the static declaration the
+// registry holds too), loss and batches.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +24,9 @@ class ModuleModel : public ChainModel {
         spec_(std::move(spec)),
         module_(std::move(module)),
         batch_(batch),
-        device_(device) {}
+        device_(device) {
+    module_->to(device);
+  }
 
   std::string spec() const override { return spec_; }
   std::vector<at::Tensor> Parameters() override { return module_->parameters(); }

@@ -185,7 +185,6 @@ class ResnetModel : public HeadLossModel<Resnet> {
                                                             const ModelContext& context) {
     const ResnetOptions o = Resolved(params);
     Resnet net = InitSeeded(context.init_seed, [&] { return Resnet(o); });
-    net->to(context.device);
     return std::make_shared<ResnetModel>(params, params.Canonical(), std::move(net),
                                          context.device);
   }

@@ -117,13 +117,11 @@ class TransformerModel : public ModuleModel<Transformer> {
   }
   static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,
                                                             const ModelContext& context) {
-    if (absl::Status s = Check(params); !s.ok()) return s;
     const int64_t hidden = params.Int("hidden"), heads = params.Int("heads");
     Transformer net = InitSeeded(context.init_seed, [&] {
       return Transformer(
           TransformerOptions(params.Int("depth"), hidden, heads).dropout(params.Float("dropout")));
     });
-    net->to(context.device);
     return std::make_shared<TransformerModel>(params, std::move(net), context.device);
   }
   static std::vector<std::string> PaperSpecs() {

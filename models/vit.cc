@@ -136,10 +136,8 @@ class VitModel : public HeadLossModel<Vit> {
   }
   static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,
                                                             const ModelContext& context) {
-    if (absl::Status s = Check(params); !s.ok()) return s;
     const VitOptions o = Resolved(params);
     Vit net = InitSeeded(context.init_seed, [&] { return Vit(o); });
-    net->to(context.device);
     // The canonical spec names the resolved shape.
     const std::string spec =
         absl::StrCat("vit:size=", params.Text("size"), ":depth=", o.depth, ":hidden=", o.hidden,

@@ -70,6 +70,15 @@ std::vector<int> SegmentCounts(int n) {
   return counts;
 }
 
+std::vector<ParamDef> CountOrBudgetParams(const std::string& count_param,
+                                          const std::string& count_help, absl::string_view what) {
+  return {IntParam(count_param, "auto", count_help).Min(1).AllowAuto(),
+          BytesParam("budget", "none",
+                     absl::StrCat("peak bytes above the baseline: the fastest ", what,
+                                  " whose predicted peak fits (instead of ", count_param, ")"))
+              .AllowNone()};
+}
+
 absl::StatusOr<CountOrBudget> ReadCountOrBudget(const ParamValues& params, absl::string_view id,
                                                 const std::string& count_param,
                                                 absl::string_view what) {

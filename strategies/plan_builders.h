@@ -39,9 +39,13 @@ std::vector<int> SegmentCounts(int num_stages);
 // ceil(sqrt(n)), exact for every int n >= 0.
 int CeilSqrt(int n);
 
-// A count parameter (`count_param`, "auto" when not given) and budget=SIZE ("none" when not
-// given), which choose the same thing (`what`: "segment count") two ways: those given, or
-// InvalidArgument "`id`: COUNT_PARAM=K and budget=B both choose the `what`; accepted: one of them".
+// A count parameter (`count_param`, "auto" when not given, at least 1, described by
+// `count_help`) and budget=SIZE ("none" when not given), which choose the same thing (`what`:
+// "segment count") two ways. CountOrBudgetParams declares the two; ReadCountOrBudget reads those
+// given, or is InvalidArgument "`id`: COUNT_PARAM=K and budget=B both choose the `what`; accepted:
+// one of them".
+std::vector<ParamDef> CountOrBudgetParams(const std::string& count_param,
+                                          const std::string& count_help, absl::string_view what);
 struct CountOrBudget {
   std::optional<int> count;
   std::optional<int64_t> budget;

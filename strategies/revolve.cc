@@ -131,19 +131,14 @@ Plan BinomialPlan(int n, int c) {
 class Revolve : public Strategy {
  public:
   static std::vector<ParamDef> Params() {
-    return {IntParam("snapshots", "auto",
-                     "checkpoints, the chain's input included, 1..L; auto = ceil(sqrt(L)) + 1")
-                .Min(1)
-                .AllowAuto(),
-            BytesParam("budget", "none",
-                       "peak bytes above the baseline: the fastest snapshot count whose "
-                       "predicted peak fits (instead of snapshots)")
-                .AllowNone()};
+    return CountOrBudgetParams(
+        "snapshots", "checkpoints, the chain's input included, 1..L; auto = ceil(sqrt(L)) + 1",
+        "snapshot count");
   }
 
   static absl::StatusOr<std::unique_ptr<Strategy>> Create(const ParamValues& params) {
     ASSIGN_OR_RETURN(CountOrBudget read,
-                     ReadCountOrBudget(params, "revolve", "snapshots", "checkpoint count"));
+                     ReadCountOrBudget(params, "revolve", "snapshots", "snapshot count"));
     auto revolve = std::make_unique<Revolve>();
     revolve->snapshots_ = read.count;
     revolve->budget_ = read.budget;
@@ -163,7 +158,7 @@ class Revolve : public Strategy {
       const std::string budget = FormatByteSize(*budget_);
       ASSIGN_OR_RETURN(BudgetChoice best,
                        FastestOrLeastPeak(profile, std::move(candidates), *budget_, budget,
-                                          "revolve", "any checkpoint count"));
+                                          "revolve", "any snapshot count"));
       absl::StrAppend(&best.plan.summary, "; the fastest count that fits ", budget);
       return std::move(best.plan);
     }

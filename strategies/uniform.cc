@@ -29,17 +29,14 @@ namespace {
 class Uniform : public Strategy {
  public:
   static std::vector<ParamDef> Params() {
-    return {IntParam("segments", "auto",
-                     "number of segments, 1..L; auto = ceil(sqrt(L)); 1 = no checkpointing")
-                .Min(1)
-                .AllowAuto(),
-            BytesParam("budget", "none",
-                       "peak bytes above the baseline: the fastest segment count whose "
-                       "predicted peak fits (instead of segments)")
-                .AllowNone(),
-            ChoiceParam("offload", {"no", "yes"}, "no",
-                        "yes: the checkpoints keep their inputs in host memory, all but the "
-                        "first (the batch), as DeepSpeed's cpu_checkpointing (docs/offload.md)")};
+    std::vector<ParamDef> params = CountOrBudgetParams(
+        "segments", "number of segments, 1..L; auto = ceil(sqrt(L)); 1 = no checkpointing",
+        "segment count");
+    params.push_back(ChoiceParam("offload", {"no", "yes"}, "no",
+                                 "yes: the checkpoints keep their inputs in host memory, all but "
+                                 "the first (the batch), as DeepSpeed's cpu_checkpointing "
+                                 "(docs/offload.md)"));
+    return params;
   }
 
   static absl::StatusOr<std::unique_ptr<Strategy>> Create(const ParamValues& params) {

@@ -98,8 +98,8 @@ TEST(StrategyRegistry, ACountAndABudgetTogetherAreRefusedNamingBoth) {
             "uniform: segments=3 and budget=1MiB both choose the segment count; accepted: one of "
             "them"},
            {"revolve:snapshots=2:budget=1MiB",
-            "revolve: snapshots=2 and budget=1MiB both choose the checkpoint count; accepted: "
-            "one of them"}}) {
+            "revolve: snapshots=2 and budget=1MiB both choose the snapshot count; accepted: one "
+            "of them"}}) {
     absl::StatusOr<BoundStrategy> s = BoundStrategy::Bind(text);
     ASSERT_FALSE(s.ok()) << text;
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << text;

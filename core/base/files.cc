@@ -23,6 +23,11 @@ namespace {
 
 std::string Reason(int error) { return std::strerror(error); }
 
+// "cannot write PATH: REASON", the one failure of every write.
+absl::Status CannotWrite(const std::string& path, int error) {
+  return absl::DataLossError(absl::StrCat("cannot write ", path, ": ", Reason(error)));
+}
+
 // The folder and the name of `path` ("." for a bare name).
 std::pair<std::string, std::string> Split(const std::string& path) {
   const size_t slash = path.rfind('/');
@@ -118,10 +123,7 @@ absl::Status WriteAll(int fd, absl::string_view data, const std::string& what) {
   while (done < data.size()) {
     const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      return absl::DataLossError(
-          absl::StrCat("cannot write ", what, ": ", Reason(n < 0 ? errno : ENOSPC)));
-    }
+    if (n <= 0) return CannotWrite(what, n < 0 ? errno : ENOSPC);
     done += static_cast<size_t>(n);
   }
   return absl::OkStatus();
@@ -132,12 +134,8 @@ absl::Status SyncAndClose(int fd, const std::string& what) {
   const int synced = ::fsync(fd) == 0 ? 0 : errno;
   const int closed = ::close(fd) == 0 ? 0 : errno;
   // fsync is refused by some special file systems (EINVAL): that is not a failed write.
-  if (synced != 0 && synced != EINVAL && synced != EROFS) {
-    return absl::DataLossError(absl::StrCat("cannot write ", what, ": ", Reason(synced)));
-  }
-  if (closed != 0)
-    return absl::DataLossError(absl::StrCat("cannot write ", what, ": ", Reason(closed)));
-  return absl::OkStatus();
+  if (synced != 0 && synced != EINVAL && synced != EROFS) return CannotWrite(what, synced);
+  return closed != 0 ? CannotWrite(what, closed) : absl::OkStatus();
 }
 
 // A new empty temporary beside `path`, mode 0644, open for writing: its descriptor and name.
@@ -157,7 +155,7 @@ absl::StatusOr<std::pair<int, std::string>> CreateTemporary(const std::string& p
     const int error = errno;
     ::close(fd);
     ::unlink(temporary.c_str());
-    return absl::DataLossError(absl::StrCat("cannot write ", path, ": ", Reason(error)));
+    return CannotWrite(path, error);
   }
   return std::make_pair(fd, temporary);
 }
@@ -166,11 +164,40 @@ absl::StatusOr<std::pair<int, std::string>> CreateTemporary(const std::string& p
 // temporary on any failure.
 absl::Status Commit(int fd, const std::string& temporary, const std::string& path) {
   absl::Status s = SyncAndClose(fd, path);
-  if (s.ok() && ::rename(temporary.c_str(), path.c_str()) != 0) {
-    s = absl::DataLossError(absl::StrCat("cannot write ", path, ": ", Reason(errno)));
-  }
+  if (s.ok() && ::rename(temporary.c_str(), path.c_str()) != 0) s = CannotWrite(path, errno);
   if (!s.ok()) ::unlink(temporary.c_str());
   return s;
+}
+
+// ReadRegularFile's checks and reads on the descriptor `fd` open() gave for `path`.
+absl::StatusOr<std::string> ReadOpenFile(int fd, const std::string& path, int64_t max_bytes) {
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot read ", path, ": ", Reason(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is ", KindOf(st.st_mode), ", not a regular file"));
+  }
+  if (st.st_size > max_bytes) {
+    return absl::FailedPreconditionError(absl::StrFormat("%s holds %d bytes; accepted: at most %d",
+                                                         path, static_cast<int64_t>(st.st_size),
+                                                         max_bytes));
+  }
+  std::string text;
+  char chunk[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd, chunk, sizeof(chunk));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return absl::DataLossError(absl::StrCat("cannot read ", path, ": ", Reason(errno)));
+    if (n == 0) return text;
+    text.append(chunk, static_cast<size_t>(n));
+    // A file that grows while it is read is held to the same bound.
+    if (static_cast<int64_t>(text.size()) > max_bytes) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("%s holds more than %d bytes; accepted: at most that", path, max_bytes));
+    }
+  }
 }
 
 }  // namespace
@@ -189,7 +216,7 @@ absl::Status CommitFile(const std::string& temporary, const std::string& path) {
   if (fd < 0) {
     const int error = errno;
     DiscardFile(temporary);
-    return absl::DataLossError(absl::StrCat("cannot write ", path, ": ", Reason(error)));
+    return CannotWrite(path, error);
   }
   return Commit(fd, temporary, path);
 }
@@ -209,48 +236,9 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
 absl::StatusOr<std::string> ReadRegularFile(const std::string& path, int64_t max_bytes) {
   // Non-blocking, so that opening a FIFO returns at once (and fstat then refuses it).
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    const int error = errno;
-    if (error == ENOENT) return absl::NotFoundError(absl::StrCat(path, " does not exist"));
-    return absl::FailedPreconditionError(absl::StrCat("cannot read ", path, ": ", Reason(error)));
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int error = errno;
-    ::close(fd);
-    return absl::FailedPreconditionError(absl::StrCat("cannot read ", path, ": ", Reason(error)));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return absl::FailedPreconditionError(
-        absl::StrCat(path, " is ", KindOf(st.st_mode), ", not a regular file"));
-  }
-  if (st.st_size > max_bytes) {
-    ::close(fd);
-    return absl::FailedPreconditionError(absl::StrFormat("%s holds %d bytes; accepted: at most %d",
-                                                         path, static_cast<int64_t>(st.st_size),
-                                                         max_bytes));
-  }
-  std::string text;
-  char chunk[1 << 16];
-  while (true) {
-    const ssize_t n = ::read(fd, chunk, sizeof(chunk));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int error = errno;
-      ::close(fd);
-      return absl::DataLossError(absl::StrCat("cannot read ", path, ": ", Reason(error)));
-    }
-    if (n == 0) break;
-    text.append(chunk, static_cast<size_t>(n));
-    // A file that grows while it is read is held to the same bound.
-    if (static_cast<int64_t>(text.size()) > max_bytes) {
-      ::close(fd);
-      return absl::FailedPreconditionError(
-          absl::StrFormat("%s holds more than %d bytes; accepted: at most that", path, max_bytes));
-    }
-  }
-  ::close(fd);
+  if (fd < 0 && errno == ENOENT) return absl::NotFoundError(absl::StrCat(path, " does not exist"));
+  absl::StatusOr<std::string> text = ReadOpenFile(fd, path, max_bytes);
+  if (fd >= 0) ::close(fd);
   return text;
 }
 

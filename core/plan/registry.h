@@ -76,15 +76,6 @@ class Registry {
     return &it->second;
   }
 
-  // Binds the spec's parameters and calls the factory.
-  absl::StatusOr<Product> Create(const Spec& spec, Args... args) const {
-    absl::StatusOr<const Entry*> entry = Find(spec.name);
-    if (!entry.ok()) return entry.status();
-    absl::StatusOr<ParamValues> values = BindParams(spec, (*entry)->params);
-    if (!values.ok()) return values.status();
-    return (*entry)->factory(*values, std::forward<Args>(args)...);
-  }
-
   // Checks a spec (known id, valid parameters) without creating anything.
   absl::StatusOr<ParamValues> Bind(const Spec& spec) const {
     absl::StatusOr<const Entry*> entry = Find(spec.name);

@@ -163,6 +163,7 @@ struct SmallSpecOf<T, std::void_t<decltype(&T::SmallSpec)>> {
 }  // namespace internal
 
 // A model class T registered under `id`; `quick_spec` is the quick preset's size ("": not in it).
+// T::Create is handed parameters its Check accepted (BoundModel checks before it creates).
 template <typename T>
 struct ModelRegistration {
   ModelRegistration(const char* id, const char* summary, const char* quick_spec) {
