@@ -29,8 +29,6 @@ class Cohort {
 
   bool alone() const { return group_ == nullptr; }
   int world_size() const { return group_ == nullptr ? 1 : group_->world_size(); }
-  // Rank 0, or the one process: the one that writes the outputs and tells the progress.
-  bool writes() const { return group_ == nullptr || group_->rank() == 0; }
   ProcessGroup* group() const { return group_; }
 
   // OK when every rank's step ended alike (AgreeOnOutcome), so each goes on with its own.

@@ -330,11 +330,11 @@ absl::Status Sweep(Request& request, const Machine& machine, Ranks& ranks) {
   SweepOptions& options = request.options;
   // Under a launcher the ranks meet first, so that a run that cannot form writes nothing; with
   // --nproc the folder is checked before any rank is started.
-  if (request.rendezvous.has_value()) {
+  if (request.launched) {
     RETURN_IF_ERROR(ranks.Join(request, machine, request.arguments));
   }
   std::optional<OutputFolder> folder;
-  if (request.rank == 0) {
+  if (request.ranks.rank == 0) {
     ASSIGN_OR_RETURN(OutputFolder opened, OpenOutputFolder(request, machine));
     folder.emplace(std::move(opened));
   }
@@ -342,7 +342,7 @@ absl::Status Sweep(Request& request, const Machine& machine, Ranks& ranks) {
   if (sink.writes() && sink.folder().has_results()) {
     RETURN_IF_ERROR(ReadRows(sink, &options.completed).status());
   }
-  if (!request.rendezvous.has_value()) {
+  if (!request.launched) {
     RETURN_IF_ERROR(ranks.Join(request, machine, request.arguments));
   }
   options.group = ranks.group.get();
@@ -352,9 +352,10 @@ absl::Status Sweep(Request& request, const Machine& machine, Ranks& ranks) {
   if (sink.writes()) {
     info = DescribeRun(request, machine, sink.folder());
     Say(absl::StrCat(info.runtime, "; memory: ", info.meter,
-                     request.world_size > 1 ? absl::StrCat("; ", request.world_size, " ranks (",
-                                                           options.group->backend(), ")")
-                                            : ""));
+                     request.ranks.world_size > 1
+                         ? absl::StrCat("; ", request.ranks.world_size, " ranks (",
+                                        options.group->backend(), ")")
+                         : ""));
   }
   if (request.use != FolderUse::kReportOnly) {
     RETURN_IF_ERROR(Measure(options, *machine.meter, sink, info));

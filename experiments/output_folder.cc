@@ -92,10 +92,14 @@ absl::StatusOr<std::string> MakeNewFolder(const std::string& parent,
       absl::StrCat("no free folder name after ", base, "-1000; pass --out"));
 }
 
-// How a message names a recorded setting: the flag that sets it, or, for the one no flag sets,
-// what it is (plan_files: the texts of the plan files --strategies names).
+// How a message names a recorded setting: the flag that sets it, or what it is where the record's
+// name is not a flag's (the texts of the plan files --strategies names; the ranks that ran, and
+// --predict's --world_size, which it records as states_world_size).
 std::string SettingName(const std::string& setting) {
-  return setting == "plan_files" ? "the plan files" : absl::StrCat("--", setting);
+  if (setting == "plan_files") return "the plan files";
+  if (setting == "world_size") return "the ranks (--nproc, or a launcher's WORLD_SIZE)";
+  if (setting == "states_world_size") return "--world_size";
+  return absl::StrCat("--", setting);
 }
 
 // Whether `name` is a temporary of one of the sweep's files (left by a kill mid-write).

@@ -22,24 +22,20 @@ absl::Status Ranks::Wait() {
 
 absl::Status Ranks::Join(const Request& request, const Machine& machine,
                          std::vector<std::string> command) {
-  std::optional<Rendezvous> rendezvous = request.rendezvous;
-  if (!rendezvous.has_value()) {
-    if (request.world_size == 1) return absl::OkStatus();
+  Rendezvous rendezvous = request.ranks;
+  if (!request.launched) {
+    if (rendezvous.world_size == 1) return absl::OkStatus();
     ASSIGN_OR_RETURN(ScratchFolder made,
                      ScratchFolder::Make(request.temp_parent, "ckptlab-ranks-"));
     meeting.emplace(std::move(made));
-    rendezvous = Rendezvous();
-    rendezvous->world_size = request.world_size;
-    rendezvous->file = meeting->Path("rendezvous.store");
-    rendezvous->local_world_size = request.world_size;
+    rendezvous.file = meeting->Path("rendezvous.store");
     command[0] = "/proc/self/exe";  // this very program, wherever argv[0] points
     ASSIGN_OR_RETURN(RankProcesses ranks,
-                     RankProcesses::Start(command, 1, request.world_size, rendezvous->file));
+                     RankProcesses::Start(command, 1, rendezvous.world_size, rendezvous.file));
     started.emplace(std::move(ranks));
   }
-  rendezvous->backend = request.backend;
   absl::StatusOr<std::unique_ptr<ProcessGroup>> joined =
-      ProcessGroup::Join(*rendezvous, request.options.device, ConfigurationOf(request, machine));
+      ProcessGroup::Join(rendezvous, request.options.device, ConfigurationOf(request, machine));
   if (!joined.ok()) {
     const absl::StatusCode code = joined.status().code();
     // Settings that differ, a port in use: before anything is measured, as bad input is.

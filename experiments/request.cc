@@ -242,7 +242,7 @@ RunRecord RecordOf(const Request& r, const Machine& m) {
           {"accumulate", absl::StrCat(r.training.accumulate)},
           {"amp", r.training.amp ? "true" : "false"},
           {"link_bandwidth", LinkSetting(o)},
-          {"world_size", absl::StrCat(r.world_size)},
+          {"world_size", absl::StrCat(r.ranks.world_size)},
           {"plan_files", r.plan_files.empty() ? "none" : absl::StrJoin(r.plan_files, ";")},
           // What --predict predicts for (none for a run that steps: its ranks are world_size).
           {"states", r.predict ? StateLayoutName(r.states.layout) : "none"},
@@ -260,7 +260,7 @@ std::string ConfigurationOf(const Request& r, const Machine& m) {
     // The device as asked: on CUDA, ranks asked alike each resolve it to a GPU of their own.
     absl::StrAppend(&text, setting, "=", setting == "device" ? r.device_asked : value, "\n");
   }
-  absl::StrAppend(&text, "dist_backend=", r.backend, "\n",
+  absl::StrAppend(&text, "dist_backend=", r.ranks.backend, "\n",
                   "models=", absl::StrJoin(SpecsOf(r.options.models), ","), "\n",
                   "strategies=", absl::StrJoin(SpecsOf(r.options.strategies), ","), "\n",
                   "depths=", absl::StrJoin(r.depths, ","), "\n",

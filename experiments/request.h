@@ -73,16 +73,14 @@ struct Request {
   // --predict: the state's layout over the ranks the prediction is for (--states, --world_size,
   // --collective_bandwidth); not the ranks this run starts.
   StatesSetting states;
-  // Data parallel: this process's rank of `world_size`, and where the ranks meet when a
-  // launcher's environment says (else rank 0 starts the others: --nproc).
-  int rank = 0;
-  int world_size = 1;
-  std::optional<Rendezvous> rendezvous;
-  int local_rank = 0;                   // this rank's place on its host, which picks its GPU
-  int local_ranks = 1;                  // the ranks on this host, which share its cores and memory
-  std::string device_asked;             // --device as given: each rank resolves it to its own GPU
-  std::string backend;                  // what the ranks reduce with (ChooseBackend), with ranks
+  // The ranks running, and this process's place among them: a launcher's environment's
+  // (`launched`), or rank 0 of --nproc's, which starts the others and meets them in a folder
+  // made in `temp_parent`; rank 0 of 1 for one process. The backend is ChooseBackend's. (What
+  // --predict assumes is `states`, not this.)
+  Rendezvous ranks;
+  bool launched = false;
   std::string temp_parent;              // with ranks to start: $TMPDIR (or /tmp), where they meet
+  std::string device_asked;             // --device as given: each rank resolves it to its own GPU
   std::vector<std::string> plan_files;  // the plan files the strategies read, with digests
   std::string command;                  // as the reports record it
   // The command line as given: the ranks --nproc starts run it again.

@@ -157,30 +157,28 @@ absl::Status ParseRanks(const ParsedCommandLine& parsed, Request& r) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--nproc=", nproc, " is not accepted; accepted: 1..", kMostRanks, " (ranks on this host)"));
   }
-  ASSIGN_OR_RETURN(r.rendezvous, RendezvousFromEnvironment());
-  if (r.rendezvous.has_value()) {
-    if (parsed.given.count("nproc") && nproc != r.rendezvous->world_size) {
+  ASSIGN_OR_RETURN(std::optional<Rendezvous> launched, RendezvousFromEnvironment());
+  r.launched = launched.has_value();
+  if (r.launched) {
+    if (parsed.given.count("nproc") && nproc != launched->world_size) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--nproc=", nproc, " but the environment sets WORLD_SIZE=", r.rendezvous->world_size,
+          "--nproc=", nproc, " but the environment sets WORLD_SIZE=", launched->world_size,
           "; accepted: --nproc equal to WORLD_SIZE, or no ", "--nproc under a launcher"));
     }
-    r.rank = r.rendezvous->rank;
-    r.world_size = r.rendezvous->world_size;
-    r.local_rank = r.rendezvous->local_rank;
-    r.local_ranks = r.rendezvous->local_world_size;
+    r.ranks = *launched;
   } else {
-    r.world_size = r.local_ranks = nproc;
+    r.ranks.world_size = r.ranks.local_world_size = nproc;
     if (nproc > 1) {
       ASSIGN_OR_RETURN(r.temp_parent, TempParent());
     }
   }
-  const bool ranks = r.world_size > 1 || r.rendezvous.has_value();
+  const bool ranks = r.ranks.world_size > 1 || r.launched;
   if (ranks && !HaveDataParallel()) {
     return absl::UnimplementedError(
-        absl::StrCat("--nproc=", r.world_size, ": ", DataParallelUnavailableReason()));
+        absl::StrCat("--nproc=", r.ranks.world_size, ": ", DataParallelUnavailableReason()));
   }
   r.device_asked = absl::GetFlag(FLAGS_device);
-  ASSIGN_OR_RETURN(r.options.device, ResolveDevice(r.device_asked, r.local_rank));
+  ASSIGN_OR_RETURN(r.options.device, ResolveDevice(r.device_asked, r.ranks.local_rank));
   // The backend is checked whenever it is named, so that a script's mistake shows on one rank.
   const std::string backend = absl::GetFlag(FLAGS_dist_backend);
   if (ranks || parsed.given.count("dist_backend")) {
@@ -189,24 +187,25 @@ absl::Status ParseRanks(const ParsedCommandLine& parsed, Request& r) {
       return absl::Status(chosen.status().code(), absl::StrCat("--dist_backend=", backend, ": ",
                                                                chosen.status().message()));
     }
-    if (ranks) r.backend = *chosen;
+    if (ranks) r.ranks.backend = *chosen;
   }
   // NCCL refuses two ranks on one GPU: say so before the ranks start, not at their first
   // collective.
   const bool one_gpu_named = r.device_asked.find(':') != std::string::npos;  // cuda:N
-  if (r.backend == "nccl" && r.local_ranks > 1 &&
-      (one_gpu_named || r.local_ranks > VisibleGpus())) {
+  const int local_ranks = r.ranks.local_world_size;
+  if (r.ranks.backend == "nccl" && local_ranks > 1 &&
+      (one_gpu_named || local_ranks > VisibleGpus())) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--dist_backend=nccl needs a GPU per rank, and ", r.local_ranks, " ranks of this host ",
+        "--dist_backend=nccl needs a GPU per rank, and ", local_ranks, " ranks of this host ",
         one_gpu_named ? absl::StrCat("would share --device=", r.device_asked)
                       : absl::StrCat("would share its ", VisibleGpus(), " GPU(s)"),
         "; accepted: --dist_backend=gloo, or --device=cuda with at most one rank per GPU"));
   }
   // A launcher's ranks (no --nproc given) for a mode that runs no step.
-  if (r.world_size > 1 && (r.predict || r.use == FolderUse::kReportOnly)) {
+  if (r.ranks.world_size > 1 && (r.predict || r.use == FolderUse::kReportOnly)) {
     return absl::InvalidArgumentError(
         absl::StrCat(r.predict ? "--predict runs no step" : "--report_only runs nothing",
-                     ", so it takes no ranks: the environment sets WORLD_SIZE=", r.world_size,
+                     ", so it takes no ranks: the environment sets WORLD_SIZE=", r.ranks.world_size,
                      "; accepted: one process, outside a launcher"));
   }
   return absl::OkStatus();
@@ -306,7 +305,7 @@ absl::StatusOr<Request> ReadRequest(const ParsedCommandLine& parsed) {
                    ParseThreadCount("--blas_threads", absl::GetFlag(FLAGS_blas_threads)));
   // The ranks of one host share its cores: auto gives each its part of them.
   if (absl::GetFlag(FLAGS_blas_threads) == "auto") {
-    r.threads.blas = std::max(1, r.threads.blas / r.local_ranks);
+    r.threads.blas = std::max(1, r.threads.blas / r.ranks.local_world_size);
   }
   return r;
 }
@@ -315,7 +314,7 @@ absl::StatusOr<Request> ReadRequest(const ParsedCommandLine& parsed) {
 absl::StatusOr<Machine> SetUpMachine(const Request& r) {
   Machine m;
   ASSIGN_OR_RETURN(m.threads, SetComputeThreads(r.threads));
-  if (r.rank == 0 && m.threads.intra_op > 1 && m.threads.blas > 1 &&
+  if (r.ranks.rank == 0 && m.threads.intra_op > 1 && m.threads.blas > 1 &&
       std::getenv("OMP_WAIT_POLICY") == nullptr) {
     Say(absl::StrFormat(
         "note: LibTorch's OpenMP threads spin between parallel regions and contend with "
@@ -328,7 +327,8 @@ absl::StatusOr<Machine> SetUpMachine(const Request& r) {
   // it on this device.
   RETURN_IF_ERROR(m.meter->SetCap(r.options.memory_cap));
   if (r.options.device.is_cpu() && AvailableMemoryBytes().has_value()) {
-    m.standing_cap = *AvailableMemoryBytes() / 10 * 9 / r.local_ranks;  // ranks share the host
+    m.standing_cap =
+        *AvailableMemoryBytes() / 10 * 9 / r.ranks.local_world_size;  // ranks share the host
   }
   RETURN_IF_ERROR(m.meter->SetCap(m.standing_cap));
   return m;
@@ -348,14 +348,14 @@ absl::Status Run(int argc, char** argv, const PlanFileSnapshots& plan_files, Ran
   request->arguments.assign(argv, argv + argc);
   request->command = CommandOf(argc, argv);
   // A rank that --nproc started does not outlive rank 0.
-  if (request->rendezvous.has_value()) {
+  if (request->launched) {
     if (absl::Status bound = EndWithLauncher(); !bound.ok()) return BadInput(bound);
   }
   absl::StatusOr<Machine> machine = SetUpMachine(*request);
   if (!machine.ok()) return BadInput(machine.status());
   request->options.threads = machine->threads;
   if (request->explain) {
-    if (request->rank != 0) return absl::OkStatus();  // every rank plans alike: rank 0 tells
+    if (request->ranks.rank != 0) return absl::OkStatus();  // every rank plans alike: rank 0 tells
     if (absl::Status explained = Explain(request->options, *machine->meter); !explained.ok()) {
       return BadInput(explained);
     }

@@ -178,8 +178,9 @@ std::vector<at::Tensor> RunBlockChainStage(Net& net, int64_t depth, int index,
   return {net.MlpStage(block, in.at(0), parts)};
 }
 
-// A decoder trained on next tokens (GPT-2's, Llama's): its stages run as RunBlockChainStage says,
-// its head returns the loss, and its batches are NextTokenBatch's, `seq` tokens below `vocab`.
+// A decoder trained on next tokens (GPT-2's, Llama's) of `depth` blocks: its stages run as
+// RunBlockChainStage says, its head returns the loss, and its batches are NextTokenBatch's of the
+// spec's batch, seq and vocab.
 template <typename Net>
 class DecoderModel : public HeadLossModel<Net> {
  public:

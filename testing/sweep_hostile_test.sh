@@ -336,6 +336,10 @@ for r in rows:
     assert float(r["allreduce_alone_ms"]) > 0 and r["allreduce_exposed_ms"] != "", r
     assert float(r["max_grad_diff_vs_store_all"]) <= 1e-5, r
 PY
+  # Resumed by one process: refused, naming the ranks that ran (not --predict's --world_size).
+  expect_exit 2 "the ranks (--nproc, or a launcher's WORLD_SIZE) (1 now, 2 there)" --resume \
+    --models=heavy_mlp:depth=4:hidden=8:batch=2 --strategies=store_all,uniform,recompute_all \
+    --steps=2 --warmup=1 --train_steps=4 --out="$tmp/dp"
   # The 2-rank loss curve is the global batch's: one process on a batch twice the size draws
   # the same rows and trains to the same losses, up to float32 reduction order (1e-5 relative).
   "${sweep[@]}" --models=heavy_mlp:depth=4:hidden=8:batch=4 --strategies=store_all,uniform \
