@@ -1,6 +1,7 @@
 #include "experiments/gnuplot.h"
 
 #include <fcntl.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +16,8 @@
 #include "core/base/files.h"
 #include "core/base/printable.h"
 #include "core/base/status_macros.h"
+
+extern char** environ;
 
 namespace ckpt {
 namespace {
@@ -70,19 +73,14 @@ std::string GpDataLabel(absl::string_view text) {
   return absl::StrCat("\"", label, "\"");
 }
 
-std::string PlotPreamble(const std::string& default_output, int width, int height) {
-  return absl::StrCat("if (!exists('output_file')) output_file = ", GpLiteral(default_output),
-                      "\nset terminal pngcairo size ", width, ",", height,
-                      " font ',9'\nset output output_file\n");
-}
-
 std::string PanelsPreamble(const std::string& stem, size_t panels, size_t columns, int width,
                            int height, absl::string_view title_code) {
   columns = std::max<size_t>(1, std::min(columns, panels));
   const size_t rows = std::max<size_t>(1, (panels + columns - 1) / columns);
-  return absl::StrCat(PlotPreamble(stem + ".png", width * static_cast<int>(columns),
-                                   height * static_cast<int>(rows)),
-                      "set multiplot layout ", rows, ",", columns, " title ", title_code, "\n");
+  return absl::StrCat("if (!exists('output_file')) output_file = ", GpLiteral(stem + ".png"),
+                      "\nset terminal pngcairo size ", width * columns, ",", height * rows,
+                      " font ',9'\nset output output_file\nset multiplot layout ", rows, ",",
+                      columns, " title ", title_code, "\n");
 }
 
 std::string Panel(absl::string_view title, const std::vector<std::string>& plots) {
@@ -104,47 +102,28 @@ absl::StatusOr<ProgramResult> RunProgram(const std::vector<std::string>& argv,
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
-  // `report`: the child's errno when it cannot start (closed by a successful exec); `errors`:
-  // its stderr.
-  int report[2], errors[2];
-  if (pipe2(report, O_CLOEXEC) != 0) {
+  int errors[2];  // the program's stderr
+  if (pipe2(errors, O_CLOEXEC) != 0) {
     return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
   }
-  if (pipe2(errors, O_CLOEXEC) != 0) {
-    const int error = errno;
-    close(report[0]);
-    close(report[1]);
-    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(error)));
-  }
-  const pid_t pid = fork();
-  if (pid < 0) {
-    const int error = errno;
-    for (int fd : {report[0], report[1], errors[0], errors[1]}) close(fd);
-    return absl::InternalError(absl::StrCat("fork: ", std::strerror(error)));
-  }
-  if (pid == 0) {  // the child: only async-signal-safe calls from here
-    int error = 0;
-    if (chdir(dir.c_str()) != 0) {
-      error = errno;
-    } else {
-      const int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-      if (null >= 0) {
-        dup2(null, STDIN_FILENO);
-        dup2(null, STDOUT_FILENO);
-      }
-      dup2(errors[1], STDERR_FILENO);
-      execvp(args[0], args.data());
-      error = errno;
-    }
-    ssize_t ignored = write(report[1], &error, sizeof(error));
-    (void)ignored;
-    _exit(127);
-  }
-  close(report[1]);
+  // In `dir`, reading and writing nothing but its stderr. glibc's posix_spawnp reports a
+  // program that could not start (not found, a chdir refused) as its return value.
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addchdir_np(&actions, dir.c_str());
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, errors[1], STDERR_FILENO);
+  pid_t pid = 0;
+  const int error = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
   close(errors[1]);
-  int error = 0;
-  const ssize_t got = read(report[0], &error, sizeof(error));
-  close(report[0]);
+  if (error != 0) {
+    close(errors[0]);
+    const std::string what =
+        absl::StrCat("cannot run ", argv[0], " in ", dir, ": ", std::strerror(error));
+    return error == ENOENT ? absl::NotFoundError(what) : absl::InternalError(what);
+  }
   ProgramResult result;
   char chunk[4096];
   while (true) {
@@ -159,11 +138,6 @@ absl::StatusOr<ProgramResult> RunProgram(const std::vector<std::string>& argv,
   close(errors[0]);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (got == static_cast<ssize_t>(sizeof(error))) {
-    const std::string what =
-        absl::StrCat("cannot run ", argv[0], " in ", dir, ": ", std::strerror(error));
-    return error == ENOENT ? absl::NotFoundError(what) : absl::InternalError(what);
   }
   if (!WIFEXITED(status)) {
     return absl::InternalError(absl::StrCat(argv[0], " was killed by signal ", WTERMSIG(status)));

@@ -9,11 +9,11 @@
 // (specs and cells read back refuse them); these functions do not rely on it. A property test
 // (testing/gnuplot_test.cc) has gnuplot read generated hostile text back.
 //
-//   std::string gp = absl::StrCat("set title ", GpTitle(model), " noenhanced\n", ...);
-//   RETURN_IF_ERROR(WriteFileAtomically(dir + "/pareto.gp", gp));
-//   RETURN_IF_ERROR(RenderPlot(dir, "pareto.gp", "pareto.png"));
+//   std::string gp = PanelsPreamble("pareto", models.size(), 2, 820, 440, "'title'");
+//   for (...) gp += Panel(model, {"'pareto.dat' index 0 using 1:2 title " + GpLiteral(name)});
+//   RETURN_IF_ERROR(DrawPanels(dir, "pareto", data, gp));
 //
-// A script names its picture through the variable `output_file` (PlotPreamble), which
+// A script names its picture through the variable `output_file` (PanelsPreamble), which
 // RenderPlot sets to a temporary: the picture replaces the old one only once gnuplot has
 // exited 0 and left a whole PNG, and `gnuplot pareto.gp` by hand still writes pareto.png.
 #pragma once
@@ -42,13 +42,9 @@ std::string GpTitle(absl::string_view text, size_t width = 60);
 // '?'.
 std::string GpDataLabel(absl::string_view text);
 
-// The lines a script starts with: a pngcairo terminal of `width` x `height` pixels writing to
-// `output_file`, `default_output` unless the caller set it.
-std::string PlotPreamble(const std::string& default_output, int width, int height);
-
-// What every picture of panels (one per model) shares. The script's opening: PlotPreamble for
-// <stem>.png, `panels` panels `columns` across, each `width` x `height` pixels, under `title_code`
-// (a gnuplot string the sweep wrote itself, quotes included).
+// A picture of panels, one per model. The script's opening: a pngcairo terminal writing to
+// `output_file` (<stem>.png unless the caller set it), `panels` panels `columns` across, each
+// `width` x `height` pixels, under `title_code` (a gnuplot string the sweep wrote itself).
 std::string PanelsPreamble(const std::string& stem, size_t panels, size_t columns, int width,
                            int height, absl::string_view title_code);
 // A panel: its title (text, as GpTitle) and the plot of `plots`, gnuplot plot elements.

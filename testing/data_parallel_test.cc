@@ -167,8 +167,8 @@ TEST(DataParallelRank, RunsTheCasesItIsGiven) {
 using Variables = std::vector<std::pair<std::string, std::string>>;
 
 // Runs this binary's DataParallelRank.`test` as `world` ranks meeting in the folder `dir`
-// (LaunchRanks), with `variables` in their environment and without what makes a test binary
-// write the test run's files (Bazel's XML report and premature-exit marker), which are this
+// (RankProcesses, every rank), with `variables` in their environment and without what makes a test
+// binary write the test run's files (Bazel's XML report and premature-exit marker), which are this
 // process's. This process's environment is as it was when it returns.
 absl::StatusOr<std::vector<RankExit>> LaunchRankTest(const std::string& test, int world,
                                                      const std::string& dir,
@@ -179,9 +179,11 @@ absl::StatusOr<std::vector<RankExit>> LaunchRankTest(const std::string& test, in
     unsetenv(own);
   }
   for (const auto& [name, value] : variables) setenv(name.c_str(), value.c_str(), 1);
+  absl::StatusOr<RankProcesses> ranks = RankProcesses::Start(
+      {"/proc/self/exe", absl::StrCat("--gtest_filter=DataParallelRank.", test)}, 0, world,
+      dir + "/rendezvous.store");
   absl::StatusOr<std::vector<RankExit>> exits =
-      LaunchRanks({"/proc/self/exe", absl::StrCat("--gtest_filter=DataParallelRank.", test)}, world,
-                  dir, grace_s);
+      ranks.ok() ? absl::StatusOr<std::vector<RankExit>>(ranks->Wait(grace_s)) : ranks.status();
   for (const auto& [name, value] : variables) unsetenv(name.c_str());
   for (const auto& [own, v] : set_aside) setenv(own.c_str(), v.c_str(), 1);
   return exits;
@@ -192,7 +194,7 @@ absl::StatusOr<std::vector<RankExit>> LaunchRankTest(const std::string& test, in
 TEST(DataParallelRank, OneFailsTheOtherWaits) {
   const char* rank = std::getenv("RANK");
   if (std::getenv("CKPT_DP_TEST_FAIL") == nullptr || rank == nullptr) {
-    GTEST_SKIP() << "started by LaunchRanksTest as one of its ranks";
+    GTEST_SKIP() << "started by RankProcessesTest as one of its ranks";
   }
   if (std::string(rank) == "1") std::_Exit(3);
   sleep(600);
@@ -200,7 +202,7 @@ TEST(DataParallelRank, OneFailsTheOtherWaits) {
 
 // When a rank fails, the launcher ends the rest after the grace period and names the rank that
 // failed, not the ones it ended.
-TEST(LaunchRanksTest, EndsTheOthersWhenOneFails) {
+TEST(RankProcessesTest, EndsTheOthersWhenOneFails) {
   char dir_template[] = "/tmp/ckptlab-launch-test-XXXXXX";
   const char* dir = mkdtemp(dir_template);
   ASSERT_NE(dir, nullptr) << std::strerror(errno);

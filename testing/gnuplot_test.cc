@@ -6,6 +6,8 @@
 
 #include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -55,6 +57,23 @@ std::string RunScript(const std::string& script, const std::string& data = "") {
   return *printed;
 }
 
+// A program is started without a shell: its exit status and stderr come back, and one that is
+// not installed is NotFound, as is a folder that is not there.
+TEST(RunProgram, ReportsTheExitStatusAndWhatCouldNotStart) {
+  absl::StatusOr<ProgramResult> failed = RunProgram({"false"}, ".");
+  ASSERT_TRUE(failed.ok()) << failed.status();
+  EXPECT_EQ(failed->exit_code, 1);
+  absl::StatusOr<ProgramResult> listed = RunProgram({"ls", "ckptlab-no-such-file"}, ".");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_NE(listed->exit_code, 0);
+  EXPECT_NE(listed->stderr_text.find("ckptlab-no-such-file"), std::string::npos);
+  for (const auto& [argv, dir] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"ckptlab-no-such-program"}, "."}, {{"true"}, "ckptlab-no-such-folder"}}) {
+    absl::StatusOr<ProgramResult> run = RunProgram(argv, dir);
+    EXPECT_EQ(run.status().code(), absl::StatusCode::kNotFound) << run.status();
+  }
+}
+
 TEST(Gnuplot, LiteralsTitlesAndLabelsAreReadAsData) {
   if (!HaveGnuplot()) GTEST_SKIP() << "gnuplot is not installed";
   EXPECT_TRUE(rc::check("a literal prints back as its text", [] {
@@ -87,17 +106,17 @@ TEST(Gnuplot, LiteralsTitlesAndLabelsAreReadAsData) {
   }));
 }
 
-TEST(Gnuplot, RenderPlotKeepsTheOldPictureWhenGnuplotFails) {
+TEST(Gnuplot, DrawPanelsKeepsTheOldPictureWhenGnuplotFails) {
   if (!HaveGnuplot()) GTEST_SKIP() << "gnuplot is not installed";
   const std::string dir = ::testing::TempDir() + "/gnuplot_render";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  const std::string good = absl::StrCat(PlotPreamble("plot.png", 200, 100), "plot x title 'x'\n");
-  ASSERT_TRUE(WriteFileAtomically(dir + "/plot.gp", good).ok());
-  ASSERT_TRUE(RenderPlot(dir, "plot.gp", "plot.png").ok());
+  const std::string good = PanelsPreamble("plot", 1, 2, 200, 100, "'a line'") +
+                           Panel("model:depth=2", {"'plot.dat' using 1:2 title 'x'"});
+  ASSERT_TRUE(DrawPanels(dir, "plot", "1 2\n2 3\n", good).ok());
   const std::string before = *ReadRegularFile(dir + "/plot.png", 1 << 24);
-  ASSERT_TRUE(WriteFileAtomically(dir + "/plot.gp", good + "this is not gnuplot\n").ok());
-  const absl::Status failed = RenderPlot(dir, "plot.gp", "plot.png");
+  EXPECT_EQ(before.compare(1, 3, "PNG"), 0);
+  const absl::Status failed = DrawPanels(dir, "plot", "1 2\n", good + "this is not gnuplot\n");
   EXPECT_EQ(failed.code(), absl::StatusCode::kInternal);
   EXPECT_NE(std::string(failed.message()).find("gnuplot failed on"), std::string::npos);
   EXPECT_EQ(*ReadRegularFile(dir + "/plot.png", 1 << 24), before);

@@ -166,19 +166,6 @@ std::vector<RankExit> RankProcesses::Reap(int grace_s, int timeout_s) {
   return exits;
 }
 
-absl::StatusOr<std::vector<RankExit>> LaunchRanks(const std::vector<std::string>& argv,
-                                                  int world_size, const std::string& rendezvous_dir,
-                                                  int grace_s) {
-  if (world_size < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("world size ", world_size, " is not accepted; accepted: >= 1"));
-  }
-  absl::StatusOr<RankProcesses> ranks =
-      RankProcesses::Start(argv, 0, world_size, absl::StrCat(rendezvous_dir, "/rendezvous.store"));
-  if (!ranks.ok()) return ranks.status();
-  return ranks->Wait(grace_s);
-}
-
 absl::Status EndWithLauncher() {
   const char* text = std::getenv(kLauncherPid);
   if (text == nullptr) return absl::OkStatus();

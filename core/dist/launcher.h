@@ -4,9 +4,8 @@
 // CKPT_RENDEZVOUS_FILE, a file store the ranks meet through (core/dist/data_parallel.h), so no port
 // is chosen or raced for. No shell is involved: arguments are never interpreted.
 //
-//   ASSIGN_OR_RETURN(std::vector<RankExit> exits, LaunchRanks({"/proc/self/exe", ...}, 2, dir));
-//
-// A program that is itself rank 0 starts the others and waits for them when it is done:
+// A program that is itself rank 0 starts the others (first rank 1; 0 starts every rank) and
+// waits for them when it is done:
 //
 //   ASSIGN_OR_RETURN(RankProcesses others, RankProcesses::Start(argv, 1, world, store));
 //   ... run as rank 0 ...
@@ -68,12 +67,6 @@ class RankProcesses {
   std::string store_;
   std::vector<RankExit> exits_;
 };
-
-// Runs `argv` as `world_size` ranks meeting through a file store in the existing folder
-// `rendezvous_dir`, and waits for them as RankProcesses::Wait does.
-absl::StatusOr<std::vector<RankExit>> LaunchRanks(const std::vector<std::string>& argv,
-                                                  int world_size, const std::string& rendezvous_dir,
-                                                  int grace_s = 30);
 
 // In a rank that RankProcesses started (CKPT_LAUNCHER_PID names its starter): has the kernel
 // send this process SIGTERM when its starter ends, so that no rank outlives a rank 0 that
