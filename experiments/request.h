@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "core/dist/launcher.h"
+#include "core/dist/data_parallel.h"
 #include "core/plan/states.h"
 #include "core/run/device.h"
 #include "core/run/memory_meter.h"
