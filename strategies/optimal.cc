@@ -94,6 +94,8 @@ ModelProfile WithoutChunks(const ModelProfile& profile) {
   return out;
 }
 
+constexpr char kId[] = "optimal";
+
 class Optimal : public Strategy {
  public:
   static std::vector<ParamDef> Params() {
@@ -128,7 +130,7 @@ class Optimal : public Strategy {
 };
 
 const StrategyRegistration<Optimal> registration(
-    "optimal",
+    kId,
     "the fastest plan tree within a peak budget, from measured stage costs (Rotor's dynamic "
     "programme with per-stage policies)",
     StrategyTraits{/*budget_param=*/"budget", /*budget_chooses=*/""});
@@ -171,7 +173,7 @@ absl::StatusOr<Plan> Optimal::MakePlan(const ModelProfile& measured) const {
   }
   // The fastest candidate the memory model fits in the budget (the first of equals).
   ASSIGN_OR_RETURN(BudgetChoice best, FastestOrLeastPeak(profile, std::move(candidates), budget,
-                                                         budget_text, "optimal", "the planner"));
+                                                         budget_text, kId, "the planner"));
   Plan& plan = best.plan;
   plan.shown = {{"budget", budget_.has_value() ? budget_text : "auto"}};
   if (!offload_) plan.shown.emplace_back("offload", "no");

@@ -46,6 +46,8 @@ absl::StatusOr<std::string> ReadPlanFile(const std::string& path) {
   return text;
 }
 
+constexpr char kId[] = "plan";
+
 class PlanFile : public Strategy {
  public:
   static std::vector<ParamDef> Params() {
@@ -74,7 +76,7 @@ class PlanFile : public Strategy {
 
  private:
   absl::StatusOr<Plan> Parse(const std::vector<StageInfo>& stages) const {
-    absl::StatusOr<Plan> plan = ParsePlan(text_, stages, absl::StrCat("plan", ":file=", path_));
+    absl::StatusOr<Plan> plan = ParsePlan(text_, stages, absl::StrCat(kId, ":file=", path_));
     if (!plan.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("plan file ", path_, ": ", plan.status().message()));
@@ -89,7 +91,7 @@ class PlanFile : public Strategy {
 };
 
 const StrategyRegistration<PlanFile> registration(
-    "plan", "a plan read from a file: segments and part policies as docs/plans.md writes them");
+    kId, "a plan read from a file: segments and part policies as docs/plans.md writes them");
 
 }  // namespace
 

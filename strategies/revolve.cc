@@ -128,6 +128,8 @@ Plan BinomialPlan(int n, int c) {
   return plan;
 }
 
+constexpr char kId[] = "revolve";
+
 class Revolve : public Strategy {
  public:
   static std::vector<ParamDef> Params() {
@@ -138,7 +140,7 @@ class Revolve : public Strategy {
 
   static absl::StatusOr<std::unique_ptr<Strategy>> Create(const ParamValues& params) {
     ASSIGN_OR_RETURN(CountOrBudget read,
-                     ReadCountOrBudget(params, "revolve", "snapshots", "snapshot count"));
+                     ReadCountOrBudget(params, kId, "snapshots", "snapshot count"));
     auto revolve = std::make_unique<Revolve>();
     revolve->snapshots_ = read.count;
     revolve->budget_ = read.budget;
@@ -157,8 +159,8 @@ class Revolve : public Strategy {
       }
       const std::string budget = FormatByteSize(*budget_);
       ASSIGN_OR_RETURN(BudgetChoice best,
-                       FastestOrLeastPeak(profile, std::move(candidates), *budget_, budget,
-                                          "revolve", "any snapshot count"));
+                       FastestOrLeastPeak(profile, std::move(candidates), *budget_, budget, kId,
+                                          "any snapshot count"));
       absl::StrAppend(&best.plan.summary, "; the fastest count that fits ", budget);
       return std::move(best.plan);
     }
@@ -177,7 +179,7 @@ class Revolve : public Strategy {
 };
 
 const StrategyRegistration<Revolve> registration(
-    "revolve",
+    kId,
     "binomial checkpointing (Griewank's Revolve): the fewest recomputations with c "
     "checkpoints on a chain of equal stages",
     StrategyTraits{/*budget_param=*/"budget", /*budget_chooses=*/"snapshots"});

@@ -26,6 +26,8 @@
 namespace ckpt {
 namespace {
 
+constexpr char kId[] = "uniform";
+
 class Uniform : public Strategy {
  public:
   static std::vector<ParamDef> Params() {
@@ -41,7 +43,7 @@ class Uniform : public Strategy {
 
   static absl::StatusOr<std::unique_ptr<Strategy>> Create(const ParamValues& params) {
     ASSIGN_OR_RETURN(CountOrBudget read,
-                     ReadCountOrBudget(params, "uniform", "segments", "segment count"));
+                     ReadCountOrBudget(params, kId, "segments", "segment count"));
     auto uniform = std::make_unique<Uniform>();
     uniform->segments_ = read.count;
     uniform->budget_ = read.budget;
@@ -55,9 +57,9 @@ class Uniform : public Strategy {
     if (budget_.has_value()) {
       std::vector<Plan> candidates;
       for (const int k : SegmentCounts(n)) candidates.push_back(EvenSegments(k, n, offload_));
-      ASSIGN_OR_RETURN(BudgetChoice best, FastestOrLeastPeak(profile, std::move(candidates),
-                                                             *budget_, FormatByteSize(*budget_),
-                                                             "uniform", "any segment count"));
+      ASSIGN_OR_RETURN(BudgetChoice best,
+                       FastestOrLeastPeak(profile, std::move(candidates), *budget_,
+                                          FormatByteSize(*budget_), kId, "any segment count"));
       if (offload_) best.plan.shown.emplace_back("offload", "yes");
       absl::StrAppend(&best.plan.summary, " (the fastest count whose predicted peak, ",
                       DescribeBytes(best.predicted.peak_bytes), ", fits)");
@@ -81,7 +83,7 @@ class Uniform : public Strategy {
 };
 
 const StrategyRegistration<Uniform> registration(
-    "uniform",
+    kId,
     "checkpoint sequential: k near-equal segments keep only their inputs (default k = "
     "ceil(sqrt(L)))",
     StrategyTraits{/*budget_param=*/"budget", /*budget_chooses=*/"segments"});
