@@ -156,10 +156,6 @@ std::string OffloadSection(const std::string& model, const std::vector<ConfigRes
       table);
 }
 
-}  // namespace
-
-namespace {
-
 // The machine: CPU model, cores, memory, OS (from /proc and uname).
 std::string DescribeMachine() {
   utsname u{};
