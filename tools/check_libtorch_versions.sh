@@ -8,23 +8,24 @@
 # For each Debian suite named (default: trixie+cuda, LibTorch 2.6 built with CUDA; and sid, the
 # newest LibTorch Debian packages, CPU-only, 2.14 when this was written):
 #   1. a minimal root of the suite, made with debootstrap (tools/debian_root.sh) from the Debian
-#      archive this machine's apt sources name (the one network these machines have), with its g++, CMake, ninja, libtorch-dev, Abseil,
-#      GoogleTest, RapidCheck and Google Benchmark;
+#      archive this machine's apt sources name (the one network these machines have), with its
+#      g++, CMake, ninja, libtorch-dev, Abseil, GoogleTest, RapidCheck and Google Benchmark;
 #   2. with "+cuda": in it, contrib's CUDA build of the same LibTorch (libtorch-cuda-dev) in
-#      place of libtorch-dev, non-free's CUDA toolkit (LibTorch's CMake config needs nvcc), and
-#      Bazel. The one dependency these machines cannot fetch is cuDNN (Debian's nvidia-cudnn
+#      place of libtorch-dev, non-free's CUDA toolkit (LibTorch's CMake config needs nvcc),
+#      Bazel, PyTorch over that LibTorch and gnuplot. The one dependency these machines cannot fetch is cuDNN (Debian's nvidia-cudnn
 #      downloads it from NVIDIA as it installs); a package of that name takes its place, holding
 #      a stub libcudnn whose every function aborts. Nothing here calls cuDNN: there is no GPU;
 #   3. in it, with the sources mounted read-only: the CMake build (CMakeLists.txt, the GPU host's
-#      route) and ctest, so every test runs against that LibTorch. With "+cuda" CMake configures
-#      only, and must say CUDA 1 and NCCL 1 (LibTorch's CMake config found the toolkit, the NCCL
-#      route is on): step 4's Bazel compiles the same sources with the same defines
-#      (CKPT_HAS_CUDA=1) and the same warnings against the same LibTorch, links them with its
-#      CUDA libraries and runs the tests, and CI's rehearsal builds and runs them through CMake
-#      (on 1.13), so compiling them a second time here bought nothing but minutes;
-#   4. with "+cuda": the README's test command, `bazel test //testing/...`, against that CUDA
-#      LibTorch (the Bazel route's CUDA link: CKPT_HAS_CUDA=1, libtorch_cuda, the CUDA runtime),
-#      but the sweep command line's two end-to-end tests (docs/testing.md, CI phase 5);
+#      route) and ctest, so every test runs against that LibTorch. With "+cuda" this is the GPU
+#      host's route rehearsed (tools/gpu/rehearse.sh) with the C++ bundle made on this machine,
+#      as a GPU session makes it: every target built, every test run but the sweep command
+#      line's two end-to-end tests (CI's bare root runs them: their flags, folders and hostile
+#      input are the same code whatever the LibTorch), and CMake must say CUDA 1 and NCCL 1
+#      (LibTorch's CMake config found the toolkit, the NCCL route is on);
+#   4. with "+cuda": Bazel against that CUDA LibTorch: every target analysed, @libtorch found with
+#      CUDA (CKPT_HAS_CUDA=1), and device_test built and run, which fails unless the build links
+#      LibTorch's CUDA library. Step 3 compiles every source with the same defines and warnings;
+#      this is what only the Bazel route can get wrong, for minutes rather than a second build;
 #   5. in it, tools/check_cuda_compile.sh against the same LibTorch version's CUDA headers
 #      (contrib's libtorch-cuda-dev where the suite has it for that version, else the c10/cuda
 #      that libtorch-dev ships) and this machine's CUDA toolkit headers: the CUDA-only code's
@@ -41,8 +42,8 @@
 #
 # --prepare does steps 1 and 2 and the packages step 4 needs, nothing else, and keeps the roots:
 # a later run without it finds them made. Making trixie+cuda's waits on the network and the
-# disk for much of its time, so CI (.ci/run) prepares it while the rehearsal compiles, and its
-# later check starts at the build.
+# disk for much of its time, so CI (.ci/run) prepares it while the bare root's build runs, and
+# its later check starts at the build.
 # A prepared root is removed by that later run, as any root, unless CKPT_KEEP_ROOTS.
 #
 # Exit status: 0 every suite that could be made built and passed (with --prepare: was made);
@@ -185,10 +186,10 @@ if [[ "$cuda_torch" == 1 ]]; then
   version=$cuda_dev
   flavour="CUDA $(nvcc --version | sed -n 's/.*release \([0-9.]*\),.*/\1/p')"
   # Bazel 4.2.3 and what the Bazel route needs besides the libraries (tools/bazel's list), and
-  # PyTorch over this very LibTorch for python/ckptlab's cross-check (python3-torch-cuda, which
-  # conflicts with the CPU python3-torch).
+  # PyTorch over this very LibTorch for the Python tests (python3-torch-cuda, which conflicts
+  # with the CPU python3-torch), and gnuplot for the rehearsal's check of tools/gpu/publish.sh.
   apt-get install -y -qq --no-install-recommends bazel-bootstrap bazel-rules-java \
-    bazel-platforms pkg-config python3-torch-cuda >/tmp/install.log 2>&1 ||
+    bazel-platforms pkg-config python3-torch-cuda gnuplot-nox >/tmp/install.log 2>&1 ||
     { tail -20 /tmp/install.log; exit 1; }
 fi
 if [[ "${CKPT_PREPARE_ONLY:-0}" == 1 ]]; then
@@ -198,30 +199,35 @@ fi
 system="$(. /etc/os-release; echo "$PRETTY_NAME"), $(g++ --version | head -1)"
 echo "== LibTorch $version ($flavour; $system)"
 
-rm -rf /tmp/build  # a kept root's cache would keep what an earlier configure found
-cmake_flags=()
-[[ "$cuda_torch" != 1 ]] || cmake_flags=(-DCKPT_BUILD_TESTS=OFF)  # Bazel's, in step 4
-cmake -S . -B /tmp/build "${cmake_flags[@]}" >/tmp/configure.log 2>&1 ||
-  { cat /tmp/configure.log; exit 1; }
-grep "ckptlab:" /tmp/configure.log
-if [[ "$cuda_torch" == 1 ]] && ! grep -q "ckptlab: .*CUDA 1" /tmp/configure.log; then
-  echo "the CMake build did not find CUDA in the CUDA LibTorch"
-  status=1
-fi
-if [[ "$cuda_torch" == 1 ]] && ! grep -q "ckptlab: .*NCCL 1" /tmp/configure.log; then
-  echo "the CMake build did not find NCCL beside the CUDA LibTorch (libnccl-dev's nccl.h)"
-  status=1
-fi
-# -k 0: every file that fails is reported, not only the first. With "+cuda", Bazel's (step 4).
 if [[ "$cuda_torch" != 1 ]]; then
+  rm -rf /tmp/build  # a kept root's cache would keep what an earlier configure found
+  cmake -S . -B /tmp/build >/tmp/configure.log 2>&1 || { cat /tmp/configure.log; exit 1; }
+  grep "ckptlab:" /tmp/configure.log
+  # -k 0: every file that fails is reported, not only the first.
   cmake --build /tmp/build -- -k 0 || status=1
   ctest --test-dir /tmp/build --output-on-failure -j "$(nproc)" || status=1
-fi
+else
+  # The GPU host's route against the CUDA LibTorch, with the bundle made outside (/opt/bundle):
+  # every target built; every test run but the sweep command line's two and those testing/BUILD
+  # tags no_torch (their outcome is the same whatever torch is installed).
+  no_torch=$(awk '/^    name = "/ { gsub(/[",]/, "", $3); name = $3 }
+    /^    tags = \["no_torch"\]/ { print name }' testing/BUILD | paste -sd'|')
+  CKPT_BUNDLE=/opt/bundle CKPT_TORCH_CMAKE_DIR=/usr/lib/$(gcc -print-multiarch)/cmake/Torch \
+    CKPT_BUILD_TARGETS="" CKPT_CTEST_EXCLUDE="^(sweep_cli_test|sweep_hostile_test|$no_torch)\$" \
+    tools/gpu/rehearse.sh 2>&1 | tee /tmp/rehearsal.log
+  ((PIPESTATUS[0] == 0)) || status=1
+  if ! grep -q "ckptlab: .*CUDA 1" /tmp/rehearsal.log; then
+    echo "the CMake build did not find CUDA in the CUDA LibTorch"
+    status=1
+  fi
+  if ! grep -q "ckptlab: .*NCCL 1" /tmp/rehearsal.log; then
+    echo "the CMake build did not find NCCL beside the CUDA LibTorch (libnccl-dev's nccl.h)"
+    status=1
+  fi
 
-if [[ "$cuda_torch" == 1 ]]; then
-  # The README's test command against the CUDA LibTorch. Bazel wants $CUDA_HOME/include; Debian
-  # puts the toolkit's headers in /usr/include, so a folder of links to them stands in. The
-  # sources are read-only: no convenience symlinks (--symlink_prefix=/).
+  # Bazel against the CUDA LibTorch. It wants $CUDA_HOME/include; Debian puts the toolkit's
+  # headers in /usr/include, so a folder of links to them stands in. The sources are read-only:
+  # no convenience symlinks (--symlink_prefix=/).
   rm -rf /tmp/cuda-home && mkdir -p /tmp/cuda-home/include
   for f in $(dpkg -L nvidia-cuda-dev libcub-dev libthrust-dev libcu++-dev 2>/dev/null); do
     [[ "$f" == /usr/include/* && -f "$f" ]] || continue
@@ -229,13 +235,9 @@ if [[ "$cuda_torch" == 1 ]]; then
     ln -sf "$f" "/tmp/cuda-home/include/${f#/usr/include/}"
   done
   bazel_flags=(--repo_env=CUDA_HOME=/tmp/cuda-home --symlink_prefix=/ --test_summary=short)
-  # Every test built; run, every one that runs torch but the sweep command line's end-to-end
-  # two, whose flags, folders and hostile input are the same code whatever the LibTorch
-  # (docs/testing.md, CI phase 5).
-  echo "bazel test //testing/... against the CUDA LibTorch: every test built; run, those that" \
-    "run torch, but sweep_cli_test and sweep_hostile_test"
-  bazel-4 test "${bazel_flags[@]}" --test_tag_filters=-no_torch -- //testing/... \
-    -//testing:sweep_cli_test -//testing:sweep_hostile_test || status=1
+  echo "bazel against the CUDA LibTorch: every target analysed; device_test built and run"
+  bazel-4 build "${bazel_flags[@]}" --nobuild //... || status=1
+  bazel-4 test "${bazel_flags[@]}" //testing:device_test || status=1
   output_base=$(bazel-4 info output_base 2>/dev/null)
   if grep -q 'LIBTORCH_HAS_CUDA = True' "$output_base/external/libtorch/cuda.bzl"; then
     echo "bazel: @libtorch has CUDA (CKPT_HAS_CUDA=1)"
@@ -309,6 +311,15 @@ for name in "${suites[@]}"; do
     fi
     continue  # kept, for the run that builds and tests
   fi
+  if ((cuda_torch)); then
+    # The C++ bundle the rehearsal builds from: this machine's, as a GPU session carries it.
+    tools/make_cmake_bundle.sh "$root/opt/bundle" || {
+      failed=$((failed + 1))
+      results+=("$name: FAILED, no C++ bundle could be made here (tools/make_cmake_bundle.sh)")
+      [[ "${CKPT_KEEP_ROOTS:-0}" == 1 ]] || rm -rf "$root"
+      continue
+    }
+  fi
   say "building and testing in $name"
   set +e
   CKPT_ROOT_SRC=$repo in_root "$root" "$inner_script" "$cuda_mount" CKPT_CUDA_TORCH="$cuda_torch" \
@@ -319,7 +330,6 @@ for name in "${suites[@]}"; do
   version=${version:-?}  # the run died before it said
   # (|| true: a log without the line, which is no error, must not end this script under -e.)
   summary=$(grep -oE '[0-9]+ tests? failed out of [0-9]+' "$check_log" | tail -1 || true)
-  [[ "$cuda_torch" != 1 || -n "$summary" ]] || summary="none (Bazel runs the tests)"
   bazel=$(grep -oE '^Executed [0-9]+ out of [0-9]+ tests?: .*' "$check_log" | tail -1 || true)
   bazel=${bazel%.}
   bazel=${bazel:+ bazel: ${bazel#Executed };}

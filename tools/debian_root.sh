@@ -98,7 +98,8 @@ make_root() {
 }
 
 # Runs SCRIPT with bash as root inside ROOT, in a private mount namespace (the mounts end with
-# it, also when this is interrupted): /proc, /dev, the sources read-only at /src when
+# it, also when this is interrupted): ROOT a mount point of its own (so that SCRIPT can make a
+# private mount namespace in turn), /proc, /dev, the sources read-only at /src when
 # $CKPT_ROOT_SRC names them, CUDA_DIR read-only at /opt/host-cuda when given, and only the
 # environment variables given after CUDA_DIR (this machine's CUDA_HOME, LIBRARY_PATH and PATH
 # name its own CUDA).
@@ -110,6 +111,7 @@ in_root() {
     set -e
     root=$1 src=$2 cuda=$3 script=$4
     shift 4
+    mount --bind "$root" "$root"
     if [[ -n "$src" ]]; then
       mount --bind "$src" "$root/src"
       mount -o remount,bind,ro "$root/src"

@@ -14,6 +14,7 @@
 #include "ATen/Parallel.h"
 #include "ATen/ops/mm.h"
 #include "ATen/ops/randn.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -80,9 +81,11 @@ absl::StatusOr<c10::Device> ResolveDevice(absl::string_view name, int local_rank
   if (name == "auto") return cuda_present ? by_rank() : c10::Device(c10::DeviceType::CPU);
   int index = 0;
   absl::string_view rest = name;
+  // cuda:N with N in decimal digits only (SimpleAtoi alone would take " 1" and "+1").
   if (absl::ConsumePrefix(&rest, "cuda") &&
-      (rest.empty() ||
-       (absl::ConsumePrefix(&rest, ":") && absl::SimpleAtoi(rest, &index) && index >= 0))) {
+      (rest.empty() || (absl::ConsumePrefix(&rest, ":") && !rest.empty() &&
+                        std::all_of(rest.begin(), rest.end(), absl::ascii_isdigit) &&
+                        absl::SimpleAtoi(rest, &index)))) {
     if (!cuda_present) {
       return absl::UnavailableError(absl::StrCat(
           "device '", name,

@@ -1,26 +1,36 @@
 #!/usr/bin/env bash
-# Rehearses tools/gpu/run.sh on this CPU machine under the conditions of a GPU host, so that a
+# Rehearses tools/gpu/run.sh on a CPU machine under the conditions of a GPU host, so that a
 # session lent a GPU does not spend its minutes on a broken script:
-#   - the C++ bundle is made afresh (tools/make_cmake_bundle.sh);
-#   - every file of Debian's Abseil, GoogleTest/GoogleMock, RapidCheck and Google Benchmark
-#     packages is hidden (whited out by an overlay in a private mount namespace), as on the
-#     GPU host, which has none of them: the build succeeds only from the bundle; gnuplot too;
-#   - LibTorch is Debian's CPU one, so the device is the CPU and the sweep small.
+#   - the C++ bundle is made afresh (tools/make_cmake_bundle.sh), or is $CKPT_BUNDLE's;
+#   - every file of the installed packages built from the bundle's sources (Abseil,
+#     GoogleTest/GoogleMock, RapidCheck, Google Benchmark) is hidden (whited out by an overlay in
+#     a private mount namespace), as on the GPU host, which has none of them: the build succeeds
+#     only from the bundle; gnuplot too;
+#   - LibTorch is the system's ($CKPT_TORCH_CMAKE_DIR: CI's is trixie's CUDA build, 2.6), and
+#     the device the CPU, so the sweep is small.
 # Then it checks what run.sh handed back in $OUT, that tools/gpu/publish.sh turns it into a
 # docs/results folder, that the programs it built load their libraries from the bundle, and
 # that a sweep killed at the budget's end still leaves a report.
-# CI runs this (.ci/run). Needs root for the mount namespace; where that is refused, it says so
-# and runs without hiding the packages.
+# CI runs this in Debian trixie's root (tools/check_libtorch_versions.sh trixie+cuda), building
+# every target there. Needs root for the mount namespace; where that is refused, it says so and
+# runs without hiding the packages.
 #
 #   tools/gpu/rehearse.sh            # most of its time compiling
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # The inner half, run in the private mount namespace: hide the packages, then run run.sh.
 if [[ "${1:-}" == --inside ]]; then
-  root=$2
-  shift 2
-  packages=$(sed -n 's/^  \([^ ]*\) .*/\1/p' "$root/bundle/PACKAGES")
-  # Every file of the bundle's packages, and gnuplot (not on the GPU host's image either).
+  bundle=$2 root=$3
+  shift 3
+  # The bundle's packages may be another release's: what is hidden is every package installed
+  # here that is built from the same sources.
+  # shellcheck disable=SC2046
+  sources=$(dpkg-query -W -f='${source:Package}\n' \
+    $(sed -n 's/^  \([^ ]*\) .*/\1/p' "$bundle/PACKAGES") 2>/dev/null | sort -u || true)
+  packages=$(dpkg-query -W -f='${db:Status-Abbrev} ${Package} ${source:Package}\n' |
+    awk -v sources=" $(echo $sources) " '$1 == "ii" && index(sources, " " $3 " ") { print $2 }')
+  [[ -n "$packages" ]] || { echo "rehearse: none of the bundle's packages is installed here" >&2; exit 1; }
+  # Every file of those packages, and gnuplot (not on the GPU host's image either).
   # shellcheck disable=SC2086
   hide=$( (dpkg -L $packages; ls -d /usr/bin/gnuplot*) | sort -u)
   for dir in /usr/include /usr/lib/x86_64-linux-gnu /usr/bin; do
@@ -54,17 +64,21 @@ fail() {
   failures=$((failures + 1))
 }
 
-tools/make_cmake_bundle.sh "$root/bundle" >&2
+bundle=${CKPT_BUNDLE:-}
+if [[ -z "$bundle" ]]; then
+  bundle=$root/bundle
+  tools/make_cmake_bundle.sh "$bundle" >&2
+fi
 
 export OUT="$root/out"
 mkdir -p "$OUT"
-# Every run.sh call here: Debian's CPU LibTorch, the fresh bundle, one build folder.
-# It builds the library, the programs, the tests a GPU run's device phases run and three that
-# use every bundled test library (GoogleTest, GoogleMock, RapidCheck) and the registries' lists;
-# the same LibTorch's Bazel run (.ci/run's bare root, just before this) builds and runs every
-# test from the same sources, and CMake links each test the same way. ctest runs those built,
-# less conformance_test, which is long on a CPU.
-host=(CKPT_TORCH_CMAKE_DIR=/usr/lib/x86_64-linux-gnu/cmake/Torch CKPT_BUNDLE="$root/bundle"
+# Every run.sh call here: the LibTorch and the bundle above, one build folder. By default it
+# builds the library, the programs, the tests a GPU run's device phases run and three that use
+# every bundled test library (GoogleTest, GoogleMock, RapidCheck) and the registries' lists, and
+# ctest runs those less conformance_test, which is long on a CPU. CI builds and runs every test
+# (both settings empty) but the two it runs elsewhere.
+host=(CKPT_TORCH_CMAKE_DIR="${CKPT_TORCH_CMAKE_DIR:-/usr/lib/x86_64-linux-gnu/cmake/Torch}"
+      CKPT_BUNDLE="$bundle"
       CKPT_BUILD_DIR="$root/build"
       CKPT_BUILD_TARGETS="${CKPT_BUILD_TARGETS-sweep benchmarks device_meter_test conformance_test registry_test model_registry_test plan_text_test}")
 run=(env "${host[@]}" CKPT_DEVICE=cpu CKPT_RESULTS_DIR="$root/results"
@@ -75,7 +89,7 @@ run=(env "${host[@]}" CKPT_DEVICE=cpu CKPT_RESULTS_DIR="$root/results"
      tools/gpu/run.sh)
 hidden=yes
 if unshare -m --propagation private true 2>/dev/null; then
-  unshare -m --propagation private "$0" --inside "$root" "${run[@]}" || fail "run.sh exited $?"
+  unshare -m --propagation private "$0" --inside "$bundle" "$root" "${run[@]}" || fail "run.sh exited $?"
 else
   hidden=no
   echo "rehearse: no private mount namespace here (not root?): Debian's packages stay visible" >&2
@@ -120,7 +134,7 @@ set +e
 CKPT_TEST_DEVICE=cuda "$root/build/conformance_test" >/dev/null 2>"$root/cuda.stderr"
 rc=$?
 set -e
-((rc == 2)) && grep -q "CKPT_TEST_DEVICE: .*without CUDA" "$root/cuda.stderr" ||
+((rc == 2)) && grep -qE "CKPT_TEST_DEVICE: .*(without CUDA|no CUDA GPU is visible)" "$root/cuda.stderr" ||
   fail "CKPT_TEST_DEVICE=cuda without CUDA: exit $rc, $(cat "$root/cuda.stderr")"
 if command -v nvidia-smi >/dev/null; then
   echo "rehearse: nvidia-smi is here; the no-GPU refusal of run.sh is not checked" >&2
@@ -211,7 +225,7 @@ elif [[ -s "$OUT/gpu-results.tar.gz" ]]; then
 fi
 # The programs load Abseil from the bundle, not from the system (hidden or not).
 absl=$(ldd "$root/build/sweep" | grep -m1 'libabsl_' || true)
-[[ "$absl" == *"$root/bundle/"* ]] || fail "sweep loads Abseil from elsewhere: $absl"
+[[ "$absl" == *"$bundle/"* ]] || fail "sweep loads Abseil from elsewhere: $absl"
 
 if ((failures)); then
   grep -B2 -A25 -E "^[0-9]+/[0-9]+ Test +#[0-9]+: .*\*\*\*Failed" "$OUT/ctest.log" 2>/dev/null |
