@@ -12,9 +12,10 @@
 #      g++, CMake, ninja, libtorch-dev, Abseil, GoogleTest, RapidCheck and Google Benchmark;
 #   2. with "+cuda": in it, contrib's CUDA build of the same LibTorch (libtorch-cuda-dev) in
 #      place of libtorch-dev, non-free's CUDA toolkit (LibTorch's CMake config needs nvcc),
-#      Bazel, PyTorch over that LibTorch and gnuplot. The one dependency these machines cannot fetch is cuDNN (Debian's nvidia-cudnn
-#      downloads it from NVIDIA as it installs); a package of that name takes its place, holding
-#      a stub libcudnn whose every function aborts. Nothing here calls cuDNN: there is no GPU;
+#      Bazel, PyTorch over that LibTorch and gnuplot. The one dependency these machines cannot
+#      fetch is cuDNN (Debian's nvidia-cudnn downloads it from NVIDIA as it installs); a package
+#      of that name takes its place, holding a stub libcudnn whose every function aborts.
+#      Nothing here calls cuDNN: there is no GPU;
 #   3. in it, with the sources mounted read-only: the CMake build (CMakeLists.txt, the GPU host's
 #      route) and ctest, so every test runs against that LibTorch. With "+cuda" this is the GPU
 #      host's route rehearsed (tools/gpu/rehearse.sh) with the C++ bundle made on this machine,
@@ -24,8 +25,9 @@
 #      (LibTorch's CMake config found the toolkit, the NCCL route is on);
 #   4. with "+cuda": Bazel against that CUDA LibTorch: every target analysed, @libtorch found with
 #      CUDA (CKPT_HAS_CUDA=1), and device_test built and run, which fails unless the build links
-#      LibTorch's CUDA library. Step 3 compiles every source with the same defines and warnings;
-#      this is what only the Bazel route can get wrong, for minutes rather than a second build;
+#      LibTorch's CUDA library. Step 3 compiles every source with the same defines and warnings:
+#      what only the Bazel route can get wrong (its repository rule, its link) costs a minute
+#      here, not a second build;
 #   5. in it, tools/check_cuda_compile.sh against the same LibTorch version's CUDA headers
 #      (contrib's libtorch-cuda-dev where the suite has it for that version, else the c10/cuda
 #      that libtorch-dev ships) and this machine's CUDA toolkit headers: the CUDA-only code's

@@ -29,7 +29,8 @@ if [[ "${1:-}" == --inside ]]; then
     $(sed -n 's/^  \([^ ]*\) .*/\1/p' "$bundle/PACKAGES") 2>/dev/null | sort -u || true)
   packages=$(dpkg-query -W -f='${db:Status-Abbrev} ${Package} ${source:Package}\n' |
     awk -v sources=" $(echo $sources) " '$1 == "ii" && index(sources, " " $3 " ") { print $2 }')
-  [[ -n "$packages" ]] || { echo "rehearse: none of the bundle's packages is installed here" >&2; exit 1; }
+  [[ -n "$packages" ]] ||
+    { echo "rehearse: none of the bundle's packages is installed here" >&2; exit 1; }
   # Every file of those packages, and gnuplot (not on the GPU host's image either).
   # shellcheck disable=SC2086
   hide=$( (dpkg -L $packages; ls -d /usr/bin/gnuplot*) | sort -u)
@@ -89,7 +90,8 @@ run=(env "${host[@]}" CKPT_DEVICE=cpu CKPT_RESULTS_DIR="$root/results"
      tools/gpu/run.sh)
 hidden=yes
 if unshare -m --propagation private true 2>/dev/null; then
-  unshare -m --propagation private "$0" --inside "$bundle" "$root" "${run[@]}" || fail "run.sh exited $?"
+  unshare -m --propagation private "$0" --inside "$bundle" "$root" "${run[@]}" ||
+    fail "run.sh exited $?"
 else
   hidden=no
   echo "rehearse: no private mount namespace here (not root?): Debian's packages stay visible" >&2
@@ -134,7 +136,9 @@ set +e
 CKPT_TEST_DEVICE=cuda "$root/build/conformance_test" >/dev/null 2>"$root/cuda.stderr"
 rc=$?
 set -e
-((rc == 2)) && grep -qE "CKPT_TEST_DEVICE: .*(without CUDA|no CUDA GPU is visible)" "$root/cuda.stderr" ||
+# (A CPU LibTorch says it has no CUDA; a CUDA one, that it sees no GPU.)
+((rc == 2)) &&
+  grep -qE "CKPT_TEST_DEVICE: .*(without CUDA|no CUDA GPU is visible)" "$root/cuda.stderr" ||
   fail "CKPT_TEST_DEVICE=cuda without CUDA: exit $rc, $(cat "$root/cuda.stderr")"
 if command -v nvidia-smi >/dev/null; then
   echo "rehearse: nvidia-smi is here; the no-GPU refusal of run.sh is not checked" >&2
