@@ -1,6 +1,6 @@
 // Progress on a stream for the long runs (the sweep, --predict): a line per unit of work with
 // the units done of all, the elapsed time and an estimate of the time left, and a profile's
-// progress at most every few seconds.
+// progress at most every few seconds, with the profile's own estimate.
 #pragma once
 
 #include <chrono>
@@ -9,8 +9,10 @@
 #include <ostream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/base/printable.h"
+#include "core/run/profiler.h"
 
 namespace ckpt {
 
@@ -20,7 +22,7 @@ inline double Elapsed(std::chrono::steady_clock::time_point start) {
 }
 
 // A line per round, with the steps done, the elapsed time and an estimate of the time left
-// (from the average step so far).
+// (from the average step so far; none before the first step).
 class Progress {
  public:
   Progress(std::ostream& out, int64_t total_steps) : out_(out), total_(total_steps) {}
@@ -30,8 +32,10 @@ class Progress {
   // `what` as a line, escaped (core/base/printable.h).
   void Line(const std::string& what) {
     const double elapsed = Elapsed(start_);
-    const double eta = done_ > 0 ? elapsed / done_ * (total_ - done_) : 0;
-    out_ << absl::StrFormat("[%d/%d steps] %s  (%.0f s elapsed, ETA %.0f s)\n", done_, total_,
+    const std::string eta = done_ > 0
+                                ? absl::StrFormat("ETA %.0f s", elapsed / done_ * (total_ - done_))
+                                : std::string("no ETA before the first step");
+    out_ << absl::StrFormat("[%d/%d steps] %s  (%.0f s elapsed, %s)\n", done_, total_,
                             Printable(what), elapsed, eta);
     last_line_ = std::chrono::steady_clock::now();
   }
@@ -40,11 +44,31 @@ class Progress {
   void Lazily(const std::string& what) {
     if (Elapsed(last_line_) >= kSecondsBetweenLines) Line(what);
   }
-  // A profile's progress (ProfileOptions::progress), a line at most every few seconds.
-  std::function<void(const char*, int, int)> Profiling(const std::string& model) {
-    return [this, model](const char* phase, int done, int stages) {
-      if (Elapsed(last_line_) < kSecondsBetweenLines) return;
-      Line(absl::StrFormat("profiling %s: %s stage %d of %d", model, phase, done, stages));
+  // A profile's progress (ProfileOptions::progress), a line at most every few seconds: the
+  // stage and the policy being measured, and the time left of the profile's measurements at
+  // the pace of those done, each weighed by its stage's forward time (ProfileProgress::work);
+  // the first line after one is done says it whenever it comes.
+  std::function<void(const ProfileProgress&)> Profiling(const std::string& model) {
+    std::chrono::steady_clock::time_point measuring_since;
+    bool paced = false;  // whether a line has given the pace yet
+    return [this, model, measuring_since, paced](const ProfileProgress& p) mutable {
+      if (p.work_done == 0) measuring_since = std::chrono::steady_clock::now();
+      const bool first_pace = p.work_done > 0 && !paced;
+      if (!first_pace && Elapsed(last_line_) < kSecondsBetweenLines) return;
+      std::string line =
+          absl::StrFormat("profiling %s: %s stage %d of %d", model, p.phase, p.stage, p.stages);
+      if (!p.policy.empty()) absl::StrAppend(&line, ", ", p.policy);
+      if (p.measurements > 0) {
+        absl::StrAppendFormat(&line, " (%d of %d measurements done", p.measurements_done,
+                              p.measurements);
+        if (p.work_done > 0) {
+          paced = true;
+          absl::StrAppendFormat(&line, ", about %.0f s left of the profile",
+                                Elapsed(measuring_since) / p.work_done * (p.work - p.work_done));
+        }
+        line += ")";
+      }
+      Line(line);
     };
   }
 

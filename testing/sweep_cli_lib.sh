@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the sweep's end-to-end tests share (testing/sweep_cli_test.sh and
 # testing/sweep_hostile_test.sh): the binary, a private scratch folder, failures counted, the wait
-# for rows and the bad-input check. Under Bazel the binary is in the runfiles and $TEST_TMPDIR is
+# for rows, a run under a file size limit and the bad-input check. Under Bazel the binary is in the runfiles and $TEST_TMPDIR is
 # private to the test; under CMake's ctest, $SWEEP names the binary. Sourced, not run.
 set -euo pipefail
 # On the CPU wherever it runs (a GPU host's ctest too): the checks below are the CPU's bytes.
@@ -37,6 +37,21 @@ wait_rows() {
     [[ -f "$1" && $(wc -l <"$1") -gt $2 ]] && break
     sleep 0.1
   done
+}
+
+# The sweep with the flags $2... under a file size limit of $1 KiB, which stands in for a full
+# disk (the same failed write(2)); its stdout and stderr go to $tmp/limit.out through a pipe,
+# which the limit does not cover, and its exit status to $limit_rc.
+under_limit() {
+  set +e
+  (
+    trap '' XFSZ
+    ulimit -f "$1"
+    shift
+    "${sweep[@]}" "$@" 2>&1
+  ) | cat >"$tmp/limit.out"
+  limit_rc=${PIPESTATUS[0]}
+  set -e
 }
 
 # Bad input: exit status 2, a one-line message naming the value, nothing written.

@@ -296,17 +296,13 @@ kill -9 "$pid" 2>/dev/null || true
 wait "$pid" 2>/dev/null || true
 [[ -z "$(cut -d, -f1,2 "$tmp/busy/results.csv" | sort | uniq -d)" ]] || fail "busy --out: rows twice"
 
-# A write cut short (here a file size limit; a full disk is the same error) leaves complete rows
-# only, says why, and --resume completes the file.
-(
-  trap '' XFSZ
-  ulimit -f 2  # 2 KiB: the header and a row or two
-  "${sweep[@]}" --models=heavy_mlp:depth=2:hidden=4:batch=2,heavy_mlp:depth=3:hidden=4:batch=2 \
-    --strategies=uniform,recompute_all,selective_mlp --steps=1 --warmup=0 --out="$tmp/full" \
-    >/dev/null 2>"$tmp/full.stderr"
-) && fail "a write past the file size limit: exit 0"
-grep -q "File too large; the partial row was removed" "$tmp/full.stderr" ||
-  fail "a write past the file size limit: $(cat "$tmp/full.stderr")"
+# A write cut short (a full disk, under_limit) leaves complete rows only, says why, and --resume
+# completes the file. 2 KiB: the header and a row or two.
+under_limit 2 --models=heavy_mlp:depth=2:hidden=4:batch=2,heavy_mlp:depth=3:hidden=4:batch=2 \
+  --strategies=uniform,recompute_all,selective_mlp --steps=1 --warmup=0 --out="$tmp/full"
+((limit_rc != 0)) || fail "a write past the file size limit: exit 0"
+grep -q "File too large; the partial row was removed" "$tmp/limit.out" ||
+  fail "a write past the file size limit: $(cat "$tmp/limit.out")"
 [[ $(tail -c 1 "$tmp/full/results.csv" | od -An -c | tr -d ' ') == '\n' ]] ||
   fail "a write past the file size limit left a partial row"
 "${sweep[@]}" --models=heavy_mlp:depth=2:hidden=4:batch=2,heavy_mlp:depth=3:hidden=4:batch=2 \

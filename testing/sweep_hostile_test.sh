@@ -114,19 +114,7 @@ grep -qx 'link_bandwidth,9223372036854775807B/s' "$tmp/link/run.csv" ||
 if grep -q -- '-[0-9.]* GB/s' "$tmp/link/report.md"; then fail "report.md: a negative link rate"; fi
 check_bad "holds a byte that is not UTF-8 (0xff)" --models=$'heavy_mlp:depth=2\xff'
 
-# 2. Outputs whole or not at all. A file size limit stands in for a full disk (the same failed
-# write(2)); the sweep's own messages go through a pipe, which the limit does not cover.
-under_limit() {  # $1: KiB, then the sweep's flags; its stdout and stderr to $tmp/limit.out
-  set +e
-  (
-    trap '' XFSZ
-    ulimit -f "$1"
-    shift
-    "${sweep[@]}" "$@" 2>&1
-  ) | cat >"$tmp/limit.out"
-  limit_rc=${PIPESTATUS[0]}
-  set -e
-}
+# 2. Outputs whole or not at all, with a file size limit for a full disk (under_limit).
 # At the first output: nothing left behind, the reason named, and a --resume starts afresh.
 rm -rf "$tmp/full0"
 mkdir "$tmp/full0"

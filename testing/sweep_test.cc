@@ -21,6 +21,7 @@
 #include "core/run/profiler.h"
 #include "experiments/gradient_check.h"
 #include "experiments/presets.h"
+#include "experiments/progress.h"
 #include "experiments/report.h"
 #include "experiments/results.h"
 #include "experiments/results_csv.h"
@@ -56,6 +57,8 @@ std::vector<ConfigResult> RunTiny(const SweepOptions& o, std::vector<ConfigResul
       progress);
   EXPECT_TRUE(results.ok()) << results.status();
   EXPECT_THAT(progress.str(), HasSubstr("ETA"));
+  // The profile's pace is said once its first measurement is done, however quick.
+  EXPECT_THAT(progress.str(), HasSubstr("measurements done, about "));
   return results.ok() ? *results : std::vector<ConfigResult>();
 }
 
@@ -422,6 +425,23 @@ TEST(ResultsSchema, ReadsBackWhatItWrites) {
 }
 
 // The one median the profiler and the sweep summarize timings with.
+TEST(Progress, AProfileSaysItsStageItsPolicyAndItsTimeLeftOnceItHasAPace) {
+  std::ostringstream out;
+  Progress progress(out, 4);
+  std::function<void(const ProfileProgress&)> report = progress.Profiling("m");
+  report({"forward", 3, 3});
+  report({"measuring", 1, 3, "stored", 0, 6, 0, 12});
+  EXPECT_EQ(out.str(), "");  // within seconds of the start, and no pace yet
+  report({"measuring", 1, 3, "core recomputed", 1, 6, 1, 12});
+  EXPECT_THAT(out.str(), HasSubstr("profiling m: measuring stage 1 of 3, core recomputed (1 of 6 "
+                                   "measurements done, about "));
+  EXPECT_THAT(out.str(), HasSubstr(" s left of the profile)"));
+  EXPECT_THAT(out.str(), HasSubstr("no ETA before the first step"));
+  report({"measuring", 2, 3, "stored", 2, 6, 2, 12});  // within seconds of the last line
+  const std::string lines = out.str();
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), 1);
+}
+
 TEST(Median, OfUnsortedSamplesAndNaNWithoutAny) {
   EXPECT_DOUBLE_EQ(Median({3, 1, 2}), 2);
   EXPECT_DOUBLE_EQ(Median({4, 1, 3, 2}), 2.5);  // even count: the mean of the middle two

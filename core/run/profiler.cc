@@ -318,7 +318,15 @@ class Profiler {
     if (options_.warm_up == ProfileWarmUp::kAlways || device_.is_cuda()) WarmUp();
     ComputeInputs();
     const int n = static_cast<int>(stages_.size());
+    ProfileProgress progress{"measuring", 0, n};
     for (int i = 0; i < n; ++i) {
+      if (twin_[i] != i) continue;
+      const int menu = static_cast<int>(PolicyMenu(stages_[i], options_.chunks).size());
+      progress.measurements += menu;
+      progress.work += menu * forward_ms_[i];
+    }
+    for (int i = 0; i < n; ++i) {
+      progress.stage = i + 1;
       if (twin_[i] != i) {  // measured already, as its earlier twin
         for (const StageProfile& measured : profile.measured[twin_[i]]) {
           profile.measured[i].push_back(CopyOfTwin(measured, i));
@@ -326,11 +334,15 @@ class Profiler {
       } else {
         // Said before each policy too: one stage of a full-width model can take minutes.
         for (const StagePolicy& policy : PolicyMenu(stages_[i], options_.chunks)) {
-          Report("measuring", i + 1);
+          progress.policy = DescribePolicy(stages_[i], policy);
+          Report(progress);
           profile.measured[i].push_back(Measure(i, policy));
+          ++progress.measurements_done;
+          progress.work_done += forward_ms_[i];
         }
       }
-      Report("measuring", i + 1);
+      progress.policy.clear();
+      Report(progress);
     }
     MeasureLoss(inputs_.back(), profile.loss);
     if (options_.link_bytes_per_ms > 0) {
@@ -381,8 +393,10 @@ class Profiler {
     std::map<std::string, int> first_of;  // a repeat class -> its first stage
     at::AutoGradMode enable_grad(true);
     float32_ops_.assign(n, {});
+    forward_ms_.assign(n, 0);
     for (int i = 0; i < n; ++i) {
       std::vector<at::Tensor> outputs;
+      timer_->Start();
       if (options_.autocast) {
         std::set<std::string> ops;
         {
@@ -393,6 +407,7 @@ class Profiler {
       } else {
         outputs = Run(i, inputs_.back());
       }
+      forward_ms_[i] = timer_->StopMs();
       stage_params_[i] = GraphLeaves(outputs, index);
       twin_[i] = i;
       if (options_.reuse_repeated && !stages_[i].repeat_key.empty()) {
@@ -412,7 +427,7 @@ class Profiler {
         if (t.defined()) t = detached.emplace(t.unsafeGetTensorImpl(), t.detach()).first->second;
       }
       inputs_.push_back(std::move(outputs));
-      Report("forward", i + 1);
+      Report({"forward", i + 1, n});
     }
   }
 
@@ -428,8 +443,8 @@ class Profiler {
     return copy;
   }
 
-  void Report(const char* phase, int done) const {
-    if (options_.progress) options_.progress(phase, done, static_cast<int>(stages_.size()));
+  void Report(const ProfileProgress& progress) const {
+    if (options_.progress) options_.progress(progress);
   }
 
   // Stage i's own parameters, whose gradients its measurements clear and read.
@@ -802,6 +817,9 @@ class Profiler {
   std::vector<std::vector<at::Tensor>> inputs_;  // per stage, then the last stage's output
   std::vector<std::vector<int>> stage_params_;   // per stage, its parameters' indices
   std::vector<int> twin_;  // per stage, the stage whose measurements it takes (itself)
+  // Per stage, its first forward's time (ComputeInputs): what a measurement of it weighs in
+  // ProfileProgress.
+  std::vector<double> forward_ms_;
   std::vector<std::vector<std::string>> float32_ops_;  // per stage, StageProfile::float32_ops
 };
 

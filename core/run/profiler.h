@@ -17,6 +17,7 @@
 
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -35,6 +36,21 @@ namespace ckpt {
 // stage's. CUDA has such state (cuBLAS's workspace for each thread and stream); the CPU's
 // counted memory has none (docs/memory-model.md), so by default only CUDA profiles take it.
 enum class ProfileWarmUp { kOnCuda, kAlways };
+
+// Where a profile is, for progress lines.
+struct ProfileProgress {
+  const char* phase = "";  // "forward": the pass that finds every stage's input; "measuring"
+  int stage = 0;           // the stage at work or just done, from 1, of `stages`
+  int stages = 0;
+  std::string policy;  // measuring: the policy about to be measured (DescribePolicy), or ""
+  // measuring: the stage-policy pairs measured so far, of `measurements` (a repeated stage's
+  // copies of its twin's are not measured, and not counted); and the same weighted by each
+  // stage's forward time in ms (measurements of a wide stage take longer), of `work`.
+  int measurements_done = 0;
+  int measurements = 0;
+  double work_done = 0;
+  double work = 0;
+};
 
 struct ProfileOptions {
   // The chunk count of the chunking policies in every stage's menu (PolicyMenu).
@@ -59,9 +75,9 @@ struct ProfileOptions {
   // what autocast casts and saves (a linear layer's bfloat16 copies of its input and weight) is
   // measured as any tensor is. Backward runs outside it, as in a step.
   std::optional<c10::ScalarType> autocast;
-  // If set, called after each stage of each phase ("forward": the pass that finds every
-  // stage's input; "measuring") with the stages done and their number.
-  std::function<void(const char* phase, int done, int stages)> progress;
+  // If set, called as the profile goes: after each stage of each phase, and before each of a
+  // stage's measurements.
+  std::function<void(const ProfileProgress&)> progress;
 };
 
 // The model's stages without measurements (zero bytes, zero time): enough for strategies that
