@@ -315,8 +315,9 @@ absl::Status Explain(const SweepOptions& options, MemoryMeter& meter) {
 
 absl::Status PredictAll(const Request& request, const Machine& machine) {
   ASSIGN_OR_RETURN(const OutputFolder folder, OpenOutputFolder(request, machine));
-  ASSIGN_OR_RETURN(const std::vector<Prediction> rows,
-                   Predict(request.options, request.states, *machine.meter, std::cerr));
+  ASSIGN_OR_RETURN(
+      const std::vector<Prediction> rows,
+      Predict(request.options, request.states, request.device_memory, *machine.meter, std::cerr));
   RETURN_IF_ERROR(WriteFileAtomically(folder.Path("predict.csv"), PredictionCsv(rows)));
   RETURN_IF_ERROR(WriteFileAtomically(
       folder.Path("predict.md"),

@@ -71,9 +71,30 @@ absl::StatusOr<ModelProfile> ProfileForPlan(Workload& shallow_workload, ModelPro
 
 }  // namespace
 
+namespace {
+
+// What a card of `device_memory` bytes holds of a step's requested bytes, with the allocator's
+// `margin`.
+int64_t UsableBytes(int64_t device_memory, double margin) {
+  return static_cast<int64_t>(device_memory / margin);
+}
+
+}  // namespace
+
+double AllocatorMargin(absl::string_view model_spec) {
+  // Reserved over requested peak, every plan of the H100 run in
+  // docs/results/nvidia-h100-80gb-hbm3-2026-11-26 (first step from an emptied cache), rounded
+  // up: GPT-2 large 1.038 to 1.241, the 1.1B LLaMA 1.027 to 1.291, ResNet-152 1.134 to 1.747.
+  const absl::string_view family = model_spec.substr(0, model_spec.find(':'));
+  if (family == "gpt2") return 1.25;
+  if (family == "llama") return 1.30;
+  return 1.75;  // ResNet-152's, the largest measured: any other family, unmeasured
+}
+
 absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
-                                                const StatesSetting& states, MemoryMeter& meter,
-                                                std::ostream& progress_out) {
+                                                const StatesSetting& states,
+                                                std::optional<int64_t> device_memory,
+                                                MemoryMeter& meter, std::ostream& progress_out) {
   RETURN_IF_ERROR(ValidateStatesSetting(states));
   LoopOptions loop(WorkloadOptionsFor(options));
   // The shallow copy is built and profiled; the strategies plan for one rank of the full model.
@@ -110,7 +131,9 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
             float32_ops.insert(menu.front().float32_ops.begin(), menu.front().float32_ops.end());
           }
         }
-        for (size_t k = 0; k < options.strategies.size(); ++k) {
+        const double margin = AllocatorMargin(model);
+        // The row of the strategy `spec` under `plan` (or why it has none).
+        auto predict = [&](const std::string& spec, const absl::StatusOr<Plan>& plan) {
           Prediction& p = rows.emplace_back();
           p.model = model;
           p.profiled = m.built.empty() ? model : m.built;
@@ -119,7 +142,11 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
           p.autocast = options.autocast ? c10::toString(*options.autocast) : "";
           p.collectives_timed = states.collective_bytes_per_ms > 0;
           p.float32_ops.assign(float32_ops.begin(), float32_ops.end());
-          p.strategy = options.strategies[k].spec();
+          p.strategy = spec;
+          if (device_memory.has_value()) {
+            p.device_memory = *device_memory;
+            p.allocator_margin = margin;
+          }
           absl::Status why = state.status();
           if (state.ok()) {
             p.parameter_bytes = state->parameters;
@@ -127,27 +154,29 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
             p.optimizer_bytes = state->optimizer;
             p.largest_gather_bytes = state->largest_gather;
             p.batch_bytes = full.input_bytes + full.target_bytes;
-            const Configuration& c = m.configurations[k];
             absl::StatusOr<ModelProfile> with_policies =
-                c.status.ok() ? ProfileForPlan(*m.workload, shallow, full, counterparts, c.plan,
-                                               meter, options.device)
-                              : absl::StatusOr<ModelProfile>(c.status);
+                plan.ok() ? ProfileForPlan(*m.workload, shallow, full, counterparts, *plan, meter,
+                                           options.device)
+                          : absl::StatusOr<ModelProfile>(plan.status());
             absl::StatusOr<ModelProfile> profile =
                 with_policies.ok() ? RankProfile(*with_policies, states) : with_policies.status();
             absl::StatusOr<MemoryPrediction> memory =
-                profile.ok() ? PredictMemory(*profile, c.plan)
+                profile.ok() ? PredictMemory(*profile, *plan)
                              : absl::StatusOr<MemoryPrediction>(profile.status());
-            absl::StatusOr<double> ms = memory.ok() ? PredictStepMs(*profile, c.plan)
+            absl::StatusOr<double> ms = memory.ok() ? PredictStepMs(*profile, *plan)
                                                     : absl::StatusOr<double>(memory.status());
             why = ms.status();
             if (ms.ok()) {
-              p.strategy = c.plan.strategy;
-              p.plan = PlanToText(c.plan, full.stages);
+              p.strategy = plan->strategy;
+              p.plan = PlanToText(*plan, full.stages);
               p.activation_bytes = memory->activation_bytes;
               p.step_peak_bytes = memory->peak_bytes;
               p.step_ms = *ms;
               p.total_peak_bytes = p.parameter_bytes + p.optimizer_bytes + p.batch_bytes +
                                    std::max(p.step_peak_bytes, p.gradient_bytes);
+              if (device_memory.has_value()) {
+                p.fits = p.total_peak_bytes <= UsableBytes(*device_memory, margin);
+              }
             }
           }
           if (!why.ok()) {
@@ -157,6 +186,36 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
           progress.Steps(1);
           progress.Line(
               absl::StrCat(model, " ", p.strategy, ": ", p.status == "ok" ? "predicted" : p.error));
+        };
+        for (size_t k = 0; k < options.strategies.size(); ++k) {
+          // (A model that failed has no configurations: its failure is every row's.)
+          const absl::Status planned =
+              m.status.ok() ? m.configurations[k].status : absl::Status(m.status);
+          predict(options.strategies[k].spec(), planned.ok()
+                                                    ? absl::StatusOr<Plan>(m.configurations[k].plan)
+                                                    : absl::StatusOr<Plan>(planned));
+        }
+        if (!device_memory.has_value()) return absl::OkStatus();
+        // What the card leaves the step, for each strategy that plans to a budget (once each:
+        // "optimal" and "optimal:budget=8MiB" plan to it alike).
+        absl::StatusOr<int64_t> left = state.ok() ? UsableBytes(*device_memory, margin) -
+                                                        state->parameters - state->optimizer -
+                                                        (full.input_bytes + full.target_bytes)
+                                                  : absl::StatusOr<int64_t>(state.status());
+        std::set<std::string> fitted_specs;
+        for (const BoundStrategy& strategy : options.strategies) {
+          if (strategy.budget_param().empty()) continue;
+          absl::StatusOr<BoundStrategy> fitted =
+              !left.ok()   ? absl::StatusOr<BoundStrategy>(left.status())
+              : *left <= 0 ? absl::StatusOr<BoundStrategy>(absl::ResourceExhaustedError(
+                                 "the parameters, AdamW's moments and the batch alone are past "
+                                 "--device_memory over the allocator's margin"))
+                           : strategy.WithBudget(*left);
+          const std::string spec = fitted.ok() ? fitted->spec() : strategy.spec();
+          if (!fitted_specs.insert(spec).second) continue;
+          progress.AddToTotal(1);
+          predict(spec,
+                  fitted.ok() ? fitted->PlanFor(m.profile) : absl::StatusOr<Plan>(fitted.status()));
         }
         return absl::OkStatus();
       }));
@@ -227,30 +286,84 @@ std::string GradientsSetTheTotal(const std::vector<const Prediction*>& rows) {
       " MiB).\n");
 }
 
-}  // namespace
+// The rows of each model, in order (a model's rows are consecutive).
+std::vector<std::vector<const Prediction*>> ByModel(const std::vector<Prediction>& rows) {
+  std::vector<std::vector<const Prediction*>> models;
+  for (const Prediction& p : rows) {
+    if (models.empty() || models.back().front()->model != p.model) models.emplace_back();
+    models.back().push_back(&p);
+  }
+  return models;
+}
 
-std::string PredictionTable(const std::vector<Prediction>& rows) {
+// With --device_memory, a line per model: the fastest plan that fits the card, at what step
+// ratio against store_all's, or the least any needs; else empty.
+std::string FitSummary(const std::vector<Prediction>& rows) {
   std::string out;
-  for (size_t begin = 0; begin < rows.size();) {
-    size_t end = begin;
-    std::vector<const Prediction*> model;
-    while (end < rows.size() && rows[end].model == rows[begin].model) model.push_back(&rows[end++]);
-    absl::StrAppend(&out, out.empty() ? "" : "\n", ModelHeading(rows[begin]),
+  for (const std::vector<const Prediction*>& model : ByModel(rows)) {
+    const Prediction& first = *model.front();
+    if (first.device_memory <= 0) continue;
+    const Prediction *store_all = nullptr, *fastest = nullptr, *least = nullptr;
+    for (const Prediction* p : model) {
+      if (p->status != "ok") continue;
+      if (p->strategy == "store_all") store_all = p;
+      if (least == nullptr || p->total_peak_bytes < least->total_peak_bytes) least = p;
+      if (p->fits.value_or(false) && (fastest == nullptr || p->step_ms < fastest->step_ms)) {
+        fastest = p;
+      }
+    }
+    const std::string card = absl::StrFormat(
+        "%s GiB (%s GiB with the allocator's margin, x%.2f)", Gib(first.device_memory),
+        Gib(UsableBytes(first.device_memory, first.allocator_margin)), first.allocator_margin);
+    absl::StrAppend(&out, "- ", first.model, ": ");
+    if (fastest != nullptr) {
+      absl::StrAppend(&out, "**fits** in ", card, " with ", fastest->strategy, ", ",
+                      Gib(fastest->total_peak_bytes), " GiB",
+                      store_all != nullptr && store_all->step_ms > 0
+                          ? absl::StrFormat(", at %.2fx store_all's step (this device's times)",
+                                            fastest->step_ms / store_all->step_ms)
+                          : std::string(),
+                      ".\n");
+    } else if (least != nullptr) {
+      absl::StrAppend(&out, "**does not fit** in ", card, ": the least any strategy needs is ",
+                      Gib(least->total_peak_bytes), " GiB (", least->strategy, ").\n");
+    } else {
+      absl::StrAppend(&out, "not answered for ", card, ": no strategy could be predicted.\n");
+    }
+  }
+  return out.empty() ? out : absl::StrCat(out, "\n");
+}
+
+// The predictions' tables, a model each.
+std::string Tables(const std::vector<Prediction>& rows) {
+  std::string out;
+  for (const std::vector<const Prediction*>& model : ByModel(rows)) {
+    const bool card = model.front()->device_memory > 0;
+    absl::StrAppend(&out, out.empty() ? "" : "\n", ModelHeading(*model.front()),
                     "| strategy | activations MiB | step peak above baseline MiB | total training "
-                    "peak GiB | step ms |\n| --- | ---: | ---: | ---: | ---: |\n");
+                    "peak GiB | step ms |",
+                    card ? " fits |\n| --- | ---: | ---: | ---: | ---: | --- |\n"
+                         : "\n| --- | ---: | ---: | ---: | ---: |\n");
     for (const Prediction* p : model) {
       if (p->status != "ok") {
-        absl::StrAppend(&out, "| ", p->strategy, " | ", p->status, ": ", p->error, " | | | |\n");
+        absl::StrAppend(&out, "| ", p->strategy, " | ", p->status, ": ", p->error, " | | | |",
+                        card ? " |\n" : "\n");
         continue;
       }
       absl::StrAppend(&out, "| ", p->strategy, " | ", Mib(p->activation_bytes), " | ",
                       Mib(p->step_peak_bytes), " | ", Gib(p->total_peak_bytes), " | ",
-                      absl::StrFormat("%.0f", p->step_ms), " |\n");
+                      absl::StrFormat("%.0f", p->step_ms), " |",
+                      card ? (p->fits.value_or(false) ? " yes |\n" : " no |\n") : "\n");
     }
     absl::StrAppend(&out, GradientsSetTheTotal(model));
-    begin = end;
   }
   return out;
+}
+
+}  // namespace
+
+std::string PredictionTable(const std::vector<Prediction>& rows) {
+  return absl::StrCat(FitSummary(rows), Tables(rows));
 }
 
 std::string SavingsBesidePublished(const std::vector<Prediction>& rows,
@@ -313,8 +426,8 @@ std::string PredictionReport(const std::vector<Prediction>& rows,
                              const std::vector<PublishedSaving>& published,
                              const std::string& command) {
   std::string out = absl::StrCat(
-      "# Predicted at full size\n\n`", command,
-      "`\n\nNothing here ran at full size. Each model was built shallow (the spec it was "
+      "# Predicted at full size\n\n`", command, "`\n\n", FitSummary(rows),
+      "Nothing here ran at full size. Each model was built shallow (the spec it was "
       "profiled as is named below), its blocks' measured bytes and times given to every further "
       "block, and every strategy planned and predicted on that profile by the memory and time "
       "models the sweep checks against measured steps, as one data-parallel rank runs it with "
@@ -331,7 +444,7 @@ std::string PredictionReport(const std::vector<Prediction>& rows,
                     "precision; the sizes here are this run's (the spec on each row).\n\n",
                     beside, "\n## Every strategy\n\n");
   }
-  absl::StrAppend(&out, PredictionTable(rows));
+  absl::StrAppend(&out, Tables(rows));
   return out;
 }
 
@@ -340,7 +453,7 @@ std::string PredictionCsv(const std::vector<Prediction>& rows) {
       "model,profiled_model,strategy,status,states,world_size,autocast,collectives_timed,"
       "parameter_bytes,gradient_bytes,optimizer_bytes,batch_bytes,largest_gather_bytes,"
       "predicted_activation_bytes,predicted_step_peak_bytes,predicted_total_peak_bytes,"
-      "predicted_step_ms,plan,message\n";
+      "predicted_step_ms,fits,plan,message\n";
   for (const Prediction& p : rows) {
     // Empty where unknown, as in results.csv: the state's sizes where the model could not be
     // profiled, the predictions where the row is not ok.
@@ -357,7 +470,8 @@ std::string PredictionCsv(const std::vector<Prediction>& rows) {
                     ",", cell(profiled, p.batch_bytes), ",", cell(profiled, p.largest_gather_bytes),
                     ",", cell(ok, p.activation_bytes), ",", cell(ok, p.step_peak_bytes), ",",
                     cell(ok, p.total_peak_bytes), ",", ok ? absl::StrFormat("%.3f", p.step_ms) : "",
-                    ",", CsvField(p.plan), ",", CsvField(p.error), "\n");
+                    ",", p.fits.has_value() ? (*p.fits ? "true" : "false") : "", ",",
+                    CsvField(p.plan), ",", CsvField(p.error), "\n");
   }
   return out;
 }

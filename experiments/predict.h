@@ -16,11 +16,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "core/plan/states.h"
 #include "core/run/memory_meter.h"
 #include "experiments/presets.h"
@@ -59,7 +61,17 @@ struct Prediction {
   // optimizer step starts from; its own temporaries are not counted).
   int64_t total_peak_bytes = 0;
   double step_ms = 0;  // the time model's, from the measured stage times
+  // With --device_memory (else 0 and unset): the card's bytes, the allocator's margin assumed
+  // for the model (AllocatorMargin), and, where ok, whether the total peak times the margin fits.
+  int64_t device_memory = 0;
+  double allocator_margin = 0;
+  std::optional<bool> fits;
 };
+
+// What the caching allocator reserves over the bytes a step requests, as a factor, for the
+// model family of `model_spec`: the largest reserved-over-requested peak measured on a card for
+// that family, the largest of all for a family never measured.
+double AllocatorMargin(absl::string_view model_spec);
 
 // `model` at the least depth from 2 to 4 whose stages hold a counterpart of every stage of the
 // full model (ExpandProfile), where the model has a depth parameter and that depth has fewer
@@ -68,13 +80,19 @@ absl::StatusOr<BoundModel> ShallowModel(const BoundModel& model);
 
 // A prediction per model and strategy of `options` (store_all first) for one rank of
 // `states`, profiling each model's shallow spec once on options.device (under options.autocast).
-// Progress lines go to `progress`. Errors of building and profiling end it; a strategy that
-// cannot plan is a row with its error.
+// With `device_memory` (a card's bytes), each row says whether it fits (Prediction::fits), and
+// every strategy that plans to a budget plans again, in a row after the model's others, to what
+// the card leaves the step: its bytes over the margin, less the parameters, AdamW's moments and
+// the batch. Progress lines go to `progress`. Errors of building and profiling end it; a
+// strategy that cannot plan is a row with its error.
 absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
-                                                const StatesSetting& states, MemoryMeter& meter,
-                                                std::ostream& progress);
+                                                const StatesSetting& states,
+                                                std::optional<int64_t> device_memory,
+                                                MemoryMeter& meter, std::ostream& progress);
 
-// The predictions as a table for a reader (Markdown), per model, in MiB and GiB.
+// The predictions as a table for a reader (Markdown), per model, in MiB and GiB; with
+// --device_memory, first a line per model: whether it fits the card, and the fastest plan that
+// does, at what step ratio against store_all.
 std::string PredictionTable(const std::vector<Prediction>& rows);
 // Per model that `published` has a figure for: the publication's training memory without and
 // with checkpointing beside the predicted total and activation bytes of store_all and of

@@ -37,7 +37,8 @@ const std::vector<Mode>& ModesThatDoLess() {
       {"predict",
        "--predict runs no step",
        {"preset", "models", "strategies", "budgets", "link_bandwidth", "device", "seed", "threads",
-        "blas_threads", "out", "amp", "states", "world_size", "collective_bandwidth"}},
+        "blas_threads", "out", "amp", "states", "world_size", "collective_bandwidth",
+        "device_memory"}},
       {"report_only",
        "--report_only runs nothing",
        {"preset", "models", "strategies", "budgets", "out"}},
@@ -121,11 +122,17 @@ std::vector<std::string> SplitList(const std::string& text) {
   return items;
 }
 
-absl::StatusOr<std::optional<int64_t>> ParseCap(const std::string& text) {
+absl::StatusOr<std::optional<int64_t>> ParseSize(absl::string_view flag, const std::string& text,
+                                                 int64_t least) {
   if (text.empty()) return std::optional<int64_t>();
   absl::StatusOr<int64_t> bytes = ParseByteSize(text);
   if (!bytes.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--memory_cap=", bytes.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", bytes.status().message()));
+  }
+  if (*bytes < least) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, "=", text, " is not accepted; accepted: a size of at least ",
+                     least, " bytes (24GiB, 512MiB, 1000)"));
   }
   return std::optional<int64_t>(*bytes);
 }
@@ -231,27 +238,35 @@ std::string LinkSetting(const SweepOptions& o) {
 
 RunRecord RecordOf(const Request& r, const Machine& m) {
   const SweepOptions& o = r.options;
-  return {{"device", o.device.str()},
-          {"memory_cap", o.memory_cap.has_value() ? absl::StrCat(*o.memory_cap) : "none"},
-          {"steps", absl::StrCat(o.steps)},
-          {"warmup", absl::StrCat(o.warmup)},
-          {"seed", absl::StrCat(o.seed)},
-          {"threads", absl::StrCat(m.threads.intra_op)},
-          {"blas_threads", m.threads.blas > 0 ? absl::StrCat(m.threads.blas) : "unknown"},
-          {"train_steps", absl::StrCat(r.training.steps)},
-          {"accumulate", absl::StrCat(r.training.accumulate)},
-          {"amp", r.training.amp ? "true" : "false"},
-          {"link_bandwidth", LinkSetting(o)},
-          {"world_size", absl::StrCat(r.ranks.world_size)},
-          {"plan_files", r.plan_files.empty() ? "none" : absl::StrJoin(r.plan_files, ";")},
-          // What --predict predicts for (none for a run that steps: its ranks are world_size).
-          {"states", r.predict ? StateLayoutName(r.states.layout) : "none"},
-          {"states_world_size", r.predict ? absl::StrCat(r.states.world_size) : "none"},
-          {"collective_bandwidth",
-           !r.predict ? "none"
-           : r.states.collective_bytes_per_ms > 0
-               ? absl::StrCat(std::llround(r.states.collective_bytes_per_ms * 1000), "B/s")
-               : "untimed"}};
+  RunRecord record = {
+      {"device", o.device.str()},
+      {"memory_cap", o.memory_cap.has_value() ? absl::StrCat(*o.memory_cap) : "none"},
+      {"steps", absl::StrCat(o.steps)},
+      {"warmup", absl::StrCat(o.warmup)},
+      {"seed", absl::StrCat(o.seed)},
+      {"threads", absl::StrCat(m.threads.intra_op)},
+      {"blas_threads", m.threads.blas > 0 ? absl::StrCat(m.threads.blas) : "unknown"},
+      {"train_steps", absl::StrCat(r.training.steps)},
+      {"accumulate", absl::StrCat(r.training.accumulate)},
+      {"amp", r.training.amp ? "true" : "false"},
+      {"link_bandwidth", LinkSetting(o)},
+      {"world_size", absl::StrCat(r.ranks.world_size)},
+      {"plan_files", r.plan_files.empty() ? "none" : absl::StrJoin(r.plan_files, ";")},
+      // What --predict predicts for (none for a run that steps: its ranks are world_size).
+      {"states", r.predict ? StateLayoutName(r.states.layout) : "none"},
+      {"states_world_size", r.predict ? absl::StrCat(r.states.world_size) : "none"},
+      {"collective_bandwidth",
+       !r.predict ? "none"
+       : r.states.collective_bytes_per_ms > 0
+           ? absl::StrCat(std::llround(r.states.collective_bytes_per_ms * 1000), "B/s")
+           : "untimed"}};
+  // The card --predict answers for; only a prediction's record has it, so that a sweep's is
+  // what it was (and older folders still resume).
+  if (r.predict) {
+    record.emplace_back("device_memory",
+                        r.device_memory.has_value() ? absl::StrCat(*r.device_memory) : "none");
+  }
+  return record;
 }
 
 std::string ConfigurationOf(const Request& r, const Machine& m) {

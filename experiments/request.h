@@ -36,9 +36,10 @@ int ExitStatusOf(const absl::Status& status);  // 0 for OK
 // The items of a comma-separated list, each stripped of surrounding white space.
 std::vector<std::string> SplitList(const std::string& text);
 
-// --memory_cap: none for "", else a size (ParseByteSize: "16GiB", "512MiB", bytes);
-// InvalidArgument after "--memory_cap=".
-absl::StatusOr<std::optional<int64_t>> ParseCap(const std::string& text);
+// A size flag, --`flag` (--memory_cap, --device_memory): none for "", else a size of at least
+// `least` bytes (ParseByteSize: "16GiB", "512MiB", bytes); InvalidArgument after "--`flag`=".
+absl::StatusOr<std::optional<int64_t>> ParseSize(absl::string_view flag, const std::string& text,
+                                                 int64_t least = 0);
 
 // The rate flag --`flag`: bytes per second, kept whole (run.csv records it), 0 for "";
 // InvalidArgument naming the flag and text for anything but a positive size with "/s"
@@ -73,6 +74,8 @@ struct Request {
   // --predict: the state's layout over the ranks the prediction is for (--states, --world_size,
   // --collective_bandwidth); not the ranks this run starts.
   StatesSetting states;
+  // --predict: the card's memory the answer is for (--device_memory), if given.
+  std::optional<int64_t> device_memory;
   // The ranks running, and this process's place among them: a launcher's environment's
   // (`launched`), or rank 0 of --nproc's, which starts the others and meets them in a folder
   // made in `temp_parent`; rank 0 of 1 for one process. The backend is ChooseBackend's. (What

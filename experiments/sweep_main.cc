@@ -2,7 +2,7 @@
 //     [--strategies=SPEC,...] [--device=auto|cpu|cuda] [--steps=N] [--warmup=N] [--threads=N]
 //     [--out=DIR] [--resume] [--memory_cap=BYTES|16GiB] [--budgets=SIZE,...] [--depths=4,8,16,32]
 //     [--link_bandwidth=25GB/s] [--predict [--states=replicated|zero1|zero2|zero3]
-//     [--world_size=N] [--collective_bandwidth=100GB/s]]
+//     [--world_size=N] [--collective_bandwidth=100GB/s] [--device_memory=24GiB]]
 //     [--amp] [--train_steps=N [--accumulate=K]] [--seed=N] [--time_limit_s=S] [--nproc=N]
 //     [--dist_backend=auto|gloo|nccl] [--explain] [--list] [--report_only]
 //
@@ -91,6 +91,10 @@ ABSL_FLAG(std::string, collective_bandwidth, "",
           "with --predict: the collectives' rate per rank (e.g. 100GB/s): the step time counts "
           "gradient reductions and zero3's parameter gathers, a rerun's gathers included, and "
           "planners weigh them; not given, collectives are not timed");
+ABSL_FLAG(std::string, device_memory, "",
+          "with --predict: the memory of the card the answer is for (e.g. 24GiB): each row says "
+          "whether its total peak fits it with the allocator's margin, and every strategy that "
+          "plans to a budget plans again to what the card leaves the step");
 ABSL_FLAG(std::string, budgets, "",
           "peak budgets above the baseline (e.g. 8MiB,16MiB): every strategy that plans to a "
           "budget (optimal, uniform, revolve) also runs at each; the Pareto plot draws their "
@@ -258,7 +262,7 @@ absl::StatusOr<Request> ReadRequest(const ParsedCommandLine& parsed) {
   options.warmup = parsed.given.count("warmup") ? absl::GetFlag(FLAGS_warmup) : preset.warmup;
   options.seed = absl::GetFlag(FLAGS_seed);
   options.time_limit_s = absl::GetFlag(FLAGS_time_limit_s);
-  ASSIGN_OR_RETURN(options.memory_cap, ParseCap(absl::GetFlag(FLAGS_memory_cap)));
+  ASSIGN_OR_RETURN(options.memory_cap, ParseSize("memory_cap", absl::GetFlag(FLAGS_memory_cap)));
   ASSIGN_OR_RETURN(options.link_bytes_per_s,
                    ParseLinkBandwidth(absl::GetFlag(FLAGS_link_bandwidth)));
   RETURN_IF_ERROR(ValidateSweep(options));
@@ -278,13 +282,15 @@ absl::StatusOr<Request> ReadRequest(const ParsedCommandLine& parsed) {
   if (training.steps != 0) RETURN_IF_ERROR(ValidateTraining(training));
   r.explain = absl::GetFlag(FLAGS_explain);
   r.predict = absl::GetFlag(FLAGS_predict);
-  for (const char* flag : {"states", "world_size", "collective_bandwidth"}) {
+  for (const char* flag : {"states", "world_size", "collective_bandwidth", "device_memory"}) {
     if (parsed.given.count(flag) && !r.predict) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--", flag, " lays out the state of ranks that --predict predicts for; accepted: --",
-          flag, " with --predict"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, " describes the training --predict predicts for; accepted: --",
+                       flag, " with --predict"));
     }
   }
+  ASSIGN_OR_RETURN(r.device_memory,
+                   ParseSize("device_memory", absl::GetFlag(FLAGS_device_memory), 1));
   ASSIGN_OR_RETURN(r.states.layout, ParseStateLayout(absl::GetFlag(FLAGS_states)));
   r.states.world_size = absl::GetFlag(FLAGS_world_size);
   ASSIGN_OR_RETURN(const int64_t collective_bytes_per_s,

@@ -46,7 +46,7 @@ TEST(Predict, ShallowProfilesPredictTheFullModelExactly) {
     options.strategies = BindStrategies(DefaultStrategies()).value();
     std::ostringstream progress;
     absl::StatusOr<std::vector<Prediction>> rows =
-        Predict(options, StatesSetting{}, Cpu(), progress);
+        Predict(options, StatesSetting{}, std::nullopt, Cpu(), progress);
     ASSERT_TRUE(rows.ok()) << rows.status();
     ASSERT_EQ(rows->size(), options.strategies.size());
     EXPECT_EQ(rows->front().profiled, ShallowModel(deep->front())->spec());
@@ -88,6 +88,60 @@ TEST(Predict, ShallowProfilesPredictTheFullModelExactly) {
     }
   }
   EXPECT_GT(expanded, 0);
+}
+
+// A card's memory between recompute_all's total and store_all's: each row says whether it fits
+// (its total within the card over the allocator's margin), optimal plans again to what the card
+// leaves the step and fits, and the first line answers; a card too small fits nothing.
+TEST(Predict, ADeviceMemoryAnswersWhetherEachPlanFits) {
+  // Activations outweigh the state: long sequences, a small vocabulary.
+  SweepOptions options;
+  options.models = {
+      BoundModel::Bind("gpt2:depth=4:hidden=16:heads=2:seq=64:batch=4:vocab=32:context=64")
+          .value()};
+  options.strategies = BindStrategies({"store_all", "recompute_all", "optimal"}).value();
+  std::ostringstream progress;
+  absl::StatusOr<std::vector<Prediction>> plain =
+      Predict(options, StatesSetting{}, std::nullopt, Cpu(), progress);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_EQ(plain->size(), 3u);
+  for (const Prediction& row : *plain) EXPECT_FALSE(row.fits.has_value());
+  const Prediction& store_all = (*plain)[0];
+  const Prediction& recompute_all = (*plain)[1];
+  ASSERT_LT(recompute_all.total_peak_bytes, store_all.total_peak_bytes);
+
+  const double margin = AllocatorMargin(options.models.front().spec());
+  EXPECT_GE(margin, 1.0);
+  const int64_t usable = (recompute_all.total_peak_bytes + store_all.total_peak_bytes) / 2;
+  const int64_t card = static_cast<int64_t>(usable * margin);
+  absl::StatusOr<std::vector<Prediction>> rows =
+      Predict(options, StatesSetting{}, card, Cpu(), progress);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 4u);  // the three, then optimal at what the card leaves
+  for (const Prediction& row : *rows) {
+    SCOPED_TRACE(row.strategy);
+    ASSERT_EQ(row.status, "ok") << row.error;
+    EXPECT_EQ(row.device_memory, card);
+    EXPECT_EQ(row.fits, row.total_peak_bytes <= static_cast<int64_t>(card / margin));
+  }
+  EXPECT_EQ((*rows)[0].fits, false);
+  EXPECT_EQ((*rows)[1].fits, true);
+  const Prediction& fitted = (*rows)[3];
+  EXPECT_EQ(fitted.strategy.rfind("optimal:", 0), 0u);
+  EXPECT_EQ(fitted.fits, true);
+  EXPECT_LE(fitted.step_ms, (*rows)[1].step_ms);  // no slower than recomputing everything
+  const std::string table = PredictionTable(*rows);
+  EXPECT_EQ(table.rfind("- " + options.models.front().spec() + ": **fits** in ", 0), 0u) << table;
+
+  absl::StatusOr<std::vector<Prediction>> tiny =
+      Predict(options, StatesSetting{}, int64_t{1}, Cpu(), progress);
+  ASSERT_TRUE(tiny.ok()) << tiny.status();
+  ASSERT_EQ(tiny->size(), 4u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ((*tiny)[i].fits, false);
+  EXPECT_EQ((*tiny)[3].status, "oom");
+  EXPECT_NE((*tiny)[3].error.find("alone are past --device_memory"), std::string::npos)
+      << (*tiny)[3].error;
+  EXPECT_NE(PredictionTable(*tiny).find("**does not fit** in "), std::string::npos);
 }
 
 TEST(Predict, AShallowerCopyThatIsNotOneIsRefused) {

@@ -40,9 +40,12 @@ RC_GTEST_PROP(Request, ParsersReturnAValueOrAnErrorNamingTheFlag, ()) {
   } else {
     RC_ASSERT(absl::StrContains(rate.status().message(), "--link_bandwidth="));
   }
-  const absl::StatusOr<std::optional<int64_t>> cap = ParseCap(text);
+  const absl::StatusOr<std::optional<int64_t>> cap = ParseSize("memory_cap", text);
   if (!cap.ok()) RC_ASSERT(absl::StrContains(cap.status().message(), "--memory_cap="));
   if (cap.ok()) RC_ASSERT(cap->has_value() != text.empty());
+  const absl::StatusOr<std::optional<int64_t>> card = ParseSize("device_memory", text, 1);
+  if (!card.ok()) RC_ASSERT(absl::StrContains(card.status().message(), "--device_memory="));
+  if (card.ok()) RC_ASSERT(!card->has_value() || **card >= 1);
 }
 
 RC_GTEST_PROP(Request, DepthsAndRatesReadBackWhatTheyAccept, ()) {

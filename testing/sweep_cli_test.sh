@@ -28,6 +28,18 @@ whole=$(sed -n 2p "$tmp/predict/predict.csv" | cut -d, -f9)
 [[ $(cut -d, -f9 <<<"$row") -eq $((whole / 4)) ]] || fail "zero3 parameters: $row against $whole"
 grep -q "One rank of 4, zero3 state" "$tmp/predict-zero3/predict.md" ||
   fail "predict.md does not name the setting: $(cat "$tmp/predict-zero3/predict.md")"
+# For a card: the first line answers, optimal plans again to what the card leaves, run.csv
+# records the card.
+"${sweep[@]}" --predict --models=gpt2:depth=6:hidden=8:heads=2:seq=4:batch=1:vocab=16:context=4 \
+  --strategies=store_all,optimal --device_memory=1GiB --out="$tmp/predict-card" \
+  >"$tmp/predict-card.stdout" 2>/dev/null || fail "--predict --device_memory exited $?"
+head -1 "$tmp/predict-card.stdout" | grep -q '^- gpt2:.*: \*\*fits\*\* in 1.00 GiB' ||
+  fail "--device_memory's first line: $(head -1 "$tmp/predict-card.stdout")"
+fits=$(cut -d, -f3,18 "$tmp/predict-card/predict.csv" | tail -n +2 | tr '\n' ' ')
+[[ "$fits" == "store_all,true optimal:budget=auto,true optimal:budget="*",true " ]] ||
+  fail "--device_memory's rows: $(cat "$tmp/predict-card/predict.csv")"
+grep -qx 'device_memory,1073741824' "$tmp/predict-card/run.csv" ||
+  fail "run.csv does not record --device_memory: $(cat "$tmp/predict-card/run.csv")"
 
 # A tiny run: results.csv with a header and one row per configuration, all ok.
 "${sweep[@]}" --models=heavy_mlp:depth=4:hidden=8:batch=2 --strategies=store_all,uniform \
@@ -170,8 +182,12 @@ check_bad "--predict runs no step, so --train_steps cannot go with it" --predict
 check_bad "--predict runs no step, so --memory_cap cannot go with it; accepted with --predict: --preset, --models, --strategies, --budgets" \
   --predict --memory_cap=1GiB
 check_bad "--predict runs no step, so --nproc cannot go with it" --predict --nproc=2
-check_bad "--states lays out the state of ranks that --predict predicts for; accepted: --states with --predict" \
+check_bad "--states describes the training --predict predicts for; accepted: --states with --predict" \
   --states=zero3
+check_bad "--device_memory describes the training --predict predicts for; accepted: --device_memory with --predict" \
+  --device_memory=24GiB
+check_bad "--device_memory=0 is not accepted; accepted: a size of at least 1 bytes" --predict --device_memory=0
+check_bad "--device_memory=" --predict --device_memory=lots
 check_bad "--states=zero4 is not accepted; accepted: replicated, zero1, zero2, zero3" --predict --states=zero4
 check_bad "--world_size=0 is not accepted; accepted: 1..1048576" --predict --world_size=0
 check_bad "--collective_bandwidth=fast is not a rate" --predict --collective_bandwidth=fast
