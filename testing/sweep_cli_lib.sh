@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # What the sweep's end-to-end tests share (testing/sweep_cli_test.sh and
 # testing/sweep_hostile_test.sh): the binary, a private scratch folder, failures counted, the wait
-# for rows, a run under a file size limit and the bad-input check. Under Bazel the binary is in the runfiles and $TEST_TMPDIR is
-# private to the test; under CMake's ctest, $SWEEP names the binary. Sourced, not run.
+# for rows, a run under a file size limit and the bad-input check. Under Bazel the binary is in
+# the runfiles and $TEST_TMPDIR is private to the test; under CMake's ctest, $SWEEP names the
+# binary. Sourced, not run.
 set -euo pipefail
 # On the CPU wherever it runs (a GPU host's ctest too): the checks below are the CPU's bytes.
 sweep=("${SWEEP:-$TEST_SRCDIR/ckptlab/experiments/sweep}" --device=cpu)
