@@ -429,7 +429,7 @@ TEST(Progress, AProfileSaysItsStageItsPolicyAndItsTimeLeftOnceItHasAPace) {
   std::ostringstream out;
   Progress progress(out, 4);
   std::function<void(const ProfileProgress&)> report = progress.Profiling("m");
-  report({"forward", 3, 3});
+  report({"forward", 3, 3, "", 0, 0, 0, 0});
   report({"measuring", 1, 3, "stored", 0, 6, 0, 12});
   EXPECT_EQ(out.str(), "");  // within seconds of the start, and no pace yet
   report({"measuring", 1, 3, "core recomputed", 1, 6, 1, 12});

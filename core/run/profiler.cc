@@ -318,7 +318,9 @@ class Profiler {
     if (options_.warm_up == ProfileWarmUp::kAlways || device_.is_cuda()) WarmUp();
     ComputeInputs();
     const int n = static_cast<int>(stages_.size());
-    ProfileProgress progress{"measuring", 0, n};
+    ProfileProgress progress;
+    progress.phase = "measuring";
+    progress.stages = n;
     for (int i = 0; i < n; ++i) {
       if (twin_[i] != i) continue;
       const int menu = static_cast<int>(PolicyMenu(stages_[i], options_.chunks).size());
@@ -394,6 +396,9 @@ class Profiler {
     at::AutoGradMode enable_grad(true);
     float32_ops_.assign(n, {});
     forward_ms_.assign(n, 0);
+    ProfileProgress progress;
+    progress.phase = "forward";
+    progress.stages = n;
     for (int i = 0; i < n; ++i) {
       std::vector<at::Tensor> outputs;
       timer_->Start();
@@ -427,7 +432,8 @@ class Profiler {
         if (t.defined()) t = detached.emplace(t.unsafeGetTensorImpl(), t.detach()).first->second;
       }
       inputs_.push_back(std::move(outputs));
-      Report({"forward", i + 1, n});
+      progress.stage = i + 1;
+      Report(progress);
     }
   }
 
