@@ -81,10 +81,14 @@ int64_t UsableBytes(int64_t device_memory, double margin) {
 
 }  // namespace
 
+std::optional<bool> Prediction::Fits() const {
+  if (device_memory <= 0 || status != "ok") return std::nullopt;
+  return total_peak_bytes <= UsableBytes(device_memory, allocator_margin);
+}
+
 double AllocatorMargin(absl::string_view model_spec) {
-  // Reserved over requested peak, every plan of the H100 run in
-  // docs/results/nvidia-h100-80gb-hbm3-2026-11-26 (first step from an emptied cache), rounded
-  // up: GPT-2 large 1.038 to 1.241, the 1.1B LLaMA 1.027 to 1.291, ResNet-152 1.134 to 1.747.
+  // The largest reserved-over-requested peak of the family's plans on the H100, rounded up
+  // (docs/sweep.md names the run and its figures).
   const absl::string_view family = model_spec.substr(0, model_spec.find(':'));
   if (family == "gpt2") return 1.25;
   if (family == "llama") return 1.30;
@@ -174,9 +178,6 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
               p.step_ms = *ms;
               p.total_peak_bytes = p.parameter_bytes + p.optimizer_bytes + p.batch_bytes +
                                    std::max(p.step_peak_bytes, p.gradient_bytes);
-              if (device_memory.has_value()) {
-                p.fits = p.total_peak_bytes <= UsableBytes(*device_memory, margin);
-              }
             }
           }
           if (!why.ok()) {
@@ -308,7 +309,7 @@ std::string FitSummary(const std::vector<Prediction>& rows) {
       if (p->status != "ok") continue;
       if (p->strategy == "store_all") store_all = p;
       if (least == nullptr || p->total_peak_bytes < least->total_peak_bytes) least = p;
-      if (p->fits.value_or(false) && (fastest == nullptr || p->step_ms < fastest->step_ms)) {
+      if (p->Fits().value_or(false) && (fastest == nullptr || p->step_ms < fastest->step_ms)) {
         fastest = p;
       }
     }
@@ -353,7 +354,7 @@ std::string Tables(const std::vector<Prediction>& rows) {
       absl::StrAppend(&out, "| ", p->strategy, " | ", Mib(p->activation_bytes), " | ",
                       Mib(p->step_peak_bytes), " | ", Gib(p->total_peak_bytes), " | ",
                       absl::StrFormat("%.0f", p->step_ms), " |",
-                      card ? (p->fits.value_or(false) ? " yes |\n" : " no |\n") : "\n");
+                      card ? (p->Fits().value_or(false) ? " yes |\n" : " no |\n") : "\n");
     }
     absl::StrAppend(&out, GradientsSetTheTotal(model));
   }
@@ -470,7 +471,7 @@ std::string PredictionCsv(const std::vector<Prediction>& rows) {
                     ",", cell(profiled, p.batch_bytes), ",", cell(profiled, p.largest_gather_bytes),
                     ",", cell(ok, p.activation_bytes), ",", cell(ok, p.step_peak_bytes), ",",
                     cell(ok, p.total_peak_bytes), ",", ok ? absl::StrFormat("%.3f", p.step_ms) : "",
-                    ",", p.fits.has_value() ? (*p.fits ? "true" : "false") : "", ",",
+                    ",", p.Fits().has_value() ? (*p.Fits() ? "true" : "false") : "", ",",
                     CsvField(p.plan), ",", CsvField(p.error), "\n");
   }
   return out;

@@ -61,11 +61,13 @@ struct Prediction {
   // optimizer step starts from; its own temporaries are not counted).
   int64_t total_peak_bytes = 0;
   double step_ms = 0;  // the time model's, from the measured stage times
-  // With --device_memory (else 0 and unset): the card's bytes, the allocator's margin assumed
-  // for the model (AllocatorMargin), and, where ok, whether the total peak times the margin fits.
+  // With --device_memory (else 0): the card's bytes and the allocator's margin assumed for the
+  // model (AllocatorMargin).
   int64_t device_memory = 0;
   double allocator_margin = 0;
-  std::optional<bool> fits;
+
+  // With --device_memory, for an ok row: whether the total peak times the margin fits the card.
+  std::optional<bool> Fits() const;
 };
 
 // What the caching allocator reserves over the bytes a step requests, as a factor, for the

@@ -105,7 +105,7 @@ TEST(Predict, ADeviceMemoryAnswersWhetherEachPlanFits) {
       Predict(options, StatesSetting{}, std::nullopt, Cpu(), progress);
   ASSERT_TRUE(plain.ok()) << plain.status();
   ASSERT_EQ(plain->size(), 3u);
-  for (const Prediction& row : *plain) EXPECT_FALSE(row.fits.has_value());
+  for (const Prediction& row : *plain) EXPECT_FALSE(row.Fits().has_value());
   const Prediction& store_all = (*plain)[0];
   const Prediction& recompute_all = (*plain)[1];
   ASSERT_LT(recompute_all.total_peak_bytes, store_all.total_peak_bytes);
@@ -122,13 +122,13 @@ TEST(Predict, ADeviceMemoryAnswersWhetherEachPlanFits) {
     SCOPED_TRACE(row.strategy);
     ASSERT_EQ(row.status, "ok") << row.error;
     EXPECT_EQ(row.device_memory, card);
-    EXPECT_EQ(row.fits, row.total_peak_bytes <= static_cast<int64_t>(card / margin));
+    EXPECT_EQ(row.Fits(), row.total_peak_bytes <= static_cast<int64_t>(card / margin));
   }
-  EXPECT_EQ((*rows)[0].fits, false);
-  EXPECT_EQ((*rows)[1].fits, true);
+  EXPECT_EQ((*rows)[0].Fits(), false);
+  EXPECT_EQ((*rows)[1].Fits(), true);
   const Prediction& fitted = (*rows)[3];
   EXPECT_EQ(fitted.strategy.rfind("optimal:", 0), 0u);
-  EXPECT_EQ(fitted.fits, true);
+  EXPECT_EQ(fitted.Fits(), true);
   EXPECT_LE(fitted.step_ms, (*rows)[1].step_ms);  // no slower than recomputing everything
   const std::string table = PredictionTable(*rows);
   EXPECT_EQ(table.rfind("- " + options.models.front().spec() + ": **fits** in ", 0), 0u) << table;
@@ -137,7 +137,7 @@ TEST(Predict, ADeviceMemoryAnswersWhetherEachPlanFits) {
       Predict(options, StatesSetting{}, int64_t{1}, Cpu(), progress);
   ASSERT_TRUE(tiny.ok()) << tiny.status();
   ASSERT_EQ(tiny->size(), 4u);
-  for (size_t i = 0; i < 3; ++i) EXPECT_EQ((*tiny)[i].fits, false);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ((*tiny)[i].Fits(), false);
   EXPECT_EQ((*tiny)[3].status, "oom");
   EXPECT_NE((*tiny)[3].error.find("alone are past --device_memory"), std::string::npos)
       << (*tiny)[3].error;
