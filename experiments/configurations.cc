@@ -1,6 +1,7 @@
 #include "experiments/configurations.h"
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -37,6 +38,24 @@ absl::Status ShareProfileTimes(const Cohort& cohort, ModelProfile& profile) {
   return absl::OkStatus();
 }
 
+// The profile of `workload`: the one kept for it (loop.kept) where there is one it takes, else
+// measured.
+absl::StatusOr<const ModelProfile*> ProfileOf(const LoopOptions& loop, Workload& workload,
+                                              MemoryMeter& meter, Progress& progress) {
+  const std::string& spec = workload.bound_model().spec();
+  std::optional<ModelProfile> kept =
+      loop.kept != nullptr ? loop.kept->Find(spec) : std::optional<ModelProfile>();
+  if (kept.has_value()) {
+    const absl::Status adopted = workload.AdoptProfile(*std::move(kept));
+    progress.Line(adopted.ok()
+                      ? absl::StrCat(spec, ": profile kept in ", loop.kept->path(),
+                                     " by an earlier run; not measured again")
+                      : absl::StrCat(spec, ": the profile kept in ", loop.kept->path(),
+                                     " is not taken (", adopted.message(), "); measuring"));
+  }
+  return workload.Profile(meter);
+}
+
 // Builds and profiles `m.model` (or its stand-in) into `m`: an error in `m.status`, agreed on.
 absl::Status Profile(const LoopOptions& loop, MemoryMeter& meter, Progress& progress,
                      PreparedModel& m) {
@@ -50,7 +69,7 @@ absl::Status Profile(const LoopOptions& loop, MemoryMeter& meter, Progress& prog
   absl::StatusOr<Workload> workload =
       built.ok() ? Workload::Build(*built, options) : absl::StatusOr<Workload>(built.status());
   absl::StatusOr<const ModelProfile*> profiled =
-      workload.ok() ? workload->Profile(meter) : workload.status();
+      workload.ok() ? ProfileOf(loop, *workload, meter, progress) : workload.status();
   absl::StatusOr<ModelProfile> planned_on =
       !profiled.ok()    ? absl::StatusOr<ModelProfile>(profiled.status())
       : loop.planned_on ? loop.planned_on(*m.model, **profiled)

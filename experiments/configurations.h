@@ -23,6 +23,7 @@
 #include "core/run/memory_meter.h"
 #include "core/run/workload.h"
 #include "experiments/cohort.h"
+#include "experiments/kept_profiles.h"
 #include "experiments/progress.h"
 
 namespace ckpt {
@@ -68,6 +69,9 @@ struct LoopOptions {
   std::function<absl::StatusOr<ModelProfile>(const BoundModel&, const ModelProfile&)> planned_on;
   // Where set: models that are not run, as they hold every row already (--resume).
   std::function<bool(const BoundModel&)> done;
+  // Where set: profiles kept by earlier runs, one of which is taken for the model built in place
+  // of measuring it where it was kept for it (the mode keeps what it measured there).
+  const KeptProfiles* kept = nullptr;
   // > 0: once this many seconds are spent, no further model starts (the first always does).
   double time_limit_s = 0;
 };

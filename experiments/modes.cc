@@ -25,6 +25,7 @@
 #include "core/run/chain_model.h"
 #include "experiments/cohort.h"
 #include "experiments/configurations.h"
+#include "experiments/kept_profiles.h"
 #include "experiments/output_folder.h"
 #include "experiments/predict.h"
 #include "experiments/presets.h"
@@ -313,11 +314,23 @@ absl::Status Explain(const SweepOptions& options, MemoryMeter& meter) {
       });
 }
 
+// The profiles kept in `folder` for runs of `options` (profiles.txt); why a file was set aside,
+// said.
+KeptProfiles OpenKeptProfiles(const OutputFolder& folder, const SweepOptions& options) {
+  KeptProfiles kept = KeptProfiles::Open(folder.Path(KeptProfiles::kFile),
+                                         ProfileSetting(WorkloadOptionsFor(options)));
+  if (!kept.note().empty()) Say(kept.note());
+  return kept;
+}
+
 absl::Status PredictAll(const Request& request, const Machine& machine) {
   ASSIGN_OR_RETURN(const OutputFolder folder, OpenOutputFolder(request, machine));
+  SweepOptions options = request.options;
+  KeptProfiles kept = OpenKeptProfiles(folder, options);
+  options.kept = &kept;
   ASSIGN_OR_RETURN(
       const std::vector<Prediction> rows,
-      Predict(request.options, request.states, request.device_memory, *machine.meter, std::cerr));
+      Predict(options, request.states, request.device_memory, *machine.meter, std::cerr));
   RETURN_IF_ERROR(WriteFileAtomically(folder.Path("predict.csv"), PredictionCsv(rows)));
   RETURN_IF_ERROR(WriteFileAtomically(
       folder.Path("predict.md"),
@@ -358,7 +371,13 @@ absl::Status Sweep(Request& request, const Machine& machine, Ranks& ranks) {
                                         options.group->backend(), ")")
                          : ""));
   }
+  std::optional<KeptProfiles> kept;
   if (request.use != FolderUse::kReportOnly) {
+    // One process keeps its profiles (the ranks of several plan from their mean profile).
+    if (sink.writes() && request.ranks.world_size == 1) {
+      kept.emplace(OpenKeptProfiles(sink.folder(), options));
+      options.kept = &*kept;
+    }
     RETURN_IF_ERROR(Measure(options, *machine.meter, sink, info));
   }
   const absl::Status reported = Report(request, machine, cohort, sink, info);

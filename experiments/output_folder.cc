@@ -135,7 +135,7 @@ const std::vector<std::string>& OutputFolder::SweepFiles() {
       kResults,     kRecord,         "report.md",   "pareto.dat", "pareto.gp",
       "pareto.png", "pareto.gp.log", "depth.csv",   "depth.dat",  "depth.gp",
       "depth.png",  "depth.gp.log",  "losses.csv",  "loss.dat",   "loss.gp",
-      "loss.png",   "loss.gp.log",   "predict.csv", "predict.md"};
+      "loss.png",   "loss.gp.log",   "predict.csv", "predict.md", "profiles.txt"};
   return *files;
 }
 

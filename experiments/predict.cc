@@ -16,6 +16,7 @@
 #include "core/run/profiler.h"
 #include "core/run/workload.h"
 #include "experiments/configurations.h"
+#include "experiments/kept_profiles.h"
 #include "experiments/progress.h"
 #include "experiments/results_csv.h"
 #include "experiments/sweep.h"
@@ -104,6 +105,7 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
   // The shallow copy is built and profiled; the strategies plan for one rank of the full model.
   loop.prepare = false;
   loop.stand_in = ShallowModel;
+  loop.kept = options.kept;
   // The model in hand's full profile, expanded once, and each of its stages' counterpart in the
   // shallow copy: what planned_on made, read by the model's rows.
   ModelProfile full;
@@ -196,7 +198,12 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
                                                     ? absl::StatusOr<Plan>(m.configurations[k].plan)
                                                     : absl::StatusOr<Plan>(planned));
         }
-        if (!device_memory.has_value()) return absl::OkStatus();
+        // Keeps the shallow copy's profile, with the policies every plan needed.
+        const auto keep = [&] {
+          return options.kept == nullptr || !m.status.ok() ? absl::OkStatus()
+                                                           : options.kept->Keep(m.built, shallow);
+        };
+        if (!device_memory.has_value()) return keep();
         // What the card leaves the step, for each strategy that plans to a budget (once each:
         // "optimal" and "optimal:budget=8MiB" plan to it alike).
         absl::StatusOr<int64_t> left = state.ok() ? UsableBytes(*device_memory, margin) -
@@ -218,7 +225,7 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
           predict(spec,
                   fitted.ok() ? fitted->PlanFor(m.profile) : absl::StatusOr<Plan>(fitted.status()));
         }
-        return absl::OkStatus();
+        return keep();
       }));
   return rows;
 }

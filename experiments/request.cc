@@ -284,9 +284,11 @@ std::string ConfigurationOf(const Request& r, const Machine& m) {
 }
 
 std::vector<std::string> OutputsOf(const Request& r) {
-  if (r.predict) return {"run.csv", "predict.csv", "predict.md"};
+  if (r.predict) return {"run.csv", "predict.csv", "predict.md", "profiles.txt"};
   std::vector<std::string> out = {"report.md", "pareto.dat", "pareto.gp", "pareto.png"};
-  if (r.use != FolderUse::kReportOnly) out.insert(out.begin(), {"results.csv", "run.csv"});
+  if (r.use != FolderUse::kReportOnly) {
+    out.insert(out.begin(), {"results.csv", "run.csv", "profiles.txt"});
+  }
   if (!r.depths.empty()) out.insert(out.end(), {"depth.csv", "depth.dat", "depth.gp", "depth.png"});
   if (r.training.steps > 0) {
     out.insert(out.end(), {"losses.csv", "loss.dat", "loss.gp", "loss.png"});

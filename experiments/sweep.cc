@@ -19,6 +19,7 @@
 #include "experiments/cohort.h"
 #include "experiments/configurations.h"
 #include "experiments/gradient_check.h"
+#include "experiments/kept_profiles.h"
 #include "experiments/progress.h"
 #include "experiments/results_csv.h"
 
@@ -316,6 +317,7 @@ absl::StatusOr<std::vector<ConfigResult>> RunSweep(
     return HasEveryRow(model.spec(), options.strategies, options.completed);
   };
   loop.time_limit_s = options.time_limit_s;
+  loop.kept = options.kept;
   int64_t to_run = 0;
   for (const BoundModel& model : options.models) to_run += loop.done(model) ? 0 : 1;
   // Per model: every round steps every strategy, then one gradient-check step each.
@@ -336,7 +338,12 @@ absl::StatusOr<std::vector<ConfigResult>> RunSweep(
                                        r.message.empty() ? "" : " (" + r.message + ")"));
                                    all.push_back(std::move(r));
                                  }
-                                 return absl::OkStatus();
+                                 // What the plans were made and predicted from, their policies
+                                 // measured.
+                                 if (options.kept == nullptr || !m.status.ok()) {
+                                   return absl::OkStatus();
+                                 }
+                                 return options.kept->Keep(m.built, m.profile);
                                }));
   return all;
 }

@@ -23,6 +23,8 @@
 
 namespace ckpt {
 
+class KeptProfiles;  // experiments/kept_profiles.h
+
 struct SweepOptions {
   // The models, bound where the request was read (BindModels: each once); rows record their
   // specs.
@@ -63,6 +65,9 @@ struct SweepOptions {
   // BoundModel::spec and BoundStrategy::spec write them): a model whose pairs are all there is
   // skipped; otherwise it runs again and only the missing rows are reported.
   std::set<std::pair<std::string, std::string>> completed;
+  // Where set (one process, writing an output folder): the profiles kept there. A model kept for
+  // is planned from its kept profile instead of being measured, and a model measured is kept.
+  KeptProfiles* kept = nullptr;
 };
 
 // How the sweep's workloads are built: its device, seed, and the profile's assumed link and

@@ -7,18 +7,22 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/base/files.h"
 #include "core/plan/memory_model.h"
 #include "core/plan/plan_text.h"
+#include "core/plan/profile_text.h"
 #include "core/plan/states.h"
 #include "core/plan/strategy.h"
 #include "core/plan/time_model.h"
 #include "core/run/memory_meter.h"
 #include "core/run/workload.h"
+#include "experiments/kept_profiles.h"
 #include "experiments/sweep.h"
 #include "gtest/gtest.h"
 #include "rapidcheck.h"
@@ -142,6 +146,91 @@ TEST(Predict, ADeviceMemoryAnswersWhetherEachPlanFits) {
   EXPECT_NE((*tiny)[3].error.find("alone are past --device_memory"), std::string::npos)
       << (*tiny)[3].error;
   EXPECT_NE(PredictionTable(*tiny).find("**does not fit** in "), std::string::npos);
+}
+
+// profiles.txt (experiments/kept_profiles.h), for every registered model: a second prediction in
+// the folder plans from the profile the first kept and measures nothing, to the same bytes and
+// times; what it plans from is the file's (times edited there are the times predicted); a kept
+// profile whose stages are not the model's, or a damaged file, is measured again and replaced.
+TEST(KeptProfiles, ASecondPredictionPlansFromTheFirstsProfile) {
+  absl::StatusOr<ScratchFolder> dir = ScratchFolder::Make(::testing::TempDir(), "kept.");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  const std::string path = dir->Path(KeptProfiles::kFile);
+  SweepOptions options;
+  options.strategies = BindStrategies(DefaultStrategies()).value();
+  const std::string setting = ProfileSetting(WorkloadOptionsFor(options));
+  ASSERT_NE(setting, "");
+  // The predictions as CSV, and the progress lines.
+  const auto predict = [&](std::string& progress_text) {
+    KeptProfiles kept = KeptProfiles::Open(path, setting);
+    EXPECT_EQ(kept.note(), "");
+    options.kept = &kept;
+    std::ostringstream progress;
+    absl::StatusOr<std::vector<Prediction>> rows =
+        Predict(options, StatesSetting{}, std::nullopt, Cpu(), progress);
+    options.kept = nullptr;
+    progress_text = progress.str();
+    EXPECT_TRUE(rows.ok()) << rows.status();
+    return rows.ok() ? *rows : std::vector<Prediction>();
+  };
+  constexpr char kTaken[] = "not measured again";
+  std::vector<Prediction> cold;
+  for (const std::string& id : Models().Ids()) {
+    SCOPED_TRACE(id);
+    options.models = {BoundModel::Bind(testing::FixedSmallSpec(id)).value()};
+    std::string progress;
+    cold = predict(progress);
+    EXPECT_EQ(progress.find(kTaken), std::string::npos) << progress;
+    const std::vector<Prediction> warm = predict(progress);
+    EXPECT_NE(progress.find(kTaken), std::string::npos) << progress;
+    EXPECT_EQ(PredictionCsv(warm), PredictionCsv(cold));
+  }
+  // The last model's profile, its times made ten times longer in the file.
+  const auto edit = [&](const std::function<void(ModelProfile&)>& change) {
+    absl::StatusOr<std::vector<KeyedProfile>> entries =
+        ProfilesFromText(ReadRegularFile(path, 1 << 28).value());
+    ASSERT_TRUE(entries.ok()) << entries.status();
+    for (auto& [key, profile] : *entries) change(profile);
+    ASSERT_TRUE(WriteFileAtomically(path, ProfilesToText(*entries)).ok());
+  };
+  edit([](ModelProfile& p) {
+    for (std::vector<StageProfile>& menu : p.measured) {
+      for (StageProfile& s : menu) {
+        for (double* ms : {&s.costs.forward_ms, &s.costs.nograd_forward_ms, &s.costs.backward_ms}) {
+          *ms *= 10;
+        }
+      }
+    }
+    p.loss.forward_ms *= 10;
+    p.loss.backward_ms *= 10;
+  });
+  std::string progress;
+  const std::vector<Prediction> slower = predict(progress);
+  ASSERT_EQ(slower.size(), cold.size());
+  ASSERT_EQ(slower.front().strategy, "store_all");
+  EXPECT_NEAR(slower.front().step_ms, 10 * cold.front().step_ms, 1e-6 * cold.front().step_ms);
+  EXPECT_EQ(slower.front().total_peak_bytes, cold.front().total_peak_bytes);
+
+  edit([](ModelProfile& p) { p.stages.front().name += "-renamed"; });
+  const std::vector<Prediction> measured_again = predict(progress);
+  ASSERT_EQ(measured_again.size(), cold.size());
+  for (size_t k = 0; k < cold.size(); ++k) {  // the times measured afresh differ
+    EXPECT_EQ(measured_again[k].plan, cold[k].plan);
+    EXPECT_EQ(measured_again[k].total_peak_bytes, cold[k].total_peak_bytes);
+  }
+  EXPECT_NE(progress.find("is not taken (its stages are not those the model declares now)"),
+            std::string::npos)
+      << progress;
+  predict(progress);  // the profile measured again was kept in its place
+  EXPECT_NE(progress.find(kTaken), std::string::npos) << progress;
+
+  ASSERT_TRUE(WriteFileAtomically(path, "ckptlab-profiles 1 entries 2\n").ok());
+  KeptProfiles damaged = KeptProfiles::Open(path, setting);
+  EXPECT_NE(damaged.note().find("set aside (profile text line 1: expected a whole number from 0 to 0, not '2')"), std::string::npos)
+      << damaged.note();
+  EXPECT_FALSE(damaged.Find(options.models.front().spec()).has_value());
+  ASSERT_TRUE(damaged.Keep("m", ModelProfile()).ok());
+  EXPECT_TRUE(ProfilesFromText(ReadRegularFile(path, 1 << 28).value()).ok());
 }
 
 TEST(Predict, AShallowerCopyThatIsNotOneIsRefused) {

@@ -154,7 +154,8 @@ class Reader {
   template <typename T>
   void Size(std::vector<T>& items, int64_t most) {
     int64_t n = 0;
-    Int(n, 0, std::min<int64_t>(most, static_cast<int64_t>(tokens_.size() - next_)));
+    const size_t left = next_ < tokens_.size() ? tokens_.size() - next_ - 1 : 0;  // after n
+    Int(n, 0, std::min<int64_t>(most, static_cast<int64_t>(left)));
     if (ok()) items.resize(n);
   }
   void Line() {}

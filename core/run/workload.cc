@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
+#include "core/plan/profile_text.h"
 #include "core/plan/spec.h"
 #include "core/plan/strategy.h"
 #include "core/run/torch_status.h"
@@ -123,6 +124,19 @@ absl::StatusOr<const ModelProfile*> Workload::Profile(MemoryMeter& meter) {
     profile_ = std::make_unique<ModelProfile>(std::move(profile));
   }
   return profile_.get();
+}
+
+absl::Status Workload::AdoptProfile(ModelProfile profile) {
+  if (profile.model != bound_.spec()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("it is of model ", profile.model, ", not ", bound_.spec()));
+  }
+  ASSIGN_OR_RETURN(const std::vector<StageInfo> stages, RunTorch([&] { return model_->Stages(); }));
+  if (StagesToText(profile.stages) != StagesToText(stages)) {
+    return absl::InvalidArgumentError("its stages are not those the model declares now");
+  }
+  profile_ = std::make_unique<ModelProfile>(std::move(profile));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<PlannedRun> Workload::Prepare(const BoundStrategy& strategy, ModelProfile& profile,

@@ -65,6 +65,10 @@ class Workload {
 
   // The model's profile, measured on first call (under the meter's cap in force) and kept.
   absl::StatusOr<const ModelProfile*> Profile(MemoryMeter& meter);
+  // Takes `profile` (measured by an earlier run: experiments/kept_profiles.h) as the one Profile
+  // returns, in place of measuring. InvalidArgument when it is of another model spec, or its
+  // stages are not the model's as built (the model's code declares them otherwise now).
+  absl::Status AdoptProfile(ModelProfile profile);
 
   // `strategy`'s plan from `profile` (this workload's, or one of the same model spec:
   // training plans fresh copies of a model from one profile), validated; the profile is

@@ -1,0 +1,82 @@
+#include "experiments/kept_profiles.h"
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "c10/core/ScalarType.h"
+#include "core/base/digest.h"
+#include "core/base/files.h"
+#include "core/run/device.h"
+
+namespace ckpt {
+namespace {
+
+constexpr int64_t kMaxExecutableBytes = int64_t{1} << 32;
+constexpr int64_t kMaxProfilesBytes = int64_t{1} << 28;
+
+// A digest of this executable's file, or "" when it cannot be read.
+const std::string& ExecutableDigest() {
+  static const std::string* digest = [] {
+    absl::StatusOr<std::string> bytes = ReadRegularFile("/proc/self/exe", kMaxExecutableBytes);
+    return new std::string(bytes.ok() ? absl::StrFormat("%016x", Fnv1a64(*bytes)) : "");
+  }();
+  return *digest;
+}
+
+}  // namespace
+
+std::string ProfileSetting(const WorkloadOptions& options) {
+  if (ExecutableDigest().empty()) return "";
+  const ProfileOptions& p = options.profile;
+  return absl::StrCat(
+      "executable ", ExecutableDigest(), "; ", DescribeRuntime(), "; device ", options.device.str(),
+      "; autocast ", p.autocast ? c10::toString(*p.autocast) : "none", "; chunks ", p.chunks,
+      "; timed ", p.timed ? absl::StrCat(p.min_repeats, "x", p.min_time_ms, "ms") : "no", "; link ",
+      p.link_bytes_per_ms > 0 ? absl::StrCat(p.link_bytes_per_ms, "B/ms") : "measured",
+      "; repeated stages ", p.reuse_repeated ? "measured once" : "each measured");
+}
+
+KeptProfiles KeptProfiles::Open(std::string path, std::string setting) {
+  KeptProfiles kept(std::move(path), std::move(setting));
+  absl::StatusOr<std::string> text = ReadRegularFile(kept.path_, kMaxProfilesBytes);
+  if (text.status().code() == absl::StatusCode::kNotFound) return kept;
+  absl::StatusOr<std::vector<KeyedProfile>> entries =
+      text.ok() ? ProfilesFromText(*text)
+                : absl::StatusOr<std::vector<KeyedProfile>>(text.status());
+  if (entries.ok()) {
+    kept.entries_ = *std::move(entries);
+  } else {
+    kept.note_ = absl::StrCat(kept.path_, " set aside (", entries.status().message(),
+                              "): its models are profiled again, and it is replaced");
+  }
+  return kept;
+}
+
+std::string KeptProfiles::Key(const std::string& spec) const {
+  return absl::StrCat(setting_, "; model ", spec);
+}
+
+std::optional<ModelProfile> KeptProfiles::Find(const std::string& spec) const {
+  if (setting_.empty()) return std::nullopt;
+  for (const auto& [key, profile] : entries_) {
+    if (key == Key(spec)) return profile;
+  }
+  return std::nullopt;
+}
+
+absl::Status KeptProfiles::Keep(const std::string& spec, const ModelProfile& profile) {
+  if (setting_.empty()) return absl::OkStatus();
+  const std::string key = Key(spec);
+  bool replaced = false;
+  for (auto& [k, p] : entries_) {
+    if (k != key) continue;
+    p = profile;
+    replaced = true;
+  }
+  if (!replaced) entries_.emplace_back(key, profile);
+  return WriteFileAtomically(path_, ProfilesToText(entries_));
+}
+
+}  // namespace ckpt

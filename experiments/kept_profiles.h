@@ -1,0 +1,63 @@
+// The profiles a run keeps in its output folder (profiles.txt), so that a later question on the
+// same model in the same folder (--predict again, with other budgets or another card; a --resume)
+// plans from them instead of measuring again.
+//
+//   ASSIGN_OR_RETURN(KeptProfiles kept, KeptProfiles::Open(folder.Path("profiles.txt"),
+//                                                          ProfileSetting(options)));
+//   loop.kept = &kept;  // ForEachModel adopts a kept profile, and the mode keeps what it measured
+//
+// A profile is kept under the spec of the model measured and everything else its figures depend
+// on: this executable (a digest of its file: any rebuild that changes the code measures again),
+// the runtime (LibTorch's version, threads, BLAS, CUDA), the device as named, autocast, the
+// chunk count of the menus, the link assumed, and whether times were measured. A profile is
+// used only where all of them are equal, and its stages equal the model's as built now. The
+// file is written whole (core/base/files.h) each time a profile is added.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/plan/profile.h"
+#include "core/plan/profile_text.h"
+#include "core/run/workload.h"
+
+namespace ckpt {
+
+// What a profile measured under `options` depends on besides its model, in one line; empty when
+// this executable cannot be read to digest (then nothing is kept).
+std::string ProfileSetting(const WorkloadOptions& options);
+
+class KeptProfiles {
+ public:
+  // The file's name in the output folder.
+  static constexpr char kFile[] = "profiles.txt";
+
+  // The profiles at `path` (none when it does not exist) for runs of `setting`. A file that
+  // cannot be read as profiles is no error: note() says why, and the first Keep replaces it.
+  static KeptProfiles Open(std::string path, std::string setting);
+
+  // The profile kept for model `spec` under this setting, if any.
+  std::optional<ModelProfile> Find(const std::string& spec) const;
+  // Keeps `profile` for model `spec` (in place of one kept for it before) and writes the file.
+  // DataLoss naming the file and the reason.
+  absl::Status Keep(const std::string& spec, const ModelProfile& profile);
+
+  const std::string& path() const { return path_; }
+  // Why the file's profiles were set aside, or "".
+  const std::string& note() const { return note_; }
+
+ private:
+  KeptProfiles(std::string path, std::string setting)
+      : path_(std::move(path)), setting_(std::move(setting)) {}
+  std::string Key(const std::string& spec) const;
+
+  std::string path_;
+  std::string setting_;
+  std::vector<KeyedProfile> entries_;
+  std::string note_;
+};
+
+}  // namespace ckpt
