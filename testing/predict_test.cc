@@ -226,7 +226,9 @@ TEST(KeptProfiles, ASecondPredictionPlansFromTheFirstsProfile) {
 
   ASSERT_TRUE(WriteFileAtomically(path, "ckptlab-profiles 1 entries 2\n").ok());
   KeptProfiles damaged = KeptProfiles::Open(path, setting);
-  EXPECT_NE(damaged.note().find("set aside (profile text line 1: expected a whole number from 0 to 0, not '2')"), std::string::npos)
+  EXPECT_NE(damaged.note().find(
+                "set aside (profile text line 1: expected a whole number from 0 to 0, not '2')"),
+            std::string::npos)
       << damaged.note();
   EXPECT_FALSE(damaged.Find(options.models.front().spec()).has_value());
   ASSERT_TRUE(damaged.Keep("m", ModelProfile()).ok());
