@@ -66,8 +66,8 @@ std::optional<ModelProfile> KeptProfiles::Find(const std::string& spec) const {
   return std::nullopt;
 }
 
-absl::Status KeptProfiles::Keep(const std::string& spec, const ModelProfile& profile) {
-  if (setting_.empty()) return absl::OkStatus();
+void KeptProfiles::Keep(const std::string& spec, const ModelProfile& profile, Progress& progress) {
+  if (setting_.empty()) return;
   const std::string key = Key(spec);
   bool replaced = false;
   for (auto& [k, p] : entries_) {
@@ -76,7 +76,10 @@ absl::Status KeptProfiles::Keep(const std::string& spec, const ModelProfile& pro
     replaced = true;
   }
   if (!replaced) entries_.emplace_back(key, profile);
-  return WriteFileAtomically(path_, ProfilesToText(entries_));
+  const absl::Status written = WriteFileAtomically(path_, ProfilesToText(entries_));
+  if (!written.ok()) {
+    progress.Line(absl::StrCat(spec, ": its profile is not kept (", written.message(), ")"));
+  }
 }
 
 }  // namespace ckpt

@@ -23,6 +23,7 @@
 #include "core/plan/profile.h"
 #include "core/plan/profile_text.h"
 #include "core/run/workload.h"
+#include "experiments/progress.h"
 
 namespace ckpt {
 
@@ -42,8 +43,9 @@ class KeptProfiles {
   // The profile kept for model `spec` under this setting, if any.
   std::optional<ModelProfile> Find(const std::string& spec) const;
   // Keeps `profile` for model `spec` (in place of one kept for it before) and writes the file.
-  // DataLoss naming the file and the reason.
-  absl::Status Keep(const std::string& spec, const ModelProfile& profile);
+  // A file that cannot be written (a full disk) is said on `progress`, and the run goes on: its
+  // rows matter more than what would spare a later run the profiling.
+  void Keep(const std::string& spec, const ModelProfile& profile, Progress& progress);
 
   const std::string& path() const { return path_; }
   // Why the file's profiles were set aside, or "".

@@ -200,10 +200,13 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
         }
         // Keeps the shallow copy's profile, with the policies every plan needed.
         const auto keep = [&] {
-          return options.kept == nullptr || !m.status.ok() ? absl::OkStatus()
-                                                           : options.kept->Keep(m.built, shallow);
+          if (options.kept != nullptr && m.status.ok())
+            options.kept->Keep(m.built, shallow, progress);
         };
-        if (!device_memory.has_value()) return keep();
+        if (!device_memory.has_value()) {
+          keep();
+          return absl::OkStatus();
+        }
         // What the card leaves the step, for each strategy that plans to a budget (once each:
         // "optimal" and "optimal:budget=8MiB" plan to it alike).
         absl::StatusOr<int64_t> left = state.ok() ? UsableBytes(*device_memory, margin) -
@@ -225,7 +228,8 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
           predict(spec,
                   fitted.ok() ? fitted->PlanFor(m.profile) : absl::StatusOr<Plan>(fitted.status()));
         }
-        return keep();
+        keep();
+        return absl::OkStatus();
       }));
   return rows;
 }

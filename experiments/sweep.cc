@@ -326,6 +326,11 @@ absl::StatusOr<std::vector<ConfigResult>> RunSweep(
   std::vector<ConfigResult> all;
   RETURN_IF_ERROR(ForEachModel(options.models, options.strategies, loop, meter, progress,
                                [&](PreparedModel& m) -> absl::Status {
+                                 // What the plans were made from, with every policy they use:
+                                 // kept before the steps, for a run that is stopped in them.
+                                 if (options.kept != nullptr && m.status.ok()) {
+                                   options.kept->Keep(m.built, m.profile, progress);
+                                 }
                                  ASSIGN_OR_RETURN(std::vector<ConfigResult> rows,
                                                   SweepModel(options, cohort, m, meter, progress));
                                  for (ConfigResult& r : rows) {
@@ -338,12 +343,7 @@ absl::StatusOr<std::vector<ConfigResult>> RunSweep(
                                        r.message.empty() ? "" : " (" + r.message + ")"));
                                    all.push_back(std::move(r));
                                  }
-                                 // What the plans were made and predicted from, their policies
-                                 // measured.
-                                 if (options.kept == nullptr || !m.status.ok()) {
-                                   return absl::OkStatus();
-                                 }
-                                 return options.kept->Keep(m.built, m.profile);
+                                 return absl::OkStatus();
                                }));
   return all;
 }

@@ -139,6 +139,9 @@ grep -q "cannot write $tmp/full1/report.md: File too large" "$tmp/limit.out" ||
   fail "a full disk after the rows: $(cat "$tmp/limit.out")"
 grep -q "^results: $tmp/full1 (results.csv" "$tmp/limit.out" ||
   fail "a full disk after the rows: no closing line: $(cat "$tmp/limit.out")"
+# The kept profile, larger than the limit, is not written; said, and the rows go on.
+grep -q "its profile is not kept (cannot write $tmp/full1/profiles.txt: File too large)" \
+  "$tmp/limit.out" || fail "a full disk before the rows: $(cat "$tmp/limit.out")"
 grep "^results: " "$tmp/limit.out" | grep -q "report.md\|pareto.png" &&
   fail "the closing line lists a file that was not written: $(grep '^results: ' "$tmp/limit.out")"
 [[ ! -e "$tmp/full1/report.md" && ! -e "$tmp/full1/pareto.png" ]] ||
@@ -239,6 +242,23 @@ for what in fifo zero; do
   grep -q "results.csv is a \(FIFO\|character device\)" "$tmp/$what.stderr" ||
     fail "results.csv as a $what: $(cat "$tmp/$what.stderr")"
 done
+
+# A kept profile that is a FIFO is refused before anything runs; one that is a link is read
+# through (text that is no profile is set aside, said) and replaced by a file, the link's target
+# untouched.
+finished "$tmp/kept"
+rm "$tmp/kept/profiles.txt" && mkfifo "$tmp/kept/profiles.txt"
+expect_exit 2 "profiles.txt is a FIFO" "${tiny[@]}" --out="$tmp/kept" --resume
+predict=(--predict --models=heavy_mlp:depth=2:hidden=4:batch=2 --strategies=store_all)
+rm -rf "$tmp/kept" && "${sweep[@]}" "${predict[@]}" --out="$tmp/kept" >/dev/null 2>&1 ||
+  fail "--predict into a new folder"
+rm "$tmp/kept/profiles.txt" && echo "my notes" >"$tmp/notes" && ln -s "$tmp/notes" "$tmp/kept/profiles.txt"
+"${sweep[@]}" "${predict[@]}" --out="$tmp/kept" >/dev/null 2>"$tmp/kept.stderr" ||
+  fail "--predict beside a linked profiles.txt"
+grep -q "profiles.txt set aside (profile text line 1: expected ckptlab-profiles, not 'my')" \
+  "$tmp/kept.stderr" || fail "a linked profiles.txt: $(cat "$tmp/kept.stderr")"
+[[ -f "$tmp/kept/profiles.txt" && ! -L "$tmp/kept/profiles.txt" && "$(cat "$tmp/notes")" == "my notes" ]] ||
+  fail "the linked profiles.txt was followed, or not replaced"
 
 # 4. A resume never measures a configuration twice, nor mixes runs.
 rm -rf "$tmp/spell"

@@ -16,10 +16,12 @@
 #include "ATen/ATen.h"
 #include "absl/strings/str_join.h"
 #include "c10/core/Device.h"
+#include "core/base/files.h"
 #include "core/base/printable.h"
 #include "core/run/memory_meter.h"
 #include "core/run/profiler.h"
 #include "experiments/gradient_check.h"
+#include "experiments/kept_profiles.h"
 #include "experiments/presets.h"
 #include "experiments/progress.h"
 #include "experiments/report.h"
@@ -102,6 +104,41 @@ TEST(Sweep, OneRowPerConfigurationStoreAllFirst) {
 // what the time model says the step exposes of them (on a CPU, all of it: copies there are part
 // of the step) and a measured exposure against the same plan checkpointed. Rows without copies
 // have none, and so does an offloading row against an assumed link.
+// With kept profiles (experiments/kept_profiles.h), a sweep keeps the profile it planned from
+// before stepping, and a second sweep plans from it: the same plans, predictions and measured
+// bytes, nothing profiled (Tiny's segments=9 is an error row both times).
+TEST(Sweep, ASecondSweepPlansFromTheProfileTheFirstKept) {
+  absl::StatusOr<ScratchFolder> dir = ScratchFolder::Make(::testing::TempDir(), "kept.");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  SweepOptions o = Tiny();
+  o.steps = 1;
+  o.warmup = 0;
+  std::vector<ConfigResult> rows[2];
+  for (int run = 0; run < 2; ++run) {
+    KeptProfiles kept =
+        KeptProfiles::Open(dir->Path(KeptProfiles::kFile), ProfileSetting(WorkloadOptionsFor(o)));
+    o.kept = &kept;
+    std::ostringstream progress;
+    absl::StatusOr<std::vector<ConfigResult>> results = RunSweep(
+        o, Cpu(), [](const ConfigResult&) { return absl::OkStatus(); }, progress);
+    ASSERT_TRUE(results.ok()) << results.status();
+    rows[run] = *results;
+    EXPECT_EQ(progress.str().find("measurements done") != std::string::npos, run == 0)
+        << progress.str();
+    EXPECT_EQ(progress.str().find("not measured again") != std::string::npos, run == 1)
+        << progress.str();
+  }
+  ASSERT_EQ(rows[1].size(), rows[0].size());
+  for (size_t k = 0; k < rows[0].size(); ++k) {
+    EXPECT_EQ(rows[1][k].status, rows[0][k].status);
+    EXPECT_EQ(rows[1][k].plan, rows[0][k].plan);
+    EXPECT_EQ(rows[1][k].predicted.activation_bytes, rows[0][k].predicted.activation_bytes);
+    if (rows[1][k].status == "ok") {
+      EXPECT_EQ(rows[1][k].activation_bytes, rows[1][k].predicted.activation_bytes);
+    }
+  }
+}
+
 TEST(Sweep, AnOffloadingRowHasItsCopiesAloneAndExposed) {
   SweepOptions o = Tiny();
   o.strategies = BindStrategies({"uniform:segments=3:offload=yes"}).value();
