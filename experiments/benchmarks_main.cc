@@ -1,18 +1,24 @@
 // bazel run //experiments:benchmarks -- [--models=SPEC,...] [--strategies=SPEC,...]
-//     [--device=auto|cpu|cuda] [--threads=N] [--blas_threads=N] [--benchmark_filter=REGEX]
-//     [--benchmark_format=json]
+//     [--predict=SPEC,...] [--device=auto|cpu|cuda] [--threads=N] [--blas_threads=N]
+//     [--benchmark_filter=REGEX] [--benchmark_format=json]
 //
 // Google Benchmark over strategies x models: one benchmark per pair, named
 // "<strategy>/<model spec>" so --benchmark_filter selects them, timing one training step
 // (forward + loss + backward) per iteration, with counters activation_bytes, peak_bytes and
 // recompute_forwards. An infeasible configuration (a plan that does not fit, out of memory)
 // is skipped with its error. On CUDA the time is the step's CUDA-event time (manual time).
+// With --predict, per model there also "predict_cold/<spec>" and "predict_warm/<spec>": the
+// sweep's --predict question for it under --strategies, asked in a new folder (its profile
+// measured; one iteration) and in one that kept its profile (experiments/kept_profiles.h),
+// with a counter `profiled` (1 where the profile was measured).
 // Google Benchmark's flags (--benchmark_*) and the project's flags coexist.
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,7 +28,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "core/base/files.h"
 #include "core/base/printable.h"
+#include "core/base/status_macros.h"
 #include "core/plan/plan_text.h"
 #include "core/plan/strategy.h"
 #include "core/run/chain_model.h"
@@ -33,6 +41,8 @@
 #include "core/run/torch_status.h"
 #include "core/run/workload.h"
 #include "experiments/command_line.h"
+#include "experiments/kept_profiles.h"
+#include "experiments/predict.h"
 #include "experiments/presets.h"
 #include "experiments/sweep.h"
 #include "torch/version.h"
@@ -41,6 +51,8 @@ ABSL_FLAG(std::string, models, "",
           "comma-separated model specs (default: the quick preset's, CPU-sized)");
 ABSL_FLAG(std::string, strategies, "",
           "comma-separated strategy specs (default: every registered strategy)");
+ABSL_FLAG(std::string, predict, "",
+          "comma-separated model specs whose --predict question is timed cold and warm");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu, cuda or cuda:N");
 ABSL_FLAG(std::string, threads, "1", "LibTorch's intra-op threads: an integer or auto");
 ABSL_FLAG(std::string, blas_threads, "auto", "OpenBLAS's threads: an integer or auto");
@@ -79,6 +91,32 @@ void TrainingStep(benchmark::State& state, const BoundModel& model, const BoundS
       Counter(static_cast<double>(last.peak_bytes), Counter::kDefaults, Counter::OneK::kIs1024);
   state.counters["recompute_forwards"] = static_cast<double>(last.recompute_forwards);
   state.SetLabel(PlanToText(run->plan, workload->model()->Stages()));
+}
+
+// The sweep's --predict question for `options.models`, with its profiles kept at `path`, per
+// iteration; `warm`: asked once before the timing starts, cold: `path` removed before each.
+void PredictQuestion(benchmark::State& state, const SweepOptions& options, const std::string& path,
+                     bool warm, MemoryMeter* meter) {
+  const std::string setting = ProfileSetting(WorkloadOptionsFor(options));
+  bool profiled = false;
+  const auto ask = [&]() -> absl::Status {
+    KeptProfiles kept = KeptProfiles::Open(path, setting);
+    SweepOptions asked = options;
+    asked.kept = &kept;
+    std::ostringstream progress;
+    ASSIGN_OR_RETURN(const std::vector<Prediction> rows,
+                     Predict(asked, StatesSetting{}, std::nullopt, *meter, progress));
+    profiled = progress.str().find("not measured again") == std::string::npos;
+    return absl::OkStatus();
+  };
+  if (warm) {
+    if (absl::Status s = ask(); !s.ok()) return state.SkipWithError(Printable(s.message()).c_str());
+  }
+  for (auto _ : state) {
+    if (!warm) std::remove(path.c_str());  // a new folder's question each time
+    if (absl::Status s = ask(); !s.ok()) return state.SkipWithError(Printable(s.message()).c_str());
+  }
+  state.counters["profiled"] = profiled ? 1 : 0;
 }
 
 int Main(int argc, char** argv) {
@@ -149,6 +187,33 @@ int Main(int argc, char** argv) {
         b->UseManualTime();
       } else {
         b->UseRealTime();
+      }
+    }
+  }
+  std::optional<ScratchFolder> scratch;  // the questions' kept profiles, removed at exit
+  const std::string predict_texts = absl::GetFlag(FLAGS_predict);
+  if (!predict_texts.empty()) {
+    absl::StatusOr<std::vector<BoundModel>> asked = BindModels(absl::StrSplit(predict_texts, ','));
+    if (!asked.ok()) Die(asked.status());
+    const char* tmp = std::getenv("TMPDIR");
+    absl::StatusOr<ScratchFolder> made =
+        ScratchFolder::Make(tmp != nullptr ? tmp : "/tmp", "ckptlab-benchmarks.");
+    if (!made.ok()) Die(made.status());
+    scratch.emplace(*std::move(made));
+    for (const BoundModel& model : *asked) {
+      SweepOptions question = options;
+      question.device = *device;
+      question.models = {model};
+      for (const bool warm : {false, true}) {
+        const std::string path = scratch->Path(
+            absl::StrCat("profiles-", &model - asked->data(), warm ? "-warm" : "-cold", ".txt"));
+        auto* b = benchmark::RegisterBenchmark(
+            absl::StrCat(warm ? "predict_warm/" : "predict_cold/", model.spec()).c_str(),
+            [question, path, warm, meter = *meter](benchmark::State& state) {
+              PredictQuestion(state, question, path, warm, meter);
+            });
+        b->Unit(benchmark::kSecond)->UseRealTime();
+        if (!warm) b->Iterations(1);
       }
     }
   }

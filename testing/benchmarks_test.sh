@@ -24,6 +24,16 @@ grep -q '"libtorch": ' "$tmp/out.json" || fail "no libtorch context"
   --benchmark_min_time=0.01 --benchmark_format=json >"$tmp/filtered.json" 2>/dev/null
 ! grep -q '"name": "store_all' "$tmp/filtered.json" || fail "the filter let store_all through"
 grep -q '"name": "uniform/' "$tmp/filtered.json" || fail "the filter dropped uniform"
+# --predict: the question timed cold (its profile measured) and warm (the kept one taken).
+"${bench[@]}" --predict=heavy_mlp:depth=3:hidden=8:batch=2 --strategies=store_all,uniform \
+  --benchmark_filter='^predict_' --benchmark_min_time=0.01 --benchmark_format=json \
+  >"$tmp/predict.json" 2>/dev/null || fail "the --predict benchmarks exited $?"
+/usr/bin/python3 - "$tmp/predict.json" <<'PY' || fail "the --predict benchmarks' counters"
+import json, sys
+runs = {b["name"].split("/")[0]: b for b in json.load(open(sys.argv[1]))["benchmarks"]}
+assert runs["predict_cold"]["profiled"] == 1 and runs["predict_cold"]["iterations"] == 1, runs
+assert runs["predict_warm"]["profiled"] == 0, runs
+PY
 # The project's bad input still exits 2.
 set +e
 "${bench[@]}" --strategies=checkmate >/dev/null 2>"$tmp/bad.txt"
