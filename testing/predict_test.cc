@@ -148,7 +148,8 @@ TEST(Predict, ADeviceMemoryAnswersWhetherEachPlanFits) {
   EXPECT_NE(PredictionTable(*tiny).find("**does not fit** in "), std::string::npos);
 }
 
-// profiles.txt (experiments/kept_profiles.h), for every registered model: a second prediction in
+// profiles.txt (experiments/kept_profiles.h), for every registered model and one whose sizes a
+// preset fills in ("auto" in its spec, resolved in its profile's): a second prediction in
 // the folder plans from the profile the first kept and measures nothing, to the same bytes and
 // times; what it plans from is the file's (times edited there are the times predicted); a kept
 // profile whose stages are not the model's, or a damaged file, is measured again and replaced.
@@ -175,9 +176,12 @@ TEST(KeptProfiles, ASecondPredictionPlansFromTheFirstsProfile) {
   };
   constexpr char kTaken[] = "not measured again";
   std::vector<Prediction> cold;
-  for (const std::string& id : Models().Ids()) {
-    SCOPED_TRACE(id);
-    options.models = {BoundModel::Bind(testing::FixedSmallSpec(id)).value()};
+  std::vector<std::string> specs;
+  for (const std::string& id : Models().Ids()) specs.push_back(testing::FixedSmallSpec(id));
+  specs.push_back("llama:size=tiny:seq=4:batch=2:vocab=64");  // sizes its preset resolves
+  for (const std::string& spec : specs) {
+    SCOPED_TRACE(spec);
+    options.models = {BoundModel::Bind(spec).value()};
     std::string progress;
     cold = predict(progress);
     EXPECT_EQ(progress.find(kTaken), std::string::npos) << progress;

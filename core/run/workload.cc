@@ -127,9 +127,10 @@ absl::StatusOr<const ModelProfile*> Workload::Profile(MemoryMeter& meter) {
 }
 
 absl::Status Workload::AdoptProfile(ModelProfile profile) {
-  if (profile.model != bound_.spec()) {
+  // The model's own spec, as its profiler names it: sizes a preset leaves "auto" resolved.
+  if (profile.model != model_->spec()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("it is of model ", profile.model, ", not ", bound_.spec()));
+        absl::StrCat("it is of model ", profile.model, ", not ", model_->spec()));
   }
   ASSIGN_OR_RETURN(const std::vector<StageInfo> stages, RunTorch([&] { return model_->Stages(); }));
   if (StagesToText(profile.stages) != StagesToText(stages)) {
