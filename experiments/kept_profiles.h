@@ -2,9 +2,10 @@
 // same model in the same folder (--predict again, with other budgets or another card; a --resume)
 // plans from them instead of measuring again.
 //
-//   ASSIGN_OR_RETURN(KeptProfiles kept, KeptProfiles::Open(folder.Path("profiles.txt"),
-//                                                          ProfileSetting(options)));
-//   loop.kept = &kept;  // ForEachModel adopts a kept profile, and the mode keeps what it measured
+//   KeptProfiles kept = KeptProfiles::Open(folder.Path(KeptProfiles::kFile),
+//                                          ProfileSetting(WorkloadOptionsFor(options)));
+//   loop.kept = &kept;  // ForEachModel adopts a kept profile; the mode keeps what it measured:
+//   kept.Keep(m.built, profile, progress);
 //
 // A profile is kept under the spec of the model measured and everything else its figures depend
 // on: this executable (a digest of its file: any rebuild that changes the code measures again),

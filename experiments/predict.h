@@ -81,7 +81,8 @@ double AllocatorMargin(absl::string_view model_spec);
 absl::StatusOr<BoundModel> ShallowModel(const BoundModel& model);
 
 // A prediction per model and strategy of `options` (store_all first) for one rank of
-// `states`, profiling each model's shallow spec once on options.device (under options.autocast).
+// `states`, profiling each model's shallow spec once on options.device (under options.autocast),
+// or planning from the profile options.kept holds for it, where it keeps what it measured.
 // With `device_memory` (a card's bytes), each row says whether it fits (Prediction::fits), and
 // every strategy that plans to a budget plans again, in a row after the model's others, to what
 // the card leaves the step: its bytes over the margin, less the parameters, AdamW's moments and
