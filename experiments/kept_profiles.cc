@@ -14,7 +14,8 @@ namespace ckpt {
 namespace {
 
 constexpr int64_t kMaxExecutableBytes = int64_t{1} << 32;
-constexpr int64_t kMaxProfilesBytes = int64_t{1} << 28;
+// About 800 models' profiles; read as tokens, a few hundred MB at most.
+constexpr int64_t kMaxProfilesBytes = int64_t{1} << 24;
 
 // A digest of this executable's file, or "" when it cannot be read.
 const std::string& ExecutableDigest() {

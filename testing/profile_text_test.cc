@@ -169,6 +169,12 @@ TEST(ProfileText, ErrorsNameTheLineAndTheTokenEscaped) {
   const std::string cut = text.substr(0, text.find_last_not_of(" \n0123456789") + 1);
   EXPECT_EQ(ProfilesFromText(cut).status().message(),
             "profile text ends early: expected a whole number from 0 to 17592186044416");
+  // A list longer than the tokens left could fill is refused before anything is allocated.
+  EXPECT_EQ(ProfilesFromText(
+                absl::StrCat("ckptlab-profiles 1 entries 1000000000 ", std::string(100, 'x')))
+                .status()
+                .message(),
+            "profile text line 1: expected a whole number from 0 to 0, not '1000000000'");
   // A policy the stage's parts do not allow, and one with an impossible count.
   for (const char* policy : {"policy 1 \"fused\" 1", "policy 1 \"chunk\" 1", "policy 1 \"store\" 3",
                              "policy 2 \"\" 1 \"\" 1"}) {

@@ -22,6 +22,11 @@ constexpr double kMaxFlops = 1e30;
 constexpr double kMaxRate = 1e18;  // bytes per ms
 constexpr int64_t kMaxPolicies = 64;
 constexpr int64_t kMaxIndex = int64_t{1} << 30;  // storages, parameters, chunks
+// Fewer tokens than a stage, a stage's measurement and a keyed profile take (their fixed fields'
+// names and values: 14, 54 and 48), which bound how many of them a text of so many tokens holds.
+constexpr int64_t kStageTokens = 14;
+constexpr int64_t kMeasuredTokens = 50;
+constexpr int64_t kProfileTokens = 40;
 constexpr int kStageKinds = static_cast<int>(StageKind::kOther) + 1;
 constexpr int kPartKinds = static_cast<int>(PartKind::kNorm) + 1;
 
@@ -80,7 +85,7 @@ class Writer {
   void Bool(bool& value) { Token(value ? "1" : "0"); }
   void Text(std::string& value) { Token(Quote(value)); }
   template <typename T>
-  void Size(std::vector<T>& items, int64_t) {
+  void Size(std::vector<T>& items, int64_t, int64_t = 1) {
     Token(absl::StrCat(items.size()));
   }
   void Line() { out_ += '\n'; }
@@ -150,12 +155,13 @@ class Reader {
     }
     value = *std::move(text);
   }
-  // A list's length: at most `most`, and never more than the tokens left (each item has one).
+  // A list's length: at most `most`, and never more than the tokens left can fill, each item
+  // taking at least `tokens_per_item`: a short text cannot make the reader allocate much.
   template <typename T>
-  void Size(std::vector<T>& items, int64_t most) {
+  void Size(std::vector<T>& items, int64_t most, int64_t tokens_per_item = 1) {
     int64_t n = 0;
     const size_t left = next_ < tokens_.size() ? tokens_.size() - next_ - 1 : 0;  // after n
-    Int(n, 0, std::min<int64_t>(most, static_cast<int64_t>(left)));
+    Int(n, 0, std::min<int64_t>(most, static_cast<int64_t>(left) / tokens_per_item));
     if (ok()) items.resize(n);
   }
   void Line() {}
@@ -251,7 +257,7 @@ void WalkStage(Io& io, StageInfo& stage) {
   io.Real(stage.forward_flops, kMaxFlops);
   Words(io, "repeat_key", stage.repeat_key);
   io.Name("parts");
-  io.Size(stage.parts, kMaxPolicies);
+  io.Size(stage.parts, kMaxPolicies, 8);
   for (PartInfo& part : stage.parts) {
     Words(io, "part", part.name);
     Enum(io, "part_kind", part.kind, kPartKinds, PartKindName);
@@ -298,7 +304,7 @@ void WalkMeasured(Io& io, const StageInfo& stage, StageProfile& p) {
   Bytes(io, "input_bytes", p.input_bytes);
   Bytes(io, "output_bytes", p.output_bytes);
   io.Name("outputs");
-  io.Size(p.outputs, kMaxIndex);
+  io.Size(p.outputs, kMaxIndex, 2);
   for (BoundaryStorage& s : p.outputs) {
     io.Int(s.bytes, 0, kMaxBytes);
     io.Int(s.input, -1, kMaxIndex);
@@ -309,7 +315,7 @@ void WalkMeasured(Io& io, const StageInfo& stage, StageProfile& p) {
   Bytes(io, "forward_transient_bytes", p.forward_transient_bytes);
   Bytes(io, "nograd_transient_bytes", p.nograd_transient_bytes);
   io.Name("param_grads");
-  io.Size(p.param_grads, kMaxIndex);
+  io.Size(p.param_grads, kMaxIndex, 2);
   for (auto& [param, bytes] : p.param_grads) {
     io.Int(param, 0, kMaxIndex);
     io.Int(bytes, 0, kMaxBytes);
@@ -345,7 +351,7 @@ void WalkMeasured(Io& io, const StageInfo& stage, StageProfile& p) {
 template <typename Io>
 void WalkStages(Io& io, std::vector<StageInfo>& stages) {
   io.Name("stages");
-  io.Size(stages, kMaxProfileStages);
+  io.Size(stages, kMaxProfileStages, kStageTokens);
   for (StageInfo& stage : stages) WalkStage(io, stage);
 }
 
@@ -376,7 +382,7 @@ void WalkProfile(Io& io, ModelProfile& p) {
   std::vector<std::pair<int, int64_t>> kept(p.kept_gradient_bytes.begin(),
                                             p.kept_gradient_bytes.end());
   io.Name("kept_gradient_bytes");
-  io.Size(kept, kMaxIndex);
+  io.Size(kept, kMaxIndex, 2);
   for (auto& [param, bytes] : kept) {
     io.Int(param, 0, kMaxIndex);
     io.Int(bytes, 0, kMaxBytes);
@@ -399,7 +405,7 @@ void WalkProfile(Io& io, ModelProfile& p) {
   if (Io::kReading) p.measured.resize(p.stages.size());
   for (size_t i = 0; i < p.stages.size() && io.ok(); ++i) {
     io.Name("measured");
-    io.Size(p.measured[i], kMaxPolicies);
+    io.Size(p.measured[i], kMaxPolicies, kMeasuredTokens);
     if (Io::kReading && io.ok() && p.measured[i].empty()) {
       return io.Fail("expected at least the stage's measurement with every part stored");
     }
@@ -439,7 +445,7 @@ absl::StatusOr<std::vector<KeyedProfile>> ProfilesFromText(absl::string_view tex
   }
   std::vector<KeyedProfile> entries;
   r.Name("entries");
-  r.Size(entries, kMaxIndex);
+  r.Size(entries, kMaxIndex, kProfileTokens);
   for (auto& [key, profile] : entries) {
     if (!r.ok()) break;
     Words(r, "key", key);
