@@ -1,7 +1,7 @@
 // Profiles as text (core/plan/profile_text.h), on generated profiles whose names, operators and
 // keys hold any bytes:
-//   - read back, a profile writes the same text, and every registered strategy plans on it the
-//     same plan, with the same predicted bytes and time;
+//   - read back, a profile writes the same text, its stages are the same, and (on chains of up
+//     to 12 stages) every registered strategy plans on it the same plan, bytes and time;
 //   - any text, and any edit of a valid one, is a profile or an error, never a crash; a profile
 //     read from an edited text still plans and predicts;
 //   - an error names the line and the token, escaped.
@@ -88,7 +88,10 @@ RC_GTEST_PROP(ProfileText, ReadBackAProfilePlansAndPredictsAlike, ()) {
     RC_ASSERT((*back)[k].first == entries[k].first);
     RC_ASSERT(StagesToText((*back)[k].second.stages) == StagesToText(entries[k].second.stages));
   }
-  RC_ASSERT(Outcomes(back->front().second) == Outcomes(entries.front().second));
+  // Planning every strategy twice is the slow part, and grows with the chain: on short ones.
+  if (entries.front().second.num_stages() <= 12) {
+    RC_ASSERT(Outcomes(back->front().second) == Outcomes(entries.front().second));
+  }
 }
 
 RC_GTEST_PROP(ProfileText, AnyTextIsAProfileOrAnError, (const std::string& text)) {
