@@ -161,7 +161,7 @@ TEST(KeptProfiles, ASecondPredictionPlansFromTheFirstsProfile) {
   options.strategies = BindStrategies(DefaultStrategies()).value();
   const std::string setting = ProfileSetting(WorkloadOptionsFor(options));
   ASSERT_NE(setting, "");
-  // The predictions as CSV, and the progress lines.
+  // The predictions, and the progress lines in `progress_text`.
   const auto predict = [&](std::string& progress_text) {
     KeptProfiles kept = KeptProfiles::Open(path, setting);
     EXPECT_EQ(kept.note(), "");
