@@ -198,37 +198,33 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
                                                     ? absl::StatusOr<Plan>(m.configurations[k].plan)
                                                     : absl::StatusOr<Plan>(planned));
         }
-        // Keeps the shallow copy's profile, with the policies every plan needed.
-        const auto keep = [&] {
-          if (options.kept != nullptr && m.status.ok())
-            options.kept->Keep(m.built, shallow, progress);
-        };
-        if (!device_memory.has_value()) {
-          keep();
-          return absl::OkStatus();
+        if (device_memory.has_value()) {
+          // What the card leaves the step, for each strategy that plans to a budget (once each:
+          // "optimal" and "optimal:budget=8MiB" plan to it alike).
+          absl::StatusOr<int64_t> left = state.ok() ? UsableBytes(*device_memory, margin) -
+                                                          state->parameters - state->optimizer -
+                                                          (full.input_bytes + full.target_bytes)
+                                                    : absl::StatusOr<int64_t>(state.status());
+          std::set<std::string> fitted_specs;
+          for (const BoundStrategy& strategy : options.strategies) {
+            if (strategy.budget_param().empty()) continue;
+            absl::StatusOr<BoundStrategy> fitted =
+                !left.ok()   ? absl::StatusOr<BoundStrategy>(left.status())
+                : *left <= 0 ? absl::StatusOr<BoundStrategy>(absl::ResourceExhaustedError(
+                                   "the parameters, AdamW's moments and the batch alone are past "
+                                   "--device_memory over the allocator's margin"))
+                             : strategy.WithBudget(*left);
+            const std::string spec = fitted.ok() ? fitted->spec() : strategy.spec();
+            if (!fitted_specs.insert(spec).second) continue;
+            progress.AddToTotal(1);
+            predict(spec, fitted.ok() ? fitted->PlanFor(m.profile)
+                                      : absl::StatusOr<Plan>(fitted.status()));
+          }
         }
-        // What the card leaves the step, for each strategy that plans to a budget (once each:
-        // "optimal" and "optimal:budget=8MiB" plan to it alike).
-        absl::StatusOr<int64_t> left = state.ok() ? UsableBytes(*device_memory, margin) -
-                                                        state->parameters - state->optimizer -
-                                                        (full.input_bytes + full.target_bytes)
-                                                  : absl::StatusOr<int64_t>(state.status());
-        std::set<std::string> fitted_specs;
-        for (const BoundStrategy& strategy : options.strategies) {
-          if (strategy.budget_param().empty()) continue;
-          absl::StatusOr<BoundStrategy> fitted =
-              !left.ok()   ? absl::StatusOr<BoundStrategy>(left.status())
-              : *left <= 0 ? absl::StatusOr<BoundStrategy>(absl::ResourceExhaustedError(
-                                 "the parameters, AdamW's moments and the batch alone are past "
-                                 "--device_memory over the allocator's margin"))
-                           : strategy.WithBudget(*left);
-          const std::string spec = fitted.ok() ? fitted->spec() : strategy.spec();
-          if (!fitted_specs.insert(spec).second) continue;
-          progress.AddToTotal(1);
-          predict(spec,
-                  fitted.ok() ? fitted->PlanFor(m.profile) : absl::StatusOr<Plan>(fitted.status()));
+        // The shallow copy's profile, with the policies every plan above needed.
+        if (options.kept != nullptr && m.status.ok()) {
+          options.kept->Keep(m.built, shallow, progress);
         }
-        keep();
         return absl::OkStatus();
       }));
   return rows;
