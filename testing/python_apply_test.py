@@ -3,9 +3,10 @@
 
 The models hold what users' models hold: stages returning a tensor twice, their input beside a
 new tensor, a view of their input, their input itself, a zero-element view of it; a stage taking
-a tuple whole; an in-place write to the input; BatchNorm and a counter read after its update
-(state); dropout and random numbers drawn without a generator; a zero-element parameter. Each is
-run eagerly or scripted. The plans are trees of every segment mode. Properties:
+a tuple whole; an in-place write to the input; BatchNorm, its statistics written by the kernel
+alone (functional batch_norm), and a counter read after its update (state); dropout and random
+numbers drawn without a generator; a zero-element parameter. Each is run eagerly or scripted.
+The plans are trees of every segment mode. Properties:
   - a step of the planned model gives the plain model's loss and gradients (every parameter's
     and the input's) bitwise, and leaves the state (every buffer) as the plain model's step
     does; so does a second step, and one under bfloat16 autocast (reruns run under the first
@@ -33,8 +34,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E
 import ckptlab  # noqa: E402
 from ckptlab import PlanError  # noqa: E402
 from stage_modules import (  # noqa: E402
-    Counter, EmptyJoin, EmptyParameter, EmptySlice, InPlace, Linear, PassThrough, Random, Scale,
-    Twice, TupleJoin, View)
+    Counter, EmptyJoin, EmptyParameter, EmptySlice, InPlace, Linear, PassThrough, Random,
+    RunningMean, Scale, Twice, TupleJoin, View)
 
 
 WIDTH = 4
@@ -42,6 +43,7 @@ KINDS = {
     "linear": lambda: [Linear(WIDTH)],
     "dropout": lambda: [nn.Dropout(0.3)],
     "batch_norm": lambda: [nn.BatchNorm1d(WIDTH)],
+    "running_mean": lambda: [RunningMean(WIDTH)],
     "counter": lambda: [Counter()],
     "twice": lambda: [Twice(), TupleJoin()],
     "pass_through": lambda: [PassThrough(), TupleJoin()],

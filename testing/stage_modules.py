@@ -34,6 +34,18 @@ class Counter(nn.Module):
         return x * self.count
 
 
+class RunningMean(nn.Module):
+    """State a kernel writes without a new version of it: BatchNorm's statistics, functional."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(width))
+        self.register_buffer("var", torch.ones(width))
+
+    def forward(self, x):
+        return torch.nn.functional.batch_norm(x, self.mean, self.var, training=self.training)
+
+
 class Twice(nn.Module):
     """One tensor returned twice: a tuple of aliases."""
 

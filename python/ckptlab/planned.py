@@ -181,11 +181,15 @@ class _Facts:
                 for i, stage in enumerate(stages):
                     inputs = _flatten(x)[0]
                     versions = [t._version for t in inputs]
+                    # A kernel may write a buffer without a new version (BatchNorm's running
+                    # statistics in native_batch_norm): values are compared too.
                     buffers = list(stage.buffers())
                     buffer_versions = [b._version for b in buffers]
+                    buffer_values = [b.clone() for b in buffers]
                     x = _call(stage, x, self.spreads[i])
                     self.writes[i] = [t._version for t in inputs] != versions
-                    if [b._version for b in buffers] != buffer_versions:
+                    if [b._version for b in buffers] != buffer_versions or not all(
+                            torch.equal(b, v) for b, v in zip(buffers, buffer_values)):
                         self.state[i] = _State(stage)
         finally:
             with torch.no_grad():
