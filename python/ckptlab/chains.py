@@ -1,0 +1,401 @@
+"""Any PyTorch model as a chain of stages, cut automatically, for ckptlab's planners.
+
+    chain = ckptlab.chain(model, inputs, loss=None, targets=())
+    value = chain(*inputs, *targets)          # loss(model(*inputs), *targets): the same value
+    value.backward()                          # the same gradients, in model's own parameters
+    planned = ckptlab.apply(chain, plan_text) # and run as a ckptlab plan says
+
+How: the step (the model's forward, then the loss) is traced by running it once on the example
+batch (make_fx: ATen ops, with the shapes, and the branches of Python control flow, that this
+batch took; as torch.jit.trace, the chain is specialised to them: another shape, or data that
+would take another branch, needs a chain of its own). The trace is then cut between ops, as
+finely as the computation allows, where the tensors alive across the cut carry few bytes:
+  - a cut carries only tensors (never a tuple an op returned whole), and any number of them
+    (a U-Net's skips, an attention mask every block reads, the targets for the loss);
+  - no stage writes in place a tensor that an earlier stage made or a view of one (so that a
+    rerun of a stage reads what its first run read); the model's buffers are state, and are
+    updated by the stage that updates them (BatchNorm's running statistics); a cut carries no
+    view of a parameter or buffer (a stage reads them itself, so a buffer is written only by
+    the stage holding it);
+  - among the cuts allowed, those where the bytes alive are a local minimum (a transformer's
+    residual stream between its attention and its MLP; a ResNet between and inside its blocks);
+    `max_stages` keeps the cheapest of them.
+Stage i takes the tensors alive across the cut before it, one argument each (stage 0 the batch:
+inputs, then targets), and returns those alive across the cut after it: a tensor where there is
+one, else a tuple; the last stage returns the loss. Stages hold the model's own parameters and
+buffers (the same tensors: an optimizer over model.parameters() trains through the chain, tied
+weights stay one tensor, BatchNorm's statistics update in the model), registered under their
+names in the model. Random ops (dropout) draw from PyTorch's generators as the model does;
+ckptlab.apply replays them on a rerun.
+"""
+
+import contextlib
+import dataclasses
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch import fx, nn
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from ckptlab.plan import printable
+from ckptlab.planned import _storage
+
+__all__ = ["Chain", "ChainError", "chain"]
+
+
+class ChainError(ValueError):
+    """A model, batch or loss that cannot be made a chain: the message names which and why."""
+
+
+def _first_floating(value) -> Optional[torch.Tensor]:
+    """The first floating-point tensor in `value`: a tensor, or tuples, lists, dicts and
+    dataclass-like objects (a `to_tuple` method, or dataclass fields) holding some, in order."""
+    if isinstance(value, torch.Tensor):
+        return value if value.is_floating_point() else None
+    if isinstance(value, dict):
+        items = list(value.values())
+    elif isinstance(value, (tuple, list)):
+        items = list(value)
+    elif hasattr(value, "to_tuple"):
+        items = list(value.to_tuple())
+    elif dataclasses.is_dataclass(value):
+        items = [getattr(value, f.name) for f in dataclasses.fields(value)]
+    else:
+        return None
+    for item in items:
+        found = _first_floating(item)
+        if found is not None:
+            return found
+    return None
+
+
+def mean_square(output) -> torch.Tensor:
+    """The default loss: the mean of the squares of the output's first floating-point tensor."""
+    found = _first_floating(output)
+    if found is None:
+        raise ChainError("the model's output holds no floating-point tensor for the default loss "
+                         "(the mean of its squares); pass loss=")
+    return found.square().mean()
+
+
+@contextlib.contextmanager
+def _untouched(model: nn.Module, batch: Sequence[torch.Tensor]):
+    """The model's buffers and the random streams as they were before, whatever ran inside."""
+    devices = sorted({t.device.index or 0 for t in batch if t.is_cuda})
+    with torch.no_grad():
+        saved = [(b, b.clone()) for b in model.buffers()]
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        with torch.no_grad():
+            for b, before in saved:
+                b.copy_(before)
+
+
+def _failing_module(error: BaseException, names: Dict[int, str], model: nn.Module) -> str:
+    """The innermost of model's modules whose code was running when `error` was raised."""
+    found = model
+    tb = error.__traceback__
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if isinstance(owner, nn.Module) and id(owner) in names:
+            found = owner
+        tb = tb.tb_next
+    name = names[id(found)]
+    return f"{printable(name or 'the model')} ({printable(type(found).__name__)})"
+
+
+def _trace(model, batch, inputs, loss) -> fx.GraphModule:
+    names = {id(m): name for name, m in model.named_modules()}
+
+    def step(*values):
+        return loss(model(*values[:inputs]), *values[inputs:])
+
+    with _untouched(model, batch):
+        try:
+            value = step(*batch)
+        except Exception as e:  # the model's own error, before any tracing
+            raise ChainError(f"ckptlab.chain: {_failing_module(e, names, model)} fails on the "
+                             f"example batch: {printable(type(e).__name__)}: "
+                             f"{printable(str(e).splitlines()[0] if str(e) else '')}") from e
+        if not (isinstance(value, torch.Tensor) and value.dim() == 0
+                and value.is_floating_point()):
+            raise ChainError("ckptlab.chain: the loss must return a floating-point scalar tensor; "
+                             f"it returned {printable(_describe(value))}")
+    with _untouched(model, batch):
+        try:
+            return make_fx(step)(*batch)
+        except Exception as e:
+            raise ChainError(f"ckptlab.chain: {_failing_module(e, names, model)} cannot be traced "
+                             f"by running it: {printable(type(e).__name__)}: "
+                             f"{printable(str(e).splitlines()[0] if str(e) else '')}") from e
+
+
+def _describe(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {list(value.shape)}"
+    return f"a {type(value).__name__}"
+
+
+def _is_tensor_meta(meta) -> bool:
+    return meta is not None and hasattr(meta, "shape") and hasattr(meta, "dtype")
+
+
+def _bytes(meta) -> int:
+    numel = 1
+    for d in meta.shape:
+        numel *= int(d)
+    return numel * torch.empty((), dtype=meta.dtype).element_size()
+
+
+def _schema(node: fx.Node):
+    return getattr(node.target, "_schema", None) if node.op == "call_function" else None
+
+
+def _written(node: fx.Node) -> List[fx.Node]:
+    """The nodes whose tensors `node` writes in place (its arguments annotated `a!`)."""
+    schema = _schema(node)
+    if schema is None or not schema.is_mutable:
+        return []
+    written = []
+    for i, argument in enumerate(schema.arguments):
+        if argument.alias_info is None or not argument.alias_info.is_write:
+            continue
+        value = node.args[i] if i < len(node.args) else node.kwargs.get(argument.name)
+        if isinstance(value, fx.Node):
+            written.append(value)
+    return written
+
+
+class _Trace:
+    """The traced step as ops in order, with what each cut between two of them would carry."""
+
+    def __init__(self, graph_module: fx.GraphModule):
+        graph = graph_module.graph
+        self.placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        self.output = next(n for n in graph.nodes if n.op == "output")
+        _drop_unused(graph)
+        self.ops = [n for n in graph.nodes if n.op == "call_function"]
+        index = {n: i for i, n in enumerate(self.ops)}
+        for p in self.placeholders:
+            index[p] = -1
+        index[self.output] = len(self.ops)
+        # The tensor each value views (itself where it is no view): a getitem of a tuple of
+        # views, or an op returning an alias of its first argument, views what that views.
+        self.base = {}
+        for n in self.placeholders + self.ops:
+            source = None
+            if n.op == "call_function" and n.target.__name__ == "getitem":
+                parent = n.args[0]
+                if _aliases(parent):
+                    source = parent
+            elif _aliases(n):
+                source = next((a for a in n.args if isinstance(a, fx.Node)), None)
+            self.base[n] = self.base.get(source, source) if source is not None else n
+        # Over positions p (a cut before ops[p], 1 <= p < len(ops)): the bytes alive, and
+        # whether a cut is allowed. A value is alive at p when made before ops[p] and read at
+        # or after it; its bytes are its base's, counted once.
+        count = len(self.ops)
+        self.alive_bytes = [0] * (count + 1)
+        self.alive_count = [0] * (count + 1)
+        allowed = [True] * (count + 1)
+        allowed[0] = False
+        span = {}  # base -> (made, last read) over every value viewing it
+        # reach[p]: the last position that a tensor made by an op before ops[p] is alive at.
+        self.reach = [0] * (count + 1)
+        for n in self.placeholders + self.ops:
+            if not n.users:
+                continue
+            made, last = index[n], max(index[u] for u in n.users)
+            for p in range(made + 1, last + 1):
+                self.alive_count[p] += 1
+            meta = n.meta.get("tensor_meta")
+            if not _is_tensor_meta(meta):  # a tuple alive across a cut: not allowed there
+                for p in range(made + 1, last + 1):
+                    allowed[p] = False
+                continue
+            if n.op != "placeholder":
+                self.reach[made + 1] = max(self.reach[made + 1], last)
+            b = self.base[n]
+            if b.op == "get_attr":  # a view of a parameter or buffer: read where it is used
+                for p in range(made + 1, last + 1):
+                    allowed[p] = False
+            lo, hi = span.get(b, (made, last))
+            span[b] = (min(lo, made), max(hi, last))
+        for b, (made, last) in span.items():
+            meta = b.meta.get("tensor_meta")
+            size = _bytes(meta) if _is_tensor_meta(meta) else 0
+            for p in range(made + 1, last + 1):
+                self.alive_bytes[p] += size
+        for p in range(1, count + 1):
+            self.reach[p] = max(self.reach[p], self.reach[p - 1])
+        for n in self.ops:  # a write to a tensor an earlier stage made: no cut in between
+            for w in _written(n):
+                b = self.base.get(w)
+                if b is None or b.op == "get_attr":
+                    continue  # a parameter or buffer: state, updated where the op is
+                for p in range(index[b] + 1, index[n] + 1):
+                    allowed[p] = False
+        self.allowed = allowed
+        self.index = index
+
+    def alive_at(self, p: int) -> List[fx.Node]:
+        """The values made before ops[p] and read at or after it, in the order made."""
+        return [n for n in self.placeholders + self.ops[:p]
+                if any(self.index[u] >= p for u in n.users)]
+
+
+def _aliases(node: fx.Node) -> bool:
+    schema = _schema(node)
+    return schema is not None and any(r.alias_info is not None for r in schema.returns)
+
+
+def _drop_unused(graph: fx.Graph):
+    """Ops whose results nothing reads and that write nothing (the detach nodes autograd leaves
+    in a trace), last first so that what only they read goes too."""
+    for n in reversed(list(graph.nodes)):
+        if n.op in ("call_function", "get_attr") and not n.users and not _written(n):
+            schema = _schema(n)
+            if n.op == "get_attr" or (schema is not None and not schema.is_mutable):
+                graph.erase_node(n)
+
+
+def _cuts(trace: _Trace, max_stages: Optional[int]) -> List[int]:
+    """The positions cut at. A plateau is a run of allowed positions alike in bytes alive, each
+    sharing a tensor it keeps alive with the next (a ResNet block's input, alive while the block
+    computes); plateaus with no more bytes than the allowed positions either side get a cut at
+    their last position, where the stage before it holds an op that is not a view. Past
+    `max_stages`, the cuts carrying the most bytes are dropped first."""
+    allowed = [p for p in range(1, len(trace.ops)) if trace.allowed[p] and trace.alive_count[p]]
+    value = [trace.alive_bytes[p] for p in allowed]
+    chosen, last, k = [], 0, 0
+    while k < len(allowed):
+        j = k
+        while (j + 1 < len(allowed) and value[j + 1] == value[k]
+               and trace.reach[allowed[j]] >= allowed[j + 1]):
+            j += 1
+        p = allowed[j]
+        if ((k == 0 or value[k - 1] >= value[k]) and (j + 1 == len(allowed)
+                                                      or value[j + 1] >= value[k])
+                and any(_computes(n) for n in trace.ops[last:p])):
+            chosen.append(p)
+            last = p
+        k = j + 1
+    if chosen and not any(_computes(n) for n in trace.ops[last:]):
+        chosen.pop()
+    if max_stages is not None and len(chosen) + 1 > max_stages:
+        chosen = sorted(sorted(chosen, key=lambda p: (trace.alive_bytes[p], p))[:max_stages - 1])
+    return chosen
+
+
+def _computes(node: fx.Node) -> bool:
+    """Whether `node` makes a tensor of its own (not a view, not an element of a tuple)."""
+    return not _aliases(node) and node.target.__name__ != "getitem"
+
+
+def _stage(model_names: Dict[int, str], graph_module: fx.GraphModule, ops: List[fx.Node],
+           inputs: List[fx.Node], outputs: List[fx.Node]) -> fx.GraphModule:
+    """A module running `ops`, taking `inputs` and returning `outputs` (one tensor, or a tuple),
+    holding the tensors the ops read by their names in the model (or `constantK` for a tensor
+    that is not the model's)."""
+    graph = fx.Graph()
+    env = {}
+    attributes = {}
+    for n in inputs:
+        env[n] = graph.placeholder(n.name)
+
+    def value(n: fx.Node) -> fx.Node:
+        if n not in env:  # a parameter, buffer or constant, read here
+            tensor = getattr(graph_module, n.target)
+            name = model_names.get(id(tensor), f"constant{len(attributes)}")
+            attributes[name] = tensor
+            env[n] = graph.get_attr(name)
+        return env[n]
+
+    for n in ops:
+        env[n] = graph.node_copy(n, value)
+    graph.output(env[outputs[0]] if len(outputs) == 1 else tuple(env[n] for n in outputs))
+    return fx.GraphModule(attributes, graph, class_name="Stage")
+
+
+class Chain(nn.Sequential):
+    """The stages of a model, in order (ckptlab.chain makes one). Called with the batch (inputs,
+    then targets), it returns the loss; each stage is handed what the one before returned,
+    spread where it is a tuple. Its parameters and buffers are the model's own."""
+
+    def forward(self, *batch):
+        x = batch
+        for stage in self:
+            x = stage(*x) if type(x) is tuple else stage(x)
+        return x
+
+    def kept_per_stage(self, *batch) -> List[int]:
+        """The bytes each stage keeps for backward in a plain step on `batch`: the tensors
+        autograd saves while it runs, each storage counted once (for the stage saving it
+        first), less the parameters', buffers' and the batch's (ckptlab's activation bytes).
+        Runs the forward once, leaving the buffers and the random streams as they were."""
+        kept = [dict() for _ in self]
+        seen = {_storage(t)[0] for t in list(self.parameters()) + list(self.buffers())
+                + list(batch)}
+        at = [0]
+
+        def pack(t):
+            key, size = _storage(t)
+            if key not in seen:
+                seen.add(key)
+                kept[at[0]][key] = size
+            return t
+
+        with _untouched(self, batch), torch.autograd.graph.saved_tensors_hooks(pack,
+                                                                               lambda t: t):
+            x = batch
+            for i, stage in enumerate(self):
+                at[0] = i
+                x = stage(*x) if type(x) is tuple else stage(x)
+        return [sum(k.values()) for k in kept]
+
+
+def chain(model: nn.Module, inputs, loss: Optional[Callable[..., torch.Tensor]] = None,
+          targets=(), max_stages: Optional[int] = None) -> Chain:
+    """`model` as a Chain of stages, cut automatically (this module's docstring says how).
+
+    inputs: a tensor or a tuple of tensors, the model called as model(*inputs); targets: a tensor
+    or a tuple of tensors handed to the loss after the output, loss(output, *targets), which
+    returns the scalar trained on (default: the mean of the squares of the output's first
+    floating-point tensor). max_stages: at most that many stages (None: every cut found).
+    Tracing runs the model once and leaves its buffers and the random streams as they were.
+    ChainError naming the module and the reason where the model cannot be traced by running it,
+    or names what is wrong with the batch, the loss or max_stages."""
+    batch_inputs = _tensors("inputs", inputs)
+    batch_targets = _tensors("targets", targets)
+    if max_stages is not None and (isinstance(max_stages, bool) or not isinstance(max_stages, int)
+                                   or max_stages < 1):
+        raise ChainError(f"ckptlab.chain: max_stages={printable(repr(max_stages))}; accepted: "
+                         "None or a whole number of at least 1")
+    batch = batch_inputs + batch_targets
+    graph_module = _trace(model, batch, len(batch_inputs), loss or (lambda out: mean_square(out)))
+    trace = _Trace(graph_module)
+    names = {}
+    for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
+        names.setdefault(id(tensor), name)
+    cuts = [0] + _cuts(trace, max_stages) + [len(trace.ops)]
+    stages = []
+    for begin, end in zip(cuts, cuts[1:]):
+        stage_inputs = trace.placeholders if begin == 0 else trace.alive_at(begin)
+        stage_outputs = (list(trace.output.args[:1]) if end == len(trace.ops)
+                         else trace.alive_at(end))
+        stages.append(_stage(names, graph_module, trace.ops[begin:end], stage_inputs,
+                             stage_outputs))
+    result = Chain(*stages)
+    result.alive_bytes = [trace.alive_bytes[p] for p in cuts[1:-1]]
+    return result
+
+
+def _tensors(what: str, value) -> List[torch.Tensor]:
+    values = [value] if isinstance(value, torch.Tensor) else value
+    if not isinstance(values, (tuple, list)) or not all(isinstance(v, torch.Tensor)
+                                                        for v in values):
+        raise ChainError(f"ckptlab.chain: {what} must be a tensor or a tuple of tensors; got "
+                         f"{printable(_describe(value))}")
+    return list(values)

@@ -1,0 +1,376 @@
+#!/usr/bin/env python3
+"""ckptlab.chain: any PyTorch model cut into a chain of stages, against the plain model.
+
+Models: generated programs over a pool of values (skips read from any earlier value, as a U-Net
+or DenseNet does; residuals; tuples returned by a module; views and shape arithmetic; in-place
+writes; BatchNorm and a counter as state; dropout; integer inputs and masks; several outputs),
+torchvision's resnet50, vit_b_16, convnext_tiny, densenet121 and efficientnet_b0 where
+python3-torchvision is installed, and a GPT written as Hugging Face writes one (ids and a padding
+mask, a ModuleList, a head tied to the token embedding, a dataclass output, a masked loss).
+Properties:
+  - the chain's loss and gradients (every parameter's, the input's) equal the model's bitwise,
+    and the buffers after a step equal the model's (BatchNorm statistics updated once);
+  - ckptlab.apply(chain, plan) under generated plans gives the same, over two steps;
+  - the chain holds the model's own parameters and buffers (the same tensors, tied ones once);
+  - making a chain leaves the model's buffers and the random streams as they were;
+  - granularity: at least one stage per block, a transformer's attention and MLP apart, what
+    each stage keeps summing to what the chain keeps;
+  - a model that cannot be traced, a bad batch, loss or max_stages: ChainError, one line naming
+    the module or the value.
+Runs on the torch of the Python that runs it (1.13 here, 2.6 in CI's trixie root).
+"""
+
+import dataclasses
+import os
+import sys
+import unittest
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+from hypothesis import HealthCheck, given, note, settings, strategies as st  # noqa: E402
+
+import ckptlab  # noqa: E402
+from ckptlab import ChainError  # noqa: E402
+
+try:
+    import torchvision
+except ImportError:  # CI's trixie root has PyTorch without torchvision
+    torchvision = None
+
+WIDTH = 4
+MODES = ["stored", "checkpointed", "recompute-all", "offloaded"]
+
+
+class Program(nn.Module):
+    """Ops over a pool of values, each op reading values made earlier (drawn indices): the
+    dataflow of models that are not a sequence of modules."""
+
+    def __init__(self, ops):
+        super().__init__()
+        self.ops = ops
+        self.layers = nn.ModuleList()
+        for kind, _ in ops:
+            self.layers.append(
+                nn.Linear(2 * WIDTH, WIDTH) if kind == "concat" else
+                nn.BatchNorm1d(WIDTH) if kind == "batch_norm" else
+                Pair() if kind == "pair" else
+                nn.Linear(WIDTH, WIDTH) if kind == "linear" else nn.Identity())
+        self.register_buffer("count", torch.zeros(()))
+
+    def forward(self, x, mask):
+        pool = [x * mask.unsqueeze(1)]
+        for (kind, reads), layer in zip(self.ops, self.layers):
+            a, b = (pool[r % len(pool)] for r in reads)
+            if kind == "linear":
+                y = torch.tanh(layer(a))
+            elif kind == "residual":
+                y = a + b
+            elif kind == "concat":  # a skip: any earlier value joined to a later one
+                y = layer(torch.cat([a, b], dim=1))
+            elif kind == "in_place":
+                y = a * 1.5
+                y.mul_(2)
+                y.relu_()
+            elif kind == "batch_norm":
+                y = layer(a)
+            elif kind == "dropout":
+                y = F.dropout(a, 0.3, training=self.training)
+            elif kind == "view":  # shape arithmetic read from the tensor, views and a transpose
+                n, w = a.shape
+                y = a.reshape(n, 2, w // 2).transpose(1, 2).reshape(n, w).contiguous()
+            elif kind == "pair":
+                p, q = layer(a)
+                pool.append(p)
+                y = q
+            else:  # "counter": state read after its update
+                self.count.add_(1)
+                y = a * self.count.clone()  # read after its update (mul would save it)
+            pool.append(y)
+        return {"main": pool[-1], "aux": (pool[len(pool) // 2],)}
+
+
+class Pair(nn.Module):
+    """A module returning a tuple, both read later."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.randn(WIDTH))
+
+    def forward(self, x):
+        return x * self.scale, torch.sin(x)
+
+
+KINDS = ["linear", "residual", "concat", "in_place", "batch_norm", "dropout", "view", "pair",
+         "counter"]
+
+
+def program_loss(output, target):
+    return F.mse_loss(output["main"], target) + output["aux"][0].square().mean()
+
+
+@st.composite
+def programs(draw):
+    torch.manual_seed(draw(st.integers(0, 2**16)))
+    count = draw(st.integers(1, 8))
+    ops = [(draw(st.sampled_from(KINDS)), (draw(st.integers(0, 63)), draw(st.integers(0, 63))))
+           for _ in range(count)]
+    model = Program([("linear", (0, 0))] + ops)
+    batch = (torch.randn(6, WIDTH, requires_grad=True), torch.tensor([1., 1., 0., 1., 1., 0.]),
+             torch.randn(6, WIDTH))
+    return model, batch
+
+
+@st.composite
+def plans(draw, stages):
+    def segments(begin, end, depth):
+        out, at = [], begin
+        while at < end:
+            stop = draw(st.integers(at + 1, end))
+            mode = draw(st.sampled_from(MODES))
+            text = f"[{at},{stop}) {mode}"
+            if mode in ("checkpointed", "offloaded") and depth > 0 and draw(st.booleans()):
+                text += " {" + segments(at, stop, depth - 1) + "}"
+            out.append(text)
+            at = stop
+        return ", ".join(out)
+
+    return segments(0, stages, 2)
+
+
+def step(run, model, batch, seed):
+    """Loss, gradients (every parameter's, then the floating-point inputs') and buffers after
+    one step of `run(*batch)`."""
+    batch = [t.detach().clone().requires_grad_(t.requires_grad) for t in batch]
+    for p in model.parameters():
+        p.grad = None
+    torch.manual_seed(seed)
+    loss = run(*batch)
+    loss.backward()
+    grads = [p.grad for p in model.parameters()] + [t.grad for t in batch if t.requires_grad]
+    return loss.detach(), grads, [b.clone() for b in model.buffers()]
+
+
+def same(a, b):
+    if a is None or b is None:
+        return a is None and b is None
+    return a.shape == b.shape and torch.equal(a, b)
+
+
+class ChainTest(unittest.TestCase):
+    def assert_steps_equal(self, model, plain, chained, batch, steps=1):
+        """`chained(*batch)` steps as `plain(*batch)` does, from the same buffers."""
+        start = [b.clone() for b in model.buffers()]
+        expected = []
+        for seed in range(steps):
+            expected.append(step(plain, model, batch, seed))
+        with torch.no_grad():
+            for b, s in zip(model.buffers(), start):
+                b.copy_(s)
+        for seed in range(steps):
+            loss, grads, buffers = step(chained, model, batch, seed)
+            self.assertTrue(same(loss, expected[seed][0]), (loss, expected[seed][0]))
+            self.assertEqual(len(grads), len(expected[seed][1]))
+            for g, e in zip(grads, expected[seed][1]):
+                self.assertTrue(same(g, e))
+            for b, e in zip(buffers, expected[seed][2]):
+                self.assertTrue(same(b, e))
+
+    def assert_own_tensors(self, model, chain):
+        own = {id(t) for t in list(model.parameters()) + list(model.buffers())}
+        for t in list(chain.parameters()) + list(chain.buffers()):
+            self.assertIn(id(t), own)
+        self.assertEqual({id(p) for p in chain.parameters()},
+                         {id(p) for p in model.parameters() if p.numel()} &
+                         {id(p) for p in chain.parameters()})
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(programs(), st.data())
+    def test_a_chain_and_its_plans_step_as_the_model(self, made, data):
+        model, batch = made
+
+        def plain(*b):
+            return program_loss(model(*b[:2]), b[2])
+
+        buffers = [b.clone() for b in model.buffers()]
+        torch.manual_seed(7)
+        rng = torch.get_rng_state()
+        chain = ckptlab.chain(model, batch[:2], loss=program_loss, targets=batch[2])
+        note(f"ops {model.ops}; {len(chain)} stages")
+        self.assertTrue(torch.equal(torch.get_rng_state(), rng))
+        for b, before in zip(model.buffers(), buffers):
+            self.assertTrue(torch.equal(b, before))
+        self.assert_own_tensors(model, chain)
+        self.assert_steps_equal(model, plain, chain, batch)
+        plan = data.draw(plans(len(chain)))
+        self.assert_steps_equal(model, plain, ckptlab.apply(chain, plan), batch, steps=2)
+
+    def test_max_stages_keeps_the_cuts_carrying_least(self):
+        torch.manual_seed(0)
+        model = Program([("linear", (-1, -1))] * 8)
+        batch = (torch.randn(6, WIDTH, requires_grad=True), torch.ones(6))
+        full = ckptlab.chain(model, batch)
+        self.assertGreaterEqual(len(full), 8)
+        for most in (1, 3):
+            cut = ckptlab.chain(model, batch, max_stages=most)
+            self.assertEqual(len(cut), most)
+            self.assert_steps_equal(model, lambda *b: model(*b)["main"].square().mean(), cut,
+                                    batch)
+
+    def test_bad_input_is_one_line_naming_it(self):
+        model = Program([("linear", (0, 0))])
+        batch = (torch.randn(6, WIDTH), torch.ones(6))
+        cases = [
+            (dict(inputs=(batch[0], 3)), "inputs must be a tensor or a tuple of tensors; got a "
+                                         "tuple"),
+            (dict(inputs=batch, max_stages=0), "max_stages=0; accepted"),
+            (dict(inputs=batch, max_stages=True), "max_stages=True; accepted"),
+            (dict(inputs=batch, loss=lambda out: out["main"]), "the loss must return a "
+                                                               "floating-point scalar tensor"),
+            (dict(inputs=batch[:1]), "the model (Program) fails on the example batch: TypeError"),
+        ]
+        for kwargs, words in cases:
+            with self.subTest(words=words):
+                with self.assertRaises(ChainError) as caught:
+                    ckptlab.chain(model, **kwargs)
+                self.assertIn(words, str(caught.exception))
+                self.assertNotIn("\n", str(caught.exception))
+
+    def test_a_model_that_cannot_be_traced_is_named(self):
+        class Gate(nn.Module):
+            def forward(self, x):
+                return x * 2 if bool(x.sum() > 0) else x  # a value read from the data
+
+        model = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Sequential(nn.ReLU(), Gate()))
+        with self.assertRaises(ChainError) as caught:
+            ckptlab.chain(model, torch.randn(2, WIDTH))
+        message = str(caught.exception)
+        self.assertIn("1.1 (Gate) cannot be traced by running it", message)
+        self.assertNotIn("\n", message)
+
+
+@dataclasses.dataclass
+class Output:
+    loss: torch.Tensor
+    logits: torch.Tensor
+
+
+class Attention(nn.Module):
+    def __init__(self, width, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.dropout = nn.Dropout(0.1)
+
+    def forward(self, x, mask):
+        b, t, w = x.shape
+        q, k, v = self.qkv(x).split(w, dim=2)
+        q, k, v = (z.view(b, t, self.heads, w // self.heads).transpose(1, 2) for z in (q, k, v))
+        scores = q @ k.transpose(-1, -2) / (w // self.heads) ** 0.5
+        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        keep = causal[None, None] & mask[:, None, None, :].bool()
+        scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
+        y = self.dropout(scores.softmax(-1)) @ v
+        return self.proj(y.transpose(1, 2).reshape(b, t, w))
+
+
+class Block(nn.Module):
+    def __init__(self, width, heads):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(width)
+        self.attn = Attention(width, heads)
+        self.ln_2 = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(),
+                                 nn.Linear(4 * width, width), nn.Dropout(0.1))
+
+    def forward(self, x, mask):
+        x = x + self.attn(self.ln_1(x), mask)
+        return x + self.mlp(self.ln_2(x))
+
+
+class Decoder(nn.Module):
+    """A GPT as Hugging Face writes one: ids and an attention mask in, a ModuleList of blocks,
+    the head tied to the token embedding, a dataclass out holding the loss when given labels."""
+
+    def __init__(self, vocab=50, width=16, heads=2, layers=3, positions=32):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, width)
+        self.wpe = nn.Embedding(positions, width)
+        self.h = nn.ModuleList(Block(width, heads) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(width)
+        self.lm_head = nn.Linear(width, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight
+
+    def forward(self, input_ids, attention_mask, labels=None):
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        x = self.wte(input_ids) + self.wpe(positions)[None]
+        for block in self.h:
+            x = block(x, attention_mask)
+        logits = self.lm_head(self.ln_f(x))
+        loss = None
+        if labels is not None:
+            labels = labels.masked_fill(attention_mask == 0, -100)
+            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                                   labels[:, 1:].reshape(-1), ignore_index=-100)
+        return Output(loss, logits)
+
+
+class RealModels(unittest.TestCase):
+    def test_a_hugging_face_style_decoder(self):
+        torch.manual_seed(0)
+        model = Decoder()
+        ids = torch.randint(0, 50, (2, 12))
+        mask = torch.ones(2, 12, dtype=torch.int64)
+        mask[1, 9:] = 0  # padding
+
+        def loss(output):
+            return output.loss
+
+        batch = (ids, mask, ids)
+        chain = ckptlab.chain(model, batch, loss=loss)
+        self.assertGreaterEqual(len(chain), 2 * len(model.h))  # attention and MLP apart
+        kept = chain.kept_per_stage(*batch)
+        self.assertEqual(sum(kept), ckptlab.kept_bytes(lambda: chain(*batch),
+                                                       list(model.parameters()) + [ids, mask])[1])
+        self.assertLess(max(kept), sum(kept) / 4)  # no stage holds a block's activations
+        tied = [p for p in chain.parameters() if p is model.wte.weight]
+        self.assertEqual(len(tied), 1)
+        ChainTest.assert_own_tensors(self, model, chain)
+        ChainTest.assert_steps_equal(self, model, lambda *b: model(*b).loss, chain, batch)
+        plan = f"[0,{len(chain) // 2}) checkpointed, [{len(chain) // 2},{len(chain)}) stored"
+        ChainTest.assert_steps_equal(self, model, lambda *b: model(*b).loss,
+                                     ckptlab.apply(chain, plan), batch, steps=2)
+
+    @unittest.skipIf(torchvision is None, "torchvision is not installed")
+    def test_torchvision_models(self):
+        cases = [  # name, keyword arguments, the number of blocks
+            ("resnet50", {}, 16),
+            ("vit_b_16", {"image_size": 32}, 12),
+            ("convnext_tiny", {}, 18),
+            ("densenet121", {}, 58),
+            ("efficientnet_b0", {}, 16),
+        ]
+        for name, kwargs, blocks in cases:
+            with self.subTest(model=name):
+                torch.manual_seed(0)
+                model = getattr(torchvision.models, name)(weights=None, **kwargs)
+                images = torch.randn(2, 3, 32, 32, requires_grad=True)
+                labels = torch.tensor([3, 7])
+                chain = ckptlab.chain(model, images, loss=F.cross_entropy, targets=labels)
+                self.assertGreaterEqual(len(chain), blocks)
+                ChainTest.assert_own_tensors(self, model, chain)
+                plain = lambda x, y: F.cross_entropy(model(x), y)  # noqa: E731
+                ChainTest.assert_steps_equal(self, model, plain, chain, (images, labels))
+                third = len(chain) // 3
+                plan = (f"[0,{third}) checkpointed, [{third},{2 * third}) recompute-all, "
+                        f"[{2 * third},{len(chain)}) stored")
+                ChainTest.assert_steps_equal(self, model, plain, ckptlab.apply(chain, plan),
+                                             (images, labels))
+
+
+if __name__ == "__main__":
+    unittest.main()
