@@ -1,6 +1,7 @@
 """The list of model plugins linked into //models:all (one line per model package target)."""
 
 MODELS = [
+    "chain",
     "deep_mlp",
     "gpt2",
     "heavy_mlp",

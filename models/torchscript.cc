@@ -47,6 +47,7 @@ constexpr int kMaxCallDepth = 32;
 constexpr int64_t kMaxShapeElements = int64_t{1} << 40;
 constexpr char kAccepted[] =
     "accepted: a file torch.jit.save wrote of a scripted or traced nn.Sequential";
+constexpr char kBatchPrefix[] = "ckptlab_batch_";
 
 // The bytes of each file as this process first read it, by path as given: every spec naming
 // the file, whatever its batch, reads the same model.
@@ -63,8 +64,42 @@ std::map<std::string, TorchScriptFacts>& FactsCache() {
 
 bool HasTokens(const ParamValues& params) { return params.Text("tokens") != "none"; }
 
+// A chain file (models/chain.cc): its batch is in the file, its last stage returns the loss.
+bool IsChainFile(const ParamValues& params) { return params.name() == "chain"; }
+
 std::string Where(const ParamValues& params) {
-  return absl::StrCat("torchscript:file=", params.Text("file"));
+  return absl::StrCat(params.name(), ":file=", params.Text("file"));
+}
+
+// The batch a chain file holds: the top module's own buffers ckptlab_batch_0, ckptlab_batch_1,
+// ... in that order. InvalidArgument where there is none.
+absl::StatusOr<std::vector<at::Tensor>> FileBatch(const ParamValues& params,
+                                                  const torch::jit::Module& module) {
+  std::map<std::string, at::Tensor> buffers;
+  RETURN_IF_ERROR(RunTorch([&] {
+    for (const auto& b : module.named_buffers(/*recurse=*/false)) buffers[b.name] = b.value;
+  }));
+  std::vector<at::Tensor> batch;
+  for (auto it = buffers.find(absl::StrCat(kBatchPrefix, 0)); it != buffers.end();
+       it = buffers.find(absl::StrCat(kBatchPrefix, batch.size()))) {
+    batch.push_back(it->second);
+  }
+  if (batch.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(params), ": the file holds no batch (buffers ", kBatchPrefix, "0, ", kBatchPrefix,
+        "1, ... of the top module); accepted: a file Chain.save wrote (python/ckptlab), or "
+        "torchscript:file= with input or tokens for any other"));
+  }
+  return batch;
+}
+
+// Copies of a chain file's batch, the floating-point ones requiring grad (as every batch's).
+std::vector<at::Tensor> CopiesOf(const std::vector<at::Tensor>& batch) {
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& t : batch) {
+    out.push_back(t.detach().clone().requires_grad_(t.is_floating_point()));
+  }
+  return out;
 }
 
 absl::StatusOr<std::string> ReadModelFile(const ParamValues& params) {
@@ -406,6 +441,45 @@ TorchScriptLoss LossFor(const ParamValues& params, const at::Tensor& output) {
   return TorchScriptLoss::kMeanSquare;
 }
 
+// The batch shape a torchscript spec gives (input or tokens, and batch): InvalidArgument naming
+// what is wrong.
+absl::Status CheckBatchShape(const ParamValues& params) {
+  const bool input = params.Text("input") != "none";
+  const bool tokens = HasTokens(params);
+  if (input == tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(params), ": give one of input (3x224x224) and tokens (1024, with vocab), not ",
+        input ? "both" : "neither"));
+  }
+  const std::string shape_key = input ? "input" : "tokens";
+  const absl::StatusOr<std::vector<int64_t>> shape = ParseShape(params.Text(shape_key));
+  if (!shape.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(params), ": ", shape_key, ": ", shape.status().message()));
+  }
+  int64_t elements = params.Int("batch");
+  for (const int64_t d : *shape) {
+    elements = d > kMaxShapeElements / elements ? kMaxShapeElements + 1 : elements * d;
+  }
+  if (elements > kMaxShapeElements) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(params), ": the batch (", BatchShape(params),
+        ") has more than 2^40 elements; accepted: at most 2^40 in all (batch x ", shape_key, ")"));
+  }
+  if (tokens) {
+    if (shape->size() != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(params), ": tokens=", params.Text("tokens"),
+                       ": accepted: one number, the ids per example"));
+    }
+    if (params.IsAuto("vocab")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(params), ": tokens needs vocab, the number of ids"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TorchScriptFacts> ReadFacts(const ParamValues& params) {
   ASSIGN_OR_RETURN(const std::string bytes, ReadModelFile(params));
   ASSIGN_OR_RETURN(torch::jit::Module module,
@@ -450,8 +524,14 @@ absl::StatusOr<TorchScriptFacts> ReadFacts(const ParamValues& params) {
   // reached another way than the graph reading above follows.
   module.train();
   c10::NoGradGuard no_grad;
-  absl::StatusOr<Batch> batch =
-      RunTorch([&] { return DrawBatch(params, /*seed=*/0, c10::Device(c10::DeviceType::CPU)); });
+  absl::StatusOr<Batch> batch;
+  if (IsChainFile(params)) {
+    ASSIGN_OR_RETURN(std::vector<at::Tensor> inputs, FileBatch(params, module));
+    batch = Batch{std::move(inputs), {}};
+  } else {
+    batch =
+        RunTorch([&] { return DrawBatch(params, /*seed=*/0, c10::Device(c10::DeviceType::CPU)); });
+  }
   if (!batch.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(Where(params), ": the batch (",
                                                    BatchShape(params),
@@ -499,6 +579,16 @@ absl::StatusOr<TorchScriptFacts> ReadFacts(const ParamValues& params) {
         Fnv1a64(absl::StrCat(codes[i], "|", ShapesOf(own), "|", shapes, "|", attributes)));
     x = *std::move(y);
   }
+  if (IsChainFile(params)) {  // the last stage returns the loss
+    if (x.size() != 1 || x[0].dim() != 0 || !x[0].is_floating_point()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where(params), ": the last stage, ", facts.stages.back().name, ", returns ",
+                       ShapesOf(x), ", not the loss; accepted: a floating-point scalar"));
+    }
+    facts.loss = TorchScriptLoss::kOutput;
+    facts.output_shape = {};
+    return facts;
+  }
   // The loss differentiates the last stage's first output.
   if (!x.at(0).is_floating_point()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -541,6 +631,7 @@ class TorchScriptModel : public ChainModel {
   const ParamValues params_;
   torch::jit::Module module_;
   std::vector<torch::jit::Module> stages_;
+  std::vector<at::Tensor> file_batch_;  // a chain file's batch, on the device
   const TorchScriptFacts facts_;
   const c10::Device device_;
   // A buffer of a stage that updates state, and two copies made once for it: `before`, its
@@ -620,39 +711,7 @@ absl::StatusOr<TorchScriptFacts> TorchScriptFactsFor(const ParamValues& params) 
     auto it = FactsCache().find(spec);
     if (it != FactsCache().end()) return it->second;
   }
-  const bool input = params.Text("input") != "none";
-  const bool tokens = HasTokens(params);
-  if (input == tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Where(params), ": give one of input (3x224x224) and tokens (1024, with vocab), not ",
-        input ? "both" : "neither"));
-  }
-  const std::string shape_key = input ? "input" : "tokens";
-  const absl::StatusOr<std::vector<int64_t>> shape = ParseShape(params.Text(shape_key));
-  if (!shape.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Where(params), ": ", shape_key, ": ", shape.status().message()));
-  }
-  int64_t elements = params.Int("batch");
-  for (const int64_t d : *shape) {
-    elements = d > kMaxShapeElements / elements ? kMaxShapeElements + 1 : elements * d;
-  }
-  if (elements > kMaxShapeElements) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Where(params), ": the batch (", BatchShape(params),
-        ") has more than 2^40 elements; accepted: at most 2^40 in all (batch x ", shape_key, ")"));
-  }
-  if (tokens) {
-    if (shape->size() != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(Where(params), ": tokens=", params.Text("tokens"),
-                       ": accepted: one number, the ids per example"));
-    }
-    if (params.IsAuto("vocab")) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(Where(params), ": tokens needs vocab, the number of ids"));
-    }
-  }
+  if (!IsChainFile(params)) RETURN_IF_ERROR(CheckBatchShape(params));
   ASSIGN_OR_RETURN(TorchScriptFacts facts, ReadFacts(params));
   std::lock_guard<std::mutex> lock(cache_mutex);
   return FactsCache().emplace(spec, std::move(facts)).first->second;
@@ -667,6 +726,11 @@ std::vector<StageInfo> TorchScriptModel::StagesFor(const ParamValues& params) {
 
 absl::StatusOr<std::shared_ptr<ChainModel>> TorchScriptModel::Create(const ParamValues& params,
                                                                      const ModelContext& context) {
+  return CreateTorchScriptModel(params, context);
+}
+
+absl::StatusOr<std::shared_ptr<ChainModel>> CreateTorchScriptModel(const ParamValues& params,
+                                                                   const ModelContext& context) {
   ASSIGN_OR_RETURN(TorchScriptFacts facts, TorchScriptFactsFor(params));
   ASSIGN_OR_RETURN(const std::string bytes, ReadModelFile(params));
   ASSIGN_OR_RETURN(torch::jit::Module module, LoadModule(params, bytes, context.device));
@@ -683,6 +747,7 @@ TorchScriptModel::TorchScriptModel(ParamValues params, torch::jit::Module module
       facts_(std::move(facts)),
       device_(device) {
   for (const torch::jit::Module& child : module_.children()) stages_.push_back(child);
+  if (IsChainFile(params_)) file_batch_ = FileBatch(params_, module_).value();  // Check read it
   state_.resize(stages_.size());
   c10::NoGradGuard no_grad;
   for (size_t i = 0; i < stages_.size(); ++i) {
@@ -740,13 +805,17 @@ std::vector<at::Tensor> TorchScriptModel::RunStage(int index, const std::vector<
 
 at::Tensor TorchScriptModel::Loss(const std::vector<at::Tensor>& outputs, const Batch& batch) {
   const at::Tensor& y = outputs.at(0);
+  if (facts_.loss == TorchScriptLoss::kOutput) return y;
   if (facts_.loss == TorchScriptLoss::kCrossEntropy && !batch.targets.empty()) {
     return at::cross_entropy_loss(y.reshape({-1, y.size(-1)}), batch.targets.at(0).reshape({-1}));
   }
   return y.pow(2).mean();
 }
 
-Batch TorchScriptModel::MakeBatch(uint64_t seed) { return DrawBatch(params_, seed, device_); }
+Batch TorchScriptModel::MakeBatch(uint64_t seed) {
+  if (IsChainFile(params_)) return Batch{CopiesOf(file_batch_), {}};  // the file's, every seed
+  return DrawBatch(params_, seed, device_);
+}
 
 std::vector<at::Tensor> TorchScriptModel::Parameters() {
   std::vector<at::Tensor> out;
@@ -755,8 +824,10 @@ std::vector<at::Tensor> TorchScriptModel::Parameters() {
 }
 
 std::vector<at::Tensor> TorchScriptModel::State() {
-  std::vector<at::Tensor> out;
-  for (const at::Tensor& b : module_.buffers()) out.push_back(b);
+  std::vector<at::Tensor> out;  // the stages' (a chain file's batch is no state)
+  for (const torch::jit::Module& stage : stages_) {
+    for (const at::Tensor& b : stage.buffers()) out.push_back(b);
+  }
   return out;
 }
 

@@ -10,6 +10,8 @@
 // The loss: cross-entropy where the last stage's output is [batch, classes] (with `classes`)
 // or [batch, tokens, vocab]; otherwise the mean of its squares.
 //
+// The same code reads the `chain` family's files (models/chain.cc), told apart by the spec's name.
+//
 // What the executor must know of a stage is read from the module (ReadStageFacts), never asked:
 // whether its forward draws random numbers (an op taking a Generator, or dropout: RNG replay),
 // whether it updates module state (an in-place op on a buffer, BatchNorm's running statistics:
@@ -26,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -33,6 +36,7 @@
 #include "absl/strings/string_view.h"
 #include "core/plan/spec.h"
 #include "core/plan/stage.h"
+#include "core/run/chain_model.h"
 
 namespace ckpt {
 
@@ -40,8 +44,8 @@ namespace ckpt {
 // InvalidArgument naming the text and what is accepted otherwise.
 absl::StatusOr<std::vector<int64_t>> ParseShape(absl::string_view text);
 
-// How the loss reads the last stage's output.
-enum class TorchScriptLoss { kCrossEntropy, kMeanSquare };
+// How the loss reads the last stage's output (kOutput: it is the loss, a chain file's).
+enum class TorchScriptLoss { kCrossEntropy, kMeanSquare, kOutput };
 
 // How a stage is called with the tensors the stage before returned: as nn.Sequential passes
 // them (whole: a tuple or a list) where its forward takes one argument of that type, else one
@@ -61,8 +65,12 @@ struct TorchScriptFacts {
   std::vector<int64_t> output_shape;  // the last stage's first output, for the batch checked
 };
 
-// What Check reads of the file that `params` name (a torchscript spec's parameters), read once
-// per spec and kept for the process: InvalidArgument as Check's.
+// What Check reads of the file that `params` name (a torchscript or chain spec's parameters),
+// read once per spec and kept for the process: InvalidArgument as Check's.
 absl::StatusOr<TorchScriptFacts> TorchScriptFactsFor(const ParamValues& params);
+
+// The model that `params` name (their facts read), on the context's device.
+absl::StatusOr<std::shared_ptr<ChainModel>> CreateTorchScriptModel(const ParamValues& params,
+                                                                   const ModelContext& context);
 
 }  // namespace ckpt

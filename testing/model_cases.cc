@@ -71,6 +71,7 @@ std::function<std::string(const SpecChooser&)> SmallSpecsOf(const std::string& m
   const ModelTraits& traits = TraitsOf(model);
   if (traits.small_spec) return traits.small_spec;
   if (model == "torchscript") return &SmallTorchScriptSpec;
+  if (model == "chain") return &SmallChainFileSpec;
   std::fprintf(stderr, "model '%s' registers no small_spec and the tests have none\n",
                model.c_str());
   std::abort();

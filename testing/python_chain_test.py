@@ -6,7 +6,8 @@ or DenseNet does; residuals; tuples returned by a module; views and shape arithm
 writes; BatchNorm and a counter as state; dropout; integer inputs and masks; several outputs),
 torchvision's resnet50, vit_b_16, convnext_tiny, densenet121 and efficientnet_b0 where
 python3-torchvision is installed, and a GPT written as Hugging Face writes one (ids and a padding
-mask, a ModuleList, a head tied to the token embedding, a dataclass output, a masked loss).
+mask, a ModuleList, a head tied to the token embedding, a dataclass output, a masked loss), and
+a U-Net (every encoder level concatenated into the decoder); the models are chain_models.py's.
 Properties:
   - the chain's loss and gradients (every parameter's, the input's) equal the model's bitwise,
     and the buffers after a step equal the model's (BatchNorm statistics updated once);
@@ -20,7 +21,6 @@ Properties:
 Runs on the torch of the Python that runs it (1.13 here, 2.6 in CI's trixie root).
 """
 
-import dataclasses
 import os
 import sys
 import unittest
@@ -31,85 +31,20 @@ from torch import nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+sys.path.insert(0, HERE)
 from hypothesis import HealthCheck, given, note, settings, strategies as st  # noqa: E402
 
 import ckptlab  # noqa: E402
 from ckptlab import ChainError  # noqa: E402
+
+from chain_models import KINDS, WIDTH, Decoder, Program, UNet, program_loss  # noqa: E402
 
 try:
     import torchvision
 except ImportError:  # CI's trixie root has PyTorch without torchvision
     torchvision = None
 
-WIDTH = 4
 MODES = ["stored", "checkpointed", "recompute-all", "offloaded"]
-
-
-class Program(nn.Module):
-    """Ops over a pool of values, each op reading values made earlier (drawn indices): the
-    dataflow of models that are not a sequence of modules."""
-
-    def __init__(self, ops):
-        super().__init__()
-        self.ops = ops
-        self.layers = nn.ModuleList()
-        for kind, _ in ops:
-            self.layers.append(
-                nn.Linear(2 * WIDTH, WIDTH) if kind == "concat" else
-                nn.BatchNorm1d(WIDTH) if kind == "batch_norm" else
-                Pair() if kind == "pair" else
-                nn.Linear(WIDTH, WIDTH) if kind == "linear" else nn.Identity())
-        self.register_buffer("count", torch.zeros(()))
-
-    def forward(self, x, mask):
-        pool = [x * mask.unsqueeze(1)]
-        for (kind, reads), layer in zip(self.ops, self.layers):
-            a, b = (pool[r % len(pool)] for r in reads)
-            if kind == "linear":
-                y = torch.tanh(layer(a))
-            elif kind == "residual":
-                y = a + b
-            elif kind == "concat":  # a skip: any earlier value joined to a later one
-                y = layer(torch.cat([a, b], dim=1))
-            elif kind == "in_place":
-                y = a * 1.5
-                y.mul_(2)
-                y.relu_()
-            elif kind == "batch_norm":
-                y = layer(a)
-            elif kind == "dropout":
-                y = F.dropout(a, 0.3, training=self.training)
-            elif kind == "view":  # shape arithmetic read from the tensor, views and a transpose
-                n, w = a.shape
-                y = a.reshape(n, 2, w // 2).transpose(1, 2).reshape(n, w).contiguous()
-            elif kind == "pair":
-                p, q = layer(a)
-                pool.append(p)
-                y = q
-            else:  # "counter": state read after its update
-                self.count.add_(1)
-                y = a * self.count.clone()  # read after its update (mul would save it)
-            pool.append(y)
-        return {"main": pool[-1], "aux": (pool[len(pool) // 2],)}
-
-
-class Pair(nn.Module):
-    """A module returning a tuple, both read later."""
-
-    def __init__(self):
-        super().__init__()
-        self.scale = nn.Parameter(torch.randn(WIDTH))
-
-    def forward(self, x):
-        return x * self.scale, torch.sin(x)
-
-
-KINDS = ["linear", "residual", "concat", "in_place", "batch_norm", "dropout", "view", "pair",
-         "counter"]
-
-
-def program_loss(output, target):
-    return F.mse_loss(output["main"], target) + output["aux"][0].square().mean()
 
 
 @st.composite
@@ -252,73 +187,6 @@ class ChainTest(unittest.TestCase):
         self.assertNotIn("\n", message)
 
 
-@dataclasses.dataclass
-class Output:
-    loss: torch.Tensor
-    logits: torch.Tensor
-
-
-class Attention(nn.Module):
-    def __init__(self, width, heads):
-        super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(width, 3 * width)
-        self.proj = nn.Linear(width, width)
-        self.dropout = nn.Dropout(0.1)
-
-    def forward(self, x, mask):
-        b, t, w = x.shape
-        q, k, v = self.qkv(x).split(w, dim=2)
-        q, k, v = (z.view(b, t, self.heads, w // self.heads).transpose(1, 2) for z in (q, k, v))
-        scores = q @ k.transpose(-1, -2) / (w // self.heads) ** 0.5
-        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
-        keep = causal[None, None] & mask[:, None, None, :].bool()
-        scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
-        y = self.dropout(scores.softmax(-1)) @ v
-        return self.proj(y.transpose(1, 2).reshape(b, t, w))
-
-
-class Block(nn.Module):
-    def __init__(self, width, heads):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(width)
-        self.attn = Attention(width, heads)
-        self.ln_2 = nn.LayerNorm(width)
-        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(),
-                                 nn.Linear(4 * width, width), nn.Dropout(0.1))
-
-    def forward(self, x, mask):
-        x = x + self.attn(self.ln_1(x), mask)
-        return x + self.mlp(self.ln_2(x))
-
-
-class Decoder(nn.Module):
-    """A GPT as Hugging Face writes one: ids and an attention mask in, a ModuleList of blocks,
-    the head tied to the token embedding, a dataclass out holding the loss when given labels."""
-
-    def __init__(self, vocab=50, width=16, heads=2, layers=3, positions=32):
-        super().__init__()
-        self.wte = nn.Embedding(vocab, width)
-        self.wpe = nn.Embedding(positions, width)
-        self.h = nn.ModuleList(Block(width, heads) for _ in range(layers))
-        self.ln_f = nn.LayerNorm(width)
-        self.lm_head = nn.Linear(width, vocab, bias=False)
-        self.lm_head.weight = self.wte.weight
-
-    def forward(self, input_ids, attention_mask, labels=None):
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
-        x = self.wte(input_ids) + self.wpe(positions)[None]
-        for block in self.h:
-            x = block(x, attention_mask)
-        logits = self.lm_head(self.ln_f(x))
-        loss = None
-        if labels is not None:
-            labels = labels.masked_fill(attention_mask == 0, -100)
-            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
-                                   labels[:, 1:].reshape(-1), ignore_index=-100)
-        return Output(loss, logits)
-
-
 class RealModels(unittest.TestCase):
     def test_a_hugging_face_style_decoder(self):
         torch.manual_seed(0)
@@ -344,6 +212,21 @@ class RealModels(unittest.TestCase):
         plan = f"[0,{len(chain) // 2}) checkpointed, [{len(chain) // 2},{len(chain)}) stored"
         ChainTest.assert_steps_equal(self, model, lambda *b: model(*b).loss,
                                      ckptlab.apply(chain, plan), batch, steps=2)
+
+    def test_a_unet_cut_where_every_skip_is_alive(self):
+        torch.manual_seed(0)
+        model = UNet()
+        images = torch.randn(2, 3, 16, 16, requires_grad=True)
+        chain = ckptlab.chain(model, images)
+        ChainTest.assert_own_tensors(self, model, chain)
+        plain = lambda x: model(x).square().mean()  # noqa: E731
+        ChainTest.assert_steps_equal(self, model, plain, chain, (images,))
+        inside = [stage for stage in list(chain)[1:]
+                  if len([n for n in stage.graph.nodes if n.op == "placeholder"]) > 1]
+        self.assertTrue(inside)  # some cuts carry a skip beside the tensor going down or up
+        plan = f"[0,{len(chain) // 2}) checkpointed, [{len(chain) // 2},{len(chain)}) offloaded"
+        ChainTest.assert_steps_equal(self, model, plain, ckptlab.apply(chain, plan), (images,),
+                                     steps=2)
 
     @unittest.skipIf(torchvision is None, "torchvision is not installed")
     def test_torchvision_models(self):

@@ -9,6 +9,7 @@
 
 #include "ATen/CPUGeneratorImpl.h"
 #include "ATen/ops/ones.h"
+#include "ATen/ops/randint.h"
 #include "ATen/ops/randn.h"
 #include "ATen/ops/zeros.h"
 #include "absl/strings/str_cat.h"
@@ -98,6 +99,10 @@ constexpr char kHead[] = R"(
 def forward(self, x):
     return torch.matmul(x, self.weight)
 )";
+constexpr char kLoss[] = R"(
+def forward(self, x):
+    return x.pow(2).mean()
+)";
 
 torch::jit::Module NewModule(const std::shared_ptr<torch::jit::CompilationUnit>& cu,
                              const std::string& name) {
@@ -178,6 +183,9 @@ torch::jit::Module MakeStage(const std::shared_ptr<torch::jit::CompilationUnit>&
       param(m, "weight", {in, vocab});
       m.define(kHead);
       break;
+    case StageKind::kLoss:
+      m.define(kLoss);
+      break;
   }
   return m;
 }
@@ -221,11 +229,29 @@ absl::Status WriteChain(const ChainDescription& chain, uint64_t seed, const std:
                                                      chain.vocab, gen));
       in = OutputWidth(chain.stages[i], in, chain.vocab);
     }
+    if (chain.file_batch > 0) {
+      top.register_buffer("ckptlab_batch_0",
+                          chain.tokens ? at::randint(chain.vocab, {chain.file_batch, chain.input},
+                                                     gen, at::TensorOptions().dtype(at::kLong))
+                                       : at::randn({chain.file_batch, chain.input}, gen));
+    }
     top.save(path);
   });
 }
 
-std::string SmallTorchScriptSpec(const SpecChooser& choose) {
+namespace {
+
+// A small chain of every kind drawn through `choose`, as SmallTorchScriptSpec's header says, and
+// what its spec needs besides the file.
+struct SmallChain {
+  ChainDescription chain;
+  int64_t batch = 1;
+  bool classes = false;
+  int64_t width = 0;  // what the last stage outputs per example
+  uint64_t seed = 0;
+};
+
+SmallChain DrawSmallChain(const SpecChooser& choose) {
   ChainDescription chain;
   // (FixedSmallSpec picks each range's second value: features in, two BatchNorm stages, so that
   // the tests that need a model with state find one here.)
@@ -312,40 +338,59 @@ std::string SmallTorchScriptSpec(const SpecChooser& choose) {
   for (const ChainDescription::Stage& s : chain.stages) width = OutputWidth(s, width, chain.vocab);
   const bool classes = !chain.tokens && width >= 2 && choose("cross-entropy", 0, 1) == 1;
   const uint64_t seed = static_cast<uint64_t>(choose("parameter seed", 0, 1 << 20));
+  return {std::move(chain), batch, classes, width, seed};
+}
 
-  std::string key = absl::StrCat(chain.tokens, "_", chain.input, "_", chain.vocab, "_", seed);
+// The path of `chain` written with `seed` in this process's folder (written once per chain).
+std::string WrittenChain(const ChainDescription& chain, uint64_t seed) {
+  std::string key = absl::StrCat(chain.tokens, "_", chain.input, "_", chain.vocab, "_", seed, "_",
+                                 chain.file_batch);
   for (const ChainDescription::Stage& s : chain.stages) {
     absl::StrAppend(&key, "_", static_cast<int>(s.kind), "x", s.width);
   }
-  std::string path;
-  {
-    std::lock_guard<std::mutex> lock(folder_mutex);
-    Written& files = Files();
-    if (!files.folder) {
-      const char* tmp = std::getenv("TEST_TMPDIR");
-      absl::StatusOr<ScratchFolder> folder =
-          ScratchFolder::Make(tmp != nullptr ? tmp : "/tmp", "torchscript_chains_");
-      if (!folder.ok()) std::abort();
-      files.folder.emplace(*std::move(folder));
-    }
-    auto it = files.paths.find(key);
-    if (it == files.paths.end()) {
-      const std::string file = files.folder->Path(absl::StrCat("chain_", key, ".pt"));
-      const absl::Status written = WriteChain(chain, seed, file);
-      if (!written.ok()) {
-        std::fprintf(stderr, "writing a TorchScript chain: %s\n", written.ToString().c_str());
-        std::abort();
-      }
-      it = files.paths.emplace(key, file).first;
-    }
-    path = it->second;
+  std::lock_guard<std::mutex> lock(folder_mutex);
+  Written& files = Files();
+  if (!files.folder) {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    absl::StatusOr<ScratchFolder> folder =
+        ScratchFolder::Make(tmp != nullptr ? tmp : "/tmp", "torchscript_chains_");
+    if (!folder.ok()) std::abort();
+    files.folder.emplace(*std::move(folder));
   }
+  auto it = files.paths.find(key);
+  if (it == files.paths.end()) {
+    const std::string file = files.folder->Path(absl::StrCat("chain_", key, ".pt"));
+    const absl::Status written = WriteChain(chain, seed, file);
+    if (!written.ok()) {
+      std::fprintf(stderr, "writing a TorchScript chain: %s\n", written.ToString().c_str());
+      std::abort();
+    }
+    it = files.paths.emplace(key, file).first;
+  }
+  return it->second;
+}
+
+}  // namespace
+
+std::string SmallTorchScriptSpec(const SpecChooser& choose) {
+  const SmallChain small = DrawSmallChain(choose);
+  const ChainDescription& chain = small.chain;
+  const int64_t batch = small.batch;
+  const std::string path = WrittenChain(chain, small.seed);
   if (chain.tokens) {
     return absl::StrCat("torchscript:file=", path, ":tokens=", chain.input, ":vocab=", chain.vocab,
                         ":batch=", batch);
   }
   return absl::StrCat("torchscript:file=", path, ":input=", chain.input,
-                      classes ? absl::StrCat(":classes=", width) : "", ":batch=", batch);
+                      small.classes ? absl::StrCat(":classes=", small.width) : "",
+                      ":batch=", batch);
+}
+
+std::string SmallChainFileSpec(const SpecChooser& choose) {
+  SmallChain small = DrawSmallChain(choose);
+  small.chain.stages.push_back({StageKind::kLoss, 0});
+  small.chain.file_batch = small.batch;
+  return absl::StrCat("chain:file=", WrittenChain(small.chain, small.seed));
 }
 
 }  // namespace ckpt::testing

@@ -11,6 +11,7 @@
 // zero-element parameter, and an embedding and vocabulary head for token batches.
 //
 //   std::string spec = testing::SmallTorchScriptSpec(choose);  // "torchscript:file=/tmp/...:..."
+//   std::string file = testing::SmallChainFileSpec(choose);    // "chain:file=/tmp/..."
 #pragma once
 
 #include <cstdint>
@@ -41,6 +42,7 @@ enum class StageKind {
   kEmptyJoin,       // (a, b) -> a + b.sum()
   kInPlace,         // tanh(x.mul_(2)): the input written in place
   kEmptyParameter,  // x + p.sum() for a parameter p of no elements
+  kLoss,            // x.pow(2).mean(): a chain file's last stage returns the loss
 };
 
 // A chain to write: stage kinds in order with the feature width each one outputs.
@@ -53,13 +55,17 @@ struct ChainDescription {
     int64_t width = 4;  // what it outputs per position
   };
   std::vector<Stage> stages;
+  int64_t file_batch = 0;  // rows of a batch kept in the file (chain:file=); 0: none
 };
 
-// Writes `chain` as a TorchScript archive at `path`, parameters drawn from `seed`.
+// Writes `chain` as a TorchScript archive at `path`, parameters (and a file batch, as the top
+// module's buffer ckptlab_batch_0) drawn from `seed`.
 absl::Status WriteChain(const ChainDescription& chain, uint64_t seed, const std::string& path);
 
 // A small chain of every kind drawn through `choose`, written to a file in a folder this test
 // process owns (removed at exit), and its spec: what ModelTraits::small_spec would return.
 std::string SmallTorchScriptSpec(const SpecChooser& choose);
+// The same chains ending in a loss stage, their batch in the file: "chain:file=/tmp/...".
+std::string SmallChainFileSpec(const SpecChooser& choose);
 
 }  // namespace ckpt::testing

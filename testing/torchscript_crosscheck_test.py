@@ -5,22 +5,25 @@ The two example models (examples/export_cnn.py, examples/export_decoder.py) are 
 small size, and a chain of what users' models hold besides (a tensor returned twice, the input
 returned beside a new tensor, views of the input, the input itself, a zero-element view, a tuple
 taken whole, an in-place write to the input, BatchNorm and a counter read after its update,
-random numbers without a generator, a zero-element parameter) is scripted; each is swept by
+random numbers without a generator, a zero-element parameter) is scripted, and two models that
+are no sequence (chain_models.py's GPT with a padding mask and tied head, and U-Net) are cut by
+ckptlab.chain and saved with their batch (chain:file=); each is swept by
 ckptlab under every default strategy and a plan of every segment mode (the chain's with several
 checkpoints nested in one), and each row's plan (results.csv's `plan` column) is applied in
 PyTorch to the same file's stages. Checked, per row:
   ckptlab  status ok, gradients equal to store_all's (max_grad_diff_vs_store_all 0), predicted
            activation bytes equal to measured;
   PyTorch  the planned model's gradients (every parameter's and the input's) and the buffers
-           after its step (from the same state) equal the plain model's bitwise, and the bytes PyTorch keeps for backward (ckptlab.kept_bytes: saved
-           tensors and checkpoints' inputs, each storage once, less the parameters, the buffers
-           and the batch, which ckptlab counts in its baseline) equal ckptlab's predicted
+           after its step (from the same state) equal the plain model's bitwise, and the bytes
+           PyTorch keeps for backward (ckptlab.kept_bytes: saved tensors and checkpoints'
+           inputs, each storage once, less the parameters, the buffers, the code's constant
+           tensors and the batch, which exist before the step) equal ckptlab's predicted
            activation bytes less what ckptlab holds that is no saved tensor: the loss scalar;
            the RNG snapshot that each checkpointed segment drawing random numbers keeps from
            its forward to its rerun (ckptlab.apply's checkpoints keep one too, outside
-           autograd's saved tensors); and a stored segment's outputs where an offloaded segment takes
-           them (ckptlab's executor holds them for the stored segment's backward call). To the
-           byte (docs/torchscript.md).
+           autograd's saved tensors); and a stored segment's outputs where an offloaded segment
+           takes them (ckptlab's executor holds them for the stored segment's backward call).
+           To the byte (docs/torchscript.md).
 Under Bazel the sweep is in the runfiles; elsewhere $SWEEP names it. Runs on the torch of the
 Python that runs it (Debian's python3-torch 1.13 here, 2.6 in CI's trixie root).
 """
@@ -40,6 +43,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, HERE)
 import ckptlab  # noqa: E402  (after the path)
 from ckptlab.plan import parse_plan  # noqa: E402
+from chain_models import Decoder, UNet  # noqa: E402
 from stage_modules import (  # noqa: E402
     Counter, EmptyJoin, EmptyParameter, EmptySlice, InPlace, Linear, PassThrough, Random, Scale,
     Transposed, Twice, TupleJoin)
@@ -84,11 +88,11 @@ def examples(tmp):
 
     def images():
         x = torch.randn(4, 3, 16, 16, requires_grad=True)
-        return x, torch.randint(10, (4,))
+        return (x,), torch.randint(10, (4,))
 
     def tokens():
         ids = torch.randint(64, (2, 17))
-        return ids[:, :16].contiguous(), ids[:, 1:].contiguous()
+        return (ids[:, :16].contiguous(),), ids[:, 1:].contiguous()
 
     def cross_entropy(y, targets):
         return nn.functional.cross_entropy(y.reshape(-1, y.size(-1)), targets.reshape(-1))
@@ -97,10 +101,22 @@ def examples(tmp):
     export_chain(chain, width=6)
 
     def features():
-        return torch.randn(4, 6, requires_grad=True), None
+        return (torch.randn(4, 6, requires_grad=True),), None
 
     def mean_square(y, targets):
         return y.pow(2).mean()
+
+    def the_output(y, targets):  # a chain's last stage returns the loss
+        return y
+
+    torch.manual_seed(5)
+    ids = torch.randint(50, (2, 12))
+    mask = torch.ones(2, 12, dtype=torch.int64)
+    mask[1, 8:] = 0
+    gpt = saved_chain(os.path.join(tmp, "gpt.pt"), Decoder(), (ids, mask, ids),
+                      lambda output: output.loss)
+    unet = saved_chain(os.path.join(tmp, "unet.pt"), UNet(),
+                       (torch.randn(2, 3, 16, 16, requires_grad=True),), None)
 
     return [
         Example(cnn, f"torchscript:file={cnn}:input=3x16x16:classes=10:batch=4", images,
@@ -115,7 +131,40 @@ def examples(tmp):
                 "[0,1) stored, [1,13) checkpointed {[1,3) stored, [3,6) checkpointed, "
                 "[6,9) checkpointed, [9,11) offloaded, [11,13) stored}, [13,15) recompute-all, "
                 "[15,18) stored"),
+        Example(gpt[0], f"chain:file={gpt[0]}", gpt[1], the_output, every_mode(gpt[2])),
+        Example(unet[0], f"chain:file={unet[0]}", unet[1], the_output, every_mode(unet[2])),
     ]
+
+
+def saved_chain(path, model, inputs, loss):
+    """`model` cut by ckptlab.chain and saved at `path`; the file's batch as ckptlab takes it,
+    and the number of stages."""
+    chain = ckptlab.chain(model, inputs, loss=loss)
+    chain.save(path)
+    batch = [b for _, b in torch.jit.load(path).named_buffers(recurse=False)]
+
+    def make_batch():
+        return tuple(b.detach().clone().requires_grad_(b.is_floating_point()) for b in batch), None
+
+    return path, make_batch, len(chain)
+
+
+def every_mode(stages):
+    """A plan of every segment mode, nested, for a chain of `stages` (at least 7) stages."""
+    a = max(3, stages // 4)
+    b = max(a + 1, stages // 2)
+    c = max(b + 2, 3 * stages // 4)
+    return (f"[0,1) stored, [1,{a}) offloaded {{[1,2) checkpointed, [2,{a}) stored}}, "
+            f"[{a},{b}) recompute-all, [{b},{c}) checkpointed {{[{b},{b + 1}) offloaded, "
+            f"[{b + 1},{c}) stored}}, [{c},{stages}) stored")
+
+
+def constants_of(stages):
+    """The tensors stages' code holds as constants (a traced chain's Python number where an op
+    takes a tensor: `x / 2.0`): made at load, as parameters are, so ckptlab's meter never sees a
+    step allocate them, though autograd may save them (DivBackward keeps its divisor)."""
+    return [t for stage in stages for t in stage.code_with_constants[1].const_mapping.values()
+            if isinstance(t, torch.Tensor)]
 
 
 def stochastic_stages(stages):
@@ -145,19 +194,23 @@ def checkpointed_with_rng(plan, stochastic):
                if s.mode != "stored" and any(stochastic[s.begin:s.end]))
 
 
-def held_for_stored_backward(plan, stages, x):
+def held_for_stored_backward(plan, stages, inputs):
     """Bytes ckptlab's executor keeps that PyTorch does not: a stored segment's outputs (their
     storages), which the executor holds for its backward call, where the next segment is
     offloaded (PyTorch keeps only the host copy; where the next segment is checkpointed, both
-    keep them)."""
+    keep them). The batch, which a chain's stages pass on, is the baseline's, not these."""
     total = 0
     for before, s in zip(plan.segments, plan.segments[1:]):
         if before.mode == "stored" and s.mode == "offloaded":
+            batch = [t.detach().clone() for t in inputs]
             with torch.no_grad():
                 first = nn.Sequential(*list(stages)[:s.begin])
-                y = ckptlab.apply(first, f"[0,{s.begin}) stored")(x.detach().clone())
+                y = ckptlab.apply(first, f"[0,{s.begin}) stored")(*batch)
             ys = y if isinstance(y, (tuple, list)) else (y,)
-            total += sum(dict(ckptlab.planned._storage(t) for t in ys).values())
+            held = dict(ckptlab.planned._storage(t) for t in ys)
+            for t in batch:
+                held.pop(ckptlab.planned._storage(t)[0], None)
+            total += sum(held.values())
     return total
 
 
@@ -165,18 +218,19 @@ def step(model, batch, loss_fn, baseline, seed, state):
     """One forward and backward from `seed`, the buffers first set to `state` (their values
     before any step): the gradients (the parameters', then the input's) and the buffers after,
     the bytes kept for backward besides `baseline`'s, and the loss's own."""
-    x, targets = batch
+    inputs, targets = batch
     params = list(model.parameters())
-    for t in params + [x]:
+    for t in params + list(inputs):
         t.grad = None
     with torch.no_grad():
         for b, value in zip(model.buffers(), state):
             b.copy_(value)
     torch.manual_seed(seed)
-    loss, kept = ckptlab.kept_bytes(lambda: loss_fn(model(x), targets),
-                                    exclude=baseline + [x] + ([] if targets is None else [targets]))
+    loss, kept = ckptlab.kept_bytes(lambda: loss_fn(model(*inputs), targets),
+                                    exclude=baseline + list(inputs) + ([] if targets is None
+                                                                       else [targets]))
     loss.backward()
-    grads = [p.grad for p in params] + ([x.grad] if x.requires_grad else [])
+    grads = [p.grad for p in params] + [t.grad for t in inputs if t.requires_grad]
     grads += [b.clone() for b in model.buffers()]
     return grads, kept, loss.numel() * loss.element_size()
 
@@ -211,14 +265,17 @@ def check(tmp):
     print(f"torch {torch.__version__}")
     print(f"{'model':10} {'strategy':28} {'ckptlab':>9} {'PyTorch':>9} {'held':>7} {'rng':>6}  plan")
     for example in models:
-        mine = [r for r in rows if r["model_spec"].startswith(f"torchscript:file={example.path}:")]
+        mine = [r for r in rows if r["model_spec"] == example.spec
+                or r["model_spec"].startswith(f"torchscript:file={example.path}:")]
         if len(mine) < 2:
             failures.append(f"{example.path}: {len(mine)} rows in results.csv")
             continue
         module = torch.jit.load(example.path)
         module.train()
-        stages = nn.Sequential(*module.children())
-        baseline = list(stages.parameters()) + list(stages.buffers())
+        # A chain's stages spread a tuple into their arguments; nn.Sequential passes it whole.
+        sequence = ckptlab.Chain if example.spec.startswith("chain:") else nn.Sequential
+        stages = sequence(*module.children())
+        baseline = list(stages.parameters()) + list(stages.buffers()) + constants_of(stages)
         stochastic = stochastic_stages(stages)
         batch = example.make_batch()
         with torch.jit.optimized_execution(False):

@@ -15,6 +15,7 @@
 #include "caffe2/serialize/inline_container.h"
 #include "core/base/files.h"
 #include "core/run/chain_model.h"
+#include "core/run/workload.h"
 #include "gtest/gtest.h"
 #include "rapidcheck.h"
 #include "rapidcheck/gtest.h"
@@ -219,6 +220,63 @@ TEST_F(TorchScriptFile, LossIsCrossEntropyWhereTheOutputHasTheClassesElseMeanSqu
   EXPECT_EQ(batch.inputs[0].scalar_type(), at::kLong);
   // Next-token targets: the ids shifted by one.
   EXPECT_TRUE(batch.inputs[0].narrow(1, 1, 5).equal(batch.targets[0].narrow(1, 0, 5)));
+}
+
+// A chain file's batch is the file's, the same every step, floating-point tensors requiring
+// grad; its loss is what its last stage returns; ranks cannot share its batch. A file without a
+// batch, or whose last stage returns no scalar, is one line naming it.
+TEST_F(TorchScriptFile, AChainFileHoldsItsBatchAndItsLastStageReturnsTheLoss) {
+  ChainDescription chain;
+  chain.input = 3;
+  chain.stages = {{StageKind::kLinear, 5}, {StageKind::kLoss, 0}};
+  chain.file_batch = 4;
+  const std::string path = Write(chain, "chain.pt");
+  absl::StatusOr<BoundModel> bound = BoundModel::Bind(absl::StrCat("chain:file=", path));
+  ASSERT_TRUE(bound.ok()) << bound.status();
+  EXPECT_EQ(TorchScriptFactsFor(bound->values())->loss, TorchScriptLoss::kOutput);
+  absl::StatusOr<std::shared_ptr<ChainModel>> model = bound->Create(ModelContext{});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const Batch first = (*model)->MakeBatch(1);
+  const Batch second = (*model)->MakeBatch(2);
+  ASSERT_EQ(first.inputs.size(), 1u);
+  EXPECT_TRUE(first.targets.empty());
+  EXPECT_EQ(first.inputs[0].sizes(), at::IntArrayRef({4, 3}));
+  EXPECT_TRUE(first.inputs[0].requires_grad());
+  EXPECT_TRUE(first.inputs[0].equal(second.inputs[0]));
+  EXPECT_NE(first.inputs[0].data_ptr(), second.inputs[0].data_ptr());  // copies, every step
+  const std::vector<StageInfo> stages = (*model)->Stages();
+  std::vector<at::Tensor> out = first.inputs;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    out = (*model)->RunStage(static_cast<int>(i), out, StageParts(stages[i]), first);
+  }
+  const at::Tensor loss = (*model)->Loss(out, first);
+  EXPECT_EQ(loss.dim(), 0);
+  EXPECT_TRUE(loss.equal(out[0]));
+
+  WorkloadOptions ranks;
+  ranks.world_size = 2;
+  absl::StatusOr<Workload> shared = Workload::Build(absl::StrCat("chain:file=", path), ranks);
+  ASSERT_FALSE(shared.ok());
+  EXPECT_NE(shared.status().message().find("cannot be shared among 2 ranks"),
+            absl::string_view::npos)
+      << shared.status();
+
+  chain.file_batch = 0;
+  const std::string no_batch = Write(chain, "no_batch.pt");
+  chain.file_batch = 4;
+  chain.stages.pop_back();
+  const std::string no_loss = Write(chain, "no_loss.pt");
+  for (const auto& [file, words] : std::map<std::string, std::string>{
+           {no_batch, "the file holds no batch"}, {no_loss, "returns 4x5 float, not the loss"}}) {
+    absl::StatusOr<BoundModel> bad = BoundModel::Bind(absl::StrCat("chain:file=", file));
+    ASSERT_FALSE(bad.ok()) << file;
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(bad.status().message().find(absl::StrCat("chain:file=", file, ": ")),
+              absl::string_view::npos)
+        << bad.status();
+    EXPECT_NE(bad.status().message().find(words), absl::string_view::npos) << bad.status();
+    EXPECT_EQ(bad.status().message().find('\n'), absl::string_view::npos) << bad.status();
+  }
 }
 
 // One line, InvalidArgument, naming the file, for each kind of bad file.

@@ -31,6 +31,8 @@ ckptlab.apply replays them on a rerun.
 
 import contextlib
 import dataclasses
+import os
+import tempfile
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -325,10 +327,37 @@ class Chain(nn.Sequential):
     spread where it is a tuple. Its parameters and buffers are the model's own."""
 
     def forward(self, *batch):
-        x = batch
-        for stage in self:
-            x = stage(*x) if type(x) is tuple else stage(x)
-        return x
+        return _run(self, batch)
+
+    def save(self, path: str):
+        """Writes the chain, with the batch it was cut on, for ckptlab: `--models=chain:file=PATH`
+        plans and measures it as it does the models of its zoo (docs/torchscript.md). Each
+        stage is traced (torch.jit.trace) on the tensors it takes from that batch; the batch is
+        the top module's buffers ckptlab_batch_0, 1, ... (ckptlab's steps take copies, the
+        floating-point ones requiring grad, as every batch of ckptlab's does). The file
+        is written whole or not at all: a temporary file beside it, renamed over it (a link at
+        `path` is replaced, not followed). Leaves the buffers and the random streams as they
+        were. OSError naming the path where it cannot be written."""
+        batch = self.example
+        with _untouched(self, batch), torch.jit.optimized_execution(False):
+            # Each stage alone, so that its signature is its own (traced whole, a stage would
+            # lose the tensors it passes on unchanged), then the archive over them.
+            stages, x = [], batch
+            for stage in self:
+                args = x if type(x) is tuple else (x,)
+                stages.append(torch.jit.trace(stage, args, check_trace=False))
+                x = stage(*args)
+            archive = _Archive(stages, batch)
+            traced = torch.jit.trace(archive, tuple(batch), check_trace=False)
+        folder = os.path.dirname(os.path.abspath(path))
+        fd, temporary = tempfile.mkstemp(prefix=".chain-", suffix=".pt", dir=folder)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.jit.save(traced, f)
+            os.replace(temporary, path)
+        except BaseException:
+            os.unlink(temporary)
+            raise
 
     def kept_per_stage(self, *batch) -> List[int]:
         """The bytes each stage keeps for backward in a plain step on `batch`: the tensors
@@ -347,13 +376,38 @@ class Chain(nn.Sequential):
                 kept[at[0]][key] = size
             return t
 
-        with _untouched(self, batch), torch.autograd.graph.saved_tensors_hooks(pack,
-                                                                               lambda t: t):
-            x = batch
+        def stages():
             for i, stage in enumerate(self):
                 at[0] = i
-                x = stage(*x) if type(x) is tuple else stage(x)
+                yield stage
+
+        with _untouched(self, batch), torch.autograd.graph.saved_tensors_hooks(pack,
+                                                                               lambda t: t):
+            _run(stages(), batch)
         return [sum(k.values()) for k in kept]
+
+
+class _Archive(nn.Module):
+    """What Chain.save traces: the stages as children "0", "1", ..., the batch as buffers."""
+
+    def __init__(self, stages: Sequence[nn.Module], batch: Sequence[torch.Tensor]):
+        super().__init__()
+        for i, stage in enumerate(stages):
+            self.add_module(str(i), stage)
+        for i, t in enumerate(batch):
+            self.register_buffer(f"ckptlab_batch_{i}", t.detach().clone())
+
+    def forward(self, *batch):
+        return _run(self.children(), batch)
+
+
+def _run(stages, batch):
+    """The stages in turn on `batch`, each handed what the one before returned, spread where it
+    is a tuple."""
+    x = batch
+    for stage in stages:
+        x = stage(*x) if type(x) is tuple else stage(x)
+    return x
 
 
 def chain(model: nn.Module, inputs, loss: Optional[Callable[..., torch.Tensor]] = None,
@@ -388,6 +442,7 @@ def chain(model: nn.Module, inputs, loss: Optional[Callable[..., torch.Tensor]] 
         stages.append(_stage(names, graph_module, trace.ops[begin:end], stage_inputs,
                              stage_outputs))
     result = Chain(*stages)
+    result.example = tuple(batch)  # what Chain.save writes beside the stages
     result.alive_bytes = [trace.alive_bytes[p] for p in cuts[1:-1]]
     return result
 

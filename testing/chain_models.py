@@ -1,0 +1,178 @@
+"""Models written as users write them, not as a sequence of stages, for the tests of
+ckptlab.chain (testing/python_chain_test.py, testing/torchscript_crosscheck_test.py): a program
+over a pool of values (skips, residuals, tuples, views, in-place writes, state, dropout, a
+mask), a GPT as Hugging Face writes one, and a small U-Net.
+"""
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+WIDTH = 4
+
+
+class Program(nn.Module):
+    """Ops over a pool of values, each op reading values made earlier (drawn indices): the
+    dataflow of models that are not a sequence of modules."""
+
+    def __init__(self, ops):
+        super().__init__()
+        self.ops = ops
+        self.layers = nn.ModuleList()
+        for kind, _ in ops:
+            self.layers.append(
+                nn.Linear(2 * WIDTH, WIDTH) if kind == "concat" else
+                nn.BatchNorm1d(WIDTH) if kind == "batch_norm" else
+                Pair() if kind == "pair" else
+                nn.Linear(WIDTH, WIDTH) if kind == "linear" else nn.Identity())
+        self.register_buffer("count", torch.zeros(()))
+
+    def forward(self, x, mask):
+        pool = [x * mask.unsqueeze(1)]
+        for (kind, reads), layer in zip(self.ops, self.layers):
+            a, b = (pool[r % len(pool)] for r in reads)
+            if kind == "linear":
+                y = torch.tanh(layer(a))
+            elif kind == "residual":
+                y = a + b
+            elif kind == "concat":  # a skip: any earlier value joined to a later one
+                y = layer(torch.cat([a, b], dim=1))
+            elif kind == "in_place":
+                y = a * 1.5
+                y.mul_(2)
+                y.relu_()
+            elif kind == "batch_norm":
+                y = layer(a)
+            elif kind == "dropout":
+                y = F.dropout(a, 0.3, training=self.training)
+            elif kind == "view":  # shape arithmetic read from the tensor, views and a transpose
+                n, w = a.shape
+                y = a.reshape(n, 2, w // 2).transpose(1, 2).reshape(n, w).contiguous()
+            elif kind == "pair":
+                p, q = layer(a)
+                pool.append(p)
+                y = q
+            else:  # "counter": state read after its update
+                self.count.add_(1)
+                y = a * self.count.clone()  # read after its update (mul would save it)
+            pool.append(y)
+        return {"main": pool[-1], "aux": (pool[len(pool) // 2],)}
+
+
+class Pair(nn.Module):
+    """A module returning a tuple, both read later."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.randn(WIDTH))
+
+    def forward(self, x):
+        return x * self.scale, torch.sin(x)
+
+
+KINDS = ["linear", "residual", "concat", "in_place", "batch_norm", "dropout", "view", "pair",
+         "counter"]
+
+
+def program_loss(output, target):
+    return F.mse_loss(output["main"], target) + output["aux"][0].square().mean()
+
+
+@dataclasses.dataclass
+class Output:
+    loss: torch.Tensor
+    logits: torch.Tensor
+
+
+class Attention(nn.Module):
+    def __init__(self, width, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.dropout = nn.Dropout(0.1)
+
+    def forward(self, x, mask):
+        b, t, w = x.shape
+        q, k, v = self.qkv(x).split(w, dim=2)
+        q, k, v = (z.view(b, t, self.heads, w // self.heads).transpose(1, 2) for z in (q, k, v))
+        scores = q @ k.transpose(-1, -2) / (w // self.heads) ** 0.5
+        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        keep = causal[None, None] & mask[:, None, None, :].bool()
+        scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
+        y = self.dropout(scores.softmax(-1)) @ v
+        return self.proj(y.transpose(1, 2).reshape(b, t, w))
+
+
+class Block(nn.Module):
+    def __init__(self, width, heads):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(width)
+        self.attn = Attention(width, heads)
+        self.ln_2 = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(),
+                                 nn.Linear(4 * width, width), nn.Dropout(0.1))
+
+    def forward(self, x, mask):
+        x = x + self.attn(self.ln_1(x), mask)
+        return x + self.mlp(self.ln_2(x))
+
+
+class Decoder(nn.Module):
+    """A GPT as Hugging Face writes one: ids and an attention mask in, a ModuleList of blocks,
+    the head tied to the token embedding, a dataclass out holding the loss when given labels."""
+
+    def __init__(self, vocab=50, width=16, heads=2, layers=3, positions=32):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, width)
+        self.wpe = nn.Embedding(positions, width)
+        self.h = nn.ModuleList(Block(width, heads) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(width)
+        self.lm_head = nn.Linear(width, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight
+
+    def forward(self, input_ids, attention_mask, labels=None):
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        x = self.wte(input_ids) + self.wpe(positions)[None]
+        for block in self.h:
+            x = block(x, attention_mask)
+        logits = self.lm_head(self.ln_f(x))
+        loss = None
+        if labels is not None:
+            labels = labels.masked_fill(attention_mask == 0, -100)
+            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                                   labels[:, 1:].reshape(-1), ignore_index=-100)
+        return Output(loss, logits)
+
+
+class UNet(nn.Module):
+    """Each encoder level's output concatenated into the decoder's (no single tensor to cut at
+    between the levels), BatchNorm, a transposed convolution up."""
+
+    def __init__(self, channels=4, levels=2):
+        super().__init__()
+        self.down = nn.ModuleList()
+        self.up = nn.ModuleList()
+        width = channels
+        self.stem = nn.Conv2d(3, width, 3, padding=1)
+        for _ in range(levels):
+            self.down.append(nn.Sequential(nn.Conv2d(width, 2 * width, 3, stride=2, padding=1),
+                                           nn.BatchNorm2d(2 * width), nn.ReLU(inplace=True)))
+            width *= 2
+        for _ in range(levels):
+            self.up.append(nn.ConvTranspose2d(width, width // 2, 2, stride=2))
+            width //= 2
+        self.fuse = nn.ModuleList(nn.Conv2d(2 * channels * 2**k, channels * 2**k, 3, padding=1)
+                                  for k in reversed(range(levels)))
+        self.head = nn.Conv2d(channels, 2, 1)
+
+    def forward(self, x):
+        skips = [torch.relu(self.stem(x))]
+        for down in self.down:
+            skips.append(down(skips[-1]))
+        y = skips.pop()
+        for up, fuse in zip(self.up, self.fuse):
+            y = torch.relu(fuse(torch.cat([up(y), skips.pop()], dim=1)))
+        return self.head(y)
