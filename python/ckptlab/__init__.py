@@ -3,14 +3,17 @@
     import ckptlab
     planned = ckptlab.apply(model, plan_text)     # model: an nn.Sequential, a child per stage
     chain = ckptlab.chain(model, inputs)          # any model, cut into such a chain of stages
+    planned = ckptlab.optimize(model, inputs, budget="8GiB")   # cut, planned by the sweep, applied
 
 Pure Python (the standard library and torch); see ckptlab.planned for how each segment runs, and
 `python3 -m ckptlab.apply PLAN_FILE MODEL.pt` for a plan's segments on a file's stages.
 """
 
 from ckptlab.chains import Chain, ChainError, chain
+from ckptlab.optimize import OptimizeError, Prediction, optimize
 from ckptlab.plan import Plan, PlanError, Segment, parse_plan
 from ckptlab.planned import MAX_NESTING, PlannedSequential, apply, describe, kept_bytes
 
-__all__ = ["apply", "chain", "Chain", "ChainError", "describe", "kept_bytes", "parse_plan", "Plan",
-           "PlanError", "Segment", "PlannedSequential", "MAX_NESTING"]
+__all__ = ["apply", "chain", "Chain", "ChainError", "describe", "kept_bytes", "optimize",
+           "OptimizeError", "parse_plan", "Plan", "PlanError", "Prediction", "Segment",
+           "PlannedSequential", "MAX_NESTING"]

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""ckptlab.optimize: a model in, a budget answered by the sweep, the plan applied.
+
+On chain_models.py's U-Net (BatchNorm, skips) and GPT (a padding mask, dropout, a tied head) and,
+where python3-torchvision is installed, torchvision's resnet50:
+  - a budget below every plan's peak is OptimizeError naming the least peak; a budget between
+    that and store_all's peak gets a plan whose predicted step peak fits it and whose step
+    ratio is at least 1 (store_all's, 1.0, at a budget above its peak);
+  - the planned module steps as the plain model (loss, gradients, buffers bitwise, two steps);
+  - PyTorch keeps for backward the activation bytes the sweep predicted, less the loss scalar
+    (ckptlab holds it; autograd does not save it), the RNG snapshots of checkpointed segments
+    that draw random numbers (5,056 bytes each, kept outside autograd's saved tensors), and
+    plus, at most, 8 bytes for each op of the chain taking a Python number where it takes a
+    tensor (x / 2.0): PyTorch wraps the number in a tensor at every call, which autograd may
+    save (DivBackward keeps its divisor), where the traced file the sweep measured holds a
+    constant made at load. The U-Net's are saved by none of its ops: it is exact;
+  - bad input (a budget that is no size, a missing sweep) is one line naming it.
+Under Bazel the sweep is in the runfiles; elsewhere $SWEEP names it.
+"""
+
+import os
+import re
+import sys
+import unittest
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+sys.path.insert(0, HERE)
+import ckptlab  # noqa: E402
+from ckptlab import OptimizeError  # noqa: E402
+from chain_models import Decoder, UNet  # noqa: E402
+import python_chain_test  # noqa: E402  (its helpers; as a module, so its tests are not run here)
+
+try:
+    import torchvision
+except ImportError:  # CI's trixie root has PyTorch without torchvision
+    torchvision = None
+
+SWEEP = os.environ.get("SWEEP") or os.path.join(os.environ.get("TEST_SRCDIR", ""),
+                                                "ckptlab/experiments/sweep")
+RNG_SNAPSHOT_BYTES = torch.get_rng_state().numel()
+
+
+def python_numbers_as_tensors(chain):
+    """The ops in the chain's stages that take a Python number where their schema takes a
+    tensor."""
+    count = 0
+    for stage in chain:
+        for node in stage.graph.nodes:
+            schema = getattr(node.target, "_schema", None)
+            if schema is None:
+                continue
+            for argument, value in zip(schema.arguments, node.args):
+                if (str(argument.type) == "Tensor" and isinstance(value, (int, float))
+                        and not isinstance(value, bool)):
+                    count += 1
+    return count
+
+
+def stochastic(stage):
+    return any("dropout" in str(n.target) or "bernoulli" in str(n.target)
+               for n in stage.graph.nodes)
+
+
+class Optimize(unittest.TestCase):
+    def answer(self, model, inputs, targets=(), loss=None, exact=True):
+        """Optimizes `model` at a budget halfway between the least peak and store_all's, and
+        checks the answer as the module docstring says."""
+        batch = inputs + targets
+
+        def optimize(budget):
+            return ckptlab.optimize(model, inputs, budget, loss=loss, targets=targets,
+                                    sweep=SWEEP, progress=False)
+
+        with self.assertRaises(OptimizeError) as caught:
+            optimize(1)
+        message = str(caught.exception)
+        self.assertIn(f"the model ({type(model).__name__})", message)
+        self.assertNotIn("\n", message)
+        least = int(re.search(r"least peak the planner reaches on [^,]*, ([0-9]+) bytes",
+                              message).group(1))
+        whole = optimize("16GiB")
+        self.assertEqual(whole.predicted.step_ratio, 1.0)
+        self.assertEqual(whole.predicted.plan, f"[0,{len(whole.stages)}) stored")
+        budget = (least + whole.predicted.step_peak_bytes) // 2
+        planned = optimize(budget)
+        predicted = planned.predicted
+        self.assertLessEqual(predicted.step_peak_bytes, budget)
+        self.assertGreaterEqual(predicted.step_ratio, 1.0)
+        self.assertLess(predicted.activation_bytes, whole.predicted.activation_bytes)
+
+        n = len(inputs)
+        loss = loss or (lambda output: output.square().mean())
+        run = lambda *b: loss(model(*b[:n]), *b[n:])  # noqa: E731
+        python_chain_test.ChainTest.assert_steps_equal(self, model, run, planned, batch, steps=2)
+        state = [b.clone() for b in model.buffers()]
+        baseline = list(model.parameters()) + list(model.buffers()) + list(batch)
+        _, kept = ckptlab.kept_bytes(lambda: planned(*batch), baseline)
+        with torch.no_grad():
+            for b, s in zip(model.buffers(), state):
+                b.copy_(s)
+        plan = ckptlab.parse_plan(predicted.plan)
+        snapshots = sum(1 for s in plan.segments if s.mode != "stored"
+                        and any(stochastic(planned.stages[i]) for i in range(s.begin, s.end)))
+        expected = predicted.activation_bytes - 4 - RNG_SNAPSHOT_BYTES * snapshots
+        if exact:
+            self.assertEqual(kept, expected, predicted.plan)
+        self.assertGreaterEqual(kept, expected, predicted.plan)
+        self.assertLessEqual(kept, expected + 8 * python_numbers_as_tensors(planned.stages),
+                             predicted.plan)
+        return planned
+
+    def test_a_unet_exactly(self):
+        torch.manual_seed(0)
+        self.answer(UNet(), (torch.randn(2, 3, 16, 16, requires_grad=True),))
+
+    def test_a_hugging_face_style_decoder(self):
+        torch.manual_seed(0)
+        ids = torch.randint(50, (2, 12))
+        mask = torch.ones(2, 12, dtype=torch.int64)
+        mask[1, 8:] = 0
+        self.answer(Decoder(), (ids, mask, ids), loss=lambda output: output.loss, exact=False)
+
+    @unittest.skipIf(torchvision is None, "torchvision is not installed")
+    def test_resnet50(self):
+        torch.manual_seed(0)
+        model = torchvision.models.resnet50(weights=None)
+        images, labels = torch.randn(2, 3, 32, 32), torch.tensor([3, 7])
+        planned = self.answer(model, (images,), (labels,), loss=F.cross_entropy, exact=False)
+        self.assertGreaterEqual(len(planned.stages), 16)
+
+    def test_bad_input_is_one_line_naming_it(self):
+        model = UNet()
+        images = torch.randn(2, 3, 16, 16)
+        for budget in ["1GiB,recompute_all", "1:2", "", True, 1.5, "8 GiB"]:
+            with self.subTest(budget=budget):
+                with self.assertRaises(OptimizeError) as caught:
+                    ckptlab.optimize(model, images, budget, sweep=SWEEP, progress=False)
+                self.assertIn("budget=", str(caught.exception))
+                self.assertNotIn("\n", str(caught.exception))
+        missing = os.path.join(os.environ.get("TEST_TMPDIR", "/nonexistent"), "no-sweep")
+        with self.assertRaises(OptimizeError) as caught:
+            ckptlab.optimize(model, images, "1GiB", sweep=missing, progress=False)
+        self.assertIn(f"no sweep at {missing}", str(caught.exception))
+        with self.assertRaises(OptimizeError) as caught:  # the sweep's own refusal, one line
+            ckptlab.optimize(model, images, "12parsecs", sweep=SWEEP, progress=False)
+        self.assertIn("the sweep exited 2", str(caught.exception))
+        self.assertIn("12parsecs", str(caught.exception))
+        self.assertNotIn("\n", str(caught.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()
