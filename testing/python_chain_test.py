@@ -14,6 +14,7 @@ Properties:
   - ckptlab.apply(chain, plan) under generated plans gives the same, over two steps;
   - the chain holds the model's own parameters and buffers (the same tensors, tied ones once);
   - making a chain leaves the model's buffers and the random streams as they were;
+  - Chain.save writes the stages and the batch whole, replacing a link rather than following it;
   - granularity: at least one stage per block, a transformer's attention and MLP apart, what
     each stage keeps summing to what the chain keeps;
   - a model that cannot be traced, a bad batch, loss or max_stages: ChainError, one line naming
@@ -23,6 +24,7 @@ Runs on the torch of the Python that runs it (1.13 here, 2.6 in CI's trixie root
 
 import os
 import sys
+import tempfile
 import unittest
 
 import torch
@@ -173,6 +175,30 @@ class ChainTest(unittest.TestCase):
                     ckptlab.chain(model, **kwargs)
                 self.assertIn(words, str(caught.exception))
                 self.assertNotIn("\n", str(caught.exception))
+
+    def test_save_writes_whole_and_replaces_a_link(self):
+        torch.manual_seed(0)
+        model = UNet()
+        chain = ckptlab.chain(model, torch.randn(2, 3, 16, 16))
+        with tempfile.TemporaryDirectory(dir=os.environ.get("TEST_TMPDIR")) as folder:
+            victim = os.path.join(folder, "victim")
+            with open(victim, "w") as f:
+                f.write("not to be written through")
+            path = os.path.join(folder, "chain.pt")
+            os.symlink(victim, path)
+            chain.save(path)
+            self.assertFalse(os.path.islink(path))
+            with open(victim) as f:
+                self.assertEqual(f.read(), "not to be written through")
+            saved = torch.jit.load(path)
+            self.assertEqual(len(list(saved.children())), len(chain))
+            self.assertTrue(torch.equal(saved.ckptlab_batch_0, chain.example[0]))
+            with self.assertRaises(OSError):
+                chain.save(os.path.join(folder, "missing", "chain.pt"))
+            self.assertEqual(sorted(os.listdir(folder)), ["chain.pt", "victim"])
+        with self.assertRaises(ChainError) as caught:
+            ckptlab.Chain(nn.Linear(2, 2)).save("never-written.pt")
+        self.assertIn("holds no batch", str(caught.exception))
 
     def test_a_model_that_cannot_be_traced_is_named(self):
         class Gate(nn.Module):

@@ -10,7 +10,7 @@ Pure Python (the standard library and torch); see ckptlab.planned for how each s
 """
 
 from ckptlab.chains import Chain, ChainError, chain
-from ckptlab.optimize import OptimizeError, Prediction, optimize
+from ckptlab.optimized import OptimizeError, Prediction, optimize
 from ckptlab.plan import Plan, PlanError, Segment, parse_plan
 from ckptlab.planned import MAX_NESTING, PlannedSequential, apply, describe, kept_bytes
 

@@ -326,6 +326,8 @@ class Chain(nn.Sequential):
     then targets), it returns the loss; each stage is handed what the one before returned,
     spread where it is a tuple. Its parameters and buffers are the model's own."""
 
+    example = None  # the batch ckptlab.chain cut it on, which save writes beside the stages
+
     def forward(self, *batch):
         return _run(self, batch)
 
@@ -339,6 +341,9 @@ class Chain(nn.Sequential):
         `path` is replaced, not followed). Leaves the buffers and the random streams as they
         were. OSError naming the path where it cannot be written."""
         batch = self.example
+        if batch is None:
+            raise ChainError("Chain.save: this chain holds no batch; accepted: a chain "
+                             "ckptlab.chain made, which keeps the batch it was cut on")
         with _untouched(self, batch), torch.jit.optimized_execution(False):
             # Each stage alone, so that its signature is its own (traced whole, a stage would
             # lose the tensors it passes on unchanged), then the archive over them.
@@ -418,7 +423,8 @@ def chain(model: nn.Module, inputs, loss: Optional[Callable[..., torch.Tensor]] 
     or a tuple of tensors handed to the loss after the output, loss(output, *targets), which
     returns the scalar trained on (default: the mean of the squares of the output's first
     floating-point tensor). max_stages: at most that many stages (None: every cut found).
-    Tracing runs the model once and leaves its buffers and the random streams as they were.
+    Tracing runs the model twice (plainly, then traced) and leaves its buffers and the random
+    streams as they were.
     ChainError naming the module and the reason where the model cannot be traced by running it,
     or names what is wrong with the batch, the loss or max_stages."""
     batch_inputs = _tensors("inputs", inputs)
@@ -442,8 +448,7 @@ def chain(model: nn.Module, inputs, loss: Optional[Callable[..., torch.Tensor]] 
         stages.append(_stage(names, graph_module, trace.ops[begin:end], stage_inputs,
                              stage_outputs))
     result = Chain(*stages)
-    result.example = tuple(batch)  # what Chain.save writes beside the stages
-    result.alive_bytes = [trace.alive_bytes[p] for p in cuts[1:-1]]
+    result.example = tuple(batch)
     return result
 
 

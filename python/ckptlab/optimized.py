@@ -28,7 +28,7 @@ from ckptlab.chains import chain
 from ckptlab.plan import printable
 from ckptlab.planned import PlannedSequential, apply
 
-__all__ = ["OptimizeError", "Prediction", "optimize"]
+__all__ = ["OptimizeError", "Prediction", "optimize", "sweep_path"]
 
 _REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # What a budget may hold before the sweep parses it (the sizes of docs/sweep.md): nothing that
@@ -51,7 +51,9 @@ class Prediction:
     step_ratio: float         # the step's time over store_all's
 
 
-def _sweep_path(sweep: Optional[str]) -> str:
+def sweep_path(sweep: Optional[str]) -> str:
+    """`sweep`, else $CKPTLAB_SWEEP, else this checkout's built sweep: OptimizeError naming it
+    where it is no executable file."""
     path = sweep or os.environ.get("CKPTLAB_SWEEP") or os.path.join(
         _REPOSITORY, "bazel-bin", "experiments", "sweep")
     if not os.path.isfile(path) or not os.access(path, os.X_OK):
@@ -86,14 +88,14 @@ def optimize(model: nn.Module, inputs, budget, loss: Optional[Callable[..., torc
     parameters and the batch (optimal's budget: a number of bytes, or "8GiB", "512MiB"),
     applied. `inputs`, `loss`, `targets` and `max_stages` are ckptlab.chain's. The returned
     module holds `predicted` (a Prediction) and `stages` (the Chain); called with the batch it
-    returns the loss. OptimizeError naming the value where the budget is not a size or nothing fits it (with
-    the least peak any plan reaches), or where the sweep is missing or fails; ChainError where
-    the model cannot be cut."""
+    returns the loss. OptimizeError naming the value where the budget is not a size or nothing
+    fits it (with the least peak any plan reaches), or where the sweep is missing or fails;
+    ChainError where the model cannot be cut."""
     text = str(budget) if isinstance(budget, int) and not isinstance(budget, bool) else budget
     if not isinstance(text, str) or not _BUDGET.fullmatch(text):
         raise OptimizeError(f"ckptlab.optimize: budget={printable(repr(budget))}; accepted: a "
                             "number of bytes, or a size such as 8GiB or 512MiB")
-    executable = _sweep_path(sweep)
+    executable = sweep_path(sweep)
     cut = chain(model, inputs, loss=loss, targets=targets, max_stages=max_stages)
     with tempfile.TemporaryDirectory(prefix="ckptlab-optimize-") as folder:
         path = os.path.join(folder, "chain.pt")
