@@ -1,7 +1,7 @@
 """Models written as users write them, not as a sequence of stages, for the tests of
-ckptlab.chain (testing/python_chain_test.py, testing/torchscript_crosscheck_test.py): a program
-over a pool of values (skips, residuals, tuples, views, in-place writes, state, dropout, a
-mask), a GPT as Hugging Face writes one, and a small U-Net.
+ckptlab.chain (python_chain_test.py, python_optimize_test.py, torchscript_crosscheck_test.py):
+a program over a pool of values (skips, residuals, tuples, views, in-place writes, state,
+dropout, a mask), a GPT as Hugging Face writes one, a small U-Net; and torchvision, or None.
 """
 
 import dataclasses
@@ -9,6 +9,11 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+try:
+    import torchvision  # real models no one here wrote, where python3-torchvision is installed
+except ImportError:  # CI's trixie root has PyTorch without torchvision
+    torchvision = None
 
 WIDTH = 4
 

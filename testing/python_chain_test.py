@@ -39,14 +39,9 @@ from hypothesis import HealthCheck, given, note, settings, strategies as st  # n
 import ckptlab  # noqa: E402
 from ckptlab import ChainError  # noqa: E402
 
-from chain_models import KINDS, WIDTH, Decoder, Program, UNet, program_loss  # noqa: E402
-
-try:
-    import torchvision
-except ImportError:  # CI's trixie root has PyTorch without torchvision
-    torchvision = None
-
-MODES = ["stored", "checkpointed", "recompute-all", "offloaded"]
+from chain_models import (  # noqa: E402
+    KINDS, WIDTH, Decoder, Program, UNet, program_loss, torchvision)
+from python_apply_test import segments  # noqa: E402  (plan trees of every mode)
 
 
 @st.composite
@@ -59,23 +54,6 @@ def programs(draw):
     batch = (torch.randn(6, WIDTH, requires_grad=True), torch.tensor([1., 1., 0., 1., 1., 0.]),
              torch.randn(6, WIDTH))
     return model, batch
-
-
-@st.composite
-def plans(draw, stages):
-    def segments(begin, end, depth):
-        out, at = [], begin
-        while at < end:
-            stop = draw(st.integers(at + 1, end))
-            mode = draw(st.sampled_from(MODES))
-            text = f"[{at},{stop}) {mode}"
-            if mode in ("checkpointed", "offloaded") and depth > 0 and draw(st.booleans()):
-                text += " {" + segments(at, stop, depth - 1) + "}"
-            out.append(text)
-            at = stop
-        return ", ".join(out)
-
-    return segments(0, stages, 2)
 
 
 def step(run, model, batch, seed):
@@ -142,7 +120,7 @@ class ChainTest(unittest.TestCase):
             self.assertTrue(torch.equal(b, before))
         self.assert_own_tensors(model, chain)
         self.assert_steps_equal(model, plain, chain, batch)
-        plan = data.draw(plans(len(chain)))
+        plan = data.draw(segments(0, len(chain), 2))
         self.assert_steps_equal(model, plain, ckptlab.apply(chain, plan), batch, steps=2)
 
     def test_max_stages_keeps_the_cuts_carrying_least(self):

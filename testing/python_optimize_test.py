@@ -2,7 +2,9 @@
 """ckptlab.optimize: a model in, a budget answered by the sweep, the plan applied.
 
 On chain_models.py's U-Net (BatchNorm, skips) and GPT (a padding mask, dropout, a tied head) and,
-where python3-torchvision is installed, torchvision's resnet50:
+where python3-torchvision is installed, torchvision's mobilenet_v3_small (at sizes where its
+activations, not its parameters' gradients, decide the peak: resnet18's 45 MB of gradients
+outweigh its activations at 32 px, and no plan peaks lower than store_all there):
   - a budget below every plan's peak is OptimizeError naming the least peak; a budget between
     that and store_all's peak gets a plan whose predicted step peak fits it and whose step
     ratio is at least 1 (store_all's, 1.0, at a budget above its peak);
@@ -31,13 +33,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 sys.path.insert(0, HERE)
 import ckptlab  # noqa: E402
 from ckptlab import OptimizeError  # noqa: E402
-from chain_models import Decoder, UNet  # noqa: E402
+from chain_models import Decoder, UNet, torchvision  # noqa: E402
 import python_chain_test  # noqa: E402  (its helpers; as a module, so its tests are not run here)
-
-try:
-    import torchvision
-except ImportError:  # CI's trixie root has PyTorch without torchvision
-    torchvision = None
 
 SWEEP = os.environ.get("SWEEP") or os.path.join(os.environ.get("TEST_SRCDIR", ""),
                                                 "ckptlab/experiments/sweep")
@@ -85,6 +82,9 @@ class Optimize(unittest.TestCase):
         whole = optimize("16GiB")
         self.assertEqual(whole.predicted.step_ratio, 1.0)
         self.assertEqual(whole.predicted.plan, f"[0,{len(whole.stages)}) stored")
+        # Room to plan (a profile taken again may differ by a few bytes from the one that named
+        # the least peak), then halfway.
+        self.assertGreater(whole.predicted.step_peak_bytes - least, 4096)
         budget = (least + whole.predicted.step_peak_bytes) // 2
         planned = optimize(budget)
         predicted = planned.predicted
@@ -125,12 +125,12 @@ class Optimize(unittest.TestCase):
         self.answer(Decoder(), (ids, mask, ids), loss=lambda output: output.loss, exact=False)
 
     @unittest.skipIf(torchvision is None, "torchvision is not installed")
-    def test_resnet50(self):
+    def test_mobilenet_v3_small(self):
         torch.manual_seed(0)
-        model = torchvision.models.resnet50(weights=None)
-        images, labels = torch.randn(2, 3, 32, 32), torch.tensor([3, 7])
+        model = torchvision.models.mobilenet_v3_small(weights=None)
+        images, labels = torch.randn(4, 3, 64, 64), torch.tensor([3, 7, 1, 0])
         planned = self.answer(model, (images,), (labels,), loss=F.cross_entropy, exact=False)
-        self.assertGreaterEqual(len(planned.stages), 16)
+        self.assertGreaterEqual(len(planned.stages), 11)  # its blocks
 
     def test_bad_input_is_one_line_naming_it(self):
         model = UNet()
