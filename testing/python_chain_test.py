@@ -153,6 +153,9 @@ class ChainTest(unittest.TestCase):
                     ckptlab.chain(model, **kwargs)
                 self.assertIn(words, str(caught.exception))
                 self.assertNotIn("\n", str(caught.exception))
+        with self.assertRaises(ChainError) as caught:  # nothing for the default loss to square
+            ckptlab.chain(nn.Identity(), torch.ones(3, dtype=torch.int64))
+        self.assertIn("no floating-point tensor for the default loss", str(caught.exception))
 
     def test_save_writes_whole_and_replaces_a_link(self):
         torch.manual_seed(0)

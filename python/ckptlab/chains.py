@@ -33,7 +33,7 @@ import contextlib
 import dataclasses
 import os
 import tempfile
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 from torch import fx, nn
@@ -75,8 +75,8 @@ def mean_square(output) -> torch.Tensor:
     """The default loss: the mean of the squares of the output's first floating-point tensor."""
     found = _first_floating(output)
     if found is None:
-        raise ChainError("the model's output holds no floating-point tensor for the default loss "
-                         "(the mean of its squares); pass loss=")
+        raise ChainError("ckptlab.chain: the model's output holds no floating-point tensor for "
+                         "the default loss (the mean of its squares); pass loss=")
     return found.square().mean()
 
 
@@ -117,6 +117,8 @@ def _trace(model, batch, inputs, loss) -> fx.GraphModule:
     with _untouched(model, batch):
         try:
             value = step(*batch)
+        except ChainError:  # the default loss's
+            raise
         except Exception as e:  # the model's own error, before any tracing
             raise ChainError(f"ckptlab.chain: {_failing_module(e, names, model)} fails on the "
                              f"example batch: {printable(type(e).__name__)}: "
