@@ -63,9 +63,9 @@ def sweep_path(sweep: Optional[str]) -> str:
     return path
 
 
-def _run_sweep(argv, progress: bool) -> str:
-    """Runs the sweep, its progress lines shown on stderr if `progress`: its last line of
-    stderr where it fails."""
+def _run_sweep(argv, progress: bool):
+    """Runs the sweep, its progress lines shown on stderr if `progress`: OptimizeError with its
+    last line of stderr where it fails."""
     last = ""
     with subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                           errors="replace") as process:
@@ -78,7 +78,6 @@ def _run_sweep(argv, progress: bool) -> str:
     if process.returncode != 0:
         raise OptimizeError(f"ckptlab.optimize: the sweep exited {process.returncode}: "
                             f"{printable(last)}")
-    return last
 
 
 def optimize(model: nn.Module, inputs, budget, loss: Optional[Callable[..., torch.Tensor]] = None,
