@@ -191,13 +191,29 @@ class StepReplay {
     if (!in_held) Release(in);  // the loop moves on
   }
 
+  // Whether something besides stage j's own graph refers to a storage of `in` that the graph
+  // keeps, so that its backward cannot free it: the previous stage's graph keeping its output
+  // (a tanh's), the same storage passed on unchanged. The batch is the caller's either way.
+  bool KeptInputHeldElsewhere(const StageProfile& s, const Boundary& in) const {
+    std::map<int, int> own;  // storage -> references this stage's graph holds
+    for (const int i : s.kept_inputs) {
+      if (i >= 0 && i < static_cast<int>(in.size())) ++own[in[i]];
+    }
+    for (const auto& [k, refs] : own) {
+      if (!storages_[k].baseline && storages_[k].refs > refs) return true;
+    }
+    return false;
+  }
+
   // `held`: the stage's input, output and incoming gradient stay referenced throughout (the
   // last stage of a run the executor backpropagates from its outputs), so its held transient
   // applies; `input_held`: its input does (the first stage of a run from a value the executor
-  // holds). `graph`: the backward pass (autograd call) that delivers its parameter gradients.
+  // holds; also wherever KeptInputHeldElsewhere). `graph`: the backward pass (autograd call)
+  // that delivers its parameter gradients.
   void StoredBackward(int j, Boundary& in, Boundary& out, bool held, bool input_held, int graph) {
     const StageProfile& s = *stages_[j];
     Note("backward", j);
+    input_held = input_held || KeptInputHeldElsewhere(s, in);
     // A gradient that exists already (a tied embedding's) is accumulated into: the stage's
     // freshly computed one is then a temporary, alive at the stage's peak as the isolated
     // measurement saw it, but not kept afterwards (below).
