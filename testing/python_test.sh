@@ -4,6 +4,10 @@
 # (python3-torch, which tools/bazel installs; in CI's trixie root, python3-torch-cuda).
 set -uo pipefail
 here="$(dirname "$0")"
+# One thread of each pool, as the C++ tests (testing/torch_test_main.cc): LibTorch's OpenMP
+# threads and OpenBLAS's pthreads, both at every core, contend (a chain of 256x256 products
+# ran 16 times slower on trixie's 2.6 with two of each on 2 cores; docs/performance.md).
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 for python in python3 /usr/bin/python3; do
   if "$python" -c 'import torch' >/dev/null 2>&1; then
     exec "$python" "$here/$1"

@@ -210,13 +210,11 @@ if [[ "$cuda_torch" != 1 ]]; then
   ctest --test-dir /tmp/build --output-on-failure -j "$(nproc)" || status=1
 else
   # The GPU host's route against the CUDA LibTorch, with the bundle made outside (/opt/bundle):
-  # every target built; every test run but the sweep command line's two, python_optimize_test
-  # (a wrapper over the sweep: what it runs on 2.6, ckptlab.chain, Chain.save and chain:file=, the
-  # cross-check runs here; this root's 2.6 takes about a minute over it) and those testing/BUILD
+  # every target built; every test run but the sweep command line's two and those testing/BUILD
   # tags no_torch (their outcome is the same whatever torch is installed).
   no_torch=$(awk '/^    name = "/ { gsub(/[",]/, "", $3); name = $3 }
     /^    tags = \["no_torch"\]/ { print name }' testing/BUILD | paste -sd'|')
-  exclude="^(sweep_cli_test|sweep_hostile_test|python_optimize_test|$no_torch)\$"
+  exclude="^(sweep_cli_test|sweep_hostile_test|$no_torch)\$"
   CKPT_BUNDLE=/opt/bundle CKPT_TORCH_CMAKE_DIR=/usr/lib/$(gcc -print-multiarch)/cmake/Torch \
     CKPT_BUILD_TARGETS="" CKPT_CTEST_EXCLUDE="$exclude" tools/gpu/rehearse.sh 2>&1 |
     tee /tmp/rehearsal.log
