@@ -195,12 +195,14 @@ class StepReplay {
   // keeps, so that its backward cannot free it: the previous stage's graph keeping its output
   // (a tanh's), the same storage passed on unchanged. The batch is the caller's either way.
   bool KeptInputHeldElsewhere(const StageProfile& s, const Boundary& in) const {
-    std::map<int, int> own;  // storage -> references this stage's graph holds
+    auto storage = [&](int i) { return i >= 0 && i < static_cast<int>(in.size()) ? in[i] : -1; };
     for (const int i : s.kept_inputs) {
-      if (i >= 0 && i < static_cast<int>(in.size())) ++own[in[i]];
-    }
-    for (const auto& [k, refs] : own) {
-      if (!storages_[k].baseline && storages_[k].refs > refs) return true;
+      const int k = storage(i);
+      if (k < 0 || storages_[k].baseline) continue;
+      // RefSome referred to it once per index naming it.
+      const auto own = std::count_if(s.kept_inputs.begin(), s.kept_inputs.end(),
+                                     [&](int other) { return storage(other) == k; });
+      if (storages_[k].refs > own) return true;
     }
     return false;
   }
