@@ -214,10 +214,9 @@ else
   # tags no_torch (their outcome is the same whatever torch is installed).
   no_torch=$(awk '/^    name = "/ { gsub(/[",]/, "", $3); name = $3 }
     /^    tags = \["no_torch"\]/ { print name }' testing/BUILD | paste -sd'|')
-  exclude="^(sweep_cli_test|sweep_hostile_test|$no_torch)\$"
   CKPT_BUNDLE=/opt/bundle CKPT_TORCH_CMAKE_DIR=/usr/lib/$(gcc -print-multiarch)/cmake/Torch \
-    CKPT_BUILD_TARGETS="" CKPT_CTEST_EXCLUDE="$exclude" tools/gpu/rehearse.sh 2>&1 |
-    tee /tmp/rehearsal.log
+    CKPT_BUILD_TARGETS="" CKPT_CTEST_EXCLUDE="^(sweep_cli_test|sweep_hostile_test|$no_torch)\$" \
+    tools/gpu/rehearse.sh 2>&1 | tee /tmp/rehearsal.log
   ((PIPESTATUS[0] == 0)) || status=1
   if ! grep -q "ckptlab: .*CUDA 1" /tmp/rehearsal.log; then
     echo "the CMake build did not find CUDA in the CUDA LibTorch"
