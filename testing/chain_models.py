@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 
 try:
-    import torchvision  # real models no one here wrote, where python3-torchvision is installed
-except ImportError:  # CI's trixie root has PyTorch without torchvision
+    import torchvision  # real models no one here wrote: python3-torchvision (both CI roots)
+except ImportError:  # the tests that need it are skipped, saying so
     torchvision = None
 
 WIDTH = 4

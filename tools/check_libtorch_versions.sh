@@ -187,11 +187,14 @@ if [[ "$cuda_torch" == 1 ]]; then
   fi
   version=$cuda_dev
   flavour="CUDA $(nvcc --version | sed -n 's/.*release \([0-9.]*\),.*/\1/p')"
-  # Bazel 4.2.3 and what the Bazel route needs besides the libraries (tools/bazel's list), and
+  # Bazel 4.2.3 and what the Bazel route needs besides the libraries (tools/bazel's list),
   # PyTorch over this very LibTorch for the Python tests (python3-torch-cuda, which conflicts
-  # with the CPU python3-torch), and gnuplot for the rehearsal's check of tools/gpu/publish.sh.
+  # with the CPU python3-torch) with torchvision (real models for ckptlab.chain's tests; it
+  # installs beside the CUDA build), and gnuplot for the rehearsal's check of
+  # tools/gpu/publish.sh.
   apt-get install -y -qq --no-install-recommends bazel-bootstrap bazel-rules-java \
-    bazel-platforms pkg-config python3-torch-cuda gnuplot-nox >/tmp/install.log 2>&1 ||
+    bazel-platforms pkg-config python3-torch-cuda python3-torchvision gnuplot-nox \
+    >/tmp/install.log 2>&1 ||
     { tail -20 /tmp/install.log; exit 1; }
 fi
 if [[ "${CKPT_PREPARE_ONLY:-0}" == 1 ]]; then
