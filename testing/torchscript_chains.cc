@@ -91,6 +91,10 @@ constexpr char kEmptyParameter[] = R"(
 def forward(self, x):
     return x + self.nothing.sum()
 )";
+constexpr char kConcat[] = R"(
+def forward(self, x):
+    return torch.tanh(torch.cat([self.token.expand(x.size(0), -1), x], 1))
+)";
 constexpr char kEmbedding[] = R"(
 def forward(self, ids):
     return torch.embedding(self.weight, ids)
@@ -179,6 +183,10 @@ torch::jit::Module MakeStage(const std::shared_ptr<torch::jit::CompilationUnit>&
       param(m, "nothing", {0});
       m.define(kEmptyParameter);
       break;
+    case StageKind::kConcat:
+      param(m, "token", {1, stage.width});
+      m.define(kConcat);
+      break;
     case StageKind::kHead:
       param(m, "weight", {in, vocab});
       m.define(kHead);
@@ -199,6 +207,8 @@ int64_t OutputWidth(const ChainDescription::Stage& stage, int64_t in, int64_t vo
       return stage.width;
     case StageKind::kHead:
       return vocab;
+    case StageKind::kConcat:
+      return in + stage.width;
     default:
       return in;
   }
@@ -270,11 +280,12 @@ SmallChain DrawSmallChain(const SpecChooser& choose) {
     // counter read after its update, 6 a tensor returned twice, 7 the input returned beside a
     // new one (both taken as a tuple), 8 a view of the input and 9 the input itself (over
     // features only: they flatten), 10 a zero-element view of the input, 11 an in-place write to
-    // the input, 12 a zero-element parameter.
-    int64_t k = choose(absl::StrCat("stage ", i, " kind"), 0, 12);
+    // the input, 12 a zero-element parameter, 13 a concatenation after a linear stage (features
+    // only), whose backward gets its gradient as a strided view into the concatenation's.
+    int64_t k = choose(absl::StrCat("stage ", i, " kind"), 0, 13);
     if (k == 1 && chain.tokens) k = 3;
     if ((k == 3 || k == 4) && !dropout) k = 0;
-    if ((k == 8 || k == 9) && chain.tokens) k = 0;
+    if ((k == 8 || k == 9 || k == 13) && chain.tokens) k = 0;
     const int64_t width = choose(absl::StrCat("stage ", i, " width"), 1, 5);
     switch (k) {
       case 0:
@@ -318,8 +329,12 @@ SmallChain DrawSmallChain(const SpecChooser& choose) {
       case 11:
         chain.stages.push_back({StageKind::kInPlace, 0});
         break;
-      default:
+      case 12:
         chain.stages.push_back({StageKind::kEmptyParameter, 0});
+        break;
+      default:
+        chain.stages.push_back({StageKind::kLinear, width});
+        chain.stages.push_back({StageKind::kConcat, width});
         break;
     }
   }

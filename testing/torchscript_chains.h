@@ -42,6 +42,8 @@ enum class StageKind {
   kEmptyJoin,       // (a, b) -> a + b.sum()
   kInPlace,         // tanh(x.mul_(2)): the input written in place
   kEmptyParameter,  // x + p.sum() for a parameter p of no elements
+  kConcat,          // tanh(cat([token, x], 1)), a token of `width` features: x's gradient a
+                    // strided view into the concatenation's
   kLoss,            // x.pow(2).mean(): a chain file's last stage returns the loss
 };
 

@@ -82,7 +82,9 @@ struct StageProfile {
   int64_t SumBytes(size_t k) const {
     return SumsInPlace(k) ? param_grads[k].second : 2 * param_grads[k].second;
   }
-  int64_t input_grad_bytes = 0;          // the gradient it passes to its input
+  // The storages of the gradient it passes to its input, each once: a view into the incoming
+  // gradient keeps all of that (the batch's: what its .grad holds).
+  int64_t input_grad_bytes = 0;
   int64_t backward_transient_bytes = 0;  // backward peak above its start (graph + grad in)
   // The same when its input stays referenced for the whole backward, as when it is the first
   // stage of a run the executor starts at a value it holds (what its graph saves of the input is

@@ -12,8 +12,9 @@
 #include <vector>
 
 #include "ATen/core/grad_mode.h"
+#include "ATen/ops/empty.h"
 #include "ATen/ops/ones_like.h"
-#include "ATen/ops/randn_like.h"
+#include "ATen/ops/zeros.h"
 #include "ATen/record_function.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -25,6 +26,7 @@
 #include "core/run/torch_compat.h"
 #include "core/run/torch_status.h"
 #include "torch/csrc/autograd/autograd.h"
+#include "torch/csrc/autograd/custom_function.h"
 #include "torch/csrc/autograd/function.h"
 #include "torch/csrc/autograd/functions/accumulate_grad.h"
 
@@ -79,6 +81,65 @@ std::vector<at::Tensor> Distinct(const std::vector<at::Tensor>& tensors) {
     }
   }
   return out;
+}
+
+// How a gradient is laid out in its storage: the next stage's backward may hand a stage's
+// output its gradient as a view (a concatenation's backward hands back slices of one gradient,
+// a permute's a permuted one), and the stage's backward then reads it so (a convolution copies
+// it contiguous) and keeps that storage alive.
+struct GradLayout {
+  std::vector<int64_t> strides;
+  int64_t offset = 0;
+  int64_t storage_numel = 0;
+};
+
+// As at::randn_like lays out a gradient for `y`: its strides where it is dense, else contiguous.
+GradLayout FreshLayout(const at::Tensor& y) {
+  if (y.is_non_overlapping_and_dense()) return {y.strides().vec(), 0, y.numel()};
+  std::vector<int64_t> strides(y.dim(), 1);
+  for (int64_t d = y.dim() - 1; d > 0; --d)
+    strides[d - 1] = strides[d] * std::max<int64_t>(y.size(d), 1);
+  return {strides, 0, y.numel()};
+}
+
+// A gradient for `y` laid out as `layout`, its storage fresh, random.
+at::Tensor MakeGradient(const at::Tensor& y, const GradLayout& layout) {
+  return at::empty({layout.storage_numel}, y.options().requires_grad(false))
+      .normal_()
+      .as_strided(y.sizes(), layout.strides, layout.offset);
+}
+
+// z = GradientSource(y, layout), a 0-dim zero, whose backward makes y's gradient afresh, laid
+// out as the next stage's backward would hand it: summed over a stage's outputs, z.backward()
+// runs the stage's backward as the chain does, with the incoming gradient freed once the stage
+// no longer needs it.
+struct GradientSource : torch::autograd::Function<GradientSource> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& y,
+                            const GradLayout& layout) {
+    ctx->saved_data["like"] = at::empty({0}, y.options().requires_grad(false));
+    ctx->saved_data["sizes"] = y.sizes().vec();
+    ctx->saved_data["strides"] = layout.strides;
+    ctx->saved_data["offset"] = layout.offset;
+    ctx->saved_data["numel"] = layout.storage_numel;
+    return at::zeros({}, y.options().requires_grad(false));
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list) {
+    const at::Tensor like = ctx->saved_data["like"].toTensor();
+    const at::Tensor g = at::empty({ctx->saved_data["numel"].toInt()}, like.options())
+                             .normal_()
+                             .as_strided(ctx->saved_data["sizes"].toIntVector(),
+                                         ctx->saved_data["strides"].toIntVector(),
+                                         ctx->saved_data["offset"].toInt());
+    return {g, at::Tensor()};
+  }
+};
+
+// The first place in `tensors` of the tensor at place k.
+size_t FirstPlace(const std::vector<at::Tensor>& tensors, size_t k) {
+  size_t first = 0;
+  while (first < k && !tensors[first].is_same(tensors[k])) ++first;
+  return first;
 }
 
 // Bytes of the storages behind `tensors` that none of `besides` (nor an earlier one of
@@ -392,6 +453,8 @@ class Profiler {
     inputs_ = {batch_.inputs};
     stage_params_.assign(n, {});
     twin_.assign(n, 0);
+    input_grad_layouts_.assign(n, {});
+    std::vector<std::string> keys;        // per stage, its repeat class (empty: none)
     std::map<std::string, int> first_of;  // a repeat class -> its first stage
     at::AutoGradMode enable_grad(true);
     float32_ops_.assign(n, {});
@@ -414,17 +477,24 @@ class Profiler {
       }
       forward_ms_[i] = timer_->StopMs();
       stage_params_[i] = GraphLeaves(outputs, index);
-      twin_[i] = i;
+      std::string key;
       if (options_.reuse_repeated && !stages_[i].repeat_key.empty()) {
         // Alike where the measurements could tell them apart: the code (the key), whether the
         // input is the batch (i == 0), the shapes and types of inputs and parameters, and which
-        // inputs share storage, and how.
+        // inputs share storage, and how (and, below, how their gradients come back).
         std::vector<at::Tensor> own;
         for (const int k : stage_params_[i]) own.push_back(params_[k]);
-        const std::string key =
-            absl::StrCat(stages_[i].repeat_key, "|", i == 0, "|", ShapesOf(inputs_.back()), "|",
-                         ShapesOf(own), "|", StorageLayout(inputs_.back()));
-        twin_[i] = first_of.emplace(key, i).first->second;
+        key = absl::StrCat(stages_[i].repeat_key, "|", i == 0, "|", ShapesOf(inputs_.back()), "|",
+                           ShapesOf(own), "|", StorageLayout(inputs_.back()));
+      }
+      keys.push_back(key);
+      // Alike stages hand their inputs' gradients back alike.
+      const auto first = key.empty() ? first_of.end() : first_of.find(key);
+      if (first != first_of.end()) {
+        input_grad_layouts_[i] = input_grad_layouts_[first->second];
+      } else {
+        if (!key.empty()) first_of.emplace(key, i);
+        if (i > 0) input_grad_layouts_[i] = InputGradientLayouts(i);
       }
       // Detached, a tensor returned twice staying one tensor.
       std::unordered_map<const c10::TensorImpl*, at::Tensor> detached;
@@ -435,6 +505,59 @@ class Profiler {
       progress.stage = i + 1;
       Report(progress);
     }
+    // Twins: alike, and their outputs' gradients come back alike (the next stages' inputs').
+    first_of.clear();
+    for (int i = 0; i < n; ++i) {
+      twin_[i] = i;
+      if (keys[i].empty()) continue;
+      std::string key = keys[i];
+      if (i + 1 < n) {
+        for (const GradLayout& g : input_grad_layouts_[i + 1]) {
+          absl::StrAppend(&key, "|", g.offset, ":", absl::StrJoin(g.strides, ","), "/",
+                          g.storage_numel);
+        }
+      }
+      twin_[i] = first_of.emplace(key, i).first->second;
+    }
+  }
+
+  // How stage i's backward hands back its inputs' gradients (from a fresh gradient for each of
+  // its outputs), for measuring the backward of the stage before it: one forward and backward of
+  // the stage, its inputs begun as a run begins (GraphInputs), the random streams as they were.
+  std::vector<GradLayout> InputGradientLayouts(size_t i) {
+    const std::vector<at::Tensor>& given = inputs_[i];
+    const RngState rng = CaptureRng(CudaDevicesOf(given));
+    auto into = c10::make_intrusive<InputGradients>();
+    {
+      std::vector<at::Tensor> ys = Run(i, GraphInputs(given, into));
+      std::vector<at::Tensor> roots, grads;
+      for (const at::Tensor& y : Distinct(ys)) {
+        if (!y.defined() || !y.requires_grad()) continue;
+        roots.push_back(y);
+        grads.push_back(MakeGradient(y, FreshLayout(y)));
+      }
+      ys.clear();
+      if (!roots.empty()) torch::autograd::backward(roots, grads);
+    }
+    RestoreRng(rng);
+    ClearGradients(StageParams(i));
+    std::vector<GradLayout> out(given.size());
+    for (size_t k = 0; k < given.size() && k < into->grads.size(); ++k) {
+      const at::Tensor& g = into->grads[k];
+      if (!g.defined() || !g.has_storage() || g.sizes() != given[k].sizes()) continue;
+      out[k] = {g.strides().vec(), g.storage_offset(),
+                static_cast<int64_t>(g.storage().nbytes()) / g.element_size()};
+    }
+    return out;
+  }
+
+  // The layout of the gradient that stage i's output `k`, `y`, gets back from the next stage.
+  GradLayout IncomingLayout(size_t i, size_t k, const at::Tensor& y) const {
+    if (i + 1 < input_grad_layouts_.size() && k < input_grad_layouts_[i + 1].size()) {
+      const GradLayout& g = input_grad_layouts_[i + 1][k];
+      if (g.storage_numel > 0 && g.strides.size() == static_cast<size_t>(y.dim())) return g;
+    }
+    return FreshLayout(y);
   }
 
   // The measurement of stage `i`'s twin, as stage `i`'s: its parameters in the twin's places.
@@ -548,6 +671,36 @@ class Profiler {
     }
   }
 
+  // Stage i's inputs for a measurement (PrepareInputs); past the batch, begun as the executor
+  // begins a run at a value (GraphInputs), so that backward leaves their gradients as the
+  // stage's backward makes them (a view stays a view), in the returned holder.
+  c10::intrusive_ptr<InputGradients> PrepareStageInputs(size_t i, std::vector<at::Tensor>& xs,
+                                                        std::vector<at::Tensor>& leaves) {
+    PrepareInputs(inputs_[i], /*batch=*/i == 0, xs, leaves);
+    auto into = c10::make_intrusive<InputGradients>();
+    if (i > 0) {
+      xs = GraphInputs(xs, into);
+      leaves.clear();
+    }
+    return into;
+  }
+
+  // z: the sum of a GradientSource for each of stage i's outputs `ys` that needs a gradient
+  // (each tensor once), laid out as the next stage hands it back (IncomingLayout);
+  // `incoming_bytes`: the bytes of their storages.
+  at::Tensor GradientSink(size_t i, const std::vector<at::Tensor>& ys, int64_t& incoming_bytes) {
+    at::Tensor z;
+    incoming_bytes = 0;
+    for (size_t k = 0; k < ys.size(); ++k) {
+      if (!ys[k].requires_grad() || FirstPlace(ys, k) != k) continue;
+      const GradLayout layout = IncomingLayout(i, k, ys[k]);
+      incoming_bytes += layout.storage_numel * static_cast<int64_t>(ys[k].element_size());
+      at::Tensor term = GradientSource::apply(ys[k], layout);
+      z = z.defined() ? z.add(term) : term;
+    }
+    return z;
+  }
+
   StageProfile Measure(size_t i, const StagePolicy& policy) {
     StageProfile p;
     p.policy = policy;
@@ -569,7 +722,7 @@ class Profiler {
     const std::vector<at::Tensor> own = StageParams(i);
     ClearGradients(own);
     std::vector<at::Tensor> xs, leaves;
-    PrepareInputs(given, /*batch=*/i == 0, xs, leaves);
+    const c10::intrusive_ptr<InputGradients> into = PrepareStageInputs(i, xs, leaves);
     const int64_t start = meter_.Stats().live_bytes;
     meter_.ResetPeak();
     std::vector<at::Tensor> ys = Run(i, xs, policy);
@@ -582,18 +735,8 @@ class Profiler {
     p.retained_bytes = after.live_bytes - start - p.AllocatedOutputBytes();
     p.forward_transient_bytes = after.peak_bytes - after.live_bytes;
 
-    // The gradient source: z = sum(y * c), whose backward allocates dL/dy = c afresh, as the
-    // next stage's backward would (a gradient per tensor, as dense as the tensor).
-    std::vector<at::Tensor> consts;
-    at::Tensor z;
     int64_t incoming_bytes = 0;
-    for (const at::Tensor& y : Distinct(ys)) {
-      if (!y.requires_grad()) continue;
-      consts.push_back(at::randn_like(y));
-      incoming_bytes += static_cast<int64_t>(consts.back().nbytes());
-      at::Tensor term = y.mul(consts.back()).sum();
-      z = z.defined() ? z.add(term) : term;
-    }
+    at::Tensor z = GradientSink(i, ys, incoming_bytes);
     // What the graph keeps: the storages that outlive the tensors. Stage 0's input is the
     // batch, which the caller holds throughout.
     if (i > 0) xs.clear();
@@ -630,12 +773,18 @@ class Profiler {
         p.param_grads.emplace_back(k, params_[k].grad().nbytes());
         p.param_grad_sums_in_place.push_back((*sums_in_place)[k]);
       }
-      for (const at::Tensor& leaf : leaves) {
-        p.input_grad_bytes += leaf.grad().defined() ? leaf.grad().nbytes() : 0;
+      // The gradients backward leaves at the inputs: the batch's in .grad; any other's as the
+      // stage's backward made them, each storage once (a view into the incoming gradient keeps
+      // all of it).
+      if (i == 0) {
+        for (const at::Tensor& leaf : leaves) {
+          p.input_grad_bytes += leaf.grad().defined() ? leaf.grad().nbytes() : 0;
+        }
+      } else {
+        p.input_grad_bytes = Bytes(into->grads);
       }
       ClearGradients(own);
       z.reset();
-      consts.clear();
       p.backward_input_held_transient_bytes =
           i == 0 ? p.backward_transient_bytes : MeasureBackward(i, given, policy, false);
       p.backward_held_transient_bytes = MeasureBackward(i, given, policy, true);
@@ -665,31 +814,25 @@ class Profiler {
   int64_t MeasureBackward(size_t i, const std::vector<at::Tensor>& given, const StagePolicy& policy,
                           bool outputs_held) {
     std::vector<at::Tensor> xs, leaves;
-    PrepareInputs(given, /*batch=*/i == 0, xs, leaves);
+    const c10::intrusive_ptr<InputGradients> into = PrepareStageInputs(i, xs, leaves);
     std::vector<at::Tensor> ys = Run(i, xs, policy);
-    std::vector<at::Tensor> roots, grads;
-    for (const at::Tensor& y : Distinct(ys)) {
-      if (!y.requires_grad()) continue;
-      roots.push_back(y);
-      grads.push_back(at::randn_like(y));
-    }
-    if (roots.empty()) return 0;
     int64_t transient = 0;
     if (outputs_held) {
+      std::vector<at::Tensor> roots, grads;
+      for (size_t k = 0; k < ys.size(); ++k) {
+        if (!ys[k].requires_grad() || FirstPlace(ys, k) != k) continue;
+        roots.push_back(ys[k]);
+        grads.push_back(MakeGradient(ys[k], IncomingLayout(i, k, ys[k])));
+      }
+      if (roots.empty()) return 0;
       const int64_t base = meter_.Stats().live_bytes;
       meter_.ResetPeak();
       torch::autograd::backward(roots, grads);
       transient = meter_.Stats().peak_bytes - base;
     } else {
-      // z = sum(y * c): its backward allocates dL/dy afresh, as the next stage's backward would.
-      at::Tensor z;
       int64_t incoming_bytes = 0;
-      for (size_t k = 0; k < roots.size(); ++k) {
-        incoming_bytes += static_cast<int64_t>(grads[k].nbytes());
-        at::Tensor term = roots[k].mul(grads[k]).sum();
-        z = z.defined() ? z.add(term) : term;
-      }
-      roots.clear();
+      at::Tensor z = GradientSink(i, ys, incoming_bytes);
+      if (!z.defined()) return 0;
       ys.clear();
       const int64_t base = meter_.Stats().live_bytes;
       meter_.ResetPeak();
@@ -823,6 +966,8 @@ class Profiler {
   std::vector<std::vector<at::Tensor>> inputs_;  // per stage, then the last stage's output
   std::vector<std::vector<int>> stage_params_;   // per stage, its parameters' indices
   std::vector<int> twin_;  // per stage, the stage whose measurements it takes (itself)
+  // Per stage, how its backward hands back each input's gradient (InputGradientLayouts).
+  std::vector<std::vector<GradLayout>> input_grad_layouts_;
   // Per stage, its first forward's time (ComputeInputs): what a measurement of it weighs in
   // ProfileProgress.
   std::vector<double> forward_ms_;

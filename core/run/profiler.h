@@ -8,11 +8,14 @@
 //
 // Each stage is measured in isolation but as it sits in the chain: on the input the chain
 // gives it, with the input and output tensors owned by the caller as the executor owns them,
-// and its backward fed a gradient freshly allocated the way the next stage's backward would.
-// Its times are medians of repeated runs on the run's device (CUDA events on a GPU), repeated
-// until they add up to a minimum duration, so that noise stays small. The work is linear in the
-// number of stages: one forward of each to find its input and its own parameters (the leaves of
-// its graph), then the measurements of each distinct stage, which touch only its parameters.
+// and its backward fed a gradient freshly allocated and laid out as the next stage's backward
+// hands it back (a concatenation's backward hands back strided views into its own gradient),
+// its input's gradient left as its backward makes it. Its times are medians of repeated runs on
+// the run's device (CUDA events on a GPU), repeated until they add up to a minimum duration, so
+// that noise stays small. The work is linear in the number of stages: one forward and backward
+// of each to find its input, its own parameters (the leaves of its graph) and how it hands back
+// its input's gradient, then the measurements of each distinct stage, which touch only its
+// parameters.
 #pragma once
 
 #include <functional>
