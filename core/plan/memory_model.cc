@@ -95,6 +95,7 @@ class StepReplay {
             values_[op.output].push_back(NewStorage(bytes));
             host_live_ -= bytes;
           }
+          Hold(values_[op.output]);  // the executor's table's, until the value's release
           break;
       }
       if (peak_ > limit_) break;  // ruled out: the rest cannot lower a peak
