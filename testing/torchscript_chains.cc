@@ -280,8 +280,9 @@ SmallChain DrawSmallChain(const SpecChooser& choose) {
     // counter read after its update, 6 a tensor returned twice, 7 the input returned beside a
     // new one (both taken as a tuple), 8 a view of the input and 9 the input itself (over
     // features only: they flatten), 10 a zero-element view of the input, 11 an in-place write to
-    // the input, 12 a zero-element parameter, 13 a concatenation after a linear stage (features
-    // only), whose backward gets its gradient as a strided view into the concatenation's.
+    // the input, 12 a zero-element parameter, 13 a linear stage, then a concatenation (features
+    // only): the linear stage's backward gets its gradient as a strided view into the
+    // concatenation's.
     int64_t k = choose(absl::StrCat("stage ", i, " kind"), 0, 13);
     if (k == 1 && chain.tokens) k = 3;
     if ((k == 3 || k == 4) && !dropout) k = 0;
