@@ -71,14 +71,19 @@ struct Storages {
 
 int64_t Bytes(const std::vector<at::Tensor>& tensors) { return Storages(tensors).Total(); }
 
+// The first place in `tensors` of the tensor at place k.
+size_t FirstPlace(const std::vector<at::Tensor>& tensors, size_t k) {
+  size_t first = 0;
+  while (first < k && !tensors[first].is_same(tensors[k])) ++first;
+  return first;
+}
+
 // `tensors` with each tensor once: a stage's outputs as the next stage's backward hands their
 // gradients on (a tensor returned twice gets its two contributions summed first).
 std::vector<at::Tensor> Distinct(const std::vector<at::Tensor>& tensors) {
   std::vector<at::Tensor> out;
-  for (const at::Tensor& t : tensors) {
-    if (std::none_of(out.begin(), out.end(), [&](const at::Tensor& u) { return u.is_same(t); })) {
-      out.push_back(t);
-    }
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    if (FirstPlace(tensors, k) == k) out.push_back(tensors[k]);
   }
   return out;
 }
@@ -102,11 +107,15 @@ GradLayout FreshLayout(const at::Tensor& y) {
   return {strides, 0, y.numel()};
 }
 
-// A gradient for `y` laid out as `layout`, its storage fresh, random.
-at::Tensor MakeGradient(const at::Tensor& y, const GradLayout& layout) {
-  return at::empty({layout.storage_numel}, y.options().requires_grad(false))
+// A gradient of `sizes` laid out as `layout`, its storage fresh, random.
+at::Tensor MakeGradient(at::IntArrayRef sizes, const at::TensorOptions& options,
+                        const GradLayout& layout) {
+  return at::empty({layout.storage_numel}, options.requires_grad(false))
       .normal_()
-      .as_strided(y.sizes(), layout.strides, layout.offset);
+      .as_strided(sizes, layout.strides, layout.offset);
+}
+at::Tensor MakeGradient(const at::Tensor& y, const GradLayout& layout) {
+  return MakeGradient(y.sizes(), y.options(), layout);
 }
 
 // z = GradientSource(y, layout), a 0-dim zero, whose backward makes y's gradient afresh, laid
@@ -125,22 +134,13 @@ struct GradientSource : torch::autograd::Function<GradientSource> {
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list) {
-    const at::Tensor like = ctx->saved_data["like"].toTensor();
-    const at::Tensor g = at::empty({ctx->saved_data["numel"].toInt()}, like.options())
-                             .normal_()
-                             .as_strided(ctx->saved_data["sizes"].toIntVector(),
-                                         ctx->saved_data["strides"].toIntVector(),
-                                         ctx->saved_data["offset"].toInt());
-    return {g, at::Tensor()};
+    const GradLayout layout{ctx->saved_data["strides"].toIntVector(),
+                            ctx->saved_data["offset"].toInt(), ctx->saved_data["numel"].toInt()};
+    return {MakeGradient(ctx->saved_data["sizes"].toIntVector(),
+                         ctx->saved_data["like"].toTensor().options(), layout),
+            at::Tensor()};
   }
 };
-
-// The first place in `tensors` of the tensor at place k.
-size_t FirstPlace(const std::vector<at::Tensor>& tensors, size_t k) {
-  size_t first = 0;
-  while (first < k && !tensors[first].is_same(tensors[k])) ++first;
-  return first;
-}
 
 // Bytes of the storages behind `tensors` that none of `besides` (nor an earlier one of
 // `tensors`) shares: a target that is a view of an input costs nothing more.
