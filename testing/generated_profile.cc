@@ -45,6 +45,7 @@ rc::Gen<ModelProfile> GeneratedProfile(int max_stages) {
         s.nograd_transient_bytes = *rc::gen::inRange<int64_t>(0, 2 << 20);
         s.backward_transient_bytes = *rc::gen::inRange<int64_t>(0, 4 << 20);
         s.backward_input_held_transient_bytes = *rc::gen::inRange<int64_t>(0, 4 << 20);
+        s.backward_input_output_held_transient_bytes = *rc::gen::inRange<int64_t>(0, 4 << 20);
         s.backward_held_transient_bytes = *rc::gen::inRange<int64_t>(0, 4 << 20);
         s.param_grads.emplace_back(i, own);
         if (tied) s.param_grads.emplace_back(n, 1 << 16);  // parameter n: shared with stage i + 1

@@ -168,6 +168,8 @@ RC_GTEST_PROP(Profile, RepeatedStagesMeasuredOnceEqualEachMeasured, ()) {
       RC_ASSERT(a.input_grad_bytes == b.input_grad_bytes);
       RC_ASSERT(a.backward_transient_bytes == b.backward_transient_bytes);
       RC_ASSERT(a.backward_input_held_transient_bytes == b.backward_input_held_transient_bytes);
+      RC_ASSERT(a.backward_input_output_held_transient_bytes ==
+                b.backward_input_output_held_transient_bytes);
       RC_ASSERT(a.backward_held_transient_bytes == b.backward_held_transient_bytes);
       RC_ASSERT(a.rng_state_bytes == b.rng_state_bytes);
     }

@@ -271,6 +271,9 @@ TEST(Profile, StateALibraryMakesOnFirstUseIsNotMeasured) {
       EXPECT_EQ(s.backward_transient_bytes, p.backward_transient_bytes) << name;
       EXPECT_EQ(s.backward_input_held_transient_bytes, p.backward_input_held_transient_bytes)
           << name;
+      EXPECT_EQ(s.backward_input_output_held_transient_bytes,
+                p.backward_input_output_held_transient_bytes)
+          << name;
       EXPECT_EQ(s.backward_held_transient_bytes, p.backward_held_transient_bytes) << name;
     }
   }

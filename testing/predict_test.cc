@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/base/files.h"
 #include "core/plan/memory_model.h"
 #include "core/plan/plan_text.h"
@@ -230,7 +231,9 @@ TEST(KeptProfiles, ASecondPredictionPlansFromTheFirstsProfile) {
   predict(progress);  // the profile measured again was kept in its place
   EXPECT_NE(progress.find(kTaken), std::string::npos) << progress;
 
-  ASSERT_TRUE(WriteFileAtomically(path, "ckptlab-profiles 1 entries 2\n").ok());
+  ASSERT_TRUE(
+      WriteFileAtomically(path, absl::StrCat("ckptlab-profiles ", kProfileFormat, " entries 2\n"))
+          .ok());
   KeptProfiles damaged = KeptProfiles::Open(path, setting);
   EXPECT_NE(damaged.note().find(
                 "set aside (profile text line 1: expected a whole number from 0 to 0, not '2')"),

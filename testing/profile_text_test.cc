@@ -157,10 +157,12 @@ std::string OneStage() {
 TEST(ProfileText, ErrorsNameTheLineAndTheTokenEscaped) {
   std::string text = OneStage();
   ASSERT_TRUE(ProfilesFromText(text).ok()) << ProfilesFromText(text).status();
-  EXPECT_EQ(ProfilesFromText(absl::StrCat("ckptlab-profiles 2", text.substr(text.find('\n'))))
+  EXPECT_EQ(ProfilesFromText(
+                absl::StrCat("ckptlab-profiles ", kProfileFormat + 1, text.substr(text.find('\n'))))
                 .status()
                 .message(),
-            "profile text line 1: expected format 1 (this version's), not '2'");
+            absl::StrCat("profile text line 1: expected format ", kProfileFormat,
+                         " (this version's), not '", kProfileFormat + 1, "'"));
   std::string edited = text;
   edited.replace(edited.find("input_bytes"), 11, "input\x1b[2J");
   EXPECT_EQ(ProfilesFromText(edited).status().message(),
@@ -173,8 +175,8 @@ TEST(ProfileText, ErrorsNameTheLineAndTheTokenEscaped) {
   EXPECT_EQ(ProfilesFromText(cut).status().message(),
             "profile text ends early: expected a whole number from 0 to 17592186044416");
   // A list longer than the tokens left could fill is refused before anything is allocated.
-  EXPECT_EQ(ProfilesFromText(
-                absl::StrCat("ckptlab-profiles 1 entries 1000000000 ", std::string(100, 'x')))
+  EXPECT_EQ(ProfilesFromText(absl::StrCat("ckptlab-profiles ", kProfileFormat,
+                                          " entries 1000000000 ", std::string(100, 'x')))
                 .status()
                 .message(),
             "profile text line 1: expected a whole number from 0 to 0, not '1000000000'");

@@ -192,17 +192,19 @@ class StepReplay {
     if (!in_held) Release(in);  // the loop moves on
   }
 
-  // Whether something besides stage j's own graph refers to a storage of `in` that the graph
-  // keeps, so that its backward cannot free it: the previous stage's graph keeping its output
-  // (a tanh's), the same storage passed on unchanged. The batch is the caller's either way.
-  bool KeptInputHeldElsewhere(const StageProfile& s, const Boundary& in) const {
-    auto storage = [&](int i) { return i >= 0 && i < static_cast<int>(in.size()) ? in[i] : -1; };
-    for (const int i : s.kept_inputs) {
+  // Whether something besides a stage's own graph refers to a storage of boundary `b` that the
+  // graph keeps (`kept`: its indices), so that the stage's backward cannot free it. Of its
+  // input: the previous stage's graph keeping its output (a tanh's). Of its output: the
+  // executor's table, where a later stage passed it on unchanged into a value. The batch is the
+  // caller's either way.
+  bool KeptHeldElsewhere(const std::vector<int>& kept, const Boundary& b) const {
+    auto storage = [&](int i) { return i >= 0 && i < static_cast<int>(b.size()) ? b[i] : -1; };
+    for (const int i : kept) {
       const int k = storage(i);
       if (k < 0 || storages_[k].baseline) continue;
       // RefSome referred to it once per index naming it.
-      const auto own = std::count_if(s.kept_inputs.begin(), s.kept_inputs.end(),
-                                     [&](int other) { return storage(other) == k; });
+      const auto own =
+          std::count_if(kept.begin(), kept.end(), [&](int other) { return storage(other) == k; });
       if (storages_[k].refs > own) return true;
     }
     return false;
@@ -211,18 +213,21 @@ class StepReplay {
   // `held`: the stage's input, output and incoming gradient stay referenced throughout (the
   // last stage of a run the executor backpropagates from its outputs), so its held transient
   // applies; `input_held`: its input does (the first stage of a run from a value the executor
-  // holds; also wherever KeptInputHeldElsewhere). `graph`: the backward pass (autograd call)
-  // that delivers its parameter gradients.
+  // holds; also wherever KeptHeldElsewhere). Its output is held where KeptHeldElsewhere says,
+  // and then its input is taken as held too (an upper bound where it is not). `graph`: the
+  // backward pass (autograd call) that delivers its parameter gradients.
   void StoredBackward(int j, Boundary& in, Boundary& out, bool held, bool input_held, int graph) {
     const StageProfile& s = *stages_[j];
     Note("backward", j);
-    input_held = input_held || KeptInputHeldElsewhere(s, in);
+    input_held = input_held || KeptHeldElsewhere(s.kept_inputs, in);
+    const bool output_held = KeptHeldElsewhere(s.kept_outputs, out);
     // A gradient that exists already (a tied embedding's) is accumulated into: the stage's
     // freshly computed one is then a temporary, alive at the stage's peak as the isolated
     // measurement saw it, but not kept afterwards (below).
-    Touch(held         ? s.backward_held_transient_bytes
-          : input_held ? s.backward_input_held_transient_bytes
-                       : s.backward_transient_bytes);
+    Touch(held          ? s.backward_held_transient_bytes
+          : output_held ? s.backward_input_output_held_transient_bytes
+          : input_held  ? s.backward_input_held_transient_bytes
+                        : s.backward_transient_bytes);
     Add(-s.retained_bytes);
     RefSome(out, s.kept_outputs, false);
     RefSome(in, s.kept_inputs, false);

@@ -90,6 +90,12 @@ struct StageProfile {
   // stage of a run the executor starts at a value it holds (what its graph saves of the input is
   // then not freed in the backward).
   int64_t backward_input_held_transient_bytes = 0;
+  // The same when its inputs and outputs stay referenced for the whole backward and the
+  // incoming gradient goes as the engine frees it: a later stage passes an output it keeps on
+  // unchanged into a value the executor holds (a ResNet block's output carried past the next
+  // block for its skip), while the previous stage keeps its input (a ReLU's output). Where the
+  // input is not held, an upper bound.
+  int64_t backward_input_output_held_transient_bytes = 0;
   // The same when its input, output and incoming gradient stay referenced for the whole
   // backward, as when a checkpoint reruns it and backpropagates from its outputs.
   int64_t backward_held_transient_bytes = 0;

@@ -331,6 +331,8 @@ void WalkMeasured(Io& io, const StageInfo& stage, StageProfile& p) {
   Bytes(io, "input_grad_bytes", p.input_grad_bytes);
   Bytes(io, "backward_transient_bytes", p.backward_transient_bytes);
   Bytes(io, "backward_input_held_transient_bytes", p.backward_input_held_transient_bytes);
+  Bytes(io, "backward_input_output_held_transient_bytes",
+        p.backward_input_output_held_transient_bytes);
   Bytes(io, "backward_held_transient_bytes", p.backward_held_transient_bytes);
   Bytes(io, "rng_state_bytes", p.rng_state_bytes);
   Texts(io, "float32_ops", p.float32_ops);

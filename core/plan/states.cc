@@ -120,10 +120,11 @@ absl::StatusOr<ModelProfile> RankProfile(const ModelProfile& profile,
       const int64_t kept = whole - gather;  // of their gradients, after the reduce-scatter
       if (ShardsGradients(layout)) s.costs.param_grad_bytes = kept;
       if (layout == StateLayout::kZero3) {
-        for (int64_t* t : {&s.forward_transient_bytes, &s.nograd_transient_bytes,
-                           &s.backward_transient_bytes, &s.backward_input_held_transient_bytes,
-                           &s.backward_held_transient_bytes, &s.costs.forward_transient_bytes,
-                           &s.costs.nograd_transient_bytes, &s.costs.backward_transient_bytes}) {
+        for (int64_t* t :
+             {&s.forward_transient_bytes, &s.nograd_transient_bytes, &s.backward_transient_bytes,
+              &s.backward_input_held_transient_bytes, &s.backward_input_output_held_transient_bytes,
+              &s.backward_held_transient_bytes, &s.costs.forward_transient_bytes,
+              &s.costs.nograd_transient_bytes, &s.costs.backward_transient_bytes}) {
           *t += gather;
         }
       }

@@ -785,9 +785,14 @@ class Profiler {
       }
       ClearGradients(own);
       z.reset();
+      // Holding what the backward would not free anyway changes nothing: the batch, outputs
+      // the graph does not keep.
       p.backward_input_held_transient_bytes =
-          i == 0 ? p.backward_transient_bytes : MeasureBackward(i, given, policy, false);
-      p.backward_held_transient_bytes = MeasureBackward(i, given, policy, true);
+          i == 0 ? p.backward_transient_bytes : MeasureBackward(i, given, policy, Held::kInputs);
+      p.backward_input_output_held_transient_bytes =
+          p.kept_outputs.empty() ? p.backward_input_held_transient_bytes
+                                 : MeasureBackward(i, given, policy, Held::kInputsAndOutputs);
+      p.backward_held_transient_bytes = MeasureBackward(i, given, policy, Held::kAll);
     }
     p.costs = CostsOf(p);
     if (options_.timed) Time(i, given, policy, p.costs);
@@ -807,17 +812,19 @@ class Profiler {
     return c;
   }
 
-  // The backward's transient while the caller holds the stage's inputs throughout, and with
-  // `outputs_held` its outputs and the incoming gradients too (what Checkpoint's nested backward
-  // does; StageProfile::backward_held_transient_bytes); else above the incoming gradient, as
-  // StageProfile::backward_transient_bytes counts (backward_input_held_transient_bytes).
+  // What the caller holds through a measured backward: the stage's inputs
+  // (StageProfile::backward_input_held_transient_bytes), its inputs and outputs
+  // (..._input_output_held_...), or those and the incoming gradients too (..._held_...: what
+  // Checkpoint's nested backward does). Without kAll the incoming gradient goes as the engine
+  // frees it, and the transient is above it, as StageProfile::backward_transient_bytes counts.
+  enum class Held { kInputs, kInputsAndOutputs, kAll };
   int64_t MeasureBackward(size_t i, const std::vector<at::Tensor>& given, const StagePolicy& policy,
-                          bool outputs_held) {
+                          Held held) {
     std::vector<at::Tensor> xs, leaves;
     const c10::intrusive_ptr<InputGradients> into = PrepareStageInputs(i, xs, leaves);
     std::vector<at::Tensor> ys = Run(i, xs, policy);
     int64_t transient = 0;
-    if (outputs_held) {
+    if (held == Held::kAll) {
       std::vector<at::Tensor> roots, grads;
       for (size_t k = 0; k < ys.size(); ++k) {
         if (!ys[k].requires_grad() || FirstPlace(ys, k) != k) continue;
@@ -833,7 +840,7 @@ class Profiler {
       int64_t incoming_bytes = 0;
       at::Tensor z = GradientSink(i, ys, incoming_bytes);
       if (!z.defined()) return 0;
-      ys.clear();
+      if (held == Held::kInputs) ys.clear();
       const int64_t base = meter_.Stats().live_bytes;
       meter_.ResetPeak();
       z.backward();
