@@ -89,8 +89,8 @@ def workload(args):
             out.reshape(-1, args.vocab), targets.reshape(-1))
     import torchvision
     if not callable(getattr(torchvision.models, args.model, None)):
-        print(f"compare_compile: --model={args.model!r}; accepted: decoder or a torchvision "
-              "model", file=sys.stderr)
+        print(f"compare_compile: --model={printable(args.model)}; accepted: decoder or a "
+              "torchvision model", file=sys.stderr)
         sys.exit(2)
     # (A vision transformer's position embedding is sized for its images.)
     shaped = {"image_size": args.size} if args.model.startswith("vit_") else {}

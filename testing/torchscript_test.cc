@@ -76,6 +76,24 @@ class TorchScriptFile : public ::testing::Test {
     return path;
   }
   std::string Path(const std::string& name) { return folder_->Path(name); }
+  // One step of `chain` (written as `name`; its input 4 wide, batch 16) under the plan text
+  // `plan`: activation bytes as predicted, and the peak to within 8 bytes (the step's scalars).
+  void ExpectPredictedUnder(const ChainDescription& chain, const std::string& name,
+                            const std::string& plan) {
+    const std::string spec =
+        absl::StrCat("torchscript:file=", Write(chain, name), ":input=4:batch=16");
+    absl::StatusOr<testing::Case> c = testing::BuildCase(spec, /*seed=*/1, /*training=*/true,
+                                                         /*input_grad=*/false);
+    ASSERT_TRUE(c.ok()) << c.status();
+    absl::StatusOr<Plan> parsed = ParsePlan(plan, c->profile.stages, "plan");
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    absl::StatusOr<testing::Run> run = testing::StepUnder(*c, *parsed, /*seed=*/2);
+    ASSERT_TRUE(run.ok()) << run.status();
+    EXPECT_EQ(run->predicted.activation_bytes, run->step.activation_bytes);
+    const int64_t measured = run->step.peak_bytes - run->step.baseline_bytes;
+    EXPECT_LE(std::abs(run->predicted.peak_bytes - measured), 8)
+        << "predicted " << run->predicted.peak_bytes << ", measured " << measured;
+  }
 
   std::optional<ScratchFolder> folder_;
 };
@@ -231,21 +249,7 @@ TEST_F(TorchScriptFile, AFetchedValueLivesUntilItsRerunIsDone) {
                   {StageKind::kEmptyJoin, 0},
                   {StageKind::kLinear, 1000},
                   {StageKind::kLinear, 4}};
-  const std::string spec =
-      absl::StrCat("torchscript:file=", Write(chain, "fetched.pt"), ":input=4:batch=16");
-  absl::StatusOr<testing::Case> c = testing::BuildCase(spec, /*seed=*/1, /*training=*/true,
-                                                       /*input_grad=*/false);
-  ASSERT_TRUE(c.ok()) << c.status();
-  absl::StatusOr<Plan> plan =
-      ParsePlan("[0,1) checkpointed, [1,4) offloaded, [4,5) stored", c->profile.stages, "plan");
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  absl::StatusOr<testing::Run> run = testing::StepUnder(*c, *plan, /*seed=*/2);
-  ASSERT_TRUE(run.ok()) << run.status();
-  EXPECT_EQ(run->predicted.activation_bytes, run->step.activation_bytes);
-  EXPECT_LE(std::abs(run->predicted.peak_bytes - (run->step.peak_bytes - run->step.baseline_bytes)),
-            8)
-      << "predicted " << run->predicted.peak_bytes << ", measured "
-      << run->step.peak_bytes - run->step.baseline_bytes;
+  ExpectPredictedUnder(chain, "fetched.pt", "[0,1) checkpointed, [1,4) offloaded, [4,5) stored");
 }
 
 // A stage's output that the next stage passes on unchanged to the end of a rerun segment stays
@@ -262,21 +266,7 @@ TEST_F(TorchScriptFile, AnOutputPassedOnToARerunsEndLivesThroughItsStagesBackwar
                   {StageKind::kPassThrough, 0},
                   {StageKind::kEmptyJoin, 0},
                   {StageKind::kLinear, 4}};
-  const std::string spec =
-      absl::StrCat("torchscript:file=", Write(chain, "passed_on.pt"), ":input=4:batch=16");
-  absl::StatusOr<testing::Case> c = testing::BuildCase(spec, /*seed=*/1, /*training=*/true,
-                                                       /*input_grad=*/false);
-  ASSERT_TRUE(c.ok()) << c.status();
-  absl::StatusOr<Plan> plan =
-      ParsePlan("[0,3) checkpointed, [3,5) stored", c->profile.stages, "plan");
-  ASSERT_TRUE(plan.ok()) << plan.status();
-  absl::StatusOr<testing::Run> run = testing::StepUnder(*c, *plan, /*seed=*/2);
-  ASSERT_TRUE(run.ok()) << run.status();
-  EXPECT_EQ(run->predicted.activation_bytes, run->step.activation_bytes);
-  EXPECT_LE(std::abs(run->predicted.peak_bytes - (run->step.peak_bytes - run->step.baseline_bytes)),
-            8)
-      << "predicted " << run->predicted.peak_bytes << ", measured "
-      << run->step.peak_bytes - run->step.baseline_bytes;
+  ExpectPredictedUnder(chain, "passed_on.pt", "[0,3) checkpointed, [3,5) stored");
 }
 
 // The loss: cross-entropy where the output is [batch, classes] or [batch, tokens, vocab].
