@@ -76,12 +76,12 @@ class TorchScriptFile : public ::testing::Test {
     return path;
   }
   std::string Path(const std::string& name) { return folder_->Path(name); }
-  // One step of `chain` (written as `name`; its input 4 wide, batch 16) under the plan text
-  // `plan`: activation bytes as predicted, and the peak to within 8 bytes (the step's scalars).
+  // One step of `chain` (written as `name`, batch 16) under the plan text `plan`: activation
+  // bytes as predicted, and the peak to within 8 bytes (the step's scalars).
   void ExpectPredictedUnder(const ChainDescription& chain, const std::string& name,
                             const std::string& plan) {
     const std::string spec =
-        absl::StrCat("torchscript:file=", Write(chain, name), ":input=4:batch=16");
+        absl::StrCat("torchscript:file=", Write(chain, name), ":input=", chain.input, ":batch=16");
     absl::StatusOr<testing::Case> c = testing::BuildCase(spec, /*seed=*/1, /*training=*/true,
                                                          /*input_grad=*/false);
     ASSERT_TRUE(c.ok()) << c.status();
