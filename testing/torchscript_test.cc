@@ -62,6 +62,15 @@ TEST(TorchScriptShape, RefusesWhatIsNotAShape) {
 }
 
 // Chains written to a folder of the test's own, removed with it.
+// A step's activation bytes as predicted, and its peak to within 8 bytes (the step's scalars:
+// the loss, gradient seeds). `what`: the plan, in failures.
+void ExpectAsPredicted(const testing::Run& run, const std::string& what) {
+  EXPECT_EQ(run.predicted.activation_bytes, run.step.activation_bytes) << what;
+  const int64_t measured = run.step.peak_bytes - run.step.baseline_bytes;
+  EXPECT_LE(std::abs(run.predicted.peak_bytes - measured), 8)
+      << what << ": predicted " << run.predicted.peak_bytes << ", measured " << measured;
+}
+
 class TorchScriptFile : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -76,8 +85,8 @@ class TorchScriptFile : public ::testing::Test {
     return path;
   }
   std::string Path(const std::string& name) { return folder_->Path(name); }
-  // One step of `chain` (written as `name`, batch 16) under the plan text `plan`: activation
-  // bytes as predicted, and the peak to within 8 bytes (the step's scalars).
+  // One step of `chain` (written as `name`, batch 16) under the plan text `plan`, as predicted
+  // (ExpectAsPredicted).
   void ExpectPredictedUnder(const ChainDescription& chain, const std::string& name,
                             const std::string& plan) {
     const std::string spec =
@@ -89,10 +98,7 @@ class TorchScriptFile : public ::testing::Test {
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     absl::StatusOr<testing::Run> run = testing::StepUnder(*c, *parsed, /*seed=*/2);
     ASSERT_TRUE(run.ok()) << run.status();
-    EXPECT_EQ(run->predicted.activation_bytes, run->step.activation_bytes);
-    const int64_t measured = run->step.peak_bytes - run->step.baseline_bytes;
-    EXPECT_LE(std::abs(run->predicted.peak_bytes - measured), 8)
-        << "predicted " << run->predicted.peak_bytes << ", measured " << measured;
+    ExpectAsPredicted(*run, plan);
   }
 
   std::optional<ScratchFolder> folder_;
@@ -225,12 +231,7 @@ TEST_F(TorchScriptFile, AGradientHandedBackAsAViewIsPredictedAsTheChainGetsIt) {
   for (const std::string strategy : {"store_all", "recompute_all", "uniform:segments=2"}) {
     absl::StatusOr<testing::Run> run = testing::StepUnder(*c, strategy, /*seed=*/2);
     ASSERT_TRUE(run.ok()) << strategy << ": " << run.status();
-    EXPECT_EQ(run->predicted.activation_bytes, run->step.activation_bytes) << strategy;
-    // The step's scalars (the loss, gradient seeds) are placed to within 8 bytes.
-    EXPECT_LE(
-        std::abs(run->predicted.peak_bytes - (run->step.peak_bytes - run->step.baseline_bytes)), 8)
-        << strategy << ": predicted " << run->predicted.peak_bytes << ", measured "
-        << run->step.peak_bytes - run->step.baseline_bytes;
+    ExpectAsPredicted(*run, strategy);
   }
 }
 
