@@ -10,7 +10,7 @@ chooses what to recompute so that the saved activations fit that fraction of its
 For each: the median step time over rounds, the bytes kept for backward when forward and loss
 return (ckptlab.kept_bytes: autograd's saved tensors, which a compiled graph saves through its
 autograd function too, each storage once, less parameters and batch), and the step's peak above
-what was allocated before it, from PyTorch's profiler (profile_memory) at op granularity.
+what was allocated before it (memory_of: every allocation and free PyTorch's profiler records).
 ckptlab's side is its sweep of the same model exported (docs/results/compile-cpu and
 docs/results/anymodel-cpu have both and the commands).
 
@@ -51,30 +51,22 @@ def budget_list(text):
     return values
 
 
-def memory_of(step):
-    """Runs `step` (which calls mark() when forward and loss have returned) under the profiler,
-    the gradients cleared before: the bytes allocated and not freed at the mark, and the
-    highest, both above the start."""
-
-    def mark():
-        with torch.profiler.record_function("compare_compile.mark"):
-            pass
-
+def memory_of(step) -> int:
+    """The highest bytes allocated while `step` runs, above what was allocated before it: the
+    allocator's own records from PyTorch's profiler (profile_memory), each allocation and free
+    at its own time. (Not each op's net bytes in the order the ops began, as the profiler's op
+    table gives them: an op's own frees would count at its start, before its children allocate,
+    and a compiled backward, one op freeing what its kernels allocated, would seem to peak low.)"""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
                                 profile_memory=True) as prof:
-        step(mark)
-    events = sorted(prof.events(), key=lambda e: e.time_range.start)
-    marks = [e.time_range.start for e in events if e.name == "compare_compile.mark"]
-    # Each op's own allocations less its own frees (its children's are theirs), in the order
-    # the ops began: a timeline at op granularity, so the peak misses what one op allocates and
-    # frees inside itself.
-    live = peak = at_mark = 0
-    for e in events:
-        live += e.self_cpu_memory_usage
+        step()
+    records = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+                     key=lambda e: e.start_ns())  # stable: records alike in time stay in order
+    live = peak = 0
+    for e in records:
+        live += e.nbytes()
         peak = max(peak, live)
-        if marks and e.time_range.start <= marks[0]:
-            at_mark = live
-    return at_mark, peak
+    return peak
 
 
 def workload(args):
@@ -133,11 +125,10 @@ def main():
             p.grad = None
 
     def step_of(run):
-        def step(mark=lambda: None):
+        def step():
             out = run(x)
             loss = loss_of(out)
             del out
-            mark()
             loss.backward()
         return step
 
@@ -148,7 +139,7 @@ def main():
             clear()
             step()
         clear()
-        _, peak = memory_of(step)
+        peak = memory_of(step)
         clear()
         torch.manual_seed(1)
         loss, kept = ckptlab.kept_bytes(lambda: loss_of(run(x)),

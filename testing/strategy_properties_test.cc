@@ -11,6 +11,8 @@
 //     stays fit when it grows, and a larger budget never makes the predicted step slower.
 //   - Where the profile knows copy rates, `optimal` with offload is never slower than without it
 //     at the same budget, and fits every budget that fits without it.
+//   - `optimal` reaches every peak a registered strategy's default plan reaches, no slower than
+//     that plan: its least peak, which its error names, is the least of them all.
 #include <algorithm>
 #include <limits>
 #include <optional>
@@ -175,6 +177,20 @@ RC_GTEST_PROP(StrategyProperties, OffloadNeverSlowsOptimalNorRaisesItsLeastPeak,
   RC_ASSERT(PredictMemory(profile, *with)->peak_bytes + kBudgetSlackBytes <= budget);
   RC_ASSERT(*PredictStepMs(profile, *with) <= *PredictStepMs(profile, *without) * (1 + 1e-9));
   RC_TAG(PredictMemory(profile, *with)->offloaded_bytes > 0 ? "offloads" : "does not offload");
+}
+
+// On up to 300 stages, as above.
+RC_GTEST_PROP(StrategyProperties, OptimalFitsWhatEveryStrategyFitsNoSlower, ()) {
+  const ModelProfile profile = *GeneratedProfile(300).as("profile");
+  for (const std::string& id : DefaultStrategies()) {
+    absl::StatusOr<Plan> plan = PlanFor(id, profile);
+    if (!plan.ok()) continue;  // refused on this profile: the test above checks how
+    const int64_t budget = PredictMemory(profile, *plan)->peak_bytes + kBudgetSlackBytes;
+    absl::StatusOr<Plan> optimal = PlanFor(absl::StrCat("optimal:budget=", budget), profile);
+    RC_LOG() << id << " peaks at " << budget - kBudgetSlackBytes << "\n";
+    RC_ASSERT(optimal.ok());
+    RC_ASSERT(*PredictStepMs(profile, *optimal) <= *PredictStepMs(profile, *plan) * (1 + 1e-9));
+  }
 }
 
 }  // namespace
