@@ -60,8 +60,10 @@ def memory_of(step) -> int:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
                                 profile_memory=True) as prof:
         step()
-    records = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
-                     key=lambda e: e.start_ns())  # stable: records alike in time stay in order
+    records = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    # In time order (1.13 has microseconds only); the sort is stable: records alike in time stay
+    # in the order they were made.
+    records.sort(key=lambda e: e.start_ns() if hasattr(e, "start_ns") else e.start_us() * 1000)
     live = peak = 0
     for e in records:
         live += e.nbytes()

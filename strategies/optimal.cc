@@ -14,9 +14,10 @@
 // baseline (parameters, batch), less kBudgetSlackBytes (core/plan/memory_model.h). Compute: the
 // least predicted step time (core/plan/time_model.h, the solver's objective, so that its error is
 // this strategy's error) among the candidates that fit: the solver's plan at every budget of
-// its grid, and uniform's plan with every segment count (so that where the chain model
+// its grid, uniform's plan with every segment count (so that where the chain model
 // misjudges a plan's peak, the answer is still never slower than that heuristic's; with
-// offload, its offloading variant too).
+// offload, its offloading variant too), and every fixed strategy's plan (so that no registered
+// strategy reaches a lower peak, or is faster within one).
 //
 // Precision: under autocast (a profile taken under it, the sweep's --amp) no stage is chunked
 // unless chunks_under_amp=yes: a chunk's partial weight gradient is rounded to the autocast
@@ -51,11 +52,35 @@
 namespace ckpt {
 namespace {
 
-// The solver's grid: at most this many steps, and about 5e7 inner-loop steps of work, for
+// About the most inner-loop steps one piece of planning work may take.
+constexpr double kWork = 5e7;
+
+// The solver's grid: at most this many steps, and about kWork inner-loop steps of work, for
 // `contexts` tables per range (chain_solver.h).
 int GridSteps(int stages, int options, int contexts) {
   const double work = static_cast<double>(stages) * stages * (stages + options) * contexts;
-  return static_cast<int>(std::clamp(5e7 / std::max(work, 1.0), 100.0, 2000.0));
+  return static_cast<int>(std::clamp(kWork / std::max(work, 1.0), 100.0, 2000.0));
+}
+
+// The fixed strategies' plans (those planned without a budget or a required parameter:
+// store_all, recompute_all, the selective and chunked ones) that the profile measures every
+// stage of (under autocast it leaves chunks out), except those whose replay would take more
+// than about kWork stage forwards (recompute_all reruns quadratically many).
+absl::StatusOr<std::vector<Plan>> FixedPlans(const ModelProfile& profile) {
+  std::vector<Plan> plans;
+  for (const std::string& id : DefaultStrategies()) {
+    ASSIGN_OR_RETURN(const StrategyRegistry::Entry* entry, Strategies().Find(id));
+    if (!entry->traits.budget_param.empty()) continue;
+    absl::StatusOr<Plan> plan = PlanFor(id, profile);
+    if (!plan.ok()) continue;
+    bool measured = true;
+    for (int j = 0; j < profile.num_stages() && measured; ++j) {
+      measured = profile.Find(j, plan->PolicyOf(j)) != nullptr;
+    }
+    if (!measured || RecomputedStages(*plan, profile.num_stages()) > kWork) continue;
+    plans.push_back(*std::move(plan));
+  }
+  return plans;
 }
 
 // The solver's plan at every budget of its grid over `chain`, distinct ones.
@@ -171,6 +196,10 @@ absl::StatusOr<Plan> Optimal::MakePlan(const ModelProfile& measured) const {
     candidates.push_back(EvenSegments(k, profile.num_stages()));
     if (chain.offload) candidates.push_back(EvenSegments(k, profile.num_stages(), true));
   }
+  // And the fixed strategies' plans, so that where the solver's chain model misjudges one, no
+  // strategy reaches a peak this one does not, nor is faster within it.
+  ASSIGN_OR_RETURN(std::vector<Plan> fixed, FixedPlans(profile));
+  for (Plan& plan : fixed) candidates.push_back(std::move(plan));
   // The fastest candidate the memory model fits in the budget (the first of equals).
   ASSIGN_OR_RETURN(BudgetChoice best, FastestOrLeastPeak(profile, std::move(candidates), budget,
                                                          budget_text, kId, "the planner"));
