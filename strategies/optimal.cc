@@ -16,8 +16,8 @@
 // this strategy's error) among the candidates that fit: the solver's plan at every budget of
 // its grid, uniform's plan with every segment count (so that where the chain model
 // misjudges a plan's peak, the answer is still never slower than that heuristic's; with
-// offload, its offloading variant too), and every fixed strategy's plan (so that no registered
-// strategy reaches a lower peak, or is faster within one).
+// offload, its offloading variant too), and every other strategy's default plan (so that no
+// registered strategy's reaches a lower peak, or is faster within one).
 //
 // Precision: under autocast (a profile taken under it, the sweep's --amp) no stage is chunked
 // unless chunks_under_amp=yes: a chunk's partial weight gradient is rounded to the autocast
@@ -52,6 +52,8 @@
 namespace ckpt {
 namespace {
 
+constexpr char kId[] = "optimal";
+
 // About the most inner-loop steps one piece of planning work may take.
 constexpr double kWork = 5e7;
 
@@ -62,15 +64,15 @@ int GridSteps(int stages, int options, int contexts) {
   return static_cast<int>(std::clamp(kWork / std::max(work, 1.0), 100.0, 2000.0));
 }
 
-// The fixed strategies' plans (those planned without a budget or a required parameter:
-// store_all, recompute_all, the selective and chunked ones) that the profile measures every
-// stage of (under autocast it leaves chunks out), except those whose replay would take more
-// than about kWork stage forwards (recompute_all reruns quadratically many).
-absl::StatusOr<std::vector<Plan>> FixedPlans(const ModelProfile& profile) {
+// The other strategies' default plans (every registered strategy but this one that plans
+// without a required parameter: store_all, recompute_all, revolve, the selective and chunked
+// ones) that the profile measures every stage of (under autocast it leaves chunks out), except
+// those whose replay would take more than about kWork stage forwards (recompute_all reruns
+// quadratically many).
+absl::StatusOr<std::vector<Plan>> DefaultPlans(const ModelProfile& profile) {
   std::vector<Plan> plans;
   for (const std::string& id : DefaultStrategies()) {
-    ASSIGN_OR_RETURN(const StrategyRegistry::Entry* entry, Strategies().Find(id));
-    if (!entry->traits.budget_param.empty()) continue;
+    if (id == kId) continue;
     absl::StatusOr<Plan> plan = PlanFor(id, profile);
     if (!plan.ok()) continue;
     bool measured = true;
@@ -118,8 +120,6 @@ ModelProfile WithoutChunks(const ModelProfile& profile) {
   }
   return out;
 }
-
-constexpr char kId[] = "optimal";
 
 class Optimal : public Strategy {
  public:
@@ -196,10 +196,10 @@ absl::StatusOr<Plan> Optimal::MakePlan(const ModelProfile& measured) const {
     candidates.push_back(EvenSegments(k, profile.num_stages()));
     if (chain.offload) candidates.push_back(EvenSegments(k, profile.num_stages(), true));
   }
-  // And the fixed strategies' plans, so that where the solver's chain model misjudges one, no
-  // strategy reaches a peak this one does not, nor is faster within it.
-  ASSIGN_OR_RETURN(std::vector<Plan> fixed, FixedPlans(profile));
-  for (Plan& plan : fixed) candidates.push_back(std::move(plan));
+  // And the other strategies' default plans, so that where the solver's chain model misjudges
+  // one, no strategy reaches a peak this one does not, nor is faster within it.
+  ASSIGN_OR_RETURN(std::vector<Plan> others, DefaultPlans(profile));
+  for (Plan& plan : others) candidates.push_back(std::move(plan));
   // The fastest candidate the memory model fits in the budget (the first of equals).
   ASSIGN_OR_RETURN(BudgetChoice best, FastestOrLeastPeak(profile, std::move(candidates), budget,
                                                          budget_text, kId, "the planner"));
