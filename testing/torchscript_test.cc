@@ -61,7 +61,6 @@ TEST(TorchScriptShape, RefusesWhatIsNotAShape) {
   }
 }
 
-// Chains written to a folder of the test's own, removed with it.
 // A step's activation bytes as predicted, and its peak to within 8 bytes (the step's scalars:
 // the loss, gradient seeds). `what`: the plan, in failures.
 void ExpectAsPredicted(const testing::Run& run, const std::string& what) {
@@ -71,6 +70,7 @@ void ExpectAsPredicted(const testing::Run& run, const std::string& what) {
       << what << ": predicted " << run.predicted.peak_bytes << ", measured " << measured;
 }
 
+// Chains written to a folder of the test's own, removed with it.
 class TorchScriptFile : public ::testing::Test {
  protected:
   void SetUp() override {
