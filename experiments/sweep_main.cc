@@ -46,6 +46,7 @@
 #include "core/plan/states.h"
 #include "core/run/device.h"
 #include "core/run/memory_meter.h"
+#include "core/run/workload.h"
 #include "experiments/command_line.h"
 #include "experiments/modes.h"
 #include "experiments/presets.h"
@@ -303,6 +304,9 @@ absl::StatusOr<Request> ReadRequest(const ParsedCommandLine& parsed) {
           : absl::GetFlag(FLAGS_resume)    ? FolderUse::kResume
                                            : FolderUse::kNew;
   RETURN_IF_ERROR(ParseRanks(parsed, r));
+  for (const BoundModel& model : options.models) {
+    RETURN_IF_ERROR(CheckRanks(model, r.ranks.world_size));
+  }
   // After ParseRanks, which resolves the device: before it, every run took the CPU's dtype
   // (an H100 ran --amp in bfloat16, its training in float16).
   if (training.amp) options.autocast = AmpDtype(options.device);

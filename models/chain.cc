@@ -7,7 +7,9 @@
 // files (models/torchscript.h, which runs them); the batch is the top module's buffers
 // ckptlab_batch_0, 1, ... (stage 0's arguments, the same every step, the floating-point ones
 // requiring grad); the last stage returns the loss, the model's own. A trace is specialised to
-// its batch's shapes, so ranks cannot share it (--nproc is refused, naming the model).
+// its batch's shapes: a file that ckptlab.chain(..., ranks=N) cut on 1/N of the batch's rows
+// (its buffer ckptlab_ranks holds N) runs on N ranks, each stepping its share of the rows, and
+// on no other count (core/run/workload.h).
 #include <memory>
 #include <vector>
 
@@ -37,6 +39,10 @@ class ChainFileModel {
   static std::vector<StageInfo> StagesFor(const ParamValues& params) {
     absl::StatusOr<TorchScriptFacts> facts = TorchScriptFactsFor(params);
     return facts.ok() ? facts->stages : std::vector<StageInfo>{};
+  }
+  static int BatchRanks(const ParamValues& params) {
+    absl::StatusOr<TorchScriptFacts> facts = TorchScriptFactsFor(params);
+    return facts.ok() ? facts->ranks : 1;
   }
 };
 

@@ -1,5 +1,6 @@
 #include "models/torchscript.h"
 
+#include <algorithm>
 #include <cctype>
 #include <map>
 #include <memory>
@@ -48,6 +49,8 @@ constexpr int64_t kMaxShapeElements = int64_t{1} << 40;
 constexpr char kAccepted[] =
     "accepted: a file torch.jit.save wrote of a scripted or traced nn.Sequential";
 constexpr char kBatchPrefix[] = "ckptlab_batch_";
+constexpr char kRanksBuffer[] = "ckptlab_ranks";
+constexpr int64_t kMaxRanks = 1 << 16;
 
 // The bytes of each file as this process first read it, by path as given: every spec naming
 // the file, whatever its batch, reads the same model.
@@ -71,26 +74,65 @@ std::string Where(const ParamValues& params) {
   return absl::StrCat(params.name(), ":file=", params.Text("file"));
 }
 
+// "8x3 float, 8 long": the shapes and types of `tensors`, for messages and repeat keys.
+std::string ShapesOf(const std::vector<at::Tensor>& tensors) {
+  std::vector<std::string> each;
+  for (const at::Tensor& t : tensors) {
+    each.push_back(absl::StrCat(absl::StrJoin(t.sizes(), "x"), " ", std::string(t.dtype().name())));
+  }
+  return absl::StrJoin(each, ", ");
+}
+
 // The batch a chain file holds: the top module's own buffers ckptlab_batch_0, ckptlab_batch_1,
-// ... in that order. InvalidArgument where there is none.
-absl::StatusOr<std::vector<at::Tensor>> FileBatch(const ParamValues& params,
-                                                  const torch::jit::Module& module) {
+// ... in that order, and the ranks it is for: its buffer ckptlab_ranks (a 0-dimensional int64
+// tensor; none: 1), which must divide every batch tensor's first dimension. InvalidArgument
+// where there is no batch or the ranks are not that.
+struct FileBatch {
+  std::vector<at::Tensor> tensors;
+  int ranks = 1;
+};
+absl::StatusOr<FileBatch> ReadFileBatch(const ParamValues& params,
+                                        const torch::jit::Module& module) {
   std::map<std::string, at::Tensor> buffers;
   RETURN_IF_ERROR(RunTorch([&] {
     for (const auto& b : module.named_buffers(/*recurse=*/false)) buffers[b.name] = b.value;
   }));
-  std::vector<at::Tensor> batch;
+  FileBatch batch;
   for (auto it = buffers.find(absl::StrCat(kBatchPrefix, 0)); it != buffers.end();
-       it = buffers.find(absl::StrCat(kBatchPrefix, batch.size()))) {
-    batch.push_back(it->second);
+       it = buffers.find(absl::StrCat(kBatchPrefix, batch.tensors.size()))) {
+    batch.tensors.push_back(it->second);
   }
-  if (batch.empty()) {
+  if (batch.tensors.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         Where(params), ": the file holds no batch (buffers ", kBatchPrefix, "0, ", kBatchPrefix,
         "1, ... of the top module); accepted: a file Chain.save wrote (python/ckptlab), or "
         "torchscript:file= with input or tokens for any other"));
   }
+  const auto ranks = buffers.find(kRanksBuffer);
+  if (ranks == buffers.end()) return batch;
+  const at::Tensor& r = ranks->second;
+  const bool whole = r.dim() == 0 && r.scalar_type() == at::kLong;
+  const int64_t value = whole ? r.item<int64_t>() : 0;
+  const bool divides = std::all_of(batch.tensors.begin(), batch.tensors.end(), [&](const auto& t) {
+    return value >= 1 && t.dim() > 0 && t.size(0) % value == 0 && t.size(0) >= value;
+  });
+  if (!whole || value > kMaxRanks || !divides) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(params), ": its ", kRanksBuffer, " (",
+                     whole ? absl::StrCat(value) : ShapesOf({r}), ") does not share its batch (",
+                     ShapesOf(batch.tensors), "); accepted: a 0-dimensional int64 tensor in 1..",
+                     kMaxRanks, " dividing every batch tensor's first dimension"));
+  }
+  batch.ranks = static_cast<int>(value);
   return batch;
+}
+
+// Rank 0's rows of a chain file's batch: the first 1/ranks of every tensor's, which its stages
+// were traced on.
+std::vector<at::Tensor> FirstShare(const FileBatch& batch) {
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& t : batch.tensors) out.push_back(t.narrow(0, 0, t.size(0) / batch.ranks));
+  return out;
 }
 
 // Copies of a chain file's batch, the floating-point ones requiring grad (as every batch's).
@@ -298,15 +340,6 @@ GraphFacts ReadGraph(const torch::jit::Module& stage, std::string* code) {
   ReadBlock(graph->block(), /*depth=*/0, reading);
   *code = WithoutTypeNames(graph->toString(/*print_source_locations=*/false) + reading.calls);
   return reading.facts;
-}
-
-// "8x3 float, 8 long": the shapes and types of `tensors`, for messages and repeat keys.
-std::string ShapesOf(const std::vector<at::Tensor>& tensors) {
-  std::vector<std::string> each;
-  for (const at::Tensor& t : tensors) {
-    each.push_back(absl::StrCat(absl::StrJoin(t.sizes(), "x"), " ", std::string(t.dtype().name())));
-  }
-  return absl::StrJoin(each, ", ");
 }
 
 // A stage's outputs as tensors: a tensor, or a tuple or list of tensors. What else a stage returns
@@ -526,8 +559,9 @@ absl::StatusOr<TorchScriptFacts> ReadFacts(const ParamValues& params) {
   c10::NoGradGuard no_grad;
   absl::StatusOr<Batch> batch;
   if (IsChainFile(params)) {
-    ASSIGN_OR_RETURN(std::vector<at::Tensor> inputs, FileBatch(params, module));
-    batch = Batch{std::move(inputs), {}};
+    ASSIGN_OR_RETURN(const FileBatch file, ReadFileBatch(params, module));
+    facts.ranks = file.ranks;
+    batch = Batch{FirstShare(file), {}};
   } else {
     batch =
         RunTorch([&] { return DrawBatch(params, /*seed=*/0, c10::Device(c10::DeviceType::CPU)); });
@@ -747,7 +781,9 @@ TorchScriptModel::TorchScriptModel(ParamValues params, torch::jit::Module module
       facts_(std::move(facts)),
       device_(device) {
   for (const torch::jit::Module& child : module_.children()) stages_.push_back(child);
-  if (IsChainFile(params_)) file_batch_ = FileBatch(params_, module_).value();  // Check read it
+  if (IsChainFile(params_)) {
+    file_batch_ = ReadFileBatch(params_, module_).value().tensors;  // Check read it
+  }
   state_.resize(stages_.size());
   c10::NoGradGuard no_grad;
   for (size_t i = 0; i < stages_.size(); ++i) {

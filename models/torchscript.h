@@ -63,6 +63,9 @@ struct TorchScriptFacts {
   std::vector<std::vector<int>> written_inputs;
   TorchScriptLoss loss = TorchScriptLoss::kMeanSquare;
   std::vector<int64_t> output_shape;  // the last stage's first output, for the batch checked
+  // A chain file's: the ranks its batch is for (its buffer ckptlab_ranks; none: 1), each
+  // stepping 1/ranks of the rows, on which its stages were traced (and Check runs rank 0's).
+  int ranks = 1;
 };
 
 // What Check reads of the file that `params` name (a torchscript or chain spec's parameters),

@@ -11,7 +11,8 @@
 // the second during backward. The parent checks, per case and step:
 //   - both ranks hold the same gradients, bit for bit (the all-reduce's result);
 //   - they equal store_all's in one process on the global batch (rows of both ranks; for a
-//     BatchNorm model the mean over each rank's rows alone) within float64 reduction order:
+//     BatchNorm model, and a chain file cut on one rank's rows, the mean over each rank's rows
+//     alone) within float64 reduction order:
 //     |difference| <= 1e-9 (1 + the largest |gradient|), every case run in float64;
 //   - the mean of the ranks' losses is the one process's loss within the same tolerance;
 //   - on every rank, above the baseline (which holds the reducer's buckets), the memory model's
@@ -506,29 +507,16 @@ struct GeneratedCase {
   std::string how;    // the strategy spec, or "random plan"
 };
 
-// The models whose batch ranks can share: those with a batch parameter (a chain file's batch is
-// its trace's, which ranks cannot split; Workload::Build refuses it, as torchscript_test checks).
-std::vector<std::string> ShareableModels() {
-  std::vector<std::string> out;
-  for (const std::string& id : Models().Ids()) {
-    const std::vector<ParamDef>& params = (*Models().Find(id))->params;
-    if (std::any_of(params.begin(), params.end(),
-                    [](const ParamDef& p) { return p.key == "batch"; })) {
-      out.push_back(id);
-    }
-  }
-  return out;
-}
-
-// Case k: model kind k mod the shareable models' count, its sizes generated; a plan from a
+// Case k: model kind k mod the models' count, its sizes generated (a chain file's batch for both
+// ranks); a plan from a
 // generated spec of strategy k / 2 (even k) or a random plan (odd k, and `plan`'s turn). GPT-2's
 // tied embedding gets recompute_all and a random plan every time its turn comes.
 GeneratedCase Generate(int k, rc::Random& random, MemoryMeter& meter) {
-  const std::vector<std::string> models = ShareableModels();
+  const std::vector<std::string> models = Models().Ids();
   const std::vector<std::string> strategies = Strategies().Ids();
   const std::string kind = models[k % models.size()];
   GeneratedCase c;
-  c.model = testing::SmallModelSpec(kind, /*dropout=*/false)(random.split(), 20).value();
+  c.model = testing::SmallModelSpec(kind, /*dropout=*/false, kWorld)(random.split(), 20).value();
   WorkloadOptions options;
   options.seed = k;
   options.world_size = kWorld;
@@ -567,14 +555,30 @@ GeneratedCase Generate(int k, rc::Random& random, MemoryMeter& meter) {
 // What one process computes for case `k` of `model_spec` that the ranks must match (Snapshot's
 // gradients and loss): store_all on both ranks' rows at once. A model whose stages update
 // module state (BatchNorm) normalises each rank's rows by their own statistics, as DDP without
-// SyncBatchNorm does, so there the ranks compute the mean of what each rank's rows give alone.
+// SyncBatchNorm does, so there the ranks compute the mean of what each rank's rows give alone; so
+// they do for a chain file, whose stages take one rank's rows only. Each rank's rows are taken
+// here from the global batch, not by the Workload the ranks use.
 absl::StatusOr<std::vector<at::Tensor>> OneProcessReference(const std::string& model_spec, int k,
                                                             MemoryMeter& meter) {
   ASSIGN_OR_RETURN(BoundModel model, BoundModel::Bind(model_spec));
   const std::vector<StageInfo> stages = model.Stages();
   const bool per_rank =
+      model.BatchRanks() > 0 ||
       std::any_of(stages.begin(), stages.end(), [](const StageInfo& s) { return s.updates_state; });
-  ASSIGN_OR_RETURN(BoundModel global, ScaledBatch(model, kWorld));
+  ASSIGN_OR_RETURN(BoundModel global, model.BatchRanks() > 0 ? absl::StatusOr<BoundModel>(model)
+                                                             : ScaledBatch(model, kWorld));
+  ModelContext context;
+  context.init_seed = k;
+  ASSIGN_OR_RETURN(std::shared_ptr<ChainModel> drawer, global.Create(context));
+  const Batch whole = drawer->MakeBatch(k);  // as Workload draws with seed k
+  const auto rows = [&](const std::vector<at::Tensor>& from, int rank) {
+    std::vector<at::Tensor> to;
+    for (const at::Tensor& t : from) {
+      const int64_t b = t.size(0) / kWorld;
+      to.push_back(t.detach().narrow(0, rank * b, b).clone().requires_grad_(t.requires_grad()));
+    }
+    return to;
+  };
   std::vector<at::Tensor> mean;
   for (int rank = 0; rank < (per_rank ? kWorld : 1); ++rank) {
     WorkloadOptions options;
@@ -586,7 +590,9 @@ absl::StatusOr<std::vector<at::Tensor>> OneProcessReference(const std::string& m
     ASSIGN_OR_RETURN(Workload w, Workload::Build(per_rank ? model : global, options));
     ASSIGN_OR_RETURN(BoundStrategy store_all, BoundStrategy::Bind("store_all"));
     ASSIGN_OR_RETURN(PlannedRun run, w.Prepare(store_all, meter));
-    ASSIGN_OR_RETURN(StepResult step, run.executor.Step(w.batch()));
+    const Batch batch =
+        per_rank ? Batch{rows(whole.inputs, rank), rows(whole.targets, rank)} : whole;
+    ASSIGN_OR_RETURN(StepResult step, run.executor.Step(batch));
     std::vector<at::Tensor> snapshot = Snapshot(*w.model(), step, run.predicted);
     if (mean.empty()) {
       mean = std::move(snapshot);
@@ -613,7 +619,7 @@ TEST(DataParallelTest, TwoRanksTrainLikeOneProcessOnBothBatches) {
   if (const char* s = std::getenv("CKPT_DP_TEST_SEED")) seed = std::stoull(s);
   SCOPED_TRACE(absl::StrCat("seed ", seed, " (CKPT_DP_TEST_SEED repeats it)"));
   rc::Random random(seed);
-  const int cases = 2 * static_cast<int>(ShareableModels().size()) *
+  const int cases = 2 * static_cast<int>(Models().Ids().size()) *
                     std::max<int>(2, (Strategies().Ids().size() + 1) / 2);
   std::vector<GeneratedCase> generated;
   for (int k = 0; k < cases; ++k) {

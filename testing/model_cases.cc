@@ -66,19 +66,23 @@ std::vector<Segment> GenerateSegments(int begin, int end, int depth) {
 c10::Device TestDevice() { return Device(); }
 void SetTestDevice(c10::Device device) { Device() = device; }
 
-// The model's small specs: its own, or for a model read from a file, the tests' generator.
-std::function<std::string(const SpecChooser&)> SmallSpecsOf(const std::string& model) {
+// The model's small specs: its own, or for a model read from a file, the tests' generator (a chain
+// file's batch for `ranks` ranks).
+std::function<std::string(const SpecChooser&)> SmallSpecsOf(const std::string& model,
+                                                            int ranks = 1) {
   const ModelTraits& traits = TraitsOf(model);
   if (traits.small_spec) return traits.small_spec;
   if (model == "torchscript") return &SmallTorchScriptSpec;
-  if (model == "chain") return &SmallChainFileSpec;
+  if (model == "chain") {
+    return [ranks](const SpecChooser& choose) { return SmallChainFileSpec(choose, ranks); };
+  }
   std::fprintf(stderr, "model '%s' registers no small_spec and the tests have none\n",
                model.c_str());
   std::abort();
 }
 
-rc::Gen<std::string> SmallModelSpec(const std::string& model, bool dropout) {
-  const std::function<std::string(const SpecChooser&)> small_spec = SmallSpecsOf(model);
+rc::Gen<std::string> SmallModelSpec(const std::string& model, bool dropout, int ranks) {
+  const std::function<std::string(const SpecChooser&)> small_spec = SmallSpecsOf(model, ranks);
   return rc::gen::exec([small_spec, dropout] {
     const std::string spec = small_spec([dropout](absl::string_view what, int64_t lo, int64_t hi) {
       // A model whose dropout is in its file (torchscript) asks whether to draw dropout stages.

@@ -14,11 +14,12 @@ Properties:
   - ckptlab.apply(chain, plan) under generated plans gives the same, over two steps;
   - the chain holds the model's own parameters and buffers (the same tensors, tied ones once);
   - making a chain leaves the model's buffers and the random streams as they were;
+  - a chain for data-parallel ranks steps each rank's rows of the batch as the model does;
   - Chain.save writes the stages and the batch whole, replacing a link rather than following it;
   - granularity: at least one stage per block, a transformer's attention and MLP apart, what
     each stage keeps summing to what the chain keeps;
-  - a model that cannot be traced, a bad batch, loss or max_stages: ChainError, one line naming
-    the module or the value.
+  - a model that cannot be traced, a bad batch, loss, max_stages or ranks: ChainError, one line
+    naming the module or the value.
 Runs on the torch of the Python that runs it (1.13 here, 2.6 in CI's trixie root).
 """
 
@@ -123,6 +124,27 @@ class ChainTest(unittest.TestCase):
         plan = data.draw(segments(0, len(chain), 2))
         self.assert_steps_equal(model, plain, ckptlab.apply(chain, plan), batch, steps=2)
 
+    @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(programs(), st.data())
+    def test_a_chain_for_ranks_steps_each_ranks_rows_as_the_model(self, made, data):
+        model, batch = made
+
+        def plain(*b):
+            return program_loss(model(*b[:2]), b[2])
+
+        chain = ckptlab.chain(model, batch[:2], loss=program_loss, targets=batch[2], ranks=2)
+        self.assertEqual(chain.ranks, 2)
+        planned = ckptlab.apply(chain, data.draw(segments(0, len(chain), 2)))
+        for rank in (0, 1):
+            share = chain.share(rank)
+            for t, whole in zip(share, batch):
+                self.assertTrue(torch.equal(t, whole[3 * rank:3 * rank + 3]))
+            self.assert_steps_equal(model, plain, chain, share)
+            self.assert_steps_equal(model, plain, planned, share)
+        with self.assertRaises(ChainError) as caught:
+            chain.share(2)
+        self.assertIn("rank=2; accepted: a whole number in 0..1", str(caught.exception))
+
     def test_max_stages_keeps_the_cuts_carrying_least(self):
         torch.manual_seed(0)
         model = Program([("linear", (-1, -1))] * 8)
@@ -143,6 +165,12 @@ class ChainTest(unittest.TestCase):
                                          "tuple"),
             (dict(inputs=batch, max_stages=0), "max_stages=0; accepted"),
             (dict(inputs=batch, max_stages=True), "max_stages=True; accepted"),
+            (dict(inputs=batch, ranks=4), "ranks=4 for a batch of a torch.float32 tensor of shape "
+                                          "[6, 4], a torch.float32 tensor of shape [6]; accepted: "
+                                          "a whole number in 1..65536 dividing every tensor's "
+                                          "first dimension"),
+            (dict(inputs=batch, ranks=0), "ranks=0 for a batch"),
+            (dict(inputs=(batch[0], torch.tensor(1.)), ranks=2), "ranks=2 for a batch"),
             (dict(inputs=batch, loss=lambda out: out["main"]), "the loss must return a "
                                                                "floating-point scalar tensor"),
             (dict(inputs=batch[:1]), "the model (Program) fails on the example batch: TypeError"),
@@ -174,6 +202,7 @@ class ChainTest(unittest.TestCase):
             saved = torch.jit.load(path)
             self.assertEqual(len(list(saved.children())), len(chain))
             self.assertTrue(torch.equal(saved.ckptlab_batch_0, chain.example[0]))
+            self.assertTrue(torch.equal(saved.ckptlab_ranks, torch.tensor(1)))
             with self.assertRaises(OSError):
                 chain.save(os.path.join(folder, "missing", "chain.pt"))
             self.assertEqual(sorted(os.listdir(folder)), ["chain.pt", "victim"])

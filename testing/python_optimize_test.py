@@ -16,13 +16,19 @@ outweigh its activations at 32 px, and no plan peaks lower than store_all there)
     tensor (x / 2.0): PyTorch wraps the number in a tensor at every call, which autograd may
     save (DivBackward keeps its divisor), where the traced file the sweep measured holds a
     constant made at load. The U-Net's are saved by none of its ops: it is exact;
-  - bad input (a budget that is no size, a missing sweep) is one line naming it.
+  - bad input (a budget that is no size, a missing sweep) is one line naming it;
+  - a chain cut for two data-parallel ranks (ckptlab.chain's ranks=2) runs under the sweep's
+    --nproc=2, every row ok with the activation bytes it predicted, and is refused in one
+    process (exit 2, one line naming the file, nothing written).
 Under Bazel the sweep is in the runfiles; elsewhere $SWEEP names it.
 """
 
+import csv
 import os
 import re
+import subprocess
 import sys
+import tempfile
 import unittest
 
 import torch
@@ -150,6 +156,36 @@ class Optimize(unittest.TestCase):
         self.assertIn("the sweep exited 2", str(caught.exception))
         self.assertIn("12parsecs", str(caught.exception))
         self.assertNotIn("\n", str(caught.exception))
+
+
+class DataParallel(unittest.TestCase):
+    def test_a_chain_for_two_ranks_runs_under_nproc(self):
+        torch.manual_seed(0)
+        chain = ckptlab.chain(UNet(), torch.randn(4, 3, 16, 16), ranks=2)
+        with tempfile.TemporaryDirectory(dir=os.environ.get("TEST_TMPDIR")) as folder:
+            path = os.path.join(folder, "unet.pt")
+            chain.save(path)
+            model = f"--models=chain:file={path}"
+            out = os.path.join(folder, "two")
+            run = subprocess.run([SWEEP, model, "--strategies=store_all,recompute_all,uniform",
+                                  "--nproc=2", "--steps=1", "--warmup=0", f"--out={out}"],
+                                 capture_output=True, text=True, timeout=600)
+            self.assertEqual(run.returncode, 0, run.stderr)
+            with open(os.path.join(out, "results.csv")) as f:
+                rows = list(csv.DictReader(f))
+            self.assertEqual(len(rows), 3)
+            for row in rows:
+                self.assertEqual((row["status"], row["world_size"]), ("ok", "2"), row["message"])
+                self.assertEqual(row["activation_bytes"], row["predicted_activation_bytes"],
+                                 row["strategy"])
+            one = os.path.join(folder, "one")
+            run = subprocess.run([SWEEP, model, "--strategies=store_all", f"--out={one}"],
+                                 capture_output=True, text=True, timeout=600)
+            self.assertEqual(run.returncode, 2)
+            self.assertEqual(run.stderr.count("\n"), 1, run.stderr)
+            self.assertIn(f"model chain:file={path} holds its batch for 2 ranks", run.stderr)
+            self.assertIn("accepted: 2 ranks (--nproc=2)", run.stderr)
+            self.assertFalse(os.path.exists(one))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
 #include "ATen/ops/ones.h"
 #include "ATen/ops/randint.h"
 #include "ATen/ops/randn.h"
+#include "ATen/ops/scalar_tensor.h"
 #include "ATen/ops/zeros.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -245,6 +246,8 @@ absl::Status WriteChain(const ChainDescription& chain, uint64_t seed, const std:
                                                      gen, at::TensorOptions().dtype(at::kLong))
                                        : at::randn({chain.file_batch, chain.input}, gen));
     }
+    if (chain.ranks != 0)
+      top.register_buffer("ckptlab_ranks", at::scalar_tensor(chain.ranks, at::kLong));
     top.save(path);
   });
 }
@@ -360,7 +363,7 @@ SmallChain DrawSmallChain(const SpecChooser& choose) {
 // The path of `chain` written with `seed` in this process's folder (written once per chain).
 std::string WrittenChain(const ChainDescription& chain, uint64_t seed) {
   std::string key = absl::StrCat(chain.tokens, "_", chain.input, "_", chain.vocab, "_", seed, "_",
-                                 chain.file_batch);
+                                 chain.file_batch, "_", chain.ranks);
   for (const ChainDescription::Stage& s : chain.stages) {
     absl::StrAppend(&key, "_", static_cast<int>(s.kind), "x", s.width);
   }
@@ -402,10 +405,11 @@ std::string SmallTorchScriptSpec(const SpecChooser& choose) {
                       ":batch=", batch);
 }
 
-std::string SmallChainFileSpec(const SpecChooser& choose) {
+std::string SmallChainFileSpec(const SpecChooser& choose, int ranks) {
   SmallChain small = DrawSmallChain(choose);
   small.chain.stages.push_back({StageKind::kLoss, 0});
-  small.chain.file_batch = small.batch;
+  small.chain.file_batch = small.batch * ranks;
+  small.chain.ranks = ranks;
   return absl::StrCat("chain:file=", WrittenChain(small.chain, small.seed));
 }
 

@@ -58,16 +58,18 @@ struct ChainDescription {
   };
   std::vector<Stage> stages;
   int64_t file_batch = 0;  // rows of a batch kept in the file (chain:file=); 0: none
+  int64_t ranks = 0;       // the ranks that share those rows (buffer ckptlab_ranks); 0: none
 };
 
 // Writes `chain` as a TorchScript archive at `path`, parameters (and a file batch, as the top
-// module's buffer ckptlab_batch_0) drawn from `seed`.
+// module's buffer ckptlab_batch_0, with its ranks) drawn from `seed`.
 absl::Status WriteChain(const ChainDescription& chain, uint64_t seed, const std::string& path);
 
 // A small chain of every kind drawn through `choose`, written to a file in a folder this test
 // process owns (removed at exit), and its spec: what ModelTraits::small_spec would return.
 std::string SmallTorchScriptSpec(const SpecChooser& choose);
-// The same chains ending in a loss stage, their batch in the file: "chain:file=/tmp/...".
-std::string SmallChainFileSpec(const SpecChooser& choose);
+// The same chains ending in a loss stage, their batch in the file for `ranks` ranks (the rows the
+// chooser picks for each): "chain:file=/tmp/...".
+std::string SmallChainFileSpec(const SpecChooser& choose, int ranks = 1);
 
 }  // namespace ckpt::testing

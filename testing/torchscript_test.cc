@@ -307,8 +307,8 @@ TEST_F(TorchScriptFile, LossIsCrossEntropyWhereTheOutputHasTheClassesElseMeanSqu
 }
 
 // A chain file's batch is the file's, the same every step, floating-point tensors requiring
-// grad; its loss is what its last stage returns; ranks cannot share its batch. A file without a
-// batch, or whose last stage returns no scalar, is one line naming it.
+// grad; its loss is what its last stage returns; it runs on one rank unless it says more. A file
+// without a batch, or whose last stage returns no scalar, is one line naming it.
 TEST_F(TorchScriptFile, AChainFileHoldsItsBatchAndItsLastStageReturnsTheLoss) {
   ChainDescription chain;
   chain.input = 3;
@@ -341,7 +341,8 @@ TEST_F(TorchScriptFile, AChainFileHoldsItsBatchAndItsLastStageReturnsTheLoss) {
   ranks.world_size = 2;
   absl::StatusOr<Workload> shared = Workload::Build(absl::StrCat("chain:file=", path), ranks);
   ASSERT_FALSE(shared.ok());
-  EXPECT_NE(shared.status().message().find("cannot be shared among 2 ranks"),
+  EXPECT_NE(shared.status().message().find("holds its batch for 1 rank (its stages take 1/1 of "
+                                           "its rows), not 2; accepted: 1 rank (--nproc=1)"),
             absl::string_view::npos)
       << shared.status();
 
@@ -360,6 +361,59 @@ TEST_F(TorchScriptFile, AChainFileHoldsItsBatchAndItsLastStageReturnsTheLoss) {
         << bad.status();
     EXPECT_NE(bad.status().message().find(words), absl::string_view::npos) << bad.status();
     EXPECT_EQ(bad.status().message().find('\n'), absl::string_view::npos) << bad.status();
+  }
+}
+
+// A chain file cut for N ranks (its buffer ckptlab_ranks) runs on N ranks, rank r stepping rows
+// [r b, (r + 1) b) of the file's batch (b its rows / N), and on no other count; ranks that do not
+// share its rows are one line naming the file.
+TEST_F(TorchScriptFile, AChainFileCutForRanksRunsOnThemEachOnItsRows) {
+  ChainDescription chain;
+  chain.input = 3;
+  chain.stages = {{StageKind::kLinear, 5}, {StageKind::kView, 0}, {StageKind::kLoss, 0}};
+  chain.file_batch = 6;
+  chain.ranks = 3;
+  const std::string spec = absl::StrCat("chain:file=", Write(chain, "ranks.pt"));
+  absl::StatusOr<BoundModel> bound = BoundModel::Bind(spec);
+  ASSERT_TRUE(bound.ok()) << bound.status();
+  EXPECT_EQ(bound->BatchRanks(), 3);
+  absl::StatusOr<std::shared_ptr<ChainModel>> model = bound->Create(ModelContext{});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const at::Tensor rows = (*model)->MakeBatch(0).inputs.at(0);
+  ASSERT_EQ(rows.sizes(), at::IntArrayRef({6, 3}));
+  for (int rank = 0; rank < 3; ++rank) {
+    WorkloadOptions options;
+    options.rank = rank;
+    options.world_size = 3;
+    absl::StatusOr<Workload> w = Workload::Build(*bound, options);
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_TRUE(w->batch().inputs.at(0).equal(rows.narrow(0, 2 * rank, 2))) << "rank " << rank;
+    EXPECT_TRUE(w->batch().inputs.at(0).requires_grad());
+  }
+  for (const int world : {1, 2, 6}) {
+    WorkloadOptions options;
+    options.world_size = world;
+    absl::StatusOr<Workload> w = Workload::Build(*bound, options);
+    ASSERT_FALSE(w.ok()) << world;
+    EXPECT_NE(w.status().message().find(absl::StrCat("holds its batch for 3 ranks (its stages take "
+                                                     "1/3 of its rows), not ",
+                                                     world, "; accepted: 3 ranks (--nproc=3)")),
+              absl::string_view::npos)
+        << w.status();
+  }
+
+  for (const int64_t ranks : std::vector<int64_t>{4, -3, int64_t{1} << 17}) {
+    chain.ranks = ranks;
+    const std::string file = Write(chain, absl::StrCat("ranks_", ranks, ".pt"));
+    absl::StatusOr<BoundModel> bad = BoundModel::Bind(absl::StrCat("chain:file=", file));
+    ASSERT_FALSE(bad.ok()) << ranks;
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(bad.status().message().find(absl::StrCat(
+                  "chain:file=", file, ": its ckptlab_ranks (", ranks,
+                  ") does not share its batch (6x3 float); accepted: a 0-dimensional int64 "
+                  "tensor in 1..65536 dividing every batch tensor's first dimension")),
+              absl::string_view::npos)
+        << bad.status();
   }
 }
 

@@ -87,6 +87,10 @@ struct ModelTraits {
   // The stages of the model these parameters make, declared without making it: what a plan
   // file is checked against before anything runs. Instances return the same (Stages()).
   std::function<std::vector<StageInfo>(const ParamValues&)> stages;
+  // For a model whose batch is its own, not drawn at a batch parameter's size (a chain file's):
+  // the ranks that batch is for, each stepping its share of the rows (core/run/workload.h).
+  // Optional: static int BatchRanks(const ParamValues&) in the model class; without it, 0.
+  std::function<int(const ParamValues&)> batch_ranks;
 };
 
 using ModelRegistry = Registry<std::shared_ptr<ChainModel>, ModelTraits, const ModelContext&>;
@@ -115,6 +119,10 @@ class BoundModel {
   const std::vector<ParamDef>& params() const { return entry_->params; }
   // The stages these parameters make, declared without making the model.
   std::vector<StageInfo> Stages() const { return entry_->traits.stages(values_); }
+  // ModelTraits::batch_ranks: 0 for a model whose batch parameter sets the rows per rank.
+  int BatchRanks() const {
+    return entry_->traits.batch_ranks ? entry_->traits.batch_ranks(values_) : 0;
+  }
 
   // The model on the context's device (LibTorch's errors become a Status).
   absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ModelContext& context) const;
@@ -153,6 +161,15 @@ struct CheckOf<T, std::void_t<decltype(&T::Check)>> {
 };
 
 template <typename T, typename = void>
+struct BatchRanksOf {
+  static std::function<int(const ParamValues&)> Get() { return nullptr; }
+};
+template <typename T>
+struct BatchRanksOf<T, std::void_t<decltype(&T::BatchRanks)>> {
+  static std::function<int(const ParamValues&)> Get() { return &T::BatchRanks; }
+};
+
+template <typename T, typename = void>
 struct SmallSpecOf {
   static std::function<std::string(const SpecChooser&)> Get() { return nullptr; }
 };
@@ -169,7 +186,8 @@ struct ModelRegistration {
   ModelRegistration(const char* id, const char* summary, const char* quick_spec) {
     Models().Register({id, summary, T::Params(), &T::Create,
                        ModelTraits{internal::CheckOf<T>::Get(), quick_spec, T::PaperSpecs(),
-                                   internal::SmallSpecOf<T>::Get(), &T::StagesFor}});
+                                   internal::SmallSpecOf<T>::Get(), &T::StagesFor,
+                                   internal::BatchRanksOf<T>::Get()}});
   }
 };
 

@@ -30,6 +30,17 @@ absl::StatusOr<BoundModel> ScaledBatch(const BoundModel& model, int factor) {
   return model.With("batch", absl::StrCat(rows * factor));
 }
 
+absl::Status CheckRanks(const BoundModel& model, int world_size) {
+  const int own = model.BatchRanks();
+  if (own == 0) return world_size == 1 ? absl::OkStatus() : ScaledBatch(model, world_size).status();
+  if (own == world_size) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "model ", model.spec(), " holds its batch for ", own, own == 1 ? " rank" : " ranks",
+      " (its stages take 1/", own, " of its rows), not ", world_size, "; accepted: ", own,
+      own == 1 ? " rank" : " ranks", " (--nproc=", own,
+      "), or a file cut for another count (ckptlab.chain's ranks=)"));
+}
+
 namespace {
 
 // Whether every tensor of `batch` has a first dimension `world_size` ranks can share.
@@ -60,13 +71,13 @@ Batch Share(const Batch& global, int rank, int world_size) {
   return Batch{rows(global.inputs), rows(global.targets)};
 }
 
-// The model batches are drawn from: `model` itself for one rank, else one of the global batch's
-// spec, on the context's device.
+// The model batches are drawn from: `model` itself for one rank or a batch of its own, else one
+// of the global batch's spec, on the context's device.
 absl::StatusOr<std::shared_ptr<ChainModel>> MakeDrawer(const BoundModel& bound,
                                                        const std::shared_ptr<ChainModel>& model,
                                                        const ModelContext& context,
                                                        int world_size) {
-  if (world_size == 1) return model;
+  if (world_size == 1 || bound.BatchRanks() > 0) return model;
   ASSIGN_OR_RETURN(BoundModel global, ScaledBatch(bound, world_size));
   return global.Create(context);
 }
@@ -100,6 +111,7 @@ absl::StatusOr<Workload> Workload::Build(const BoundModel& bound, const Workload
         absl::StrCat("rank ", options.rank, " of world size ", options.world_size,
                      " is not accepted; accepted: world size >= 1 and 0 <= rank < world size"));
   }
+  RETURN_IF_ERROR(CheckRanks(bound, options.world_size));
   const ModelContext context = ContextOf(options);
   ASSIGN_OR_RETURN(std::shared_ptr<ChainModel> model, bound.Create(context));
   RETURN_IF_ERROR(RunTorch([&] { model->SetTraining(options.training); }));

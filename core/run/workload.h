@@ -35,7 +35,8 @@ struct WorkloadOptions {
   // Data parallel: this rank's share of a global batch. The model spec's `batch` is the rows
   // per rank, b; the batch is rows [rank b, (rank + 1) b) of the one a model of the same spec
   // with batch world_size b draws from the seed, so N ranks together see what one process
-  // with N times the batch sees.
+  // with N times the batch sees. A model whose batch is its own (BoundModel::BatchRanks: a
+  // chain file's) is for its number of ranks only, each stepping its share of that batch.
   int rank = 0;
   int world_size = 1;
   ProfileOptions profile;  // how Profile measures
@@ -52,6 +53,10 @@ struct PlannedRun {
 // `model` with its batch parameter `factor` times larger: the model of the global batch that
 // `factor` ranks of `model` share. InvalidArgument for a model without a batch parameter.
 absl::StatusOr<BoundModel> ScaledBatch(const BoundModel& model, int factor);
+
+// Whether `world_size` ranks can share `model`'s batch: InvalidArgument naming the model where
+// it has no batch parameter, or its batch is its own and for another number of ranks.
+absl::Status CheckRanks(const BoundModel& model, int world_size);
 
 class Workload {
  public:

@@ -45,6 +45,9 @@ from ckptlab.planned import _storage
 __all__ = ["Chain", "ChainError", "chain"]
 
 
+_MAX_RANKS = 1 << 16  # as the chain files' reader accepts (models/torchscript.cc)
+
+
 class ChainError(ValueError):
     """A model, batch or loss that cannot be made a chain: the message names which and why."""
 
@@ -326,19 +329,30 @@ def _stage(model_names: Dict[int, str], graph_module: fx.GraphModule, ops: List[
 class Chain(nn.Sequential):
     """The stages of a model, in order (ckptlab.chain makes one). Called with the batch (inputs,
     then targets), it returns the loss; each stage is handed what the one before returned,
-    spread where it is a tuple. Its parameters and buffers are the model's own."""
+    spread where it is a tuple. Its parameters and buffers are the model's own. A chain for
+    `ranks` > 1 is one rank's step: it takes that rank's share of the rows (share)."""
 
-    example = None  # the batch ckptlab.chain cut it on, which save writes beside the stages
+    example = None  # the batch ckptlab.chain was given, which save writes beside the stages
+    ranks = 1  # the data-parallel ranks that share the example's rows (ckptlab.chain's ranks=)
 
     def forward(self, *batch):
         return _run(self, batch)
 
+    def share(self, rank: int, batch=None) -> tuple:
+        """Rank `rank`'s rows of `batch` (default: the example): rows [rank b, (rank + 1) b) of
+        each tensor, b its rows / ranks, as data parallel with `ranks` ranks hands them out."""
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.ranks:
+            raise ChainError(f"Chain.share: rank={printable(repr(rank))}; accepted: a whole "
+                             f"number in 0..{self.ranks - 1}")
+        return _share(self.example if batch is None else tuple(batch), rank, self.ranks)
+
     def save(self, path: str):
         """Writes the chain, with the batch it was cut on, for ckptlab: `--models=chain:file=PATH`
         plans and measures it as it does the models of its zoo (docs/torchscript.md). Each
-        stage is traced (torch.jit.trace) on the tensors it takes from that batch; the batch is
-        the top module's buffers ckptlab_batch_0, 1, ... (ckptlab's steps take copies, the
-        floating-point ones requiring grad, as every batch of ckptlab's does). The file
+        stage is traced (torch.jit.trace) on the tensors it takes from rank 0's share of that
+        batch; the batch is the top module's buffers ckptlab_batch_0, 1, ... (ckptlab's steps
+        take copies, the floating-point ones requiring grad, as every batch of ckptlab's does),
+        and the ranks sharing it its buffer ckptlab_ranks (`--nproc` must be that). The file
         is written whole or not at all: a temporary file beside it, renamed over it (a link at
         `path` is replaced, not followed). Leaves the buffers and the random streams as they
         were. OSError naming the path where it cannot be written."""
@@ -346,16 +360,17 @@ class Chain(nn.Sequential):
         if batch is None:
             raise ChainError("Chain.save: this chain holds no batch; accepted: a chain "
                              "ckptlab.chain made, which keeps the batch it was cut on")
-        with _untouched(self, batch), torch.jit.optimized_execution(False):
+        first = self.share(0)
+        with _untouched(self, first), torch.jit.optimized_execution(False):
             # Each stage alone, so that its signature is its own (traced whole, a stage would
             # lose the tensors it passes on unchanged), then the archive over them.
-            stages, x = [], batch
+            stages, x = [], first
             for stage in self:
                 args = x if type(x) is tuple else (x,)
                 stages.append(torch.jit.trace(stage, args, check_trace=False))
                 x = stage(*args)
-            archive = _Archive(stages, batch)
-            traced = torch.jit.trace(archive, tuple(batch), check_trace=False)
+            archive = _Archive(stages, batch, self.ranks)
+            traced = torch.jit.trace(archive, first, check_trace=False)
         folder = os.path.dirname(os.path.abspath(path))
         fd, temporary = tempfile.mkstemp(prefix=".chain-", suffix=".pt", dir=folder)
         try:
@@ -395,17 +410,24 @@ class Chain(nn.Sequential):
 
 
 class _Archive(nn.Module):
-    """What Chain.save traces: the stages as children "0", "1", ..., the batch as buffers."""
+    """What Chain.save traces: the stages as children "0", "1", ..., the batch and the ranks
+    sharing it as buffers."""
 
-    def __init__(self, stages: Sequence[nn.Module], batch: Sequence[torch.Tensor]):
+    def __init__(self, stages: Sequence[nn.Module], batch: Sequence[torch.Tensor], ranks: int):
         super().__init__()
         for i, stage in enumerate(stages):
             self.add_module(str(i), stage)
         for i, t in enumerate(batch):
             self.register_buffer(f"ckptlab_batch_{i}", t.detach().clone())
+        self.register_buffer("ckptlab_ranks", torch.tensor(ranks, dtype=torch.int64))
 
     def forward(self, *batch):
         return _run(self.children(), batch)
+
+
+def _share(batch, rank: int, ranks: int) -> tuple:
+    rows = [t.shape[0] // ranks for t in batch]
+    return tuple(t[b * rank:b * (rank + 1)] for t, b in zip(batch, rows))
 
 
 def _run(stages, batch):
@@ -418,17 +440,23 @@ def _run(stages, batch):
 
 
 def chain(model: nn.Module, inputs, loss: Optional[Callable[..., torch.Tensor]] = None,
-          targets=(), max_stages: Optional[int] = None) -> Chain:
+          targets=(), max_stages: Optional[int] = None, ranks: int = 1) -> Chain:
     """`model` as a Chain of stages, cut automatically (this module's docstring says how).
 
     inputs: a tensor or a tuple of tensors, the model called as model(*inputs); targets: a tensor
     or a tuple of tensors handed to the loss after the output, loss(output, *targets), which
     returns the scalar trained on (default: the mean of the squares of the output's first
     floating-point tensor). max_stages: at most that many stages (None: every cut found).
+    ranks: the data-parallel ranks that share the batch's rows, each stepping rows
+    [rank b, (rank + 1) b) (b: the rows / ranks); the chain is cut on rank 0's rows and steps
+    any rank's (Chain.share), and its file runs under `--nproc=ranks`. Each rank's loss is its
+    rows' alone: data parallel averages the ranks' gradients, which are the whole batch's where
+    the loss is a mean over rows and no op mixes rows (BatchNorm normalises each rank's rows
+    by their own statistics, as DDP without SyncBatchNorm does).
     Tracing runs the model twice (plainly, then traced) and leaves its buffers and the random
     streams as they were.
     ChainError naming the module and the reason where the model cannot be traced by running it,
-    or names what is wrong with the batch, the loss or max_stages."""
+    or names what is wrong with the batch, the loss, max_stages or ranks."""
     batch_inputs = _tensors("inputs", inputs)
     batch_targets = _tensors("targets", targets)
     if max_stages is not None and (isinstance(max_stages, bool) or not isinstance(max_stages, int)
@@ -436,7 +464,15 @@ def chain(model: nn.Module, inputs, loss: Optional[Callable[..., torch.Tensor]] 
         raise ChainError(f"ckptlab.chain: max_stages={printable(repr(max_stages))}; accepted: "
                          "None or a whole number of at least 1")
     batch = batch_inputs + batch_targets
-    graph_module = _trace(model, batch, len(batch_inputs), loss or (lambda out: mean_square(out)))
+    if (isinstance(ranks, bool) or not isinstance(ranks, int) or not 1 <= ranks <= _MAX_RANKS
+            or not all(t.dim() > 0 and t.shape[0] % ranks == 0 and t.shape[0] >= ranks
+                       for t in batch)):
+        raise ChainError(f"ckptlab.chain: ranks={printable(repr(ranks))} for a batch of "
+                         f"{printable(', '.join(_describe(t) for t in batch))}; accepted: a "
+                         f"whole number in 1..{_MAX_RANKS} dividing every tensor's first "
+                         "dimension")
+    graph_module = _trace(model, _share(batch, 0, ranks), len(batch_inputs),
+                          loss or (lambda out: mean_square(out)))
     trace = _Trace(graph_module)
     names = {}
     for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
@@ -451,6 +487,7 @@ def chain(model: nn.Module, inputs, loss: Optional[Callable[..., torch.Tensor]] 
                              stage_outputs))
     result = Chain(*stages)
     result.example = tuple(batch)
+    result.ranks = ranks
     return result
 
 
