@@ -141,7 +141,8 @@ def saved_chain(path, model, inputs, loss):
     and the number of stages."""
     chain = ckptlab.chain(model, inputs, loss=loss)
     chain.save(path)
-    batch = [b for _, b in torch.jit.load(path).named_buffers(recurse=False)]
+    batch = [b for name, b in torch.jit.load(path).named_buffers(recurse=False)
+             if name.startswith("ckptlab_batch_")]
 
     def make_batch():
         return tuple(b.detach().clone().requires_grad_(b.is_floating_point()) for b in batch), None
