@@ -45,6 +45,34 @@ TEST(Checkpoint, SeveralInputsAndOutputsMatchPlainAutograd) {
   EXPECT_TRUE(torch::equal(cb.grad(), b.grad()));
 }
 
+// The gradient a checkpoint hands back is the one the plain graph hands on, layout and all: a
+// slice of a concatenation's gradient, not a contiguous copy of it, so that a BatchNorm before
+// the checkpoint reduces it as in the plain step (a copy rounds differently).
+TEST(Checkpoint, HandsBackTheGradientAsThePlainGraphLaysItOut) {
+  for (int seed = 0; seed < 8; ++seed) {
+    torch::manual_seed(seed);
+    const at::Tensor x0 = torch::randn({6, 4});
+    const at::Tensor row = torch::randn({1, 4});
+    const at::Tensor w = torch::randn({8, 4});
+    auto mix = [&](const std::vector<at::Tensor>& in) {
+      return std::vector<at::Tensor>{at::cat({in[0], row.expand({6, 4})}, 1).matmul(w)};
+    };
+    auto norm = [](const at::Tensor& x, const at::Tensor& weight) {
+      return at::batch_norm(x, weight, at::Tensor(), at::Tensor(), at::Tensor(),
+                            /*training=*/true, 0.1, 1e-5, /*cudnn_enabled=*/false);
+    };
+    at::Tensor x = x0.clone().requires_grad_(true);
+    at::Tensor weight = torch::ones({4}).requires_grad_(true);
+    mix({norm(x, weight)})[0].square().sum().backward();
+
+    at::Tensor cx = x0.clone().requires_grad_(true);
+    at::Tensor cweight = torch::ones({4}).requires_grad_(true);
+    Checkpoint(mix, {norm(cx, cweight)})[0].square().sum().backward();
+    EXPECT_TRUE(torch::equal(cweight.grad(), weight.grad())) << "seed " << seed;
+    EXPECT_TRUE(torch::equal(cx.grad(), x.grad())) << "seed " << seed;
+  }
+}
+
 TEST(Checkpoint, KeepsNoIntermediateTensors) {
   // Plain autograd keeps a, b, sin's input... the checkpointed call keeps only its inputs,
   // so the only graph node between outputs and inputs is the checkpoint itself.

@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E
 import ckptlab  # noqa: E402
 from ckptlab import PlanError  # noqa: E402
 from stage_modules import (  # noqa: E402
-    Counter, EmptyJoin, EmptyParameter, EmptySlice, InPlace, Linear, PassThrough, Random,
+    Concat, Counter, EmptyJoin, EmptyParameter, EmptySlice, InPlace, Linear, PassThrough, Random,
     RunningMean, Scale, Twice, TupleJoin, View)
 
 
@@ -43,6 +43,7 @@ KINDS = {
     "linear": lambda: [Linear(WIDTH)],
     "dropout": lambda: [nn.Dropout(0.3)],
     "batch_norm": lambda: [nn.BatchNorm1d(WIDTH)],
+    "concat": lambda: [nn.BatchNorm1d(WIDTH), Concat(WIDTH)],
     "running_mean": lambda: [RunningMean(WIDTH)],
     "counter": lambda: [Counter()],
     "twice": lambda: [Twice(), TupleJoin()],

@@ -66,6 +66,19 @@ class TupleJoin(nn.Module):
         return t[0] * t[1] + t[0]
 
 
+class Concat(nn.Module):
+    """Its input joined to a learned row and mixed back: the gradient it hands back is a slice
+    of the concatenation's, not contiguous, which a BatchNorm before it reduces over."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.row = nn.Parameter(torch.randn(1, width))
+        self.weight = nn.Parameter(torch.randn(2 * width, width) * 0.5)
+
+    def forward(self, x):
+        return torch.cat([x, self.row.expand(x.size(0), -1)], 1) @ self.weight
+
+
 class View(nn.Module):
     def forward(self, x):
         return x.view(x.size(0), -1)

@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
 """ckptlab's plans for exported models, run by PyTorch (python/ckptlab), against the plain model.
 
-The two example models (examples/export_cnn.py, examples/export_decoder.py) are exported at a
-small size, and a chain of what users' models hold besides (a tensor returned twice, the input
-returned beside a new tensor, views of the input, the input itself, a zero-element view, a tuple
-taken whole, an in-place write to the input, BatchNorm and a counter read after its update,
-random numbers without a generator, a zero-element parameter) is scripted, and two models that
-are no sequence (chain_models.py's GPT with a padding mask and tied head, and U-Net) are cut by
-ckptlab.chain and saved with their batch (chain:file=); each is swept by
-ckptlab under every default strategy and a plan of every segment mode (the chain's with several
-checkpoints nested in one), and each row's plan (results.csv's `plan` column) is applied in
-PyTorch to the same file's stages. Checked, per row:
+The two example models (examples/export_cnn.py, examples/export_decoder.py) are exported at a small
+size, and a chain of what users' models hold besides (a tensor returned twice, the input returned
+beside a new tensor, views of the input, the input itself, a zero-element view, a tuple taken whole,
+an in-place write to the input, BatchNorm and a counter read after its update, a concatenation
+handing BatchNorm a slice of its gradient, random numbers without a generator, a zero-element
+parameter) is scripted, and two models that are no sequence (chain_models.py's GPT with a padding
+mask and tied head, and U-Net) are cut by ckptlab.chain and saved with their batch (chain:file=);
+each is swept by ckptlab under every default strategy and a plan of every segment mode (the chain's
+with several checkpoints nested in one), and each row's plan (results.csv's `plan` column) is
+applied in PyTorch to the same file's stages. Checked, per row:
   ckptlab  status ok, gradients equal to store_all's (max_grad_diff_vs_store_all 0), predicted
            activation bytes equal to measured;
   PyTorch  the planned model's gradients (every parameter's and the input's) and the buffers
@@ -45,8 +45,8 @@ import ckptlab  # noqa: E402  (after the path)
 from ckptlab.plan import parse_plan  # noqa: E402
 from chain_models import Decoder, UNet  # noqa: E402
 from stage_modules import (  # noqa: E402
-    Counter, EmptyJoin, EmptyParameter, EmptySlice, InPlace, Linear, PassThrough, Random, Scale,
-    Transposed, Twice, TupleJoin)
+    Concat, Counter, EmptyJoin, EmptyParameter, EmptySlice, InPlace, Linear, PassThrough, Random,
+    Scale, Transposed, Twice, TupleJoin)
 
 RNG_SNAPSHOT_BYTES = torch.get_rng_state().numel()  # the CPU generator's state (mt19937)
 
@@ -69,12 +69,12 @@ class Example:
 
 
 def export_chain(path, width):
-    """What users' models hold, as a scripted nn.Sequential of 18 stages."""
+    """What users' models hold, as a scripted nn.Sequential of 19 stages."""
     torch.manual_seed(3)
     stages = [Linear(width), Twice(), TupleJoin(), Linear(width), PassThrough(), TupleJoin(),
               Transposed(), Transposed(), nn.Flatten(), Scale(), InPlace(), EmptySlice(),
-              EmptyJoin(), nn.BatchNorm1d(width), Counter(), Random(), EmptyParameter(),
-              Linear(width)]
+              EmptyJoin(), nn.BatchNorm1d(width), Concat(width), Counter(), Random(),
+              EmptyParameter(), Linear(width)]
     torch.jit.script(nn.Sequential(*stages)).save(path)
 
 
@@ -129,8 +129,8 @@ def examples(tmp):
         # own nested checkpoints kept each inner one's input alive from the forward on.
         Example(chain, f"torchscript:file={chain}:input=6:batch=4", features, mean_square,
                 "[0,1) stored, [1,13) checkpointed {[1,3) stored, [3,6) checkpointed, "
-                "[6,9) checkpointed, [9,11) offloaded, [11,13) stored}, [13,15) recompute-all, "
-                "[15,18) stored"),
+                "[6,9) checkpointed, [9,11) offloaded, [11,13) stored}, [13,14) stored, "
+                "[14,16) recompute-all, [16,19) stored"),
         Example(gpt[0], f"chain:file={gpt[0]}", gpt[1], the_output, every_mode(gpt[2])),
         Example(unet[0], f"chain:file={unet[0]}", unet[1], the_output, every_mode(unet[2])),
     ]

@@ -51,24 +51,9 @@ class RngRestorer {
   std::optional<RngState> state_;
 };
 
-// Fresh leaves over the same storage as `tensors`; those marked get requires_grad.
-std::vector<at::Tensor> DetachedLeaves(const std::vector<at::Tensor>& tensors,
-                                       const std::vector<bool>& requires_grad) {
-  std::vector<at::Tensor> leaves;
-  leaves.reserve(tensors.size());
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    at::Tensor leaf = tensors[i].detach();
-    if (requires_grad[i]) leaf.requires_grad_(true);
-    leaves.push_back(std::move(leaf));
-  }
-  return leaves;
-}
-
-// Backpropagates `grad_outputs` through the graph that produced `outputs` (skipping outputs
-// without grad or without an incoming gradient) and returns the leaves' gradients (undefined
-// for leaves that do not require grad). Consumes `outputs`.
-variable_list BackwardThrough(variable_list outputs, const variable_list& grad_outputs,
-                              const std::vector<at::Tensor>& leaves) {
+// Backpropagates `grad_outputs` through the graph that produced `outputs`, skipping outputs
+// without grad or without an incoming gradient. Consumes `outputs`.
+void BackwardThrough(variable_list outputs, const variable_list& grad_outputs) {
   variable_list roots;
   variable_list root_grads;
   for (size_t i = 0; i < outputs.size() && i < grad_outputs.size(); ++i) {
@@ -79,13 +64,6 @@ variable_list BackwardThrough(variable_list outputs, const variable_list& grad_o
   }
   outputs.clear();  // the graph is owned by `roots` now; free what backward does not need
   if (!roots.empty()) torch::autograd::backward(roots, root_grads);
-  roots.clear();
-  variable_list grads;
-  grads.reserve(leaves.size());
-  for (const at::Tensor& leaf : leaves) {
-    grads.push_back(leaf.requires_grad() ? leaf.grad() : at::Tensor());
-  }
-  return grads;
 }
 
 void MarkNonDifferentiable(AutogradContext* ctx, const variable_list& outputs) {
@@ -121,22 +99,39 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
         c10::static_intrusive_pointer_cast<CheckpointCall>(ctx->saved_data["call"].toCapsule());
     const variable_list saved = ctx->get_saved_variables();
 
-    // Fresh leaves over the same storage: the recomputed graph ends at them.
-    std::vector<at::Tensor> inputs = DetachedLeaves(saved, call->input_requires_grad);
+    // The recomputed graph starts at views of the saved inputs that took a gradient, whose
+    // gradients backward leaves in `into` as the graph lays them out (a fresh leaf's .grad
+    // would be autograd's accumulated copy, made contiguous, and a kernel before the checkpoint
+    // reading it would round differently from the plain step); the others are read detached.
+    std::vector<at::Tensor> differentiable;
+    for (size_t i = 0; i < saved.size(); ++i) {
+      if (call->input_requires_grad[i]) differentiable.push_back(saved[i]);
+    }
+    auto into = c10::make_intrusive<InputGradients>();
     variable_list outputs;
     {
       std::optional<RngState> current;
       if (call->rng) {
-        current = CaptureRng(CudaDevicesOf(inputs));
+        current = CaptureRng(CudaDevicesOf(saved));
         RestoreRng(*call->rng);
       }
       RngRestorer restore_after(std::move(current));
       compat::ScopedAutocast autocast(call->autocast);
       at::AutoGradMode enable_grad(true);
+      std::vector<at::Tensor> views;
+      if (!differentiable.empty()) views = GraphInputs(differentiable, into);
+      std::vector<at::Tensor> inputs;
+      for (size_t i = 0, k = 0; i < saved.size(); ++i) {
+        inputs.push_back(call->input_requires_grad[i] ? views[k++] : saved[i].detach());
+      }
       RerunScope rerun;
       outputs = call->fn(inputs);
     }
-    variable_list grads = BackwardThrough(std::move(outputs), grad_outputs, inputs);
+    BackwardThrough(std::move(outputs), grad_outputs);
+    variable_list grads;
+    for (size_t i = 0, k = 0; i < saved.size(); ++i) {
+      grads.push_back(call->input_requires_grad[i] ? into->grads[k++] : at::Tensor());
+    }
     grads.emplace_back();  // the anchor
     grads.emplace_back();  // the call capsule (not a tensor)
     return grads;

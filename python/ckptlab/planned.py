@@ -234,6 +234,39 @@ def _autocast_as(state):
         yield
 
 
+class _Inputs(torch.autograd.Function):
+    """A rerun's inputs: views of `xs` whose gradients backward leaves in `into` as the graph
+    hands them on. A leaf's .grad would be autograd's accumulated copy, laid out anew (a slice of
+    a concatenation's gradient made contiguous), and a kernel reading that rounds differently
+    from the plain step (BatchNorm's backward does)."""
+
+    @staticmethod
+    def forward(ctx, into, *xs):
+        ctx.into = into
+        ctx.set_materialize_grads(False)
+        return tuple(x.view_as(x) for x in xs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        ctx.into[:] = grads
+        return (None,) * (len(grads) + 1)
+
+
+def _rerun_inputs(kept, firsts, into):
+    """`kept` detached for a rerun; those with a place in `firsts` (position -> the first
+    position of the same tensor, for those that need a gradient) are _Inputs views, a tensor
+    named twice one view, so that its gradients sum before they leave, as in the plain graph."""
+    xs = [x.detach() for x in kept]
+    distinct = sorted(set(firsts.values()))
+    into[:] = [None] * len(distinct)  # where backward does not reach them
+    if distinct:
+        views = _Inputs.apply(into, *[xs[i].requires_grad_(True) for i in distinct])
+        where = {first: k for k, first in enumerate(distinct)}
+        for i, first in firsts.items():
+            xs[i] = views[where[first]]
+    return xs, distinct
+
+
 class _Checkpoint(torch.autograd.Function):
     """A segment run without a graph, keeping its inputs (on the host where offloaded), rerun in
     backward from them with the random streams and autocast of its first run. `anchor`, an empty
@@ -245,7 +278,9 @@ class _Checkpoint(torch.autograd.Function):
         ctx.run, ctx.skeleton, ctx.offload = run, skeleton, offload
         ctx.devices, ctx.cpu_rng, ctx.cuda_rng = _devices_rng(xs)
         ctx.autocast = _autocast_state()
-        ctx.placed = [(x.device, x.requires_grad) for x in xs]
+        ctx.placed = [x.device for x in xs]
+        ctx.firsts = {i: next(j for j in range(i + 1) if xs[j] is x)
+                      for i, x in enumerate(xs) if x.requires_grad}
         versions = [x._version for x in xs]
         if offload:
             ctx.host = [x.detach().to("cpu", copy=True) for x in xs]
@@ -262,9 +297,11 @@ class _Checkpoint(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        kept = ([h.to(d) for h, (d, _) in zip(ctx.host, ctx.placed)] if ctx.offload
+        kept = ([h.to(d) for h, d in zip(ctx.host, ctx.placed)] if ctx.offload
                 else ctx.saved_tensors)
-        xs = [x.detach().requires_grad_(needs) for x, (_, needs) in zip(kept, ctx.placed)]
+        caught = []
+        with torch.enable_grad():
+            xs, distinct = _rerun_inputs(kept, ctx.firsts, caught)
         with torch.random.fork_rng(devices=ctx.devices):
             torch.set_rng_state(ctx.cpu_rng)
             for d, state in zip(ctx.devices, ctx.cuda_rng):
@@ -275,8 +312,10 @@ class _Checkpoint(torch.autograd.Function):
         pairs = [(y, g) for y, g in zip(ys, grads) if y.requires_grad and g is not None]
         if pairs:
             torch.autograd.backward([y for y, _ in pairs], [g for _, g in pairs])
-        return (None, None, None, None, None) + tuple(x.grad if x.requires_grad else None
-                                                      for x in xs)
+        grads = [None] * len(xs)
+        for k, first in enumerate(distinct):
+            grads[first] = caught[k]
+        return (None, None, None, None, None) + tuple(grads)
 
 
 class PlannedSequential(nn.Module):
