@@ -24,8 +24,11 @@ applied in PyTorch to the same file's stages. Checked, per row:
            autograd's saved tensors); and a stored segment's outputs where an offloaded segment
            takes them (ckptlab's executor holds them for the stored segment's backward call).
            To the byte (docs/torchscript.md).
-Under Bazel the sweep is in the runfiles; elsewhere $SWEEP names it. Runs on the torch of the
-Python that runs it (Debian's python3-torch 1.13 here, 2.6 in CI's trixie root).
+With --torchvision (torchvision_crosscheck_test) the models are torchvision's instead: resnet50,
+convnext_tiny, densenet121, efficientnet_b0 and a small VisionTransformer, cut by ckptlab.chain at
+32 px under cross-entropy, checked the same way. Under Bazel the sweep is in the runfiles;
+elsewhere $SWEEP names it. Runs on the torch of the Python that runs it (Debian's python3-torch
+1.13 here, 2.6 in CI's trixie root).
 """
 
 import csv
@@ -43,7 +46,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, HERE)
 import ckptlab  # noqa: E402  (after the path)
 from ckptlab.plan import parse_plan  # noqa: E402
-from chain_models import Decoder, UNet  # noqa: E402
+from chain_models import Decoder, UNet, torchvision  # noqa: E402
 from stage_modules import (  # noqa: E402
     Concat, Counter, EmptyJoin, EmptyParameter, EmptySlice, InPlace, Linear, PassThrough, Random,
     Scale, Transposed, Twice, TupleJoin)
@@ -136,10 +139,34 @@ def examples(tmp):
     ]
 
 
-def saved_chain(path, model, inputs, loss):
+def torchvision_examples(tmp):
+    """torchvision's models, cut by ckptlab.chain at 32 px, batch 2, under cross-entropy: the
+    CNNs as torchvision builds them, and its VisionTransformer (vit_b_16's class) at a width
+    whose file is not vit_b_16's 330 MB of parameters."""
+    models = [("resnet50", torchvision.models.resnet50),
+              ("convnext_tiny", torchvision.models.convnext_tiny),
+              ("densenet121", torchvision.models.densenet121),
+              ("efficientnet_b0", torchvision.models.efficientnet_b0),
+              ("vit", lambda: torchvision.models.VisionTransformer(
+                  image_size=32, patch_size=8, num_layers=3, num_heads=2, hidden_dim=32,
+                  mlp_dim=64, num_classes=10))]
+    out = []
+    for name, make in models:
+        torch.manual_seed(11)
+        model = make()
+        images = torch.randn(2, 3, 32, 32, requires_grad=True)
+        path, make_batch, stages = saved_chain(os.path.join(tmp, f"{name}.pt"), model, (images,),
+                                               nn.functional.cross_entropy,
+                                               targets=(torch.tensor([3, 7]),))
+        out.append(Example(path, f"chain:file={path}", make_batch, lambda y, targets: y,
+                           every_mode(stages)))
+    return out
+
+
+def saved_chain(path, model, inputs, loss, targets=()):
     """`model` cut by ckptlab.chain and saved at `path`; the file's batch as ckptlab takes it,
     and the number of stages."""
-    chain = ckptlab.chain(model, inputs, loss=loss)
+    chain = ckptlab.chain(model, inputs, loss=loss, targets=targets)
     chain.save(path)
     batch = [b for name, b in torch.jit.load(path).named_buffers(recurse=False)
              if name.startswith("ckptlab_batch_")]
@@ -236,17 +263,23 @@ def step(model, batch, loss_fn, baseline, seed, state):
     return grads, kept, loss.numel() * loss.element_size()
 
 
-def main():
+def main(argv):
+    """No argument: the example models; --torchvision: torchvision's."""
+    if argv not in ([], ["--torchvision"]):
+        sys.exit(f"usage: torchscript_crosscheck_test.py [--torchvision]; got {argv}")
+    make = torchvision_examples if argv else examples
+    if argv and torchvision is None:
+        print("SKIP: python3-torchvision is not installed")
+        return 0
     if os.environ.get("TEST_TMPDIR"):
-        return check(os.environ["TEST_TMPDIR"])
+        return check(make(os.environ["TEST_TMPDIR"]), os.environ["TEST_TMPDIR"])
     with tempfile.TemporaryDirectory(prefix="crosscheck_") as tmp:  # removed after, with its files
-        return check(tmp)
+        return check(make(tmp), tmp)
 
 
-def check(tmp):
+def check(models, tmp):
     sweep = os.environ.get("SWEEP") or os.path.join(os.environ["TEST_SRCDIR"],
                                                     "ckptlab/experiments/sweep")
-    models = examples(tmp)
     out = os.path.join(tmp, "sweep")
     run([sweep, "--device=cpu", "--models=" + ",".join(m.spec for m in models), "--steps=1",
          "--warmup=0", "--out=" + out], "the sweep")
@@ -264,7 +297,7 @@ def check(tmp):
             rows += [r for r in csv.DictReader(f) if r["strategy"] != "store_all"]
     failures = []
     print(f"torch {torch.__version__}")
-    print(f"{'model':10} {'strategy':28} {'ckptlab':>9} {'PyTorch':>9} {'held':>7} {'rng':>6}  plan")
+    print(f"{'model':18} {'strategy':28} {'ckptlab':>9} {'PyTorch':>9} {'held':>7} {'rng':>6}  plan")
     for example in models:
         mine = [r for r in rows if r["model_spec"] == example.spec
                 or r["model_spec"].startswith(f"torchscript:file={example.path}:")]
@@ -307,7 +340,7 @@ def check(tmp):
                         break
                 rng = RNG_SNAPSHOT_BYTES * checkpointed_with_rng(plan, stochastic)
                 held += held_for_stored_backward(plan, stages, batch[0])
-                print(f"{name:10} {row['strategy'][:28]:28} {predicted:9} {kept:9} {held:7} "
+                print(f"{name:18} {row['strategy'][:28]:28} {predicted:9} {kept:9} {held:7} "
                       f"{rng:6}  {row['plan'][:60]}")
                 if kept + held + rng != predicted:
                     failures.append(f"{where}: PyTorch keeps {kept} bytes; ckptlab predicts "
@@ -319,4 +352,4 @@ def check(tmp):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
