@@ -5,14 +5,18 @@ For each torchvision model (weights=None, random images and labels, cross-entrop
 (its stages, the seconds to cut it, the largest stage's share of the activations), then the
 sweep on the saved chain: store_all, and `optimal` and `uniform` at budgets a fraction of the way
 from the least step peak any plan reaches to store_all's (both predicted, above the parameters
-and batch), measured. One CSV row per
-configuration; a table on stdout.
+and batch), measured. One CSV row per configuration; a table on stdout. Then the one call a user
+makes, `ckptlab.optimize` at the middle budget: its seconds (cut, profile, plan), its plan's
+predicted bytes, and the plan stepped in PyTorch beside the plain model: the bytes PyTorch keeps
+for backward (ckptlab.kept_bytes, less the parameters, buffers and batch) and whether the
+gradients equal the plain model's bitwise (optimize.csv).
 
   PYTHONPATH=python /usr/bin/python3 experiments/anymodel.py --out=anymodel \\
       --size=112 --batch=8 --fractions=0.1,0.4,0.7
 
 --out is a folder this run makes (refused where it exists); it holds each model's chain file,
-the sweep's folder per model, and anymodel.csv (written whole: a temporary, then renamed). The
+the sweep's folder per model, anymodel.csv and optimize.csv (each written whole: a temporary,
+then renamed). The
 sweep is --sweep, $CKPTLAB_SWEEP, or this checkout's bazel-bin/experiments/sweep.
 """
 
@@ -41,6 +45,9 @@ FIELDS = ["model", "stages", "chain_s", "largest_stage_share", "strategy", "budg
           "predicted_peak_above_baseline_bytes", "step_ms", "step_vs_store_all"]
 # (peak_vs_store_all and step_vs_store_all are the sweep's: its peaks' ratio, and the median of
 # its rounds' step-time ratios, results.csv's overhead_vs_store_all.)
+OPTIMIZE_FIELDS = ["model", "budget_bytes", "optimize_s", "segments", "predicted_activation_bytes",
+                   "kept_bytes", "predicted_step_peak_bytes", "predicted_step_ratio",
+                   "gradients_equal", "plan"]
 
 
 def fail(message):
@@ -72,6 +79,56 @@ def rows_of(path):
         return list(csv.DictReader(f))
 
 
+def write_csv(folder, name, fields, rows):
+    """`rows` as `folder`/`name`, whole or not at all (a temporary, then renamed)."""
+    fd, temporary = tempfile.mkstemp(prefix=f".{name}-", dir=folder)
+    try:
+        with os.fdopen(fd, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(temporary, os.path.join(folder, name))
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def optimized(name, model, images, labels, budget, executable):
+    """ckptlab.optimize at `budget` bytes, timed, and its plan stepped in PyTorch beside the
+    plain model from the same state and random stream."""
+    start = time.time()
+    planned = ckptlab.optimize(model, images, budget, loss=F.cross_entropy, targets=labels,
+                               sweep=executable, progress=False)
+    seconds = time.time() - start
+    params = list(model.parameters())
+    state = [b.clone() for b in model.buffers()]
+
+    def step(run):
+        for p in params:
+            p.grad = None
+        with torch.no_grad():
+            for b, value in zip(model.buffers(), state):
+                b.copy_(value)
+        torch.manual_seed(1)
+        loss, kept = ckptlab.kept_bytes(lambda: run(images, labels),
+                                        exclude=params + list(model.buffers()) + [images, labels])
+        loss.backward()
+        return kept, [p.grad for p in params]
+
+    _, plain = step(lambda x, y: F.cross_entropy(model(x), y))
+    kept, grads = step(planned)
+    equal = all((a is None and b is None) or (a is not None and b is not None
+                                              and torch.equal(a, b))
+                for a, b in zip(plain, grads))
+    p = planned.predicted
+    return {"model": name, "budget_bytes": budget, "optimize_s": f"{seconds:.1f}",
+            "segments": len(ckptlab.parse_plan(p.plan).segments),
+            "predicted_activation_bytes": p.activation_bytes, "kept_bytes": kept,
+            "predicted_step_peak_bytes": p.step_peak_bytes,
+            "predicted_step_ratio": f"{p.step_ratio:.3f}", "gradients_equal": equal,
+            "plan": p.plan}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="a folder this run makes")
@@ -99,7 +156,7 @@ def main():
         fail(f"--out={printable(args.out)}: {e.strerror}; accepted: a folder this "
              "run makes")
 
-    table = []
+    table, optimize_table = [], []
     for name in names:
         torch.manual_seed(0)
         # (A vision transformer's position embedding is sized for its images.)
@@ -132,6 +189,8 @@ def main():
                            f"--budgets={','.join(sizes)}", f"--out={folder}"], name)
         rows = rows_of(os.path.join(folder, "results.csv"))
         print(f"{name}: {len(chain)} stages, cut in {seconds:.1f} s", file=sys.stderr)
+        optimize_table.append(optimized(name, model, images, labels,
+                                        int(sizes[len(sizes) // 2]), executable))
         for r in rows:
             if r["status"] != "ok":
                 continue
@@ -149,16 +208,8 @@ def main():
                     int(r["predicted_peak_bytes"]) - int(r["baseline_bytes"]),
                 "step_ms": r["step_ms_median"],
                 "step_vs_store_all": r["overhead_vs_store_all"]})
-    fd, temporary = tempfile.mkstemp(prefix=".anymodel-", suffix=".csv", dir=args.out)
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=FIELDS)
-            writer.writeheader()
-            writer.writerows(table)
-        os.replace(temporary, os.path.join(args.out, "anymodel.csv"))
-    except BaseException:
-        os.unlink(temporary)
-        raise
+    write_csv(args.out, "anymodel.csv", FIELDS, table)
+    write_csv(args.out, "optimize.csv", OPTIMIZE_FIELDS, optimize_table)
     print("| model | stages | cut s | largest stage | strategy | budget | peak vs store_all | "
           "step vs store_all |")
     print("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
@@ -166,6 +217,13 @@ def main():
         print(f"| {t['model']} | {t['stages']} | {t['chain_s']} | {t['largest_stage_share']} | "
               f"{t['strategy'].split(':')[0]} | {t['budget_fraction']} | "
               f"{t['peak_vs_store_all']} | {t['step_vs_store_all']} |")
+    print("\n| model | budget | optimize s | segments | predicted activations | kept by PyTorch | "
+          "predicted step ratio | gradients equal |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for t in optimize_table:
+        print(f"| {t['model']} | {t['budget_bytes']} | {t['optimize_s']} | {t['segments']} | "
+              f"{t['predicted_activation_bytes']} | {t['kept_bytes']} | "
+              f"{t['predicted_step_ratio']} | {t['gradients_equal']} |")
     return 0
 
 
