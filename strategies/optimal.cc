@@ -75,11 +75,10 @@ absl::StatusOr<std::vector<Plan>> DefaultPlans(const ModelProfile& profile) {
     if (id == kId) continue;
     absl::StatusOr<Plan> plan = PlanFor(id, profile);
     if (!plan.ok()) continue;
-    bool measured = true;
-    for (int j = 0; j < profile.num_stages() && measured; ++j) {
-      measured = profile.Find(j, plan->PolicyOf(j)) != nullptr;
+    if (!profile.MeasuredUnder(*plan).ok() ||
+        RecomputedStages(*plan, profile.num_stages()) > kWork) {
+      continue;
     }
-    if (!measured || RecomputedStages(*plan, profile.num_stages()) > kWork) continue;
     plans.push_back(*std::move(plan));
   }
   return plans;

@@ -30,17 +30,8 @@ class StepReplay {
   bool passed_limit() const { return peak_ > limit_; }
 
   absl::StatusOr<MemoryPrediction> Run() {
-    const int n = profile_.num_stages();
-    for (int j = 0; j < n; ++j) {
-      const StageProfile* s = profile_.Find(j, plan_.PolicyOf(j));
-      if (s == nullptr) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "the profile of ", profile_.model, " has no measurement of stage ", j, " (",
-            profile_.stages[j].name, ") with ",
-            DescribePolicy(profile_.stages[j], plan_.PolicyOf(j)), ", which the plan of ",
-            plan_.strategy, " uses; extend the profile with the plan's policies first"));
-      }
-      stages_.push_back(s);
+    ASSIGN_OR_RETURN(stages_, profile_.MeasuredUnder(plan_));
+    for (const StageProfile* s : stages_) {
       outputs_.push_back(s->OutputStorages());
       rng_bytes_ = std::max(rng_bytes_, s->rng_state_bytes);
     }

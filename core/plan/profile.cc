@@ -28,6 +28,21 @@ const StageProfile* ModelProfile::Find(int stage, const StagePolicy& policy) con
   return nullptr;
 }
 
+absl::StatusOr<std::vector<const StageProfile*>> ModelProfile::MeasuredUnder(
+    const Plan& plan) const {
+  std::vector<const StageProfile*> out;
+  for (int j = 0; j < num_stages(); ++j) {
+    out.push_back(Find(j, plan.PolicyOf(j)));
+    if (out.back() == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the profile of ", model, " has no measurement of stage ", j, " (", stages[j].name,
+          ") with ", DescribePolicy(stages[j], plan.PolicyOf(j)), ", which the plan of ",
+          plan.strategy, " uses; extend the profile with the plan's policies first"));
+    }
+  }
+  return out;
+}
+
 namespace {
 // Whether `a` and `b` declare the same work (names apart).
 bool SameWork(const StageInfo& a, const StageInfo& b) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/plan/plan.h"
 #include "core/plan/stage.h"
 
 namespace ckpt {
@@ -165,6 +166,9 @@ struct ModelProfile {
   int num_stages() const { return static_cast<int>(stages.size()); }
   // Stage `stage` under `policy`, or nullptr when that policy was not measured.
   const StageProfile* Find(int stage, const StagePolicy& policy) const;
+  // Each stage under the policy `plan` gives it; FailedPrecondition naming the first stage
+  // measured under no such policy.
+  absl::StatusOr<std::vector<const StageProfile*>> MeasuredUnder(const Plan& plan) const;
   // Stage `stage` with every part stored (always measured).
   const StageProfile& Stored(int stage) const { return measured[stage].front(); }
 };

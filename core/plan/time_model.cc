@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
 #include "core/plan/schedule.h"
 
 namespace ckpt {
@@ -12,15 +13,7 @@ absl::StatusOr<double> PredictStepMs(const ModelProfile& profile, const Plan& pl
     return absl::FailedPreconditionError(
         absl::StrCat("the profile of ", profile.model, " was measured without times"));
   }
-  std::vector<const StageProfile*> stages;
-  for (int j = 0; j < profile.num_stages(); ++j) {
-    stages.push_back(profile.Find(j, plan.PolicyOf(j)));
-    if (stages.back() == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the profile of ", profile.model, " has no measurement of stage ", j, " (",
-          profile.stages[j].name, ") with ", DescribePolicy(profile.stages[j], plan.PolicyOf(j))));
-    }
-  }
+  ASSIGN_OR_RETURN(const std::vector<const StageProfile*> stages, profile.MeasuredUnder(plan));
   const Program program = Compile(plan, profile.stages);
   if (program.num_host > 0 &&
       (profile.to_host_bytes_per_ms <= 0 || profile.from_host_bytes_per_ms <= 0)) {
