@@ -222,6 +222,33 @@ class ChainTest(unittest.TestCase):
         self.assertIn("1.1 (Gate) cannot be traced by running it", message)
         self.assertNotIn("\n", message)
 
+    def test_values_read_from_a_draw_or_from_lengths_are_refused_by_name(self):
+        class LayerDrop(nn.Module):  # torchaudio's wav2vec2: a draw per layer, read in Python
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.ModuleList(nn.Linear(WIDTH, WIDTH) for _ in range(2))
+
+            def forward(self, x):
+                for layer in self.layers:
+                    if not (self.training and torch.rand(1).item() <= 0.1):
+                        x = layer(x)
+                return x
+
+        class Padded(nn.Module):  # torchaudio's Conformer: a mask as long as the longest input
+            def forward(self, x, lengths):
+                longest = int(torch.max(lengths).item())
+                mask = torch.arange(longest)[None, :] >= lengths[:, None]
+                return x[:, :longest].masked_fill(mask[..., None], 0.0)
+
+        for model, inputs, name in [
+                (nn.Sequential(nn.Linear(WIDTH, WIDTH), LayerDrop()), (torch.randn(2, WIDTH),),
+                 "1 (LayerDrop)"),
+                (Padded(), (torch.randn(2, 5, WIDTH), torch.tensor([5, 3])), "the model (Padded)")]:
+            with self.assertRaises(ChainError) as caught:
+                ckptlab.chain(model, inputs)
+            self.assertIn(f"{name} cannot be traced by running it", str(caught.exception))
+            self.assertNotIn("\n", str(caught.exception))
+
 
 class RealModels(unittest.TestCase):
     def test_a_hugging_face_style_decoder(self):
