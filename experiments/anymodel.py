@@ -6,10 +6,10 @@ For each torchvision model (weights=None, random images and labels, cross-entrop
 sweep on the saved chain: store_all, and `optimal` and `uniform` at budgets a fraction of the way
 from the least step peak any plan reaches to store_all's (both predicted, above the parameters
 and batch), measured. One CSV row per configuration; a table on stdout. Then the one call a user
-makes, `ckptlab.optimize` at the middle budget: its seconds (cut, profile, plan), its plan's
-predicted bytes, and the plan stepped in PyTorch beside the plain model: the bytes PyTorch keeps
-for backward (ckptlab.kept_bytes, less the parameters, buffers and batch) and whether the
-gradients equal the plain model's bitwise (optimize.csv).
+makes, `ckptlab.optimize` at the middle budget (or the least peak, where that is above it): its
+seconds (cut, profile, plan), its plan's predicted bytes, and the plan stepped in PyTorch beside
+the plain model: the bytes PyTorch keeps for backward (ckptlab.kept_bytes, less the parameters,
+buffers and batch) and whether the gradients equal the plain model's bitwise (optimize.csv).
 
   PYTHONPATH=python /usr/bin/python3 experiments/anymodel.py --out=anymodel \\
       --size=112 --batch=8 --fractions=0.1,0.4,0.7
@@ -189,8 +189,10 @@ def main():
                            f"--budgets={','.join(sizes)}", f"--out={folder}"], name)
         rows = rows_of(os.path.join(folder, "results.csv"))
         print(f"{name}: {len(chain)} stages, cut in {seconds:.1f} s", file=sys.stderr)
+        # The middle budget, or the least peak where there is no room below store_all's (the
+        # least is store_all's peak plus the planners' slack, above every fraction's budget).
         optimize_table.append(optimized(name, model, images, labels,
-                                        int(sizes[len(sizes) // 2]), executable))
+                                        max(low, int(sizes[len(sizes) // 2])), executable))
         for r in rows:
             if r["status"] != "ok":
                 continue
