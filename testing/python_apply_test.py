@@ -5,7 +5,9 @@ The models hold what users' models hold: stages returning a tensor twice, their 
 new tensor, a view of their input, their input itself, a zero-element view of it; a stage taking
 a tuple whole; an in-place write to the input; BatchNorm, its statistics written by the kernel
 alone (functional batch_norm), and a counter read after its update (state); dropout and random
-numbers drawn without a generator; a zero-element parameter. Each is run eagerly or scripted.
+numbers drawn without a generator; a zero-element parameter; a concatenation handing a BatchNorm
+before it a slice of its gradient (a checkpoint must hand it on as is: a contiguous copy rounds
+the BatchNorm's backward differently). Each is run eagerly or scripted.
 The plans are trees of every segment mode. Properties:
   - a step of the planned model gives the plain model's loss and gradients (every parameter's
     and the input's) bitwise, and leaves the state (every buffer) as the plain model's step

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Runs the Python test $1 (a path in the runfiles, relative to this script's folder; the rest of
-# the arguments its own) on a Python
-# that has torch: python3 on PATH where it has one, else Debian's /usr/bin/python3
-# (python3-torch, which tools/bazel installs; in CI's trixie root, python3-torch-cuda).
+# Runs the Python test $1 (a path in the runfiles, relative to this script's folder), with the
+# arguments after it, on a Python that has torch: python3 on PATH where it has one, else Debian's
+# /usr/bin/python3 (python3-torch, which tools/bazel installs; in CI's trixie root,
+# python3-torch-cuda).
 set -uo pipefail
 here="$(dirname "$0")"
 # One thread of each pool, as the C++ tests (testing/torch_test_main.cc): LibTorch's OpenMP
