@@ -120,13 +120,13 @@ def optimized(name, model, images, labels, budget, executable):
     equal = all((a is None and b is None) or (a is not None and b is not None
                                               and torch.equal(a, b))
                 for a, b in zip(plain, grads))
-    p = planned.predicted
+    predicted = planned.predicted
     return {"model": name, "budget_bytes": budget, "optimize_s": f"{seconds:.1f}",
-            "segments": len(ckptlab.parse_plan(p.plan).segments),
-            "predicted_activation_bytes": p.activation_bytes, "kept_bytes": kept,
-            "predicted_step_peak_bytes": p.step_peak_bytes,
-            "predicted_step_ratio": f"{p.step_ratio:.3f}", "gradients_equal": equal,
-            "plan": p.plan}
+            "segments": len(ckptlab.parse_plan(predicted.plan).segments),
+            "predicted_activation_bytes": predicted.activation_bytes, "kept_bytes": kept,
+            "predicted_step_peak_bytes": predicted.step_peak_bytes,
+            "predicted_step_ratio": f"{predicted.step_ratio:.3f}", "gradients_equal": equal,
+            "plan": predicted.plan}
 
 
 def main():
