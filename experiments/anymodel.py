@@ -16,8 +16,8 @@ buffers and batch) and whether the gradients equal the plain model's bitwise (op
 
 --out is a folder this run makes (refused where it exists); it holds each model's chain file,
 the sweep's folder per model, anymodel.csv and optimize.csv (each written whole: a temporary,
-then renamed). The
-sweep is --sweep, $CKPTLAB_SWEEP, or this checkout's bazel-bin/experiments/sweep.
+then renamed). The sweep is --sweep, $CKPTLAB_SWEEP, or this checkout's
+bazel-bin/experiments/sweep.
 """
 
 import argparse
