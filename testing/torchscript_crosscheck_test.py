@@ -109,17 +109,14 @@ def examples(tmp):
     def mean_square(y, targets):
         return y.pow(2).mean()
 
-    def the_output(y, targets):  # a chain's last stage returns the loss
-        return y
-
     torch.manual_seed(5)
     ids = torch.randint(50, (2, 12))
     mask = torch.ones(2, 12, dtype=torch.int64)
     mask[1, 8:] = 0
-    gpt = saved_chain(os.path.join(tmp, "gpt.pt"), Decoder(), (ids, mask, ids),
-                      lambda output: output.loss)
-    unet = saved_chain(os.path.join(tmp, "unet.pt"), UNet(),
-                       (torch.randn(2, 3, 16, 16, requires_grad=True),), None)
+    gpt = chain_example(os.path.join(tmp, "gpt.pt"), Decoder(), (ids, mask, ids),
+                        lambda output: output.loss)
+    unet = chain_example(os.path.join(tmp, "unet.pt"), UNet(),
+                         (torch.randn(2, 3, 16, 16, requires_grad=True),), None)
 
     return [
         Example(cnn, f"torchscript:file={cnn}:input=3x16x16:classes=10:batch=4", images,
@@ -134,8 +131,8 @@ def examples(tmp):
                 "[0,1) stored, [1,13) checkpointed {[1,3) stored, [3,6) checkpointed, "
                 "[6,9) checkpointed, [9,11) offloaded, [11,13) stored}, [13,14) stored, "
                 "[14,16) recompute-all, [16,19) stored"),
-        Example(gpt[0], f"chain:file={gpt[0]}", gpt[1], the_output, every_mode(gpt[2])),
-        Example(unet[0], f"chain:file={unet[0]}", unet[1], the_output, every_mode(unet[2])),
+        gpt,
+        unet,
     ]
 
 
@@ -155,17 +152,14 @@ def torchvision_examples(tmp):
         torch.manual_seed(11)
         model = make()
         images = torch.randn(2, 3, 32, 32, requires_grad=True)
-        path, make_batch, stages = saved_chain(os.path.join(tmp, f"{name}.pt"), model, (images,),
-                                               nn.functional.cross_entropy,
-                                               targets=(torch.tensor([3, 7]),))
-        out.append(Example(path, f"chain:file={path}", make_batch, lambda y, targets: y,
-                           every_mode(stages)))
+        out.append(chain_example(os.path.join(tmp, f"{name}.pt"), model, (images,),
+                                 nn.functional.cross_entropy, targets=(torch.tensor([3, 7]),)))
     return out
 
 
-def saved_chain(path, model, inputs, loss, targets=()):
-    """`model` cut by ckptlab.chain and saved at `path`; the file's batch as ckptlab takes it,
-    and the number of stages."""
+def chain_example(path, model, inputs, loss, targets=()):
+    """`model` cut by ckptlab.chain and saved at `path` (chain:file=), its batch the file's as
+    ckptlab takes it, its loss what the last stage returns, and a plan of every mode."""
     chain = ckptlab.chain(model, inputs, loss=loss, targets=targets)
     chain.save(path)
     batch = [b for name, b in torch.jit.load(path).named_buffers(recurse=False)
@@ -174,7 +168,10 @@ def saved_chain(path, model, inputs, loss, targets=()):
     def make_batch():
         return tuple(b.detach().clone().requires_grad_(b.is_floating_point()) for b in batch), None
 
-    return path, make_batch, len(chain)
+    def the_output(y, targets):
+        return y
+
+    return Example(path, f"chain:file={path}", make_batch, the_output, every_mode(len(chain)))
 
 
 def every_mode(stages):
