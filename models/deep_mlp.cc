@@ -37,7 +37,7 @@ class DeepMlpModel : public ModuleModel<LinearStack> {
   static std::vector<ParamDef> Params() {
     return {IntParam("depth", "20", "number of Linear layers, at least 2").Min(2).Max(100000),
             IntParam("hidden", "1024", "width of the hidden layers").Min(1).Max(1 << 20),
-            IntParam("batch", "32", "rows per batch").Min(1).Max(1 << 24)};
+            IntParam("batch", "32", "rows per batch").Min(1).Max(1 << 24).Scales(1)};
   }
   static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,
                                                             const ModelContext& context) {

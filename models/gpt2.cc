@@ -125,8 +125,11 @@ class Gpt2Model : public DecoderModel<Gpt2> {
         "small: 12 layers, 768 wide, 12 heads; medium: 24, 1024, 16; large (774M): 36, "
         "1280, 20; xl (1558M): 48, 1600, 25",
         {
-            IntParam("seq", "256", "tokens per sequence, at most context").Min(1).Max(1 << 20),
-            IntParam("batch", "2", "sequences per batch").Min(1).Max(1 << 16),
+            IntParam("seq", "256", "tokens per sequence, at most context")
+                .Min(1)
+                .Max(1 << 20)
+                .Scales(2),
+            IntParam("batch", "2", "sequences per batch").Min(1).Max(1 << 16).Scales(1),
             IntParam("vocab", "50257", "vocabulary size").Min(2).Max(1 << 24),
             IntParam("context", "1024", "positions of the position embedding").Min(1).Max(1 << 20),
             FloatParam("dropout", "0.1", "dropout probability").Range(0, 0.95),

@@ -28,7 +28,7 @@ class HeavyMlpModel : public ModuleModel<LinearStack> {
   static std::vector<ParamDef> Params() {
     return {IntParam("depth", "20", "number of Linear+ReLU blocks").Min(1).Max(100000),
             IntParam("hidden", "4096", "width of every block").Min(1).Max(1 << 20),
-            IntParam("batch", "32", "rows per batch").Min(1).Max(1 << 24)};
+            IntParam("batch", "32", "rows per batch").Min(1).Max(1 << 24).Scales(1)};
   }
   static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,
                                                             const ModelContext& context) {

@@ -250,8 +250,8 @@ class LlamaModel : public DecoderModel<Llama> {
                 .Min(1)
                 .Max(1 << 20)
                 .AllowAuto(),
-            IntParam("seq", "256", "tokens per sequence").Min(1).Max(1 << 20),
-            IntParam("batch", "1", "sequences per batch").Min(1).Max(1 << 16),
+            IntParam("seq", "256", "tokens per sequence").Min(1).Max(1 << 20).Scales(2),
+            IntParam("batch", "1", "sequences per batch").Min(1).Max(1 << 16).Scales(1),
             IntParam("vocab", "32000", "vocabulary size").Min(2).Max(1 << 24),
         },
         "query heads");

@@ -178,7 +178,7 @@ class ResnetModel : public HeadLossModel<Resnet> {
         IntParam("image", "224", "image side in pixels").Min(1).Max(1 << 14),
         IntParam("channels", "3", "image channels").Min(1).Max(64),
         IntParam("classes", "1000", "classes of the classifier").Min(2).Max(1 << 20),
-        IntParam("batch", "8", "images per batch").Min(1).Max(1 << 16),
+        IntParam("batch", "8", "images per batch").Min(1).Max(1 << 16).Scales(1),
     };
   }
   static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,

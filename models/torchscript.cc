@@ -730,7 +730,7 @@ std::vector<ParamDef> TorchScriptModel::Params() {
           .Min(2)
           .Max(int64_t{1} << 31)
           .AllowAuto(),
-      IntParam("batch", "8", "examples per batch").Min(1).Max(1 << 24),
+      IntParam("batch", "8", "examples per batch").Min(1).Max(1 << 24).Scales(1),
   };
 }
 

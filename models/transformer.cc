@@ -111,8 +111,8 @@ class TransformerModel : public ModuleModel<Transformer> {
     return {IntParam("depth", "6", "number of blocks (2 stages each)").Min(1).Max(1000),
             IntParam("hidden", "768", "model width; a multiple of heads").Min(1).Max(1 << 16),
             IntParam("heads", "12", "attention heads").Min(1).Max(1024),
-            IntParam("seq", "256", "sequence length").Min(1).Max(1 << 20),
-            IntParam("batch", "4", "sequences per batch").Min(1).Max(1 << 16),
+            IntParam("seq", "256", "sequence length").Min(1).Max(1 << 20).Scales(2),
+            IntParam("batch", "4", "sequences per batch").Min(1).Max(1 << 16).Scales(1),
             FloatParam("dropout", "0.1", "dropout probability").Range(0, 0.95)};
   }
   static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,

@@ -130,7 +130,7 @@ class VitModel : public HeadLossModel<Vit> {
             IntParam("patch", "16", "patch side in pixels").Min(1).Max(1 << 14),
             IntParam("channels", "3", "image channels").Min(1).Max(64),
             IntParam("classes", "1000", "classes of the classifier").Min(2).Max(1 << 20),
-            IntParam("batch", "2", "images per batch").Min(1).Max(1 << 16),
+            IntParam("batch", "2", "images per batch").Min(1).Max(1 << 16).Scales(1),
             FloatParam("dropout", "0", "dropout probability").Range(0, 0.95),
         });
   }

@@ -20,6 +20,17 @@ int64_t StageProfile::AllocatedOutputBytes() const {
   return bytes;
 }
 
+void StageProfile::SetCostBytes() {
+  costs.input_bytes = input_bytes;
+  costs.output_bytes = output_bytes;
+  costs.kept_bytes = retained_bytes + output_bytes;
+  costs.forward_transient_bytes = forward_transient_bytes;
+  costs.nograd_transient_bytes = nograd_transient_bytes;
+  costs.backward_transient_bytes = backward_transient_bytes;
+  costs.param_grad_bytes = 0;
+  for (const auto& [param, bytes] : param_grads) costs.param_grad_bytes += bytes;
+}
+
 const StageProfile* ModelProfile::Find(int stage, const StagePolicy& policy) const {
   if (stage < 0 || stage >= static_cast<int>(measured.size())) return nullptr;
   for (const StageProfile& p : measured[stage]) {

@@ -113,6 +113,8 @@ struct StageProfile {
   std::vector<BoundaryStorage> OutputStorages() const;
   // The bytes of the output storages it allocates (not its input's).
   int64_t AllocatedOutputBytes() const;
+  // `costs` with its bytes as the fields above say (its times as they are).
+  void SetCostBytes();
 };
 
 // The loss, profiled like a stage (its input is the last stage's output).

@@ -56,6 +56,12 @@ struct ParamDef {
   double max_float = 1e300;
   // kChoice: the accepted words.
   std::vector<std::string> choices;
+  // kInt: a size the model's bytes grow with as a polynomial of degree `scale_degree` (0: not
+  // declared) at values that are multiples of `scale_unit`, the other parameters fixed (a batch
+  // degree 1, a sequence 2 for its attention scores): what lets a profile taken at small sizes
+  // be extrapolated (core/plan/extrapolate.h).
+  int scale_degree = 0;
+  int64_t scale_unit = 1;
 
   ParamDef& Min(int64_t v) {
     min_value = v;
@@ -76,6 +82,11 @@ struct ParamDef {
   ParamDef& Range(double lo, double hi) {
     min_float = lo;
     max_float = hi;
+    return *this;
+  }
+  ParamDef& Scales(int degree, int64_t unit = 1) {
+    scale_degree = degree;
+    scale_unit = unit;
     return *this;
   }
 

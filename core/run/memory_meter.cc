@@ -94,6 +94,7 @@ class CachingCpuAllocator final : public c10::Allocator {
       live_ += requested;
       allocated_ += block;
       peak_ = std::max(peak_, live_);
+      if (tracing_) candidates_.push_back(live_);
     }
     return {data, data, &Delete, c10::Device(c10::DeviceType::CPU)};
   }
@@ -113,6 +114,16 @@ class CachingCpuAllocator final : public c10::Allocator {
     std::lock_guard<std::mutex> lock(mutex_);
     peak_ = live_;
     peak_reserved_ = reserved_;
+    if (tracing_) candidates_.assign(1, live_);
+  }
+  void TracePeaks(bool on) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    tracing_ = on;
+    candidates_.assign(on ? 1 : 0, live_);
+  }
+  std::vector<int64_t> PeakCandidates() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return candidates_;
   }
   void SetCap(int64_t cap) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -183,6 +194,8 @@ class CachingCpuAllocator final : public c10::Allocator {
   mutable int64_t allocated_ = 0;
   mutable int64_t reserved_ = 0, peak_reserved_ = 0;
   int64_t cap_ = -1;  // on live bytes; -1: none
+  bool tracing_ = false;
+  mutable std::vector<int64_t> candidates_;  // while tracing: MemoryMeter::PeakCandidates
 };
 
 class CpuMemoryMeter final : public MemoryMeter {
@@ -204,6 +217,13 @@ class CpuMemoryMeter final : public MemoryMeter {
   }
   std::optional<int64_t> Cap() const override { return cap_; }
   void ReleaseCached() override { CachingCpuAllocator::Instance().ReleaseCached(); }
+  absl::Status TracePeaks(bool on) override {
+    CachingCpuAllocator::Instance().TracePeaks(on);
+    return absl::OkStatus();
+  }
+  std::vector<int64_t> PeakCandidates() const override {
+    return CachingCpuAllocator::Instance().PeakCandidates();
+  }
   std::string Describe() const override { return "cpu (caching allocator, exact counts)"; }
 
  private:

@@ -23,8 +23,10 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "c10/core/Device.h"
 
 namespace ckpt {
@@ -50,6 +52,16 @@ class MemoryMeter {
   virtual absl::Status SetCap(std::optional<int64_t> bytes) = 0;
   // The cap SetCap set last (nullopt: none).
   virtual std::optional<int64_t> Cap() const = 0;
+  // While on, the meter keeps the peak's candidates: the live bytes at the last ResetPeak, then
+  // after each allocation since (peak_bytes is their largest), so that a peak measured at small
+  // sizes can be extrapolated term by term (core/plan/extrapolate.h). CPU only: Unimplemented
+  // elsewhere.
+  virtual absl::Status TracePeaks(bool on) {
+    if (!on) return absl::OkStatus();
+    return absl::UnimplementedError(absl::StrCat(Describe(), " keeps no peak candidates"));
+  }
+  // The candidates since the last ResetPeak, while TracePeaks is on (else empty).
+  virtual std::vector<int64_t> PeakCandidates() const { return {}; }
   // Hands the allocator's cached free blocks back to the system, so that reserved bytes start
   // over from the blocks tensors hold. CUDA: the caching allocator's emptyCache (every
   // device's cache).

@@ -392,6 +392,7 @@ class Profiler {
       progress.stage = i + 1;
       if (twin_[i] != i) {  // measured already, as its earlier twin
         for (const StageProfile& measured : profile.measured[twin_[i]]) {
+          CopyTracesOfTwin(i, static_cast<int>(profile.measured[i].size()));
           profile.measured[i].push_back(CopyOfTwin(measured, i));
         }
       } else {
@@ -399,6 +400,7 @@ class Profiler {
         for (const StagePolicy& policy : PolicyMenu(stages_[i], options_.chunks)) {
           progress.policy = DescribePolicy(stages_[i], policy);
           Report(progress);
+          at_ = {i, static_cast<int>(profile.measured[i].size())};
           profile.measured[i].push_back(Measure(i, policy));
           ++progress.measurements_done;
           progress.work_done += forward_ms_[i];
@@ -407,6 +409,7 @@ class Profiler {
       progress.policy.clear();
       Report(progress);
     }
+    at_ = {-1, 0};
     MeasureLoss(inputs_.back(), profile.loss);
     if (options_.link_bytes_per_ms > 0) {
       profile.to_host_bytes_per_ms = profile.from_host_bytes_per_ms = options_.link_bytes_per_ms;
@@ -426,8 +429,14 @@ class Profiler {
       if (inputs_.empty()) ComputeInputs();
       const int twin = twin_[i];
       const StageProfile* measured = profile.Find(twin, policy);
-      profile.measured[i].push_back(measured != nullptr ? CopyOfTwin(*measured, i)
-                                                        : Measure(i, policy));
+      at_ = {static_cast<int>(i), static_cast<int>(profile.measured[i].size())};
+      if (measured != nullptr) {
+        CopyTracesOfTwin(at_.first, at_.second,
+                         static_cast<int>(measured - profile.measured[twin].data()));
+        profile.measured[i].push_back(CopyOfTwin(*measured, i));
+      } else {
+        profile.measured[i].push_back(Measure(i, policy));
+      }
     }
   }
 
@@ -570,6 +579,38 @@ class Profiler {
       param = at < ours.size() ? ours[at] : param;
     }
     return copy;
+  }
+
+  // The peak since the meter's ResetPeak less `below`: the transient `transient` of the
+  // measurement at work (at_), its candidates traced where asked.
+  int64_t PeakAbove(int64_t below, Transient transient) {
+    const int64_t peak = meter_.Stats().peak_bytes;
+    if (options_.peaks != nullptr) {
+      std::vector<int64_t> candidates = meter_.PeakCandidates();
+      for (int64_t& c : candidates) c -= below;
+      (*options_.peaks)[PeakKey{at_.first, at_.second, transient}] = std::move(candidates);
+    }
+    return peak - below;
+  }
+  // A transient measured as another of the same measurement, traced so.
+  void SameTransient(Transient from, Transient to) {
+    if (options_.peaks == nullptr) return;
+    auto it = options_.peaks->find(PeakKey{at_.first, at_.second, from});
+    if (it != options_.peaks->end()) {
+      (*options_.peaks)[PeakKey{at_.first, at_.second, to}] = it->second;
+    }
+  }
+  // Stage i's measurement `m` taken from its twin's measurement `twin_m`: its traces too.
+  void CopyTracesOfTwin(int i, int m, int twin_m = -1) {
+    if (options_.peaks == nullptr) return;
+    const int from = twin_m < 0 ? m : twin_m;
+    std::vector<std::pair<PeakKey, std::vector<int64_t>>> copies;
+    for (const auto& [key, candidates] : *options_.peaks) {
+      if (key.stage == twin_[i] && key.measurement == from) {
+        copies.emplace_back(PeakKey{i, m, key.transient}, candidates);
+      }
+    }
+    for (auto& [key, candidates] : copies) (*options_.peaks)[key] = std::move(candidates);
   }
 
   void Report(const ProfileProgress& progress) const {
@@ -716,8 +757,7 @@ class Profiler {
       at::NoGradGuard no_grad;
       meter_.ResetPeak();
       std::vector<at::Tensor> out = Run(i, given, policy);
-      const MemoryStats s = meter_.Stats();
-      p.nograd_transient_bytes = s.peak_bytes - s.live_bytes;
+      p.nograd_transient_bytes = PeakAbove(meter_.Stats().live_bytes, Transient::kNograd);
     }
     const std::vector<at::Tensor> own = StageParams(i);
     ClearGradients(own);
@@ -733,7 +773,7 @@ class Profiler {
       p.output_bytes += out.bytes[k];
     }
     p.retained_bytes = after.live_bytes - start - p.AllocatedOutputBytes();
-    p.forward_transient_bytes = after.peak_bytes - after.live_bytes;
+    p.forward_transient_bytes = PeakAbove(after.live_bytes, Transient::kForward);
 
     int64_t incoming_bytes = 0;
     at::Tensor z = GradientSink(i, ys, incoming_bytes);
@@ -767,7 +807,7 @@ class Profiler {
       // Above the state at the start of the stage's backward, which already holds dL/dy (and
       // the 4-byte seed of z's backward, which the chain does not have).
       p.backward_transient_bytes =
-          meter_.Stats().peak_bytes - base - incoming_bytes - static_cast<int64_t>(z.nbytes());
+          PeakAbove(base + incoming_bytes + static_cast<int64_t>(z.nbytes()), Transient::kBackward);
       for (const int k : stage_params_[i]) {
         if (!params_[k].grad().defined()) continue;
         p.param_grads.emplace_back(k, params_[k].grad().nbytes());
@@ -787,29 +827,24 @@ class Profiler {
       z.reset();
       // Holding what the backward would not free anyway changes nothing: the batch, outputs
       // the graph does not keep.
-      p.backward_input_held_transient_bytes =
-          i == 0 ? p.backward_transient_bytes : MeasureBackward(i, given, policy, Held::kInputs);
-      p.backward_input_output_held_transient_bytes =
-          p.kept_outputs.empty() ? p.backward_input_held_transient_bytes
-                                 : MeasureBackward(i, given, policy, Held::kInputsAndOutputs);
+      if (i == 0) {
+        p.backward_input_held_transient_bytes = p.backward_transient_bytes;
+        SameTransient(Transient::kBackward, Transient::kBackwardInputHeld);
+      } else {
+        p.backward_input_held_transient_bytes = MeasureBackward(i, given, policy, Held::kInputs);
+      }
+      if (p.kept_outputs.empty()) {
+        p.backward_input_output_held_transient_bytes = p.backward_input_held_transient_bytes;
+        SameTransient(Transient::kBackwardInputHeld, Transient::kBackwardInputOutputHeld);
+      } else {
+        p.backward_input_output_held_transient_bytes =
+            MeasureBackward(i, given, policy, Held::kInputsAndOutputs);
+      }
       p.backward_held_transient_bytes = MeasureBackward(i, given, policy, Held::kAll);
     }
-    p.costs = CostsOf(p);
+    p.SetCostBytes();
     if (options_.timed) Time(i, given, policy, p.costs);
     return p;
-  }
-
-  // The planner's view of a trace (times apart).
-  static StageCosts CostsOf(const StageProfile& p) {
-    StageCosts c;
-    c.input_bytes = p.input_bytes;
-    c.output_bytes = p.output_bytes;
-    c.kept_bytes = p.retained_bytes + p.output_bytes;
-    c.forward_transient_bytes = p.forward_transient_bytes;
-    c.nograd_transient_bytes = p.nograd_transient_bytes;
-    c.backward_transient_bytes = p.backward_transient_bytes;
-    for (const auto& [param, bytes] : p.param_grads) c.param_grad_bytes += bytes;
-    return c;
   }
 
   // What the caller holds through a measured backward: the stage's inputs
@@ -835,7 +870,7 @@ class Profiler {
       const int64_t base = meter_.Stats().live_bytes;
       meter_.ResetPeak();
       torch::autograd::backward(roots, grads);
-      transient = meter_.Stats().peak_bytes - base;
+      transient = PeakAbove(base, Transient::kBackwardHeld);
     } else {
       int64_t incoming_bytes = 0;
       at::Tensor z = GradientSink(i, ys, incoming_bytes);
@@ -844,8 +879,9 @@ class Profiler {
       const int64_t base = meter_.Stats().live_bytes;
       meter_.ResetPeak();
       z.backward();
-      transient =
-          meter_.Stats().peak_bytes - base - incoming_bytes - static_cast<int64_t>(z.nbytes());
+      transient = PeakAbove(base + incoming_bytes + static_cast<int64_t>(z.nbytes()),
+                            held == Held::kInputs ? Transient::kBackwardInputHeld
+                                                  : Transient::kBackwardInputOutputHeld);
     }
     ClearGradients(StageParams(i));
     return transient;
@@ -950,7 +986,7 @@ class Profiler {
     timer_->Start();
     loss.backward();
     p.backward_ms = timer_->StopMs();
-    p.backward_transient_bytes = meter_.Stats().peak_bytes - base;
+    p.backward_transient_bytes = PeakAbove(base, Transient::kLossBackward);
     // Without the release of the input storages its graph kept (the model releases boundaries
     // itself).
     int64_t released = 0;
@@ -979,6 +1015,7 @@ class Profiler {
   // ProfileProgress.
   std::vector<double> forward_ms_;
   std::vector<std::vector<std::string>> float32_ops_;  // per stage, StageProfile::float32_ops
+  std::pair<int, int> at_ = {-1, 0};  // the measurement at work: (stage, index), the loss -1
 };
 
 }  // namespace
@@ -987,8 +1024,28 @@ ModelProfile StructureOnlyProfile(const ChainModel& model) {
   return StructureOnlyProfile(model.spec(), model.Stages());
 }
 
+namespace {
+
+// Turns the meter's peak tracing on for a scope where `options` asks for traces.
+class PeakTracing {
+ public:
+  PeakTracing(MemoryMeter& meter, const ProfileOptions& options)
+      : meter_(options.peaks != nullptr ? &meter : nullptr) {}
+  ~PeakTracing() {
+    if (meter_ != nullptr) meter_->TracePeaks(false).IgnoreError();
+  }
+  absl::Status Start() { return meter_ != nullptr ? meter_->TracePeaks(true) : absl::OkStatus(); }
+
+ private:
+  MemoryMeter* meter_;
+};
+
+}  // namespace
+
 absl::StatusOr<ModelProfile> ProfileModel(ChainModel& model, const Batch& batch, MemoryMeter& meter,
                                           c10::Device device, const ProfileOptions& options) {
+  PeakTracing tracing(meter, options);
+  if (absl::Status started = tracing.Start(); !started.ok()) return started;
   return RunTorch([&] { return Profiler(model, batch, meter, device, options).Run(); });
 }
 
@@ -1000,6 +1057,8 @@ absl::Status ExtendProfile(ChainModel& model, const Batch& batch, MemoryMeter& m
     return absl::InvalidArgumentError(absl::StrCat("ExtendProfile: the profile of ", profile.model,
                                                    " is not one of ", model.spec()));
   }
+  PeakTracing tracing(meter, options);
+  if (absl::Status started = tracing.Start(); !started.ok()) return started;
   return RunTorch([&] { Profiler(model, batch, meter, device, options).Extend(plan, profile); });
 }
 

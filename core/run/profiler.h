@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "c10/core/Device.h"
 #include "c10/core/ScalarType.h"
+#include "core/plan/extrapolate.h"
 #include "core/plan/plan.h"
 #include "core/plan/profile.h"
 #include "core/run/chain_model.h"
@@ -80,7 +81,12 @@ struct ProfileOptions {
   std::optional<c10::ScalarType> autocast;
   // If set, called as the profile goes: after each stage of each phase, and before each of a
   // stage's measurements.
-  std::function<void(const ProfileProgress&)> progress;
+  std::function<void(const ProfileProgress&)>
+      progress;  // If set, each transient's peak candidates land here (core/plan/extrapolate.h), a
+                 // stage
+  // that takes its twin's measurements taking its twin's candidates too: what extrapolating the
+  // profile to a larger size needs. Only a meter that keeps them (the CPU's) can be traced.
+  PeakTraces* peaks = nullptr;
 };
 
 // The model's stages without measurements (zero bytes, zero time): enough for strategies that
