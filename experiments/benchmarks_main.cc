@@ -105,8 +105,9 @@ void PredictQuestion(benchmark::State& state, const SweepOptions& options, const
     SweepOptions asked = options;
     asked.kept = &kept;
     std::ostringstream progress;
-    ASSIGN_OR_RETURN(const std::vector<Prediction> rows,
-                     Predict(asked, StatesSetting{}, std::nullopt, *meter, progress));
+    ASSIGN_OR_RETURN(
+        const std::vector<Prediction> rows,
+        Predict(asked, StatesSetting{}, std::nullopt, /*extrapolate=*/true, *meter, progress));
     profiled = progress.str().find("not measured again") == std::string::npos;
     return absl::OkStatus();
   };

@@ -52,6 +52,22 @@ absl::StatusOr<const ModelProfile*> ProfileOf(const LoopOptions& loop, Workload&
                                      " by an earlier run; not measured again")
                       : absl::StrCat(spec, ": the profile kept in ", loop.kept->path(),
                                      " is not taken (", adopted.message(), "); measuring"));
+    if (adopted.ok()) return workload.Profile(meter);
+  }
+  if (loop.extrapolate) {
+    progress.Line(absl::StrCat(spec, ": profiling at smaller sizes, to extrapolate"));
+    const absl::Status extrapolated = workload.Extrapolate(meter);
+    if (extrapolated.ok()) {
+      ASSIGN_OR_RETURN(const ModelProfile* profile, workload.Profile(meter));
+      progress.Line(absl::StrCat(spec, ": bytes extrapolated from ", profile->extrapolated,
+                                 ", checked on the last; times scaled"));
+      return profile;
+    }
+    if (!absl::IsNotFound(extrapolated) && !absl::IsFailedPrecondition(extrapolated)) {
+      return extrapolated;
+    }
+    progress.Line(absl::StrCat(spec, ": not extrapolated (", extrapolated.message(),
+                               "); measuring at full size"));
   }
   return workload.Profile(meter);
 }

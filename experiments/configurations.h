@@ -69,6 +69,9 @@ struct LoopOptions {
   std::function<absl::StatusOr<ModelProfile>(const BoundModel&, const ModelProfile&)> planned_on;
   // Where set: models that are not run, as they hold every row already (--resume).
   std::function<bool(const BoundModel&)> done;
+  // Each model's profile extrapolated from samples at smaller sizes (Workload::Extrapolate),
+  // where it declares sizes to extrapolate along and the samples agree; else measured.
+  bool extrapolate = false;
   // Where set: profiles kept by earlier runs, one of which is taken for the model built in place
   // of measuring it where it was kept for it (the mode keeps what it measured there).
   const KeptProfiles* kept = nullptr;

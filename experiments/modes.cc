@@ -328,9 +328,9 @@ absl::Status PredictAll(const Request& request, const Machine& machine) {
   SweepOptions options = request.options;
   KeptProfiles kept = OpenKeptProfiles(folder, options);
   options.kept = &kept;
-  ASSIGN_OR_RETURN(
-      const std::vector<Prediction> rows,
-      Predict(options, request.states, request.device_memory, *machine.meter, std::cerr));
+  ASSIGN_OR_RETURN(const std::vector<Prediction> rows,
+                   Predict(options, request.states, request.device_memory, request.extrapolate,
+                           *machine.meter, std::cerr));
   RETURN_IF_ERROR(WriteFileAtomically(folder.Path("predict.csv"), PredictionCsv(rows)));
   RETURN_IF_ERROR(WriteFileAtomically(
       folder.Path("predict.md"),

@@ -99,13 +99,15 @@ double AllocatorMargin(absl::string_view model_spec) {
 absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
                                                 const StatesSetting& states,
                                                 std::optional<int64_t> device_memory,
-                                                MemoryMeter& meter, std::ostream& progress_out) {
+                                                bool extrapolate, MemoryMeter& meter,
+                                                std::ostream& progress_out) {
   RETURN_IF_ERROR(ValidateStatesSetting(states));
   LoopOptions loop(WorkloadOptionsFor(options));
   // The shallow copy is built and profiled; the strategies plan for one rank of the full model.
   loop.prepare = false;
   loop.stand_in = ShallowModel;
   loop.kept = options.kept;
+  loop.extrapolate = extrapolate;
   // The model in hand's full profile, expanded once, and each of its stages' counterpart in the
   // shallow copy: what planned_on made, read by the model's rows.
   ModelProfile full;
@@ -143,6 +145,7 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
           Prediction& p = rows.emplace_back();
           p.model = model;
           p.profiled = m.built.empty() ? model : m.built;
+          p.extrapolated = full.extrapolated;
           p.states = StateLayoutName(states.layout);
           p.world_size = states.world_size;
           p.autocast = options.autocast ? c10::toString(*options.autocast) : "";
@@ -250,6 +253,11 @@ std::string ModelHeading(const Prediction& p) {
                             : absl::StrCat("Profiled as ", p.profiled,
                                            ", its repeated stages' measurements given to the rest"),
       p.autocast.empty() ? "" : absl::StrCat(", under ", p.autocast, " autocast"), ". ");
+  if (!p.extrapolated.empty()) {
+    absl::StrAppend(&out, "Its bytes were extrapolated exactly from profiles at ", p.extrapolated,
+                    " (every count checked on the last of them); its step times are that "
+                    "size's, scaled by each stage's matrix-product FLOPs, an estimate. ");
+  }
   const std::string rank =
       p.world_size > 1 ? absl::StrCat("One rank of ", p.world_size, ", ", p.states, " state: ")
                        : std::string("One process: ");
@@ -458,10 +466,11 @@ std::string PredictionReport(const std::vector<Prediction>& rows,
 
 std::string PredictionCsv(const std::vector<Prediction>& rows) {
   std::string out =
-      "model,profiled_model,strategy,status,states,world_size,autocast,collectives_timed,"
+      "model,profiled_model,strategy,status,states,world_size,autocast,"
+      "collectives_timed,"
       "parameter_bytes,gradient_bytes,optimizer_bytes,batch_bytes,largest_gather_bytes,"
       "predicted_activation_bytes,predicted_step_peak_bytes,predicted_total_peak_bytes,"
-      "predicted_step_ms,fits,plan,message\n";
+      "predicted_step_ms,fits,plan,message,extrapolated_from\n";
   for (const Prediction& p : rows) {
     // Empty where unknown, as in results.csv: the state's sizes where the model could not be
     // profiled, the predictions where the row is not ok.
@@ -479,7 +488,7 @@ std::string PredictionCsv(const std::vector<Prediction>& rows) {
                     ",", cell(ok, p.activation_bytes), ",", cell(ok, p.step_peak_bytes), ",",
                     cell(ok, p.total_peak_bytes), ",", ok ? absl::StrFormat("%.3f", p.step_ms) : "",
                     ",", p.Fits().has_value() ? (*p.Fits() ? "true" : "false") : "", ",",
-                    CsvField(p.plan), ",", CsvField(p.error), "\n");
+                    CsvField(p.plan), ",", CsvField(p.error), ",", CsvField(p.extrapolated), "\n");
   }
   return out;
 }

@@ -32,8 +32,11 @@ namespace ckpt {
 
 // One strategy on one model: its plan's predicted step and the training memory around it.
 struct Prediction {
-  std::string model;          // the full model's canonical spec
-  std::string profiled;       // the spec that was built and profiled
+  std::string model;     // the full model's canonical spec
+  std::string profiled;  // the spec that was built and profiled
+  // Where its bytes were extrapolated from smaller sizes, the samples (ModelProfile::extrapolated:
+  // its times then scaled, not measured); empty where measured at its own size.
+  std::string extrapolated;
   std::string strategy;       // resolved, as planned
   std::string status = "ok";  // ok, oom (the model or its plan does not fit), or error
   std::string error;          // empty, or why the model or the strategy could not be predicted
@@ -86,12 +89,15 @@ absl::StatusOr<BoundModel> ShallowModel(const BoundModel& model);
 // With `device_memory` (a card's bytes), each row says whether it fits (Prediction::fits), and
 // every strategy that plans to a budget plans again, in a row after the model's others, to what
 // the card leaves the step: its bytes over the margin, less the parameters, AdamW's moments and
-// the batch. Progress lines go to `progress`. Errors of building and profiling end it; a
-// strategy that cannot plan is a row with its error.
+// the batch. With `extrapolate`, each shallow copy's bytes are extrapolated from samples at
+// smaller sizes where it declares sizes to extrapolate along and the samples agree
+// (Workload::Extrapolate; the report says which), else measured. Progress lines go to `progress`.
+// Errors of building and profiling end it; a strategy that cannot plan is a row with its error.
 absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
                                                 const StatesSetting& states,
                                                 std::optional<int64_t> device_memory,
-                                                MemoryMeter& meter, std::ostream& progress);
+                                                bool extrapolate, MemoryMeter& meter,
+                                                std::ostream& progress);
 
 // The predictions as a table for a reader (Markdown), per model, in MiB and GiB; with
 // --device_memory, first a line per model: whether it fits the card, and the fastest plan that

@@ -38,7 +38,7 @@ const std::vector<Mode>& ModesThatDoLess() {
        "--predict runs no step",
        {"preset", "models", "strategies", "budgets", "link_bandwidth", "device", "seed", "threads",
         "blas_threads", "out", "amp", "states", "world_size", "collective_bandwidth",
-        "device_memory"}},
+        "device_memory", "extrapolate"}},
       {"report_only",
        "--report_only runs nothing",
        {"preset", "models", "strategies", "budgets", "out"}},
@@ -265,6 +265,7 @@ RunRecord RecordOf(const Request& r, const Machine& m) {
   if (r.predict) {
     record.emplace_back("device_memory",
                         r.device_memory.has_value() ? absl::StrCat(*r.device_memory) : "none");
+    record.emplace_back("extrapolate", r.extrapolate ? "true" : "false");
   }
   return record;
 }

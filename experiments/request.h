@@ -76,6 +76,8 @@ struct Request {
   StatesSetting states;
   // --predict: the card's memory the answer is for (--device_memory), if given.
   std::optional<int64_t> device_memory;
+  // --predict: bytes extrapolated from smaller sizes where they can be (--extrapolate).
+  bool extrapolate = true;
   // The ranks running, and this process's place among them: a launcher's environment's
   // (`launched`), or rank 0 of --nproc's, which starts the others and meets them in a folder
   // made in `temp_parent`; rank 0 of 1 for one process. The backend is ChooseBackend's. (What

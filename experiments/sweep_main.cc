@@ -2,7 +2,8 @@
 //     [--strategies=SPEC,...] [--device=auto|cpu|cuda] [--steps=N] [--warmup=N] [--threads=N]
 //     [--out=DIR] [--resume] [--memory_cap=BYTES|16GiB] [--budgets=SIZE,...] [--depths=4,8,16,32]
 //     [--link_bandwidth=25GB/s] [--predict [--states=replicated|zero1|zero2|zero3]
-//     [--world_size=N] [--collective_bandwidth=100GB/s] [--device_memory=24GiB]]
+//     [--world_size=N] [--collective_bandwidth=100GB/s] [--device_memory=24GiB]
+//     [--extrapolate=true|false]]
 //     [--amp] [--train_steps=N [--accumulate=K]] [--seed=N] [--time_limit_s=S] [--nproc=N]
 //     [--dist_backend=auto|gloo|nccl] [--explain] [--list] [--report_only]
 //
@@ -96,6 +97,10 @@ ABSL_FLAG(std::string, device_memory, "",
           "with --predict: the memory of the card the answer is for (e.g. 24GiB): each row says "
           "whether its total peak fits it with the allocator's margin, and every strategy that "
           "plans to a budget plans again to what the card leaves the step");
+ABSL_FLAG(bool, extrapolate, true,
+          "with --predict: each model's bytes extrapolated exactly from profiles at smaller "
+          "batches and sequences, checked on a held-out size, its times scaled from that size's; "
+          "where a model cannot be, or false, measured at full size");
 ABSL_FLAG(std::string, budgets, "",
           "peak budgets above the baseline (e.g. 8MiB,16MiB): every strategy that plans to a "
           "budget (optimal, uniform, revolve) also runs at each; the Pareto plot draws their "
@@ -283,7 +288,8 @@ absl::StatusOr<Request> ReadRequest(const ParsedCommandLine& parsed) {
   if (training.steps != 0) RETURN_IF_ERROR(ValidateTraining(training));
   r.explain = absl::GetFlag(FLAGS_explain);
   r.predict = absl::GetFlag(FLAGS_predict);
-  for (const char* flag : {"states", "world_size", "collective_bandwidth", "device_memory"}) {
+  for (const char* flag :
+       {"states", "world_size", "collective_bandwidth", "device_memory", "extrapolate"}) {
     if (parsed.given.count(flag) && !r.predict) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", flag, " describes the training --predict predicts for; accepted: --",
@@ -292,6 +298,7 @@ absl::StatusOr<Request> ReadRequest(const ParsedCommandLine& parsed) {
   }
   ASSIGN_OR_RETURN(r.device_memory,
                    ParseSize("device_memory", absl::GetFlag(FLAGS_device_memory), 1));
+  r.extrapolate = absl::GetFlag(FLAGS_extrapolate);
   ASSIGN_OR_RETURN(r.states.layout, ParseStateLayout(absl::GetFlag(FLAGS_states)));
   r.states.world_size = absl::GetFlag(FLAGS_world_size);
   ASSIGN_OR_RETURN(const int64_t collective_bytes_per_s,

@@ -67,6 +67,7 @@
 namespace ckpt {
 namespace {
 
+using testing::CheckCases;
 using testing::Run;
 using testing::StepUnder;
 
@@ -480,40 +481,6 @@ TEST(Conformance, TiedGradientsSumAsTheEngineSumsThem) {
     EXPECT_GE(std::abs(other->peak_bytes - measured), tied_bytes - tolerance)
         << "predicted the other way " << other->peak_bytes << ", measured " << measured;
   }
-}
-
-// rc::check with `cases` successes instead of the configured count (RC_PARAMS's max_success,
-// 100): for a property whose every case costs many steps, kept within its shard's time.
-// RapidCheck runs a failing case again to print it, so a failure that does not repeat prints
-// as "no exceptions thrown" (an H100 saw one): the first failure's message is printed too.
-template <typename Testable>
-bool CheckCases(const std::string& description, int cases, Testable&& testable) {
-  rc::detail::TestParams params = rc::detail::configuration().testParams;
-  params.maxSuccess = std::min(params.maxSuccess, cases);
-  rc::detail::TestMetadata metadata;
-  metadata.id = metadata.description = description;
-  std::cerr << "\n- " << description << "\n";
-  std::string first_failure;
-  auto keeping_first_failure = [&] {
-    try {
-      testable();
-    } catch (const rc::detail::CaseResult& result) {  // an RC_ASSERT
-      if (first_failure.empty()) first_failure = result.description;
-      throw;
-    } catch (const std::exception& e) {
-      if (first_failure.empty()) first_failure = e.what();
-      throw;
-    }
-  };
-  const rc::detail::TestResult result =
-      rc::detail::checkTestable(keeping_first_failure, metadata, params);
-  rc::detail::printResultMessage(result, std::cerr);
-  const bool passed = result.template is<rc::detail::SuccessResult>();
-  if (!passed && !first_failure.empty()) {
-    std::cerr << "\nThe first failure seen:\n" << first_failure;
-  }
-  std::cerr << "\n";
-  return passed;
 }
 
 // 30 cases a model, fewer than the float32 properties' 100: each case runs every strategy.

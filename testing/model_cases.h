@@ -5,6 +5,7 @@
 // step of a model under a strategy or a plan.
 #pragma once
 
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,6 +37,40 @@ rc::Gen<std::string> SmallModelSpec(const std::string& model, bool dropout = tru
 // One fixed small spec of `model` (every size at its generator's lower bound plus one, where
 // the range allows): for tests that need some instance of every model, not many.
 std::string FixedSmallSpec(const std::string& model);
+
+// rc::check with `cases` successes instead of the configured count (RC_PARAMS's max_success,
+// 100): for a property whose every case costs many steps, kept within its shard's time.
+// RapidCheck runs a failing case again to print it, so a failure that does not repeat prints
+// as "no exceptions thrown" (an H100 saw one): the first failure's message is printed too.
+template <typename Testable>
+bool CheckCases(const std::string& description, int cases, Testable&& testable) {
+  rc::detail::TestParams params = rc::detail::configuration().testParams;
+  params.maxSuccess = std::min(params.maxSuccess, cases);
+  rc::detail::TestMetadata metadata;
+  metadata.id = metadata.description = description;
+  std::cerr << "\n- " << description << "\n";
+  std::string first_failure;
+  auto keeping_first_failure = [&] {
+    try {
+      testable();
+    } catch (const rc::detail::CaseResult& result) {  // an RC_ASSERT
+      if (first_failure.empty()) first_failure = result.description;
+      throw;
+    } catch (const std::exception& e) {
+      if (first_failure.empty()) first_failure = e.what();
+      throw;
+    }
+  };
+  const rc::detail::TestResult result =
+      rc::detail::checkTestable(keeping_first_failure, metadata, params);
+  rc::detail::printResultMessage(result, std::cerr);
+  const bool passed = result.template is<rc::detail::SuccessResult>();
+  if (!passed && !first_failure.empty()) {
+    std::cerr << "\nThe first failure seen:\n" << first_failure;
+  }
+  std::cerr << "\n";
+  return passed;
+}
 
 // A spec of registered strategy `id` with generated parameters, from its declared ParamDefs:
 // integers near their minimum (or auto), any choice, byte sizes of the budget grammar.

@@ -198,6 +198,8 @@ check_bad "--states describes the training --predict predicts for; accepted: --s
   --states=zero3
 check_bad "--device_memory describes the training --predict predicts for; accepted: --device_memory with --predict" \
   --device_memory=24GiB
+check_bad "--extrapolate describes the training --predict predicts for; accepted: --extrapolate with --predict" \
+  --extrapolate=false
 check_bad "--device_memory=0 is not accepted; accepted: a size of at least 1 bytes" --predict --device_memory=0
 check_bad "--device_memory=" --predict --device_memory=lots
 check_bad "--states=zero4 is not accepted; accepted: replicated, zero1, zero2, zero3" --predict --states=zero4

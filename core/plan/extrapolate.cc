@@ -309,6 +309,13 @@ absl::StatusOr<ModelProfile> Extrapolate(const std::vector<ScaleAxis>& axes,
   const double loss_ratio = Ratio(loss_input_target, loss_input_sample);
   out.loss.forward_ms *= loss_ratio;
   out.loss.backward_ms *= loss_ratio;
+  std::vector<std::string> described;
+  for (const ScaleAxis& axis : axes) {
+    described.push_back(absl::StrCat(axis.param, "=", axis.first, "..",
+                                     axis.first + (axis.degree + 1) * axis.step, " in steps of ",
+                                     axis.step));
+  }
+  out.extrapolated = absl::StrJoin(described, ", ");
   out.model = std::move(model);
   out.stages = std::move(stages);
   return out;

@@ -145,6 +145,10 @@ struct ModelProfile {
   int64_t param_bytes = 0;          // bytes of the model's parameters
   int64_t param_element_bytes = 4;  // bytes of one element of a parameter (the largest kind)
   bool timed = false;               // whether the times were measured (or are zeros)
+  // Where the bytes were extrapolated from samples at smaller sizes (core/plan/extrapolate.h),
+  // the samples ("seq=8..20 in steps of 4"), and the times scaled, not measured; empty where the
+  // profile was measured at its own size.
+  std::string extrapolated;
   // The autocast dtype the stages and the loss ran under ("BFloat16", "Half"), empty for none
   // (ProfileOptions::autocast). Steps it predicts must run under the same.
   std::string autocast;

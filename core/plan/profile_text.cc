@@ -362,6 +362,7 @@ void WalkProfile(Io& io, ModelProfile& p) {
   Words(io, "model", p.model);
   Flag(io, "timed", p.timed);
   Words(io, "autocast", p.autocast);
+  Words(io, "extrapolated", p.extrapolated);
   io.Name("menu_chunks");
   io.Int(p.menu_chunks, 1, kMaxIndex);
   io.Line();

@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
+#include "core/plan/extrapolate.h"
 #include "core/plan/profile_text.h"
 #include "core/plan/spec.h"
 #include "core/plan/strategy.h"
@@ -136,6 +137,34 @@ absl::StatusOr<const ModelProfile*> Workload::Profile(MemoryMeter& meter) {
     profile_ = std::make_unique<ModelProfile>(std::move(profile));
   }
   return profile_.get();
+}
+
+absl::Status Workload::Extrapolate(MemoryMeter& meter) {
+  const std::vector<ScaleAxis> axes =
+      ScaleAxes(bound_.params(), bound_.values(), options_.profile.chunks);
+  if (axes.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat(bound_.spec(), " declares no size large enough to extrapolate along"));
+  }
+  const std::vector<std::vector<int64_t>> points = SamplePoints(axes);
+  std::vector<ProfileSample> samples(points.size());
+  for (size_t s = 0; s < points.size(); ++s) {
+    BoundModel sample = bound_;
+    for (size_t a = 0; a < axes.size(); ++a) {
+      ASSIGN_OR_RETURN(sample, sample.With(axes[a].param, absl::StrCat(points[s][a])));
+    }
+    WorkloadOptions options = options_;
+    options.profile.progress = nullptr;
+    options.profile.timed = options_.profile.timed && s + 1 == points.size();
+    options.profile.peaks = &samples[s].peaks;
+    ASSIGN_OR_RETURN(Workload workload, Build(sample, options));
+    ASSIGN_OR_RETURN(const ModelProfile* profile, workload.Profile(meter));
+    samples[s].profile = *profile;
+  }
+  ASSIGN_OR_RETURN(const std::vector<StageInfo> stages, RunTorch([&] { return model_->Stages(); }));
+  ASSIGN_OR_RETURN(ModelProfile profile, ckpt::Extrapolate(axes, samples, model_->spec(), stages));
+  profile_ = std::make_unique<ModelProfile>(std::move(profile));
+  return absl::OkStatus();
 }
 
 absl::Status Workload::AdoptProfile(ModelProfile profile) {

@@ -70,6 +70,13 @@ class Workload {
 
   // The model's profile, measured on first call (under the meter's cap in force) and kept.
   absl::StatusOr<const ModelProfile*> Profile(MemoryMeter& meter);
+  // Makes the profile Profile returns from samples at smaller sizes instead
+  // (core/plan/extrapolate.h): the model at each sample's sizes built and profiled as the options
+  // say, traced (the held-out sample alone timed, where the options time), and the samples
+  // extrapolated to this model's sizes. NotFound where the model declares no size large enough
+  // to extrapolate along; Extrapolate's FailedPrecondition where the samples do not extrapolate
+  // (measure with Profile then); the meter's Unimplemented where it keeps no peak candidates.
+  absl::Status Extrapolate(MemoryMeter& meter);
   // Takes `profile` (measured by an earlier run: experiments/kept_profiles.h) as the one Profile
   // returns, in place of measuring. InvalidArgument when it is of another model spec, or its
   // stages are not the model's as built (the model's code declares them otherwise now).
