@@ -66,8 +66,7 @@ absl::StatusOr<const ModelProfile*> ProfileOf(const LoopOptions& loop, Workload&
     if (!absl::IsNotFound(extrapolated) && !absl::IsFailedPrecondition(extrapolated)) {
       return extrapolated;
     }
-    progress.Line(absl::StrCat(spec, ": not extrapolated (", extrapolated.message(),
-                               "); measuring at full size"));
+    progress.Line(absl::StrCat(spec, ": ", extrapolated.message(), "; measuring at full size"));
   }
   return workload.Profile(meter);
 }

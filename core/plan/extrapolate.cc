@@ -164,8 +164,8 @@ std::vector<ScaleAxis> ScaleAxes(const std::vector<ParamDef>& defs, const ParamV
     axis.step = def.scale_unit * std::max(chunks, 1);
     axis.target = values.Int(def.key);
     if (axis.target % def.scale_unit != 0) continue;  // off the unit: not a polynomial there
-    axis.first = axis.target % axis.step + axis.step;
-    if (axis.first < 2 * axis.step) axis.first += axis.step;
+    axis.first = axis.target % axis.step;
+    while (axis.first < 4 * axis.step) axis.first += axis.step;
     if (axis.first + (axis.degree + 1) * axis.step >= axis.target) continue;
     axes.push_back(axis);
   }
@@ -208,10 +208,6 @@ absl::StatusOr<ModelProfile> Extrapolate(const std::vector<ScaleAxis>& axes,
   for (size_t s = 0; s < samples.size(); ++s) {
     std::string shape;
     counts.push_back(CountsOf(copies[s], shape));
-    for (const auto& [key, candidates] : samples[s].peaks) {
-      absl::StrAppend(&shape, key.stage, ":", key.measurement, ":", static_cast<int>(key.transient),
-                      "x", candidates.size(), ";");
-    }
     if (s == 0) {
       first_shape = shape;
     } else if (shape != first_shape) {
@@ -224,6 +220,25 @@ absl::StatusOr<ModelProfile> Extrapolate(const std::vector<ScaleAxis>& axes,
           "the profiles at ", PointText(axes, points[0]), " and ", PointText(axes, points[s]),
           " differ in what they measured, not only in bytes (near '", context,
           "'); not extrapolated"));
+    }
+    // Each transient's window made as many allocations at every sample.
+    for (const Count& count : counts.front()) {
+      if (!count.peak.has_value()) continue;
+      const auto first = samples.front().peaks.find(*count.peak);
+      const auto here = samples[s].peaks.find(*count.peak);
+      const size_t n = first == samples.front().peaks.end() ? 0 : first->second.size();
+      const size_t m = here == samples[s].peaks.end() ? 0 : here->second.size();
+      if (n != m) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(count.where, ": its window made ", n, " allocations at ",
+                         PointText(axes, points[0]), " and ", m, " at ", PointText(axes, points[s]),
+                         " (a kernel that allocates by size); not extrapolated"));
+      }
+    }
+    if (samples[s].peaks.size() != samples.front().peaks.size()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the profiles at ", PointText(axes, points[0]), " and ", PointText(axes, points[s]),
+          " traced different transients; not extrapolated"));
     }
   }
   const ModelProfile& sample = held_out.profile;
