@@ -107,7 +107,8 @@ void PredictQuestion(benchmark::State& state, const SweepOptions& options, const
     std::ostringstream progress;
     ASSIGN_OR_RETURN(
         const std::vector<Prediction> rows,
-        Predict(asked, StatesSetting{}, std::nullopt, /*extrapolate=*/true, *meter, progress));
+        Predict(asked, PredictSetting{StatesSetting{}, std::nullopt, /*extrapolate=*/true}, *meter,
+                progress));
     profiled = progress.str().find("not measured again") == std::string::npos;
     return absl::OkStatus();
   };

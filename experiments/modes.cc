@@ -329,7 +329,9 @@ absl::Status PredictAll(const Request& request, const Machine& machine) {
   KeptProfiles kept = OpenKeptProfiles(folder, options);
   options.kept = &kept;
   ASSIGN_OR_RETURN(const std::vector<Prediction> rows,
-                   Predict(options, request.states, request.device_memory, request.extrapolate,
+                   Predict(options,
+                           PredictSetting{request.states, request.device_memory,
+                                          request.extrapolate, request.device_model},
                            *machine.meter, std::cerr));
   RETURN_IF_ERROR(WriteFileAtomically(folder.Path("predict.csv"), PredictionCsv(rows)));
   RETURN_IF_ERROR(WriteFileAtomically(

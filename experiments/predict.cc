@@ -97,17 +97,24 @@ double AllocatorMargin(absl::string_view model_spec) {
 }
 
 absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
-                                                const StatesSetting& states,
-                                                std::optional<int64_t> device_memory,
-                                                bool extrapolate, MemoryMeter& meter,
+                                                const PredictSetting& setting, MemoryMeter& meter,
                                                 std::ostream& progress_out) {
+  const StatesSetting& states = setting.states;
+  const std::optional<int64_t>& device_memory = setting.device_memory;
   RETURN_IF_ERROR(ValidateStatesSetting(states));
+  // The profile with the device model's times where one is asked for.
+  auto priced = [&](ModelProfile profile) -> absl::StatusOr<ModelProfile> {
+    if (setting.device_model != nullptr) {
+      RETURN_IF_ERROR(PriceProfile(*setting.device_model, profile));
+    }
+    return profile;
+  };
   LoopOptions loop(WorkloadOptionsFor(options));
   // The shallow copy is built and profiled; the strategies plan for one rank of the full model.
   loop.prepare = false;
   loop.stand_in = ShallowModel;
   loop.kept = options.kept;
-  loop.extrapolate = extrapolate;
+  loop.extrapolate = setting.extrapolate;
   // The model in hand's full profile, expanded once, and each of its stages' counterpart in the
   // shallow copy: what planned_on made, read by the model's rows.
   ModelProfile full;
@@ -118,7 +125,7 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
     absl::StatusOr<ModelProfile> expanded =
         ExpandProfile(measured, model.spec(), model.Stages(), &counterparts);
     if (!expanded.ok()) return expanded.status();
-    full = *std::move(expanded);
+    ASSIGN_OR_RETURN(full, priced(*std::move(expanded)));
     return RankProfile(full, states);
   };
   Progress progress(progress_out,
@@ -146,6 +153,7 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
           p.model = model;
           p.profiled = m.built.empty() ? model : m.built;
           p.extrapolated = full.extrapolated;
+          if (setting.device_model != nullptr) p.device_model = setting.device_model->name;
           p.states = StateLayoutName(states.layout);
           p.world_size = states.world_size;
           p.autocast = options.autocast ? c10::toString(*options.autocast) : "";
@@ -167,6 +175,7 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
                 plan.ok() ? ProfileForPlan(*m.workload, shallow, full, counterparts, *plan, meter,
                                            options.device)
                           : absl::StatusOr<ModelProfile>(plan.status());
+            if (with_policies.ok()) with_policies = priced(*std::move(with_policies));
             absl::StatusOr<ModelProfile> profile =
                 with_policies.ok() ? RankProfile(*with_policies, states) : with_policies.status();
             absl::StatusOr<MemoryPrediction> memory =
@@ -255,8 +264,17 @@ std::string ModelHeading(const Prediction& p) {
       p.autocast.empty() ? "" : absl::StrCat(", under ", p.autocast, " autocast"), ". ");
   if (!p.extrapolated.empty()) {
     absl::StrAppend(&out, "Its bytes were extrapolated exactly from profiles at ", p.extrapolated,
-                    " (every count checked on the last of them); its step times are that "
-                    "size's, scaled by each stage's matrix-product FLOPs, an estimate. ");
+                    " (every count checked on the last of them)",
+                    p.device_model.empty() ? "; its step times are that size's, scaled by each "
+                                             "stage's matrix-product FLOPs, an estimate. "
+                                           : ". ");
+  }
+  if (!p.device_model.empty()) {
+    const absl::StatusOr<const DeviceModel*> device = FindDeviceModel(p.device_model);
+    absl::StrAppend(&out, "Step times are priced on the ", p.device_model, " model (",
+                    device.ok() ? (*device)->described : p.device_model,
+                    ") from the work each stage's operators did, counted exactly: ",
+                    device.ok() ? (*device)->calibrated : "", ". ");
   }
   const std::string rank =
       p.world_size > 1 ? absl::StrCat("One rank of ", p.world_size, ", ", p.states, " state: ")
@@ -336,8 +354,11 @@ std::string FitSummary(const std::vector<Prediction>& rows) {
       absl::StrAppend(&out, "**fits** in ", card, " with ", fastest->strategy, ", ",
                       Gib(fastest->total_peak_bytes), " GiB",
                       store_all != nullptr && store_all->step_ms > 0
-                          ? absl::StrFormat(", at %.2fx store_all's step (this device's times)",
-                                            fastest->step_ms / store_all->step_ms)
+                          ? absl::StrFormat(", at %.2fx store_all's step (%s)",
+                                            fastest->step_ms / store_all->step_ms,
+                                            fastest->device_model.empty()
+                                                ? "this machine's times"
+                                                : fastest->device_model + "'s modelled times")
                           : std::string(),
                       ".\n");
     } else if (least != nullptr) {
@@ -470,7 +491,7 @@ std::string PredictionCsv(const std::vector<Prediction>& rows) {
       "collectives_timed,"
       "parameter_bytes,gradient_bytes,optimizer_bytes,batch_bytes,largest_gather_bytes,"
       "predicted_activation_bytes,predicted_step_peak_bytes,predicted_total_peak_bytes,"
-      "predicted_step_ms,fits,plan,message,extrapolated_from\n";
+      "predicted_step_ms,fits,plan,message,extrapolated_from,device_model\n";
   for (const Prediction& p : rows) {
     // Empty where unknown, as in results.csv: the state's sizes where the model could not be
     // profiled, the predictions where the row is not ok.
@@ -488,7 +509,8 @@ std::string PredictionCsv(const std::vector<Prediction>& rows) {
                     ",", cell(ok, p.activation_bytes), ",", cell(ok, p.step_peak_bytes), ",",
                     cell(ok, p.total_peak_bytes), ",", ok ? absl::StrFormat("%.3f", p.step_ms) : "",
                     ",", p.Fits().has_value() ? (*p.Fits() ? "true" : "false") : "", ",",
-                    CsvField(p.plan), ",", CsvField(p.error), ",", CsvField(p.extrapolated), "\n");
+                    CsvField(p.plan), ",", CsvField(p.error), ",", CsvField(p.extrapolated), ",",
+                    p.device_model.empty() ? "none" : p.device_model, "\n");
   }
   return out;
 }

@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/plan/device_model.h"
 #include "core/plan/states.h"
 #include "core/run/memory_meter.h"
 #include "experiments/presets.h"
@@ -34,6 +35,9 @@ namespace ckpt {
 struct Prediction {
   std::string model;     // the full model's canonical spec
   std::string profiled;  // the spec that was built and profiled
+  // The device model whose prices the times are (PredictSetting::device_model), empty for
+  // this machine's times.
+  std::string device_model;
   // Where its bytes were extrapolated from smaller sizes, the samples (ModelProfile::extrapolated:
   // its times then scaled, not measured); empty where measured at its own size.
   std::string extrapolated;
@@ -83,20 +87,30 @@ double AllocatorMargin(absl::string_view model_spec);
 // stages; `model` itself otherwise.
 absl::StatusOr<BoundModel> ShallowModel(const BoundModel& model);
 
+// What a prediction is for, besides the models and strategies: the state's layout across
+// ranks, the card's memory, whether bytes are extrapolated and whose times the step takes.
+struct PredictSetting {
+  StatesSetting states;
+  // A card's bytes: each row says whether it fits (Prediction::fits), and every strategy that
+  // plans to a budget plans again, in a row after the model's others, to what the card leaves
+  // the step: its bytes over the margin, less the parameters, AdamW's moments and the batch.
+  std::optional<int64_t> device_memory;
+  // Each shallow copy's bytes extrapolated from samples at smaller sizes where it declares sizes
+  // to extrapolate along and the samples agree (Workload::Extrapolate; the report says which),
+  // else measured.
+  bool extrapolate = false;
+  // Where set, the times are this device model's prices of the profile's work
+  // (core/plan/device_model.h), and the planners plan with them; else this machine's.
+  const DeviceModel* device_model = nullptr;
+};
+
 // A prediction per model and strategy of `options` (store_all first) for one rank of
-// `states`, profiling each model's shallow spec once on options.device (under options.autocast),
-// or planning from the profile options.kept holds for it, where it keeps what it measured.
-// With `device_memory` (a card's bytes), each row says whether it fits (Prediction::fits), and
-// every strategy that plans to a budget plans again, in a row after the model's others, to what
-// the card leaves the step: its bytes over the margin, less the parameters, AdamW's moments and
-// the batch. With `extrapolate`, each shallow copy's bytes are extrapolated from samples at
-// smaller sizes where it declares sizes to extrapolate along and the samples agree
-// (Workload::Extrapolate; the report says which), else measured. Progress lines go to `progress`.
-// Errors of building and profiling end it; a strategy that cannot plan is a row with its error.
+// `setting.states`, profiling each model's shallow spec once on options.device (under
+// options.autocast), or planning from the profile options.kept holds for it, where it keeps
+// what it measured. Progress lines go to `progress`. Errors of building and profiling end it; a
+// strategy that cannot plan is a row with its error.
 absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
-                                                const StatesSetting& states,
-                                                std::optional<int64_t> device_memory,
-                                                bool extrapolate, MemoryMeter& meter,
+                                                const PredictSetting& setting, MemoryMeter& meter,
                                                 std::ostream& progress);
 
 // The predictions as a table for a reader (Markdown), per model, in MiB and GiB; with

@@ -38,7 +38,7 @@ const std::vector<Mode>& ModesThatDoLess() {
        "--predict runs no step",
        {"preset", "models", "strategies", "budgets", "link_bandwidth", "device", "seed", "threads",
         "blas_threads", "out", "amp", "states", "world_size", "collective_bandwidth",
-        "device_memory", "extrapolate"}},
+        "device_memory", "extrapolate", "device_model"}},
       {"report_only",
        "--report_only runs nothing",
        {"preset", "models", "strategies", "budgets", "out"}},
@@ -266,6 +266,7 @@ RunRecord RecordOf(const Request& r, const Machine& m) {
     record.emplace_back("device_memory",
                         r.device_memory.has_value() ? absl::StrCat(*r.device_memory) : "none");
     record.emplace_back("extrapolate", r.extrapolate ? "true" : "false");
+    record.emplace_back("device_model", r.device_model != nullptr ? r.device_model->name : "none");
   }
   return record;
 }

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/dist/data_parallel.h"
+#include "core/plan/device_model.h"
 #include "core/plan/states.h"
 #include "core/run/device.h"
 #include "core/run/memory_meter.h"
@@ -78,6 +79,9 @@ struct Request {
   std::optional<int64_t> device_memory;
   // --predict: bytes extrapolated from smaller sizes where they can be (--extrapolate).
   bool extrapolate = true;
+  // --predict: the device model whose times the step takes (--device_model), or none: this
+  // machine's.
+  const DeviceModel* device_model = nullptr;
   // The ranks running, and this process's place among them: a launcher's environment's
   // (`launched`), or rank 0 of --nproc's, which starts the others and meets them in a folder
   // made in `temp_parent`; rank 0 of 1 for one process. The backend is ChooseBackend's. (What

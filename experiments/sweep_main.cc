@@ -3,7 +3,7 @@
 //     [--out=DIR] [--resume] [--memory_cap=BYTES|16GiB] [--budgets=SIZE,...] [--depths=4,8,16,32]
 //     [--link_bandwidth=25GB/s] [--predict [--states=replicated|zero1|zero2|zero3]
 //     [--world_size=N] [--collective_bandwidth=100GB/s] [--device_memory=24GiB]
-//     [--extrapolate=true|false]]
+//     [--extrapolate=true|false] [--device_model=h100|a100|l4]]
 //     [--amp] [--train_steps=N [--accumulate=K]] [--seed=N] [--time_limit_s=S] [--nproc=N]
 //     [--dist_backend=auto|gloo|nccl] [--explain] [--list] [--report_only]
 //
@@ -97,6 +97,10 @@ ABSL_FLAG(std::string, device_memory, "",
           "with --predict: the memory of the card the answer is for (e.g. 24GiB): each row says "
           "whether its total peak fits it with the allocator's margin, and every strategy that "
           "plans to a budget plans again to what the card leaves the step");
+ABSL_FLAG(std::string, device_model, "",
+          "with --predict: the card whose times the answer gives (h100, a100, l4): each stage's "
+          "counted work priced on its model, and the planners plan with those times; not given, "
+          "this machine's times");
 ABSL_FLAG(bool, extrapolate, true,
           "with --predict: each model's bytes extrapolated exactly from profiles at smaller "
           "batches and sequences, checked on a held-out size, its times scaled from that size's; "
@@ -288,8 +292,8 @@ absl::StatusOr<Request> ReadRequest(const ParsedCommandLine& parsed) {
   if (training.steps != 0) RETURN_IF_ERROR(ValidateTraining(training));
   r.explain = absl::GetFlag(FLAGS_explain);
   r.predict = absl::GetFlag(FLAGS_predict);
-  for (const char* flag :
-       {"states", "world_size", "collective_bandwidth", "device_memory", "extrapolate"}) {
+  for (const char* flag : {"states", "world_size", "collective_bandwidth", "device_memory",
+                           "extrapolate", "device_model"}) {
     if (parsed.given.count(flag) && !r.predict) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", flag, " describes the training --predict predicts for; accepted: --",
@@ -299,6 +303,9 @@ absl::StatusOr<Request> ReadRequest(const ParsedCommandLine& parsed) {
   ASSIGN_OR_RETURN(r.device_memory,
                    ParseSize("device_memory", absl::GetFlag(FLAGS_device_memory), 1));
   r.extrapolate = absl::GetFlag(FLAGS_extrapolate);
+  if (const std::string name = absl::GetFlag(FLAGS_device_model); !name.empty()) {
+    ASSIGN_OR_RETURN(r.device_model, FindDeviceModel(name));
+  }
   ASSIGN_OR_RETURN(r.states.layout, ParseStateLayout(absl::GetFlag(FLAGS_states)));
   r.states.world_size = absl::GetFlag(FLAGS_world_size);
   ASSIGN_OR_RETURN(const int64_t collective_bytes_per_s,

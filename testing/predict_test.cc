@@ -51,7 +51,7 @@ TEST(Predict, ShallowProfilesPredictTheFullModelExactly) {
     options.strategies = BindStrategies(DefaultStrategies()).value();
     std::ostringstream progress;
     absl::StatusOr<std::vector<Prediction>> rows =
-        Predict(options, StatesSetting{}, std::nullopt, /*extrapolate=*/false, Cpu(), progress);
+        Predict(options, PredictSetting{StatesSetting{}, std::nullopt}, Cpu(), progress);
     ASSERT_TRUE(rows.ok()) << rows.status();
     ASSERT_EQ(rows->size(), options.strategies.size());
     EXPECT_EQ(rows->front().profiled, ShallowModel(deep->front())->spec());
@@ -107,7 +107,7 @@ TEST(Predict, ADeviceMemoryAnswersWhetherEachPlanFits) {
   options.strategies = BindStrategies({"store_all", "recompute_all", "optimal"}).value();
   std::ostringstream progress;
   absl::StatusOr<std::vector<Prediction>> plain =
-      Predict(options, StatesSetting{}, std::nullopt, /*extrapolate=*/false, Cpu(), progress);
+      Predict(options, PredictSetting{StatesSetting{}, std::nullopt}, Cpu(), progress);
   ASSERT_TRUE(plain.ok()) << plain.status();
   ASSERT_EQ(plain->size(), 3u);
   for (const Prediction& row : *plain) EXPECT_FALSE(row.Fits().has_value());
@@ -120,7 +120,7 @@ TEST(Predict, ADeviceMemoryAnswersWhetherEachPlanFits) {
   const int64_t usable = (recompute_all.total_peak_bytes + store_all.total_peak_bytes) / 2;
   const int64_t card = static_cast<int64_t>(usable * margin);
   absl::StatusOr<std::vector<Prediction>> rows =
-      Predict(options, StatesSetting{}, card, /*extrapolate=*/false, Cpu(), progress);
+      Predict(options, PredictSetting{StatesSetting{}, card}, Cpu(), progress);
   ASSERT_TRUE(rows.ok()) << rows.status();
   ASSERT_EQ(rows->size(), 4u);  // the three, then optimal at what the card leaves
   for (const Prediction& row : *rows) {
@@ -139,7 +139,7 @@ TEST(Predict, ADeviceMemoryAnswersWhetherEachPlanFits) {
   EXPECT_EQ(table.rfind("- " + options.models.front().spec() + ": **fits** in ", 0), 0u) << table;
 
   absl::StatusOr<std::vector<Prediction>> tiny =
-      Predict(options, StatesSetting{}, int64_t{1}, /*extrapolate=*/false, Cpu(), progress);
+      Predict(options, PredictSetting{StatesSetting{}, int64_t{1}}, Cpu(), progress);
   ASSERT_TRUE(tiny.ok()) << tiny.status();
   ASSERT_EQ(tiny->size(), 4u);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ((*tiny)[i].Fits(), false);
@@ -169,7 +169,7 @@ TEST(KeptProfiles, ASecondPredictionPlansFromTheFirstsProfile) {
     options.kept = &kept;
     std::ostringstream progress;
     absl::StatusOr<std::vector<Prediction>> rows =
-        Predict(options, StatesSetting{}, std::nullopt, /*extrapolate=*/false, Cpu(), progress);
+        Predict(options, PredictSetting{StatesSetting{}, std::nullopt}, Cpu(), progress);
     options.kept = nullptr;
     progress_text = progress.str();
     EXPECT_TRUE(rows.ok()) << rows.status();

@@ -29,8 +29,9 @@ namespace {
 using ::ckpt::testing::GeneratedProfile;
 
 // A generated profile with what real ones hold besides: names and keys of any bytes, operators
-// autocast left in float32, storages shared between a stage's input and output, sharded
-// gradients, gradients summed in place, times of any magnitude.
+// autocast left in float32, counted work, the samples it was extrapolated from, storages shared
+// between a stage's input and output, sharded gradients, gradients summed in place, times of any
+// magnitude.
 rc::Gen<ModelProfile> RichProfile() {
   return rc::gen::exec([] {
     ModelProfile p = *GeneratedProfile(30);
@@ -39,6 +40,8 @@ rc::Gen<ModelProfile> RichProfile() {
     p.input_storage_bytes = {p.input_bytes / 2, p.input_bytes - p.input_bytes / 2};
     p.loss.kept_inputs = {0};
     p.loss.backward_net_bytes = -*rc::gen::inRange<int64_t>(0, 1 << 20);
+    p.loss.backward_work.matmul_flops = *rc::gen::inRange<int64_t>(0, int64_t{1} << 50);
+    p.extrapolated = *rc::gen::element<std::string>("", "seq=16..28 in steps of 4");
     for (size_t i = 0; i < p.stages.size(); ++i) {
       StageInfo& stage = p.stages[i];
       if (*rc::gen::arbitrary<bool>()) stage.name = *rc::gen::arbitrary<std::string>();
@@ -48,6 +51,11 @@ rc::Gen<ModelProfile> RichProfile() {
         s.outputs = {BoundaryStorage{s.output_bytes, -1}, BoundaryStorage{0, 0}};
         s.param_grad_sums_in_place.assign(s.param_grads.size(), *rc::gen::arbitrary<bool>());
         if (!p.autocast.empty()) s.float32_ops = {"layer_norm", *rc::gen::arbitrary<std::string>()};
+        for (OpWork* w : {&s.forward_work, &s.nograd_work, &s.backward_work}) {
+          w->matmul_flops = *rc::gen::inRange<int64_t>(0, int64_t{1} << 50);
+          w->bytes = *rc::gen::inRange<int64_t>(0, int64_t{1} << 40);
+          w->ops = *rc::gen::inRange<int64_t>(0, 5000);
+        }
       }
     }
     if (*rc::gen::arbitrary<bool>()) p.kept_gradient_bytes[0] = 4096;

@@ -17,6 +17,15 @@ source "$(dirname "$0")/sweep_cli_lib.sh"
 grep -q "Profiled as gpt2:.*depth=2" "$tmp/predict/predict.md" || fail "predict.md: $(cat "$tmp/predict/predict.md")"
 grep -q "uniform" "$tmp/predict.stdout" || fail "--predict printed no table"
 [[ ! -e "$tmp/predict/results.csv" ]] || fail "--predict wrote results.csv"
+# Extrapolated and priced on a card: a sequence past its samples (16 to 28) extrapolated, the
+# rows' times the h100 model's, both said in predict.md and predict.csv's last two columns.
+"${sweep[@]}" --predict --models=gpt2:depth=4:hidden=8:heads=2:seq=40:batch=1:vocab=16:context=40 \
+  --strategies=store_all,uniform --device_model=h100 --out="$tmp/predict-h100" >/dev/null \
+  2>&1 || fail "--predict --device_model=h100 exited $?"
+[[ $(tail -n +2 "$tmp/predict-h100/predict.csv" | grep -c ',seq=16..28 in steps of 4,h100$') -eq 2 ]] ||
+  fail "--device_model's rows: $(cat "$tmp/predict-h100/predict.csv")"
+grep -q "priced on the h100 model" "$tmp/predict-h100/predict.md" ||
+  fail "predict.md does not name the device model: $(cat "$tmp/predict-h100/predict.md")"
 # The same for one of 4 ranks sharding everything, under autocast: the rows say so, and the
 # rank's parameters are a quarter of the one process's (each parameter's numel divides by 4).
 "${sweep[@]}" --predict --models=gpt2:depth=6:hidden=8:heads=2:seq=4:batch=1:vocab=16:context=4 \
@@ -200,6 +209,9 @@ check_bad "--device_memory describes the training --predict predicts for; accept
   --device_memory=24GiB
 check_bad "--extrapolate describes the training --predict predicts for; accepted: --extrapolate with --predict" \
   --extrapolate=false
+check_bad "--device_model describes the training --predict predicts for; accepted: --device_model with --predict" \
+  --device_model=h100
+check_bad "--device_model=h9 is not accepted; accepted: h100, a100, l4" --predict --device_model=h9
 check_bad "--device_memory=0 is not accepted; accepted: a size of at least 1 bytes" --predict --device_memory=0
 check_bad "--device_memory=" --predict --device_memory=lots
 check_bad "--states=zero4 is not accepted; accepted: replicated, zero1, zero2, zero3" --predict --states=zero4

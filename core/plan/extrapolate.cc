@@ -20,6 +20,13 @@ struct Count {
   std::optional<PeakKey> peak;
 };
 
+template <typename Add>
+void AddWork(Add& add, OpWork& work, const std::string& what) {
+  add(work.matmul_flops, what + ": FLOPs");
+  add(work.bytes, what + ": bytes moved");
+  add(work.ops, what + ": operators");
+}
+
 // Every byte count of `p`, in a fixed order, and what must be alike between samples written out
 // in `shape`.
 std::vector<Count> CountsOf(ModelProfile& p, std::string& shape) {
@@ -68,6 +75,9 @@ std::vector<Count> CountsOf(ModelProfile& p, std::string& shape) {
       add(s.backward_held_transient_bytes, at + "backward transient, all held",
           peak(Transient::kBackwardHeld));
       add(s.rng_state_bytes, at + "RNG state");
+      AddWork(add, s.forward_work, at + "forward work");
+      AddWork(add, s.nograd_work, at + "no-grad forward work");
+      AddWork(add, s.backward_work, at + "backward work");
     }
   }
   LossProfile& l = p.loss;
@@ -78,6 +88,8 @@ std::vector<Count> CountsOf(ModelProfile& p, std::string& shape) {
       PeakKey{-1, 0, Transient::kLossBackward});
   add(l.backward_net_bytes, "the loss's backward net bytes");
   add(l.input_grad_bytes, "the loss's input gradient");
+  AddWork(add, l.forward_work, "the loss's forward work");
+  AddWork(add, l.backward_work, "the loss's backward work");
   return counts;
 }
 
@@ -264,7 +276,7 @@ absl::StatusOr<ModelProfile> Extrapolate(const std::vector<ScaleAxis>& axes,
     const std::optional<int64_t> there = AtSteps(axes, values, to_held_out);
     if (!there.has_value() || *there != measured) {
       return absl::FailedPreconditionError(
-          absl::StrCat(what, ": measured ", measured, " bytes at ", held_out_at, ", extrapolated ",
+          absl::StrCat(what, ": measured ", measured, " at ", held_out_at, ", extrapolated ",
                        there.has_value() ? absl::StrCat(*there) : std::string("past int64"),
                        " from the smaller samples; not extrapolated"));
     }

@@ -21,6 +21,16 @@
 
 namespace ckpt {
 
+// The work of one pass of a stage (or the loss), counted operator by operator as it ran: what a
+// device model prices (core/plan/device_model.h). Counts, so they extrapolate as bytes do.
+struct OpWork {
+  int64_t matmul_flops = 0;  // of matrix products and convolutions (2 per multiply-add)
+  // Bytes read and written by the operators the stage's code called (their tensor inputs and
+  // outputs; views none), matrix products included.
+  int64_t bytes = 0;
+  int64_t ops = 0;  // those operators, each a kernel's fixed cost
+};
+
 // One stage under one policy, as a planner needs it. Bytes are tensor bytes; times are
 // medians of repeated runs on the run's device.
 struct StageCosts {
@@ -107,6 +117,8 @@ struct StageProfile {
   // products) is absent; what it left in float32 is here, and what those save for backward is
   // float32 in the bytes above. Empty without autocast.
   std::vector<std::string> float32_ops;
+  // The work of its forward with a graph, without one, and of its backward.
+  OpWork forward_work, nograd_work, backward_work;
   StageCosts costs;  // the planner's view, with the measured times
 
   // `outputs`, or for a hand-made profile the one storage it implies.
@@ -129,6 +141,7 @@ struct LossProfile {
   int64_t input_grad_bytes = 0;
   double forward_ms = 0;
   double backward_ms = 0;
+  OpWork forward_work, backward_work;
 };
 
 struct ModelProfile {

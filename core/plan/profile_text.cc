@@ -19,6 +19,7 @@ constexpr char kMagic[] = "ckptlab-profiles";
 constexpr int64_t kMaxBytes = int64_t{1} << 44;
 constexpr double kMaxMs = 1e12;
 constexpr double kMaxFlops = 1e30;
+constexpr int64_t kMaxFlopCount = int64_t{1} << 62;
 constexpr double kMaxRate = 1e18;  // bytes per ms
 constexpr int64_t kMaxPolicies = 64;
 constexpr int64_t kMaxIndex = int64_t{1} << 30;  // storages, parameters, chunks
@@ -220,6 +221,13 @@ void Words(Io& io, absl::string_view name, std::string& value) {
   io.Text(value);
 }
 template <typename Io>
+void Work(Io& io, absl::string_view name, OpWork& work) {
+  io.Name(name);
+  io.Int(work.matmul_flops, 0, kMaxFlopCount);
+  io.Int(work.bytes, 0, kMaxBytes);
+  io.Int(work.ops, 0, kMaxBytes);
+}
+template <typename Io>
 void Indices(Io& io, absl::string_view name, std::vector<int>& indices) {
   io.Name(name);
   io.Size(indices, kMaxIndex);
@@ -336,6 +344,9 @@ void WalkMeasured(Io& io, const StageInfo& stage, StageProfile& p) {
   Bytes(io, "backward_held_transient_bytes", p.backward_held_transient_bytes);
   Bytes(io, "rng_state_bytes", p.rng_state_bytes);
   Texts(io, "float32_ops", p.float32_ops);
+  Work(io, "forward_work", p.forward_work);
+  Work(io, "nograd_work", p.nograd_work);
+  Work(io, "backward_work", p.backward_work);
   StageCosts& c = p.costs;
   Ms(io, "forward_ms", c.forward_ms);
   Ms(io, "nograd_forward_ms", c.nograd_forward_ms);
@@ -403,6 +414,8 @@ void WalkProfile(Io& io, ModelProfile& p) {
   Bytes(io, "loss.input_grad_bytes", loss.input_grad_bytes);
   Ms(io, "loss.forward_ms", loss.forward_ms);
   Ms(io, "loss.backward_ms", loss.backward_ms);
+  Work(io, "loss.forward_work", loss.forward_work);
+  Work(io, "loss.backward_work", loss.backward_work);
   io.Line();
   WalkStages(io, p.stages);
   if (Io::kReading) p.measured.resize(p.stages.size());

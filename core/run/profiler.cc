@@ -16,6 +16,7 @@
 #include "ATen/ops/ones_like.h"
 #include "ATen/ops/zeros.h"
 #include "ATen/record_function.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
@@ -298,6 +299,136 @@ class Float32OpsRecorder {
   }
   Float32OpsRecorder(const Float32OpsRecorder&) = delete;
   Float32OpsRecorder& operator=(const Float32OpsRecorder&) = delete;
+
+ private:
+  at::CallbackHandle handle_;
+};
+
+// The work of what this thread runs while a WorkRecorder lives (OpWork): FLOPs of the matrix
+// products and convolutions at any depth (what they call in turn is no product of these names),
+// and the bytes and count of the operators the code called (depth 1), views apart. Read from
+// inputs as an operator is entered: at its end the TorchScript interpreter's stack holds its
+// outputs in their place (as OpInputs says).
+thread_local OpWork* work_sink = nullptr;
+thread_local int work_depth = 0;
+
+int64_t Numel(const c10::IValue& v) { return v.isTensor() ? v.toTensor().numel() : 0; }
+int64_t Size(const c10::IValue& v, int64_t dim) {
+  if (!v.isTensor() || v.toTensor().dim() <= dim) return 0;
+  return v.toTensor().size(dim);
+}
+// Products per element of a convolution's output: a weight [out, in / groups, k...] at in[k].
+template <typename Values>  // the inputs RecordFunction hands over (their type varies by version)
+int64_t ProductsPerOutput(const Values& in, size_t k) {
+  if (in.size() <= k || !in[k].isTensor() || in[k].toTensor().dim() == 0) return 0;
+  const at::Tensor& w = in[k].toTensor();
+  return w.numel() / std::max<int64_t>(w.size(0), 1);
+}
+
+struct OpEntered : at::ObserverContext {
+  // The autograd engine's record of a node's backward ("autograd::engine::evaluate_function:
+  // MmBackward0"), around the operators the node calls: no operator, and no level of depth.
+  bool engine = false;
+  int depth = 0;
+  int64_t flops = 0;       // known on entry (a product, a convolution's backward per gradient)
+  int64_t per_output = 0;  // a convolution's: FLOPs are 2 x this x its output's elements
+  bool conv_backward = false;
+  std::unordered_set<const void*> storages;  // of its tensor inputs (depth 1)
+  int64_t bytes = 0;                         // of its tensor inputs (depth 1)
+};
+
+// The bytes of the tensors `value` holds (a tensor, or a list of them), and their storages.
+int64_t TensorBytes(const c10::IValue& value, std::unordered_set<const void*>* storages) {
+  std::vector<at::Tensor> tensors;
+  if (value.isTensor()) tensors.push_back(value.toTensor());
+  if (value.isTensorList()) tensors = value.toTensorVector();
+  int64_t bytes = 0;
+  for (const at::Tensor& t : tensors) {
+    if (!t.defined()) continue;
+    bytes += static_cast<int64_t>(t.nbytes());
+    if (storages != nullptr && t.has_storage())
+      storages->insert(t.storage().unsafeGetStorageImpl());
+  }
+  return bytes;
+}
+
+std::unique_ptr<at::ObserverContext> EnterWork(const at::RecordFunction& fn) {
+  absl::string_view name = fn.name();
+  if (absl::StartsWith(name, "autograd::engine::")) {
+    auto engine = std::make_unique<OpEntered>();
+    engine->engine = true;
+    return engine;
+  }
+  const int depth = ++work_depth;
+  if (work_sink == nullptr) return nullptr;
+  absl::ConsumePrefix(&name, "aten::");
+  const auto in = fn.inputs();
+  auto entered = std::make_unique<OpEntered>();
+  entered->depth = depth;
+  if (name == "mm" && in.size() >= 2) entered->flops = 2 * Numel(in[0]) * Size(in[1], 1);
+  if (name == "addmm" && in.size() >= 3) entered->flops = 2 * Numel(in[1]) * Size(in[2], 1);
+  if (name == "bmm" && in.size() >= 2) entered->flops = 2 * Numel(in[0]) * Size(in[1], 2);
+  if (name == "baddbmm" && in.size() >= 3) entered->flops = 2 * Numel(in[1]) * Size(in[2], 2);
+  if (name == "convolution") entered->per_output = ProductsPerOutput(in, 1);
+  if (name == "convolution_backward" && !in.empty()) {
+    // Each gradient it makes (the input's, the weight's) is as many products as the forward,
+    // whose output is the incoming gradient, in[0].
+    entered->flops = 2 * Numel(in[0]) * ProductsPerOutput(in, 2);
+    entered->conv_backward = true;
+  }
+  if (depth != 1) return entered;
+  for (const c10::IValue& value : in) entered->bytes += TensorBytes(value, &entered->storages);
+  return entered;
+}
+
+void LeaveWork(const at::RecordFunction& fn, at::ObserverContext* context) {
+  const auto* entered = static_cast<OpEntered*>(context);
+  if (entered != nullptr && entered->engine) return;
+  --work_depth;
+  if (work_sink == nullptr || entered == nullptr) return;
+  const auto& out = fn.outputs();
+  if (entered->conv_backward) {
+    for (size_t k = 0; k < 2 && k < out.size(); ++k) {
+      if (out[k].isTensor() && out[k].toTensor().defined())
+        work_sink->matmul_flops += entered->flops;
+    }
+  } else {
+    work_sink->matmul_flops += entered->flops;
+    if (entered->per_output > 0 && !out.empty()) {
+      work_sink->matmul_flops += 2 * Numel(out[0]) * entered->per_output;
+    }
+  }
+  if (entered->depth != 1) return;
+  absl::string_view name = fn.name();
+  int64_t written = 0;
+  bool view = !absl::EndsWith(name, "_");  // an in-place operator writes what it names
+  for (const c10::IValue& value : out) {
+    std::unordered_set<const void*> storages;
+    written += TensorBytes(value, &storages);
+    for (const void* s : storages) view = view && entered->storages.count(s) > 0;
+  }
+  if (view && written > 0) return;  // a view of an input: nothing moved
+  work_sink->bytes += entered->bytes + written;
+  ++work_sink->ops;
+}
+
+// Records, for its lifetime, the work this thread runs into `sink` (added to it).
+class WorkRecorder {
+ public:
+  explicit WorkRecorder(OpWork& sink)
+      : handle_(at::addThreadLocalCallback(at::RecordFunctionCallback(&EnterWork, &LeaveWork)
+                                               .needsInputs(true)
+                                               .needsOutputs(true)
+                                               .scopes({at::RecordScope::FUNCTION}))) {
+    work_sink = &sink;
+    work_depth = 0;
+  }
+  ~WorkRecorder() {
+    work_sink = nullptr;
+    at::removeCallback(handle_);
+  }
+  WorkRecorder(const WorkRecorder&) = delete;
+  WorkRecorder& operator=(const WorkRecorder&) = delete;
 
  private:
   at::CallbackHandle handle_;
@@ -756,7 +887,11 @@ class Profiler {
     {  // Without grad: the transient above input and output.
       at::NoGradGuard no_grad;
       meter_.ResetPeak();
-      std::vector<at::Tensor> out = Run(i, given, policy);
+      std::vector<at::Tensor> out;
+      {
+        const WorkRecorder work(p.nograd_work);
+        out = Run(i, given, policy);
+      }
       p.nograd_transient_bytes = PeakAbove(meter_.Stats().live_bytes, Transient::kNograd);
     }
     const std::vector<at::Tensor> own = StageParams(i);
@@ -765,7 +900,11 @@ class Profiler {
     const c10::intrusive_ptr<InputGradients> into = PrepareStageInputs(i, xs, leaves);
     const int64_t start = meter_.Stats().live_bytes;
     meter_.ResetPeak();
-    std::vector<at::Tensor> ys = Run(i, xs, policy);
+    std::vector<at::Tensor> ys;
+    {
+      const WorkRecorder work(p.forward_work);
+      ys = Run(i, xs, policy);
+    }
     const MemoryStats after = meter_.Stats();
     const Storages in(xs), out(ys);
     for (size_t k = 0; k < out.ids.size(); ++k) {
@@ -840,7 +979,8 @@ class Profiler {
         p.backward_input_output_held_transient_bytes =
             MeasureBackward(i, given, policy, Held::kInputsAndOutputs);
       }
-      p.backward_held_transient_bytes = MeasureBackward(i, given, policy, Held::kAll);
+      p.backward_held_transient_bytes =
+          MeasureBackward(i, given, policy, Held::kAll, &p.backward_work);
     }
     p.SetCostBytes();
     if (options_.timed) Time(i, given, policy, p.costs);
@@ -853,8 +993,9 @@ class Profiler {
   // Checkpoint's nested backward does). Without kAll the incoming gradient goes as the engine
   // frees it, and the transient is above it, as StageProfile::backward_transient_bytes counts.
   enum class Held { kInputs, kInputsAndOutputs, kAll };
+  // `work`, if given, receives the backward's work (OpWork).
   int64_t MeasureBackward(size_t i, const std::vector<at::Tensor>& given, const StagePolicy& policy,
-                          Held held) {
+                          Held held, OpWork* work = nullptr) {
     std::vector<at::Tensor> xs, leaves;
     const c10::intrusive_ptr<InputGradients> into = PrepareStageInputs(i, xs, leaves);
     std::vector<at::Tensor> ys = Run(i, xs, policy);
@@ -869,7 +1010,11 @@ class Profiler {
       if (roots.empty()) return 0;
       const int64_t base = meter_.Stats().live_bytes;
       meter_.ResetPeak();
-      torch::autograd::backward(roots, grads);
+      {
+        OpWork unused;
+        const WorkRecorder recorder(work != nullptr ? *work : unused);
+        torch::autograd::backward(roots, grads);
+      }
       transient = PeakAbove(base, Transient::kBackwardHeld);
     } else {
       int64_t incoming_bytes = 0;
@@ -968,7 +1113,11 @@ class Profiler {
     PrepareInputs(given, /*batch=*/stages_.empty(), xs, leaves);
     const int64_t start = meter_.Stats().live_bytes;
     timer_->Start();
-    at::Tensor loss = Loss(xs);
+    at::Tensor loss;
+    {
+      const WorkRecorder work(p.forward_work);
+      loss = Loss(xs);
+    }
     p.forward_ms = timer_->StopMs();
     const Storages in(xs);
     const bool aliases_input =
@@ -984,7 +1133,10 @@ class Profiler {
     const int64_t base = meter_.Stats().live_bytes;
     meter_.ResetPeak();
     timer_->Start();
-    loss.backward();
+    {
+      const WorkRecorder work(p.backward_work);
+      loss.backward();
+    }
     p.backward_ms = timer_->StopMs();
     p.backward_transient_bytes = PeakAbove(base, Transient::kLossBackward);
     // Without the release of the input storages its graph kept (the model releases boundaries
