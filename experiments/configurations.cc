@@ -56,11 +56,12 @@ absl::StatusOr<const ModelProfile*> ProfileOf(const LoopOptions& loop, Workload&
   }
   if (loop.extrapolate) {
     progress.Line(absl::StrCat(spec, ": profiling at smaller sizes, to extrapolate"));
-    const absl::Status extrapolated = workload.Extrapolate(meter);
+    const absl::Status extrapolated = workload.Extrapolate(
+        meter, [&](const std::string& sample) { progress.Line(absl::StrCat(spec, ": ", sample)); });
     if (extrapolated.ok()) {
       ASSIGN_OR_RETURN(const ModelProfile* profile, workload.Profile(meter));
       progress.Line(absl::StrCat(spec, ": bytes extrapolated from ", profile->extrapolated,
-                                 ", checked on the last; times scaled"));
+                                 ", each count checked on the last"));
       return profile;
     }
     if (!absl::IsNotFound(extrapolated) && !absl::IsFailedPrecondition(extrapolated)) {

@@ -139,7 +139,8 @@ absl::StatusOr<const ModelProfile*> Workload::Profile(MemoryMeter& meter) {
   return profile_.get();
 }
 
-absl::Status Workload::Extrapolate(MemoryMeter& meter) {
+absl::Status Workload::Extrapolate(MemoryMeter& meter,
+                                   const std::function<void(const std::string&)>& starting) {
   const std::vector<ScaleAxis> axes =
       ScaleAxes(bound_.params(), bound_.values(), options_.profile.chunks);
   if (axes.empty()) {
@@ -153,8 +154,15 @@ absl::Status Workload::Extrapolate(MemoryMeter& meter) {
     for (size_t a = 0; a < axes.size(); ++a) {
       ASSIGN_OR_RETURN(sample, sample.With(axes[a].param, absl::StrCat(points[s][a])));
     }
+    if (starting) {
+      std::string at;
+      for (size_t a = 0; a < axes.size(); ++a) {
+        absl::StrAppend(&at, a > 0 ? ", " : "", axes[a].param, "=", points[s][a]);
+      }
+      starting(absl::StrCat(s + 1 == points.size() ? "held-out sample" : "sample", " ", s + 1,
+                            " of ", points.size(), ", ", at));
+    }
     WorkloadOptions options = options_;
-    options.profile.progress = nullptr;
     options.profile.timed = options_.profile.timed && s + 1 == points.size();
     options.profile.peaks = &samples[s].peaks;
     ASSIGN_OR_RETURN(Workload workload, Build(sample, options));

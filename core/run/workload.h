@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -76,7 +77,10 @@ class Workload {
   // extrapolated to this model's sizes. NotFound where the model declares no size large enough
   // to extrapolate along; Extrapolate's FailedPrecondition where the samples do not extrapolate
   // (measure with Profile then); the meter's Unimplemented where it keeps no peak candidates.
-  absl::Status Extrapolate(MemoryMeter& meter);
+  // `starting`, if set, is told each sample as it starts ("sample 2 of 5, seq=20"); each
+  // sample's profile reports to the options' progress as this model's would.
+  absl::Status Extrapolate(MemoryMeter& meter,
+                           const std::function<void(const std::string&)>& starting = nullptr);
   // Takes `profile` (measured by an earlier run: experiments/kept_profiles.h) as the one Profile
   // returns, in place of measuring. InvalidArgument when it is of another model spec, or its
   // stages are not the model's as built (the model's code declares them otherwise now).
