@@ -487,8 +487,7 @@ std::string PredictionReport(const std::vector<Prediction>& rows,
 
 std::string PredictionCsv(const std::vector<Prediction>& rows) {
   std::string out =
-      "model,profiled_model,strategy,status,states,world_size,autocast,"
-      "collectives_timed,"
+      "model,profiled_model,strategy,status,states,world_size,autocast,collectives_timed,"
       "parameter_bytes,gradient_bytes,optimizer_bytes,batch_bytes,largest_gather_bytes,"
       "predicted_activation_bytes,predicted_step_peak_bytes,predicted_total_peak_bytes,"
       "predicted_step_ms,fits,plan,message,extrapolated_from,device_model\n";

@@ -1,18 +1,20 @@
 // Full-size answers from a small machine (--predict): what every strategy would need to train a
 // model too large to build here, from a profile of a shallow copy of it.
 //
-//   ASSIGN_OR_RETURN(std::vector<Prediction> rows, Predict(options, meter, std::cerr));
+//   ASSIGN_OR_RETURN(std::vector<Prediction> rows, Predict(options, setting, meter, std::cerr));
 //   std::cout << PredictionTable(rows);
 //
 // A model with a `depth` parameter is built and profiled at depth 2 (its parameters' memory is
 // that of two blocks; more where the first or last blocks differ: ShallowModel), and the profile
 // extended to the full depth by giving every further block the measurements of its twin
 // (ExpandProfile: the same code on the same shapes costs the same); a model without one is built
-// whole. Every strategy then plans on the full-depth profile as one data-parallel rank sees its
-// step (core/plan/states.h: replicated or sharded state across ranks), and the memory and time
-// models predict that step: the same predictions the sweep checks against measured steps. The
-// profile is measured under the sweep's autocast (--amp) where asked; the state keeps the
-// parameters' dtype, float32.
+// whole. The copy's profile is extrapolated from smaller batches and sequences where it can be
+// (PredictSetting::extrapolate, core/plan/extrapolate.h). Every strategy then plans on the
+// full-depth profile as one data-parallel rank sees its step (core/plan/states.h: replicated or
+// sharded state across ranks), and the memory and time models predict that step: the same
+// predictions the sweep checks against measured steps, with a card's times where a device model
+// prices the profile's work (PredictSetting::device_model). The profile is measured under the
+// sweep's autocast (--amp) where asked; the state keeps the parameters' dtype, float32.
 #pragma once
 
 #include <cstdint>

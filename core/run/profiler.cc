@@ -282,26 +282,40 @@ void LeaveOp(const at::RecordFunction& fn, at::ObserverContext* entered) {
   }
 }
 
-// Records, for its lifetime, the operators of StageProfile::float32_ops that this thread runs.
-class Float32OpsRecorder {
+// Installs, for its lifetime, `enter` and `leave` as RecordFunction callbacks on the operators
+// this thread runs (with their inputs and outputs), pointing `slot` at `sink`: callbacks are
+// plain functions, so they write through such a thread-local slot and count their depth in
+// `depth`.
+template <typename Sink>
+class OpRecorder {
  public:
-  explicit Float32OpsRecorder(std::set<std::string>& sink)
-      : handle_(at::addThreadLocalCallback(at::RecordFunctionCallback(&EnterOp, &LeaveOp)
+  using Enter = std::unique_ptr<at::ObserverContext> (*)(const at::RecordFunction&);
+  using Leave = void (*)(const at::RecordFunction&, at::ObserverContext*);
+  OpRecorder(Sink& sink, Sink*& slot, int& depth, Enter enter, Leave leave)
+      : slot_(slot),
+        handle_(at::addThreadLocalCallback(at::RecordFunctionCallback(enter, leave)
                                                .needsInputs(true)
                                                .needsOutputs(true)
                                                .scopes({at::RecordScope::FUNCTION}))) {
-    float32_ops_sink = &sink;
-    op_depth = 0;
+    slot_ = &sink;
+    depth = 0;
   }
-  ~Float32OpsRecorder() {
-    float32_ops_sink = nullptr;
+  ~OpRecorder() {
+    slot_ = nullptr;
     at::removeCallback(handle_);
   }
-  Float32OpsRecorder(const Float32OpsRecorder&) = delete;
-  Float32OpsRecorder& operator=(const Float32OpsRecorder&) = delete;
+  OpRecorder(const OpRecorder&) = delete;
+  OpRecorder& operator=(const OpRecorder&) = delete;
 
  private:
+  Sink*& slot_;
   at::CallbackHandle handle_;
+};
+
+// Records, for its lifetime, the operators of StageProfile::float32_ops that this thread runs.
+struct Float32OpsRecorder : OpRecorder<std::set<std::string>> {
+  explicit Float32OpsRecorder(std::set<std::string>& sink)
+      : OpRecorder(sink, float32_ops_sink, op_depth, &EnterOp, &LeaveOp) {}
 };
 
 // The work of what this thread runs while a WorkRecorder lives (OpWork): FLOPs of the matrix
@@ -413,25 +427,9 @@ void LeaveWork(const at::RecordFunction& fn, at::ObserverContext* context) {
 }
 
 // Records, for its lifetime, the work this thread runs into `sink` (added to it).
-class WorkRecorder {
- public:
+struct WorkRecorder : OpRecorder<OpWork> {
   explicit WorkRecorder(OpWork& sink)
-      : handle_(at::addThreadLocalCallback(at::RecordFunctionCallback(&EnterWork, &LeaveWork)
-                                               .needsInputs(true)
-                                               .needsOutputs(true)
-                                               .scopes({at::RecordScope::FUNCTION}))) {
-    work_sink = &sink;
-    work_depth = 0;
-  }
-  ~WorkRecorder() {
-    work_sink = nullptr;
-    at::removeCallback(handle_);
-  }
-  WorkRecorder(const WorkRecorder&) = delete;
-  WorkRecorder& operator=(const WorkRecorder&) = delete;
-
- private:
-  at::CallbackHandle handle_;
+      : OpRecorder(sink, work_sink, work_depth, &EnterWork, &LeaveWork) {}
 };
 
 // Puts a model's state (ChainModel::State) back as it was when made, also when measuring
