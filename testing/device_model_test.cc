@@ -63,7 +63,7 @@ RC_GTEST_PROP(DeviceModel, PricedTimesAreTheWorkAtTheModelsRates, ()) {
   }
   RC_ASSERT(priced.loss.backward_ms == device.Ms(p.loss.backward_work, half));
   // Every default strategy plans on it, and its step has a time.
-  for (const std::string& id : {"store_all", "recompute_all", "uniform"}) {
+  for (const char* id : {"store_all", "recompute_all", "uniform"}) {
     const absl::StatusOr<Plan> plan = (*BoundStrategy::Bind(id)).PlanFor(priced);
     RC_ASSERT(plan.ok());
     RC_ASSERT(PredictStepMs(priced, *plan).ok());

@@ -84,7 +84,9 @@ TEST(ExtrapolateModel, EveryModelsExtrapolatedProfileIsTheOneMeasuredAtItsSize) 
       ++exact;
     }));
     // Refusing is never wrong, but a model that declares sizes is extrapolated in practice.
-    if (along > 0) EXPECT_GT(exact, 0) << id << ": every case refused";
+    if (along > 0) {
+      EXPECT_GT(exact, 0) << id << ": every case refused";
+    }
   }
 }
 

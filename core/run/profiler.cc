@@ -1107,15 +1107,12 @@ class Profiler {
   }
 
   void MeasureLoss(const std::vector<at::Tensor>& given, LossProfile& p) {
+    CountLossWork(given, p);
     std::vector<at::Tensor> xs, leaves;
     PrepareInputs(given, /*batch=*/stages_.empty(), xs, leaves);
     const int64_t start = meter_.Stats().live_bytes;
     timer_->Start();
-    at::Tensor loss;
-    {
-      const WorkRecorder work(p.forward_work);
-      loss = Loss(xs);
-    }
+    at::Tensor loss = Loss(xs);
     p.forward_ms = timer_->StopMs();
     const Storages in(xs);
     const bool aliases_input =
@@ -1131,10 +1128,7 @@ class Profiler {
     const int64_t base = meter_.Stats().live_bytes;
     meter_.ResetPeak();
     timer_->Start();
-    {
-      const WorkRecorder work(p.backward_work);
-      loss.backward();
-    }
+    loss.backward();
     p.backward_ms = timer_->StopMs();
     p.backward_transient_bytes = PeakAbove(base, Transient::kLossBackward);
     // Without the release of the input storages its graph kept (the model releases boundaries
@@ -1146,6 +1140,27 @@ class Profiler {
       p.input_grad_bytes += leaf.grad().defined() ? leaf.grad().nbytes() : 0;
     }
     ClearGradients(params_);
+  }
+
+  // The loss's work (OpWork), in a forward and backward of its own: its measured run is timed,
+  // and the recorder's callbacks take time. Leaves no gradients; the random streams as they were.
+  void CountLossWork(const std::vector<at::Tensor>& given, LossProfile& p) {
+    const RngState rng = CaptureRng(CudaDevicesOf(given));
+    {
+      std::vector<at::Tensor> xs, leaves;
+      PrepareInputs(given, /*batch=*/stages_.empty(), xs, leaves);
+      at::Tensor loss;
+      {
+        const WorkRecorder work(p.forward_work);
+        loss = Loss(xs);
+      }
+      if (loss.requires_grad()) {
+        const WorkRecorder work(p.backward_work);
+        loss.backward();
+      }
+    }
+    ClearGradients(params_);
+    RestoreRng(rng);
   }
 
   ChainModel& model_;

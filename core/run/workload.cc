@@ -152,7 +152,13 @@ absl::Status Workload::Extrapolate(MemoryMeter& meter,
   for (size_t s = 0; s < points.size(); ++s) {
     BoundModel sample = bound_;
     for (size_t a = 0; a < axes.size(); ++a) {
-      ASSIGN_OR_RETURN(sample, sample.With(axes[a].param, absl::StrCat(points[s][a])));
+      absl::StatusOr<BoundModel> at = sample.With(axes[a].param, absl::StrCat(points[s][a]));
+      if (!at.ok()) {  // the model refuses a size that small: measured at its own instead
+        return absl::FailedPreconditionError(
+            absl::StrCat("the sample at ", axes[a].param, "=", points[s][a], " is refused (",
+                         at.status().message(), "); not extrapolated"));
+      }
+      sample = *std::move(at);
     }
     if (starting) {
       std::string at;

@@ -75,10 +75,10 @@ class Workload {
   // (core/plan/extrapolate.h): the model at each sample's sizes built and profiled as the options
   // say, traced (the held-out sample alone timed, where the options time), and the samples
   // extrapolated to this model's sizes. NotFound where the model declares no size large enough
-  // to extrapolate along; Extrapolate's FailedPrecondition where the samples do not extrapolate
-  // (measure with Profile then); the meter's Unimplemented where it keeps no peak candidates.
-  // `starting`, if set, is told each sample as it starts ("sample 2 of 5, seq=20"); each
-  // sample's profile reports to the options' progress as this model's would.
+  // to extrapolate along; FailedPrecondition where the samples do not extrapolate, or the model
+  // refuses a sample's sizes (measure with Profile then); the meter's Unimplemented where it keeps
+  // no peak candidates. `starting`, if set, is told each sample as it starts ("sample 2 of 5,
+  // seq=20"); each sample's profile reports to the options' progress as this model's would.
   absl::Status Extrapolate(MemoryMeter& meter,
                            const std::function<void(const std::string&)>& starting = nullptr);
   // Takes `profile` (measured by an earlier run: experiments/kept_profiles.h) as the one Profile
