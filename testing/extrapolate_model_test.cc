@@ -5,6 +5,7 @@
 // refused (FailedPrecondition: the samples measured different things, as when a kernel takes
 // another path at another size; the caller then measures), never wrong, and at least one case of
 // each model that declares sizes is exact. A model that declares none says so (NotFound).
+#include <algorithm>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -42,10 +43,22 @@ BoundModel PastTheSamples(const BoundModel& model) {
   return out;
 }
 
-// The profile's text but for its times, which are estimates where extrapolated.
+// The profile's text but for its times, which are estimates where extrapolated, and for its fused
+// policies, which extrapolation leaves out (LibTorch 2.x; core/plan/extrapolate.h).
 std::string Text(const BoundModel& model, ModelProfile profile) {
   profile.extrapolated.clear();
   profile.loss.forward_ms = profile.loss.backward_ms = 0;
+  for (std::vector<StageProfile>& menu : profile.measured) {
+    menu.erase(std::remove_if(menu.begin(), menu.end(),
+                              [](const StageProfile& s) {
+                                return std::any_of(s.policy.parts.begin(), s.policy.parts.end(),
+                                                   [](const PartPolicy& part) {
+                                                     return part.action.def().mechanism ==
+                                                            PartMechanism::kFused;
+                                                   });
+                              }),
+               menu.end());
+  }
   return ProfilesToText({{model.spec(), std::move(profile)}});
 }
 

@@ -218,6 +218,29 @@ TEST(Extrapolate, SamplesThatMeasuredDifferentThingsAreRefused) {
       << out.status();
 }
 
+TEST(Extrapolate, AFusedKernelsPolicyIsLeftOutNotExtrapolated) {
+  const std::vector<ScaleAxis> axes = {{"seq", 2, 16, 4, 1024}};
+  const std::vector<Polynomial> counts(7, Polynomial{{3, 2, 1}});
+  std::vector<ProfileSample> samples = Samples(axes, counts, {Polynomial{{1, 1, 1}}});
+  StageInfo attention;
+  attention.name = "block";
+  attention.parts = {AttentionCorePart("")};
+  int64_t scratch = 100;
+  for (ProfileSample& s : samples) {
+    s.profile.stages = {attention};
+    StageProfile fused = s.profile.measured[0][0];
+    fused.policy = PolicyFor(attention, PartKind::kAttentionCore, PartPolicy{PartAction::Fused()});
+    fused.forward_transient_bytes = scratch *= 3;  // by blocks: no polynomial of degree 2
+    s.profile.measured[0].push_back(fused);
+  }
+  const absl::StatusOr<ModelProfile> out = Extrapolate(axes, samples, "m", {attention});
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->measured[0].size(), 1u);
+  EXPECT_TRUE(out->measured[0][0].policy.IsDefault());
+  EXPECT_TRUE(absl::StrContains(out->extrapolated, "fused attention cores left out"))
+      << out->extrapolated;
+}
+
 TEST(Extrapolate, ACountPastInt64IsRefused) {
   const std::vector<ScaleAxis> axes = {{"seq", 2, 8, 4, int64_t{1} << 40}};
   const std::vector<Polynomial> counts(7, Polynomial{{0, 0, int64_t{1} << 20}});

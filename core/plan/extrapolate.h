@@ -96,9 +96,11 @@ struct ProfileSample {
 // held-out sample's, scaled per stage by its matrix-product FLOPs at the target over those at the
 // sample (StageInfo::forward_flops), or where it declares none by its stored activation bytes;
 // the loss's by its input's bytes. Those are estimates, not measurements; the copy rates are the
-// sample's. FailedPrecondition naming the first difference between samples (the policies
-// measured, the storages kept), the first count whose held-out sample differs from its
-// extrapolation, or one that overflows.
+// sample's. Policies that run a part by a fused kernel are left out (its scratch grows by blocks
+// of the sequence, not as a polynomial): the planners plan without them, and
+// ModelProfile::extrapolated says so. FailedPrecondition naming the first difference between
+// samples (the policies measured, the storages kept), the first count whose held-out sample
+// differs from its extrapolation, or one that overflows.
 absl::StatusOr<ModelProfile> Extrapolate(const std::vector<ScaleAxis>& axes,
                                          const std::vector<ProfileSample>& samples,
                                          std::string model, std::vector<StageInfo> stages);
