@@ -50,13 +50,7 @@ std::string Text(const BoundModel& model, ModelProfile profile) {
   profile.loss.forward_ms = profile.loss.backward_ms = 0;
   for (std::vector<StageProfile>& menu : profile.measured) {
     menu.erase(std::remove_if(menu.begin(), menu.end(),
-                              [](const StageProfile& s) {
-                                return std::any_of(s.policy.parts.begin(), s.policy.parts.end(),
-                                                   [](const PartPolicy& part) {
-                                                     return part.action.def().mechanism ==
-                                                            PartMechanism::kFused;
-                                                   });
-                              }),
+                              [](const StageProfile& s) { return s.policy.RunsFused(); }),
                menu.end());
   }
   return ProfilesToText({{model.spec(), std::move(profile)}});

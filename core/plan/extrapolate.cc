@@ -20,15 +20,6 @@ struct Count {
   std::optional<PeakKey> peak;
 };
 
-// Whether `policy` runs a part by a fused kernel, whose scratch grows by blocks of the sequence
-// (a CPU flash kernel splits it by 32, 64 or 256 positions as it grows), not as a polynomial.
-bool RunsFused(const StagePolicy& policy) {
-  for (const PartPolicy& part : policy.parts) {
-    if (part.action.def().mechanism == PartMechanism::kFused) return true;
-  }
-  return false;
-}
-
 template <typename Add>
 void AddWork(Add& add, OpWork& work, const std::string& what) {
   add(work.matmul_flops, what + ": FLOPs");
@@ -54,13 +45,14 @@ std::vector<Count> CountsOf(ModelProfile& p, std::string& shape) {
   for (size_t i = 0; i < p.measured.size(); ++i) {
     for (size_t m = 0; m < p.measured[i].size(); ++m) {
       StageProfile& s = p.measured[i][m];
-      if (RunsFused(s.policy)) {  // left out (Extrapolate's contract)
+      if (s.policy.RunsFused()) {  // left out: its scratch grows by blocks (Extrapolate)
         absl::StrAppend(&shape, i, ":", m, ":fused\n");
         continue;
       }
-      const std::string at = absl::StrCat("stage ", i, " (", p.stages[i].name, ") under '",
-                                          DescribePolicy(p.stages[i], s.policy), "': ");
-      absl::StrAppend(&shape, i, ":", m, ":", DescribePolicy(p.stages[i], s.policy), ";");
+      const std::string policy = DescribePolicy(p.stages[i], s.policy);
+      const std::string at =
+          absl::StrCat("stage ", i, " (", p.stages[i].name, ") under '", policy, "': ");
+      absl::StrAppend(&shape, i, ":", m, ":", policy, ";");
       for (const BoundaryStorage& o : s.outputs) absl::StrAppend(&shape, o.input, ",");
       absl::StrAppend(&shape, ";", absl::StrJoin(s.kept_inputs, ","), ";",
                       absl::StrJoin(s.kept_outputs, ","), ";");
@@ -359,7 +351,7 @@ absl::StatusOr<ModelProfile> Extrapolate(const std::vector<ScaleAxis>& axes,
   bool left_out = false;
   for (std::vector<StageProfile>& menu : out.measured) {
     const auto fused = std::remove_if(menu.begin(), menu.end(),
-                                      [](const StageProfile& s) { return RunsFused(s.policy); });
+                                      [](const StageProfile& s) { return s.policy.RunsFused(); });
     left_out = left_out || fused != menu.end();
     menu.erase(fused, menu.end());
   }

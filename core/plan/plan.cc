@@ -85,12 +85,8 @@ const StagePolicy& Plan::PolicyOf(int stage) const {
 }
 
 bool Plan::Reassociates() const {
-  return std::any_of(stage_policies.begin(), stage_policies.end(), [](const StagePolicy& p) {
-    return p.Chunks() > 1 ||
-           std::any_of(p.parts.begin(), p.parts.end(), [](const PartPolicy& part) {
-             return part.action.def().mechanism == PartMechanism::kFused;
-           });
-  });
+  return std::any_of(stage_policies.begin(), stage_policies.end(),
+                     [](const StagePolicy& p) { return p.Chunks() > 1 || p.RunsFused(); });
 }
 
 int Plan::Depth() const { return DepthOf(segments); }

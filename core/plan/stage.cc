@@ -114,6 +114,12 @@ bool StagePolicy::IsDefault() const {
                      [](const PartPolicy& p) { return p.action.IsStore(); });
 }
 
+bool StagePolicy::RunsFused() const {
+  return std::any_of(parts.begin(), parts.end(), [](const PartPolicy& p) {
+    return p.action.def().mechanism == PartMechanism::kFused;
+  });
+}
+
 int StagePolicy::Chunks() const {
   for (const PartPolicy& p : parts) {
     if (p.action.Counted()) return p.chunks;

@@ -175,6 +175,8 @@ struct StagePolicy {
   bool IsDefault() const;
   // The chunk count of the stage's chunked part (1 when none is chunked).
   int Chunks() const;
+  // Whether it runs a part by a fused kernel (PartMechanism::kFused).
+  bool RunsFused() const;
   // The policy of part `index` (kStore when the policy is empty).
   PartPolicy Of(int index) const;
 
