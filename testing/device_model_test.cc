@@ -1,11 +1,12 @@
 // Device models (core/plan/device_model.h), on generated profiles with generated work:
-//   - priced, every pass's time is its work at the model's rates (products at the half rate
-//     under autocast), the profile timed, its offload link the model's, and every strategy
-//     plans on it;
+//   - priced, every pass's time is the longer of the device's (its work at the model's rates,
+//     products at the half rate under autocast) and the host's (its operators at that pass's
+//     cost), the profile timed, its offload link the model's, and every strategy plans on it;
 //   - more work never takes less time;
 //   - a profile without counted work, and an unknown model, are refused by name (escaped).
 #include "core/plan/device_model.h"
 
+#include <algorithm>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -54,14 +55,20 @@ RC_GTEST_PROP(DeviceModel, PricedTimesAreTheWorkAtTheModelsRates, ()) {
     for (size_t m = 0; m < p.measured[i].size(); ++m) {
       const StageProfile& s = p.measured[i][m];
       const StageCosts& c = priced.measured[i][m].costs;
-      RC_ASSERT(c.forward_ms == s.forward_work.matmul_flops / rate +
-                                    s.forward_work.bytes / device.bytes_per_ms +
-                                    s.forward_work.ops * device.ms_per_op);
-      RC_ASSERT(c.backward_ms == device.Ms(s.backward_work, half));
-      RC_ASSERT(c.nograd_forward_ms == device.Ms(s.nograd_work, half));
+      const double on_device = s.forward_work.matmul_flops / rate +
+                               s.forward_work.bytes / device.bytes_per_ms +
+                               s.forward_work.ops * device.ms_per_op;
+      RC_ASSERT(c.forward_ms ==
+                std::max(on_device, s.forward_work.ops * device.host.forward_ms_per_op));
+      RC_ASSERT(c.nograd_forward_ms ==
+                std::max(device.Ms(s.nograd_work, half),
+                         s.nograd_work.ops * device.host.nograd_forward_ms_per_op));
+      RC_ASSERT(c.backward_ms == std::max(device.Ms(s.backward_work, half),
+                                          s.backward_work.ops * device.host.backward_ms_per_op));
     }
   }
-  RC_ASSERT(priced.loss.backward_ms == device.Ms(p.loss.backward_work, half));
+  RC_ASSERT(priced.loss.forward_ms == device.PassMs(p.loss.forward_work, Pass::kForward, half));
+  RC_ASSERT(priced.loss.backward_ms == device.PassMs(p.loss.backward_work, Pass::kBackward, half));
   // Every default strategy plans on it, and its step has a time.
   for (const char* id : {"store_all", "recompute_all", "uniform"}) {
     const absl::StatusOr<Plan> plan = (*BoundStrategy::Bind(id)).PlanFor(priced);
@@ -79,6 +86,8 @@ RC_GTEST_PROP(DeviceModel, MoreWorkNeverTakesLessTime, ()) {
   b.ops += *rc::gen::inRange<int64_t>(0, 100);
   const bool half = *rc::gen::arbitrary<bool>();
   RC_ASSERT(device.Ms(b, half) >= device.Ms(a, half));
+  const Pass pass = *rc::gen::element(Pass::kForward, Pass::kNoGradForward, Pass::kBackward);
+  RC_ASSERT(device.PassMs(b, pass, half) >= device.PassMs(a, pass, half));
 }
 
 TEST(DeviceModel, AProfileWithoutWorkAndAnUnknownModelAreRefusedByName) {
