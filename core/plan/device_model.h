@@ -31,7 +31,7 @@ enum class Pass { kForward, kNoGradForward, kBackward };
 // The host's time to issue one operator, per pass (ms).
 struct HostCosts {
   double forward_ms_per_op = 0;         // forward recording the graph
-  double nograd_forward_ms_per_op = 0;  // forward without a graph (recomputation's first runs)
+  double nograd_forward_ms_per_op = 0;  // forward without a graph (before a recomputation)
   double backward_ms_per_op = 0;        // the autograd engine's backward
 };
 
