@@ -121,7 +121,9 @@ class Optimize(unittest.TestCase):
 
     def test_a_unet_exactly(self):
         torch.manual_seed(0)
-        self.answer(UNet(), (torch.randn(2, 3, 16, 16, requires_grad=True),))
+        # 32 px: at 16, LibTorch 2.6's operators' scratch holds every plan's peak within 2 KiB of
+        # store_all's (1.13's, 20 KiB below), which leaves no budget to plan between.
+        self.answer(UNet(), (torch.randn(2, 3, 32, 32, requires_grad=True),))
 
     def test_a_hugging_face_style_decoder(self):
         torch.manual_seed(0)
