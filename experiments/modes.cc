@@ -326,6 +326,7 @@ KeptProfiles OpenKeptProfiles(const OutputFolder& folder, const SweepOptions& op
 absl::Status PredictAll(const Request& request, const Machine& machine) {
   ASSIGN_OR_RETURN(const OutputFolder folder, OpenOutputFolder(request, machine));
   SweepOptions options = request.options;
+  options.profile_times = request.device_model == nullptr;  // else its prices are the times
   KeptProfiles kept = OpenKeptProfiles(folder, options);
   options.kept = &kept;
   ASSIGN_OR_RETURN(const std::vector<Prediction> rows,

@@ -19,6 +19,7 @@ WorkloadOptions WorkloadOptionsFor(const SweepOptions& options) {
   }
   workload.profile.link_bytes_per_ms = static_cast<double>(options.link_bytes_per_s) / 1000.0;
   workload.profile.autocast = options.autocast;
+  workload.profile.timed = options.profile_times;
   return workload;
 }
 

@@ -44,6 +44,10 @@ struct SweepOptions {
   // --amp: every step the sweep runs and the profile it predicts from, under autocast to this
   // dtype (AmpDtype: bfloat16 on CPU, float16 on CUDA); none: the model's own dtype.
   std::optional<c10::ScalarType> autocast;
+  // Whether profiles time each stage on this machine. --predict with a device model prices the
+  // work the profiler counts instead, and times nothing: a profile kept untimed is another key
+  // (ProfileSetting), so it serves only such questions.
+  bool profile_times = true;
   int steps = 5;           // timed rounds
   int warmup = 1;          // untimed rounds before them
   ComputeThreads threads;  // as the pools run them: recorded in every row

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/files.h"
+#include "core/plan/device_model.h"
 #include "core/plan/memory_model.h"
 #include "core/plan/plan_text.h"
 #include "core/plan/profile_text.h"
@@ -147,6 +148,43 @@ TEST(Predict, ADeviceMemoryAnswersWhetherEachPlanFits) {
   EXPECT_NE((*tiny)[3].error.find("alone are past --device_memory"), std::string::npos)
       << (*tiny)[3].error;
   EXPECT_NE(PredictionTable(*tiny).find("**does not fit** in "), std::string::npos);
+}
+
+// A device model prices the work the profiler counts, so --predict with one profiles without
+// timing (SweepOptions::profile_times): its rows are those of a timed profile priced alike, to
+// the byte and the millisecond, and its kept profile is another key than a timed one's.
+TEST(Predict, ADeviceModelsAnswerNeedsNoMeasuredTimes) {
+  const DeviceModel* h100 = FindDeviceModel("h100").value();
+  SweepOptions options;
+  options.models = {
+      BoundModel::Bind("gpt2:depth=3:hidden=16:heads=2:seq=40:batch=2:vocab=32:context=40")
+          .value()};
+  options.strategies = BindStrategies(DefaultStrategies()).value();
+  std::ostringstream progress;
+  const PredictSetting setting{StatesSetting{}, std::nullopt, /*extrapolate=*/true, h100};
+  absl::StatusOr<std::vector<Prediction>> timed = Predict(options, setting, Cpu(), progress);
+  const std::string timed_key = ProfileSetting(WorkloadOptionsFor(options));
+  options.profile_times = false;
+  absl::StatusOr<std::vector<Prediction>> untimed = Predict(options, setting, Cpu(), progress);
+  ASSERT_TRUE(timed.ok()) << timed.status();
+  ASSERT_TRUE(untimed.ok()) << untimed.status();
+  ASSERT_EQ(timed->size(), options.strategies.size());
+  ASSERT_EQ(untimed->size(), timed->size());
+  for (size_t i = 0; i < timed->size(); ++i) {
+    const Prediction& a = (*timed)[i];
+    const Prediction& b = (*untimed)[i];
+    SCOPED_TRACE(a.strategy);
+    ASSERT_EQ(a.status, "ok") << a.error;
+    EXPECT_EQ(b.status, "ok") << b.error;
+    EXPECT_EQ(b.device_model, "h100");
+    EXPECT_FALSE(b.extrapolated.empty());
+    EXPECT_EQ(b.plan, a.plan);
+    EXPECT_EQ(b.activation_bytes, a.activation_bytes);
+    EXPECT_EQ(b.step_peak_bytes, a.step_peak_bytes);
+    EXPECT_DOUBLE_EQ(b.step_ms, a.step_ms);
+    EXPECT_GT(b.step_ms, 0);
+  }
+  EXPECT_NE(ProfileSetting(WorkloadOptionsFor(options)), timed_key);
 }
 
 // profiles.txt (experiments/kept_profiles.h), for every registered model and one whose sizes a

@@ -26,6 +26,16 @@ grep -q "uniform" "$tmp/predict.stdout" || fail "--predict printed no table"
   fail "--device_model's rows: $(cat "$tmp/predict-h100/predict.csv")"
 grep -q "priced on the h100 model" "$tmp/predict-h100/predict.md" ||
   fail "predict.md does not name the device model: $(cat "$tmp/predict-h100/predict.md")"
+# Its profile was kept untimed (the card's prices are the times); the same question for this
+# machine's times in that folder is profiled again, timed, not answered from it.
+grep -q "timed%20no" "$tmp/predict-h100/profiles.txt" ||
+  fail "the device model's profile was timed: $(head -3 "$tmp/predict-h100/profiles.txt")"
+"${sweep[@]}" --predict --models=gpt2:depth=4:hidden=8:heads=2:seq=40:batch=1:vocab=16:context=40 \
+  --strategies=store_all,uniform --out="$tmp/predict-h100" >/dev/null 2>&1 ||
+  fail "--predict after --device_model=h100 in its folder exited $?"
+[[ $(tail -n +2 "$tmp/predict-h100/predict.csv" | cut -d, -f4 | sort -u) == ok &&
+  $(grep -c "^key " "$tmp/predict-h100/profiles.txt") -eq 2 ]] ||
+  fail "this machine's question answered from the untimed profile: $(cat "$tmp/predict-h100/predict.csv")"
 # The same for one of 4 ranks sharding everything, under autocast: the rows say so, and the
 # rank's parameters are a quarter of the one process's (each parameter's numel divides by 4).
 "${sweep[@]}" --predict --models=gpt2:depth=6:hidden=8:heads=2:seq=4:batch=1:vocab=16:context=4 \
