@@ -38,14 +38,13 @@
 // embedding's backward). GPT-2 vocabularies are generated far larger than the sequence too, as
 // GPT-2's is, so that a parameter-sized error (the model once missed that sum: 151 MB of the
 // paper preset's GPT-2 small under selective_attention) exceeds the tolerance.
-#include <torch/torch.h>
-
 #include <algorithm>
 #include <limits>
 #include <set>
 #include <string>
 #include <utility>
 
+#include "ATen/core/grad_mode.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/base/files.h"
@@ -72,7 +71,7 @@ using testing::Run;
 using testing::StepUnder;
 
 int64_t LargestStageOutput(ChainModel& model, const Batch& batch) {
-  torch::NoGradGuard no_grad;
+  at::NoGradGuard no_grad;
   int64_t largest = 0;
   std::vector<at::Tensor> x = batch.inputs;
   const std::vector<StageInfo> stages = model.Stages();
@@ -314,7 +313,7 @@ Trained TrainFresh(const CaseSpec& c, const Plan& plan, int steps) {
   model.SetTraining(false);
   Trained t;
   for (const at::Tensor& s : model.State()) t.state.push_back(s.clone());
-  torch::NoGradGuard no_grad;
+  at::NoGradGuard no_grad;
   const Batch& batch = built.workload->batch();
   std::vector<at::Tensor> x = batch.inputs;
   const std::vector<StageInfo> stages = model.Stages();

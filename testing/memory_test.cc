@@ -1,6 +1,5 @@
 // The CPU memory meter is exact, so measured bytes can be compared with bytes computed by
 // hand. All tensors are float32 (4 bytes per element).
-#include <torch/torch.h>
 
 #include <memory>
 #include <optional>
@@ -8,6 +7,10 @@
 #include <utility>
 #include <vector>
 
+#include "ATen/ops/empty.h"
+#include "ATen/ops/zeros.h"
+#include "c10/core/DeviceType.h"
+#include "c10/core/ScalarType.h"
 #include "core/plan/memory_model.h"
 #include "core/plan/strategy.h"
 #include "core/run/chain_model.h"
@@ -20,13 +23,13 @@
 namespace ckpt {
 namespace {
 
-MemoryMeter& Cpu() { return **MemoryMeterFor(torch::kCPU); }
+MemoryMeter& Cpu() { return **MemoryMeterFor(at::kCPU); }
 
 TEST(CpuMemoryMeter, CountsEveryByteOfEveryTensor) {
   const int64_t before = Cpu().Stats().live_bytes;
   {
-    at::Tensor a = torch::empty({1000});                    // 4000 bytes
-    at::Tensor b = torch::empty({10, 10}, torch::kDouble);  // 800 bytes
+    at::Tensor a = at::empty({1000});                 // 4000 bytes
+    at::Tensor b = at::empty({10, 10}, at::kDouble);  // 800 bytes
     EXPECT_EQ(Cpu().Stats().live_bytes - before, 4800);
     at::Tensor view = a.view({10, 100});  // a view allocates nothing
     EXPECT_EQ(Cpu().Stats().live_bytes - before, 4800);
@@ -37,8 +40,8 @@ TEST(CpuMemoryMeter, CountsEveryByteOfEveryTensor) {
 TEST(CpuMemoryMeter, PeakRemembersTheHighestPointSinceReset) {
   const int64_t before = Cpu().Stats().live_bytes;
   Cpu().ResetPeak();
-  { at::Tensor big = torch::empty({25000}); }  // 100000 bytes, freed at once
-  at::Tensor small = torch::empty({250});      // 1000 bytes, kept
+  { at::Tensor big = at::empty({25000}); }  // 100000 bytes, freed at once
+  at::Tensor small = at::empty({250});      // 1000 bytes, kept
   const MemoryStats s = Cpu().Stats();
   EXPECT_EQ(s.live_bytes - before, 1000);
   EXPECT_EQ(s.peak_bytes - before, 100000);
@@ -51,7 +54,7 @@ TEST(CpuMemoryMeter, CachesFreedBlocksByClassAndReleasesThemOnRequest) {
   const MemoryStats empty = Cpu().Stats();
   EXPECT_EQ(empty.reserved_bytes, empty.allocated_bytes);  // nothing cached
   // 300 floats ask for 1200 bytes, served by a block of 1216 (a multiple of 64 up to 4 KiB).
-  std::optional<at::Tensor> t = torch::empty({300});
+  std::optional<at::Tensor> t = at::empty({300});
   MemoryStats s = Cpu().Stats();
   EXPECT_EQ(s.live_bytes - empty.live_bytes, 1200);
   EXPECT_EQ(s.allocated_bytes - empty.allocated_bytes, 1216);
@@ -62,13 +65,13 @@ TEST(CpuMemoryMeter, CachesFreedBlocksByClassAndReleasesThemOnRequest) {
   EXPECT_EQ(s.allocated_bytes, empty.allocated_bytes);
   EXPECT_EQ(s.reserved_bytes - empty.reserved_bytes, 1216);
   // 1180 bytes fall in the same class: the cached block serves them, nothing new is reserved.
-  t = torch::empty({295});
+  t = at::empty({295});
   s = Cpu().Stats();
   EXPECT_EQ(s.live_bytes - empty.live_bytes, 1180);
   EXPECT_EQ(s.reserved_bytes - empty.reserved_bytes, 1216);
   // Above 4 KiB a block is the request rounded up to a quarter of its power of two: 5000
   // bytes (between 4096 and 8192) take a block of 5120.
-  at::Tensor big = torch::empty({1250});
+  at::Tensor big = at::empty({1250});
   EXPECT_EQ(Cpu().Stats().allocated_bytes - empty.allocated_bytes, 1216 + 5120);
   t.reset();
   big.reset();
@@ -83,7 +86,7 @@ TEST(CpuMemoryMeter, ABlockTheSystemRefusesIsOutOfMemoryAndLeavesTheCountsAsThey
   const MemoryStats before = Cpu().Stats();
   // 2^45 floats are 128 TiB: beyond any x86-64 process's address space, so refused whatever
   // the machine's overcommit policy.
-  absl::Status refused = RunTorch([] { torch::empty({int64_t{1} << 45}); });
+  absl::Status refused = RunTorch([] { at::empty({int64_t{1} << 45}); });
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
   EXPECT_NE(refused.message().find("the system refused"), absl::string_view::npos) << refused;
   const MemoryStats after = Cpu().Stats();
@@ -92,15 +95,15 @@ TEST(CpuMemoryMeter, ABlockTheSystemRefusesIsOutOfMemoryAndLeavesTheCountsAsThey
   EXPECT_EQ(after.peak_bytes, before.peak_bytes);
   EXPECT_LE(after.reserved_bytes, before.reserved_bytes);  // the cache was handed back first
   // And the next allocation is counted as usual.
-  at::Tensor t = torch::empty({10});
+  at::Tensor t = at::empty({10});
   EXPECT_EQ(Cpu().Stats().live_bytes - after.live_bytes, 40);
 }
 
 TEST(CpuMemoryMeter, CapThrowsOutOfMemoryWhichBecomesResourceExhausted) {
   const int64_t before = Cpu().Stats().live_bytes;
   ASSERT_TRUE(Cpu().SetCap(before + 4000).ok());
-  absl::Status fits = RunTorch([] { torch::empty({1000}); });     // exactly at the cap
-  absl::Status too_big = RunTorch([] { torch::empty({1001}); });  // 4 bytes over
+  absl::Status fits = RunTorch([] { at::empty({1000}); });     // exactly at the cap
+  absl::Status too_big = RunTorch([] { at::empty({1001}); });  // 4 bytes over
   ASSERT_TRUE(Cpu().SetCap(std::nullopt).ok());
   EXPECT_TRUE(fits.ok()) << fits;
   EXPECT_EQ(too_big.code(), absl::StatusCode::kResourceExhausted) << too_big;
@@ -126,8 +129,7 @@ Chain MakeMlp(int depth, int hidden, int batch) {
 
 StepResult StepUnder(const std::string& strategy_spec, Chain& chain) {
   Plan plan = *PlanFor(strategy_spec, StructureOnlyProfile(*chain.model));
-  absl::StatusOr<ChainExecutor> exec =
-      ChainExecutor::Create(chain.model, plan, &Cpu(), torch::kCPU);
+  absl::StatusOr<ChainExecutor> exec = ChainExecutor::Create(chain.model, plan, &Cpu(), at::kCPU);
   EXPECT_TRUE(exec.ok()) << exec.status();
   absl::StatusOr<StepResult> r = exec->Step(chain.batch);
   EXPECT_TRUE(r.ok()) << r.status();
@@ -172,8 +174,7 @@ TEST(ActivationBytes, UniformKeepsSegmentInputsPlusTheLastSegment) {
 
 TEST(ActivationBytes, ProfileSumsToStoreAll) {
   Chain chain = MakeMlp(5, 24, 3);  // A = 288
-  absl::StatusOr<ModelProfile> profile =
-      ProfileModel(*chain.model, chain.batch, Cpu(), torch::kCPU);
+  absl::StatusOr<ModelProfile> profile = ProfileModel(*chain.model, chain.batch, Cpu(), at::kCPU);
   ASSERT_TRUE(profile.ok()) << profile.status();
   ASSERT_EQ(profile->stages.size(), 5u);
   for (int i = 0; i < profile->num_stages(); ++i) {
@@ -222,11 +223,11 @@ class FirstUseStateModel final : public ChainModel {
   std::vector<StageInfo> Stages() const override { return inner_->Stages(); }
   std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& inputs,
                                    const StageParts& parts, const Batch& batch) override {
-    if (!forward_state_.defined()) forward_state_ = torch::zeros({1024});  // 4 KiB
+    if (!forward_state_.defined()) forward_state_ = at::zeros({1024});  // 4 KiB
     std::vector<at::Tensor> out = inner_->RunStage(index, inputs, parts, batch);
     if (out.front().requires_grad()) {
       out.front().register_hook([this](const at::Tensor&) {
-        if (!backward_state_.defined()) backward_state_ = torch::zeros({2048});  // 8 KiB
+        if (!backward_state_.defined()) backward_state_ = at::zeros({2048});  // 8 KiB
       });
     }
     return out;
@@ -252,11 +253,11 @@ TEST(Profile, StateALibraryMakesOnFirstUseIsNotMeasured) {
   ProfileOptions options;
   options.timed = false;
   absl::StatusOr<ModelProfile> plain =
-      ProfileModel(*chain.model, chain.batch, Cpu(), torch::kCPU, options);
+      ProfileModel(*chain.model, chain.batch, Cpu(), at::kCPU, options);
   FirstUseStateModel first_use(chain.model);
   options.warm_up = ProfileWarmUp::kAlways;
   absl::StatusOr<ModelProfile> profile =
-      ProfileModel(first_use, chain.batch, Cpu(), torch::kCPU, options);
+      ProfileModel(first_use, chain.batch, Cpu(), at::kCPU, options);
   ASSERT_TRUE(plain.ok() && profile.ok());
   ASSERT_EQ(profile->stages.size(), plain->stages.size());
   for (int i = 0; i < plain->num_stages(); ++i) {
@@ -286,7 +287,7 @@ TEST(Executor, OutOfMemoryUnderACapIsAResultNotACrash) {
   const int64_t live = Cpu().Stats().live_bytes;
   ASSERT_TRUE(Cpu().SetCap(live + 3 * 4096).ok());  // room for three activations, not eight
   absl::StatusOr<ChainExecutor> exec = ChainExecutor::Create(
-      chain.model, *PlanFor("store_all", StructureOnlyProfile(*chain.model)), &Cpu(), torch::kCPU);
+      chain.model, *PlanFor("store_all", StructureOnlyProfile(*chain.model)), &Cpu(), at::kCPU);
   ASSERT_TRUE(exec.ok());
   absl::StatusOr<StepResult> r = exec->Step(chain.batch);
   ASSERT_TRUE(Cpu().SetCap(std::nullopt).ok());

@@ -1,13 +1,13 @@
 #include "testing/model_cases.h"
 
-#include <torch/torch.h>
-
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <optional>
 #include <utility>
 
+#include "ATen/Context.h"
+#include "ATen/core/grad_mode.h"
 #include "absl/strings/str_cat.h"
 #include "core/plan/spec.h"
 #include "core/plan/strategy.h"
@@ -199,7 +199,7 @@ absl::StatusOr<Case> BuildCase(const std::string& model_spec, uint64_t seed, boo
   if (!profile.ok()) return profile.status();
   c.profile = **profile;
   c.autocast = autocast;
-  torch::NoGradGuard no_grad;
+  at::NoGradGuard no_grad;
   for (const at::Tensor& t : c.workload->model()->State()) c.state.push_back(t.clone());
   return c;
 }
@@ -226,19 +226,19 @@ absl::StatusOr<Run> StepUnder(Case& c, Plan plan, uint64_t seed) {
   StepOptions step_options;
   step_options.autocast = c.autocast;
   const auto from_built_state = [&] {
-    torch::NoGradGuard no_grad;
+    at::NoGradGuard no_grad;
     const std::vector<at::Tensor> state = model->State();
     for (size_t i = 0; i < state.size() && i < c.state.size(); ++i) state[i].copy_(c.state[i]);
   };
   std::optional<StepResult> unmeasured;
   if (!TestDevice().is_cpu()) {
-    torch::manual_seed(seed);
+    at::manual_seed(seed);
     from_built_state();
     absl::StatusOr<StepResult> warm_up = planned->executor.Step(batch, step_options);
     if (!warm_up.ok()) return warm_up.status();
     unmeasured = *warm_up;
   }
-  torch::manual_seed(seed);
+  at::manual_seed(seed);
   from_built_state();
   absl::StatusOr<StepResult> step = planned->executor.Step(batch, step_options);
   if (!step.ok()) return step.status();

@@ -5,14 +5,13 @@
 // forward holds exactly the predicted activation bytes. A model without one is built whole.
 #include "experiments/predict.h"
 
-#include <torch/torch.h>
-
 #include <functional>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "ATen/ops/ones_like.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/files.h"
 #include "core/plan/device_model.h"
@@ -30,6 +29,7 @@
 #include "rapidcheck.h"
 #include "rapidcheck/gtest.h"
 #include "testing/model_cases.h"
+#include "torch/optim/adamw.h"
 
 namespace ckpt {
 namespace {
@@ -361,7 +361,7 @@ TEST(TrainingState, StatesPerRankMatchAnIndependentCount) {
         for (const at::Tensor& p : params) {
           whole += p.nbytes();
           mine.push_back(p.detach().flatten().chunk(ranks).front().clone().requires_grad_(true));
-          mine.back().mutable_grad() = torch::ones_like(mine.back());
+          mine.back().mutable_grad() = at::ones_like(mine.back());
           shards += mine.back().nbytes();
         }
         torch::optim::AdamW adamw(mine, torch::optim::AdamWOptions(1e-3));

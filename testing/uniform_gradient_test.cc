@@ -1,8 +1,9 @@
 // uniform's gradients equal store_all's bitwise, for generated heavy_mlp configurations and
 // segment counts, on CPU float32: the recomputation performs the same operations on the same
 // values, so every parameter's and the input's gradient must be identical to the last bit.
-#include <torch/torch.h>
 
+#include "ATen/ops/equal.h"
+#include "c10/core/DeviceType.h"
 #include "core/plan/strategy.h"
 #include "core/run/chain_model.h"
 #include "core/run/executor.h"
@@ -26,7 +27,7 @@ Gradients StepAndCollect(const std::shared_ptr<ChainModel>& model, const Batch& 
   absl::StatusOr<Plan> plan = PlanFor(strategy_spec, StructureOnlyProfile(*model));
   RC_ASSERT(plan.ok());
   absl::StatusOr<ChainExecutor> exec =
-      ChainExecutor::Create(model, *plan, *MemoryMeterFor(torch::kCPU), torch::kCPU);
+      ChainExecutor::Create(model, *plan, *MemoryMeterFor(at::kCPU), at::kCPU);
   RC_ASSERT(exec.ok());
   absl::StatusOr<StepResult> r = exec->Step(batch);
   RC_ASSERT(r.ok());
@@ -62,7 +63,7 @@ RC_GTEST_PROP(UniformGradients, EqualStoreAllBitwise, ()) {
   RC_ASSERT(uniform.loss == baseline.loss);
   RC_ASSERT(uniform.tensors.size() == baseline.tensors.size());
   for (size_t i = 0; i < baseline.tensors.size(); ++i) {
-    RC_ASSERT(torch::equal(uniform.tensors[i], baseline.tensors[i]));
+    RC_ASSERT(at::equal(uniform.tensors[i], baseline.tensors[i]));
   }
   // Every stage of the checkpointed segments (all but the last) runs once more.
   const int last_segment = depth / segments;  // sizes differ by one; the last is the smaller

@@ -249,6 +249,10 @@ if [[ "$steps" == *" test "* ]]; then
   # Through log, prefixed: the summary line at the start of a line is rehearse.sh's to print.
   while read -r line; do log "ctest: $line"; done < <(
     grep -E "tests passed|tests failed|Failed|Exception" "$out/ctest.log" || true)
+  # The five slowest, where a run's time went.
+  while read -r line; do log "ctest slowest: $line"; done < <(
+    sed -nE 's/.*Test +#[0-9]+: ([^ ]+) .* ([0-9.]+) sec$/\2 s \1/p' "$out/ctest.log" |
+      sort -rn | head -5)
   if [[ "$device" == cpu && -n "$ctest_exclude" && conformance_test =~ $ctest_exclude ]]; then
     log "conformance suite: left out on the CPU (CKPT_CTEST_EXCLUDE)"
   elif [[ "$device" == cpu ]]; then
