@@ -1,6 +1,5 @@
 // How each strategy's memory scales, measured with the exact CPU meter on the model zoo.
 // A = one stage boundary tensor (batch x hidden x 4 bytes for the MLPs).
-
 #include "ATen/ops/equal.h"
 #include "absl/strings/str_cat.h"
 #include "core/plan/schedule.h"

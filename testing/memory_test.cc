@@ -1,6 +1,5 @@
 // The CPU memory meter is exact, so measured bytes can be compared with bytes computed by
 // hand. All tensors are float32 (4 bytes per element).
-
 #include <memory>
 #include <optional>
 #include <string>

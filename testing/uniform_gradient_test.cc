@@ -1,7 +1,6 @@
 // uniform's gradients equal store_all's bitwise, for generated heavy_mlp configurations and
 // segment counts, on CPU float32: the recomputation performs the same operations on the same
 // values, so every parameter's and the input's gradient must be identical to the last bit.
-
 #include "ATen/ops/equal.h"
 #include "c10/core/DeviceType.h"
 #include "core/plan/strategy.h"
