@@ -218,7 +218,8 @@ else
   no_torch=$(awk '/^    name = "/ { gsub(/[",]/, "", $3); name = $3 }
     /^    tags = \["no_torch"\]/ { print name }' testing/BUILD | paste -sd'|')
   CKPT_BUNDLE=/opt/bundle CKPT_TORCH_CMAKE_DIR=/usr/lib/$(gcc -print-multiarch)/cmake/Torch \
-    CKPT_BUILD_TARGETS="" CKPT_CTEST_EXCLUDE="^(sweep_cli_test|sweep_hostile_test|$no_torch)\$" \
+    CKPT_BUILD_TARGETS="" \
+    CKPT_CTEST_EXCLUDE="^(sweep_cli_test|sweep_hostile_test|$no_torch)(_shard[0-9]+)?\$" \
     tools/gpu/rehearse.sh 2>&1 | tee /tmp/rehearsal.log
   ((PIPESTATUS[0] == 0)) || status=1
   if ! grep -q "ckptlab: .*CUDA 1" /tmp/rehearsal.log; then

@@ -83,7 +83,7 @@ host=(CKPT_TORCH_CMAKE_DIR="${CKPT_TORCH_CMAKE_DIR:-/usr/lib/x86_64-linux-gnu/cm
       CKPT_BUILD_DIR="$root/build"
       CKPT_BUILD_TARGETS="${CKPT_BUILD_TARGETS-sweep benchmarks device_meter_test conformance_test registry_test model_registry_test plan_text_test}")
 run=(env "${host[@]}" CKPT_DEVICE=cpu CKPT_RESULTS_DIR="$root/results"
-     CKPT_CTEST_EXCLUDE="${CKPT_CTEST_EXCLUDE-^conformance_test\$}"
+     CKPT_CTEST_EXCLUDE="${CKPT_CTEST_EXCLUDE-^conformance_test(_shard[0-9]+)?\$}"
      CKPT_TIME_BUDGET_S="${CKPT_TIME_BUDGET_S:-3000}"
      CKPT_SWEEP_ARGS="--models=heavy_mlp:depth=4:hidden=64:batch=8,transformer:depth=2:hidden=32:heads=2:seq=16:batch=2 --steps=2 --warmup=1"
      CKPT_AMP_MODELS="transformer:depth=2:hidden=16:heads=2:seq=8:batch=2,gpt2:depth=2:hidden=16:heads=2:seq=8:batch=2:vocab=64:context=8"

@@ -33,7 +33,8 @@
 #                             each runs with --device and --out=<results>/jobs/<name>
 #   CKPT_SWEEP_ARGS="..."     more sweep flags; they come last, so --models=... overrides
 #   CKPT_AMP_MODELS="..."     the models of the mixed-precision training check (test phase)
-#   CKPT_CTEST_EXCLUDE=REGEX  tests ctest leaves out (its -E), where another run covers them
+#   CKPT_CTEST_EXCLUDE=REGEX  tests ctest leaves out (its -E), where another run covers them;
+#                             a test run in shards is NAME_shard0, NAME_shard1, ... there
 #   CKPT_TORCH_CMAKE_DIR=DIR  LibTorch's CMake prefix, instead of asking Python's torch
 #   CKPT_BUNDLE, CKPT_BUILD_DIR, CKPT_RESULTS_DIR   where the bundle, build and results are
 set -euo pipefail
@@ -237,8 +238,9 @@ data_parallel_on_device() {
 status=0
 if [[ "$steps" == *" test "* ]]; then
   selection=()
-  # Only the tests built, where the build was of named targets.
-  [[ -z "$build_targets" ]] || selection=(-R "^($(tr -s ' ' '|' <<<"$build_targets"))\$")
+  # Only the tests built (or their shards), where the build was of named targets.
+  [[ -z "$build_targets" ]] ||
+    selection=(-R "^($(tr -s ' ' '|' <<<"$build_targets"))(_shard[0-9]+)?\$")
   [[ -z "$ctest_exclude" ]] || selection+=(-E "$ctest_exclude")
   log "ctest${build_targets:+ of the targets built}${ctest_exclude:+, less what CKPT_CTEST_EXCLUDE matches}"
   # Each test's scratch files in a folder of this run's own, as Bazel gives them (not /tmp).
