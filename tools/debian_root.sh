@@ -79,8 +79,7 @@ debian_mirror() {
 
 # Makes the minimal (minbase) root of SUITE at ROOT from debian_mirror's archive, with the
 # comma-separated PACKAGES when given, logging to LOG. A root kept from an earlier run (ROOT has
-# /usr/bin/apt-get and the marker file .ckptlab-root) is upgraded instead. A root is a check's
-# scratch, which no crash needs to survive: its dpkg syncs no file it unpacks (force-unsafe-io).
+# /usr/bin/apt-get and the marker file .ckptlab-root) is upgraded instead.
 make_root() {
   local suite=$1 root=$2 log=$3 packages=${4:-} mirror
   if [[ -x "$root/usr/bin/apt-get" && -f "$root/.ckptlab-root" ]]; then
@@ -95,7 +94,6 @@ make_root() {
   echo "making a $suite root in $root from $mirror (debootstrap, about 3 minutes)"
   debootstrap --variant=minbase --components=main,contrib,non-free \
     ${packages:+--include="$packages"} "$suite" "$root" "$mirror" >"$log" 2>&1 &&
-    echo force-unsafe-io >"$root/etc/dpkg/dpkg.cfg.d/ckptlab-unsafe-io" &&
     touch "$root/.ckptlab-root"
 }
 
