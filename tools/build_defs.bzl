@@ -5,11 +5,16 @@ Native rules only (Bazel 4.2.3, offline): nothing here loads another repository'
 
 # Warnings for ckptlab's own code. LibTorch's headers are included as system headers
 # (-isystem through `includes`), so their warnings stay out of the way.
+# -fno-semantic-interposition: .bazelrc's --force_pic compiles everything as for a shared
+# library, where GCC may not inline or clone a function other code could replace at load time;
+# nothing here is replaced so, and without it the chain solver's small accessors were calls
+# through the PLT (strategy_properties_test 173 s -> 61 s; docs/build.md, "Build modes").
 CKPT_COPTS = [
     "-Wall",
     "-Wextra",
     "-Wno-unused-parameter",
     "-Wno-sign-compare",
+    "-fno-semantic-interposition",
 ]
 
 # Tests and their testonly helpers compile at -O1 (after the mode's -O2): they time nothing (the

@@ -99,7 +99,8 @@ make_root() {
 
 # Runs SCRIPT with bash as root inside ROOT, in a private mount namespace (the mounts end with
 # it, also when this is interrupted): ROOT a mount point of its own (so that SCRIPT can make a
-# private mount namespace in turn), /proc, /dev, the sources read-only at /src when
+# private mount namespace in turn), /proc, /dev with a tmpfs of its own at /dev/shm (as a booted
+# machine has; tools/bazel puts Bazel's sandboxes there), the sources read-only at /src when
 # $CKPT_ROOT_SRC names them, CUDA_DIR read-only at /opt/host-cuda when given, and only the
 # environment variables given after CUDA_DIR (this machine's CUDA_HOME, LIBRARY_PATH and PATH
 # name its own CUDA).
@@ -118,6 +119,7 @@ in_root() {
     fi
     mount -t proc proc "$root/proc"
     mount --bind /dev "$root/dev"
+    mount -t tmpfs -o mode=1777 tmpfs "$root/dev/shm"
     [[ -z "$cuda" ]] || mount -o bind,ro "$cuda" "$root/opt/host-cuda"
     exec chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 PATH=/usr/sbin:/usr/bin:/sbin:/bin \
       "$@" /bin/bash -c "$script"' _ \
