@@ -44,6 +44,7 @@
 #include <string>
 #include <utility>
 
+#include "ATen/TensorOperators.h"
 #include "ATen/core/grad_mode.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"

@@ -8,6 +8,7 @@
 #include "ATen/core/ivalue.h"
 #include "ATen/ops/cat.h"
 #include "ATen/ops/empty.h"
+#include "core/run/graph_inputs.h"
 #include "core/run/rng.h"
 #include "core/run/torch_compat.h"
 #include "torch/csrc/autograd/autograd.h"

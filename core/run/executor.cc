@@ -8,6 +8,7 @@
 #include "core/base/status_macros.h"
 #include "core/run/checkpoint.h"
 #include "core/run/device.h"
+#include "core/run/graph_inputs.h"
 #include "core/run/rng.h"
 #include "core/run/torch_compat.h"
 #include "core/run/torch_status.h"

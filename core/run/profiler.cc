@@ -22,6 +22,7 @@
 #include "absl/strings/strip.h"
 #include "core/run/checkpoint.h"
 #include "core/run/device.h"
+#include "core/run/graph_inputs.h"
 #include "core/run/host_pool.h"
 #include "core/run/rng.h"
 #include "core/run/torch_compat.h"

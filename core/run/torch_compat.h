@@ -11,7 +11,8 @@
 //   AGGREGATE = 0; kAggregateStat names that index so no version's type name is spelled.
 // - Autocast state: per-device functions (is_cpu_enabled, get_autocast_cpu_dtype, ...) in
 //   1.13, one function taking a device type (is_autocast_enabled(kCPU), ...) since 2.4.
-//   GetAutocast/SetAutocast below hide the difference.
+//   GetAutocast/SetAutocast below hide the difference (in torch_compat.cc, so that this header
+//   needs no ATen/autocast_mode.h, which includes all of ATen).
 // - The caching allocator counts the bytes tensors requested (requested_bytes) since 2.1;
 //   1.13 has only allocated_bytes, rounded up to its 512-byte blocks. RequestedBytes picks the
 //   first where it exists, so CUDA live and peak bytes are exact, as on CPU.
@@ -23,7 +24,6 @@
 #include <cstddef>
 #include <optional>
 
-#include "ATen/autocast_mode.h"
 #include "c10/core/DeviceType.h"
 #include "c10/core/ScalarType.h"
 #include "torch/version.h"
@@ -84,45 +84,16 @@ inline AutocastState AutocastOn(c10::DeviceType device, std::optional<c10::Scala
   return state;
 }
 
-inline AutocastState GetAutocast() {
-#if CKPT_TORCH_VERSION_AT_LEAST(2, 4)
-  return {at::autocast::is_autocast_enabled(c10::DeviceType::CPU),
-          at::autocast::get_autocast_dtype(c10::DeviceType::CPU),
-          at::autocast::is_autocast_enabled(c10::DeviceType::CUDA),
-          at::autocast::get_autocast_dtype(c10::DeviceType::CUDA)};
-#else
-  return {at::autocast::is_cpu_enabled(), at::autocast::get_autocast_cpu_dtype(),
-          at::autocast::is_enabled(), at::autocast::get_autocast_gpu_dtype()};
-#endif
-}
+// The autocast state of this thread, and setting it (the autocast cache cleared when all is off).
+AutocastState GetAutocast();
+void SetAutocast(const AutocastState& s);
 
-inline void SetAutocast(const AutocastState& s) {
-#if CKPT_TORCH_VERSION_AT_LEAST(2, 4)
-  at::autocast::set_autocast_enabled(c10::DeviceType::CPU, s.cpu);
-  at::autocast::set_autocast_dtype(c10::DeviceType::CPU, s.cpu_dtype);
-  at::autocast::set_autocast_enabled(c10::DeviceType::CUDA, s.cuda);
-  at::autocast::set_autocast_dtype(c10::DeviceType::CUDA, s.cuda_dtype);
-#else
-  at::autocast::set_cpu_enabled(s.cpu);
-  at::autocast::set_autocast_cpu_dtype(s.cpu_dtype);
-  at::autocast::set_enabled(s.cuda);
-  at::autocast::set_autocast_gpu_dtype(s.cuda_dtype);
-#endif
-  if (!s.cpu && !s.cuda) at::autocast::clear_cache();
-}
-
-// Sets an autocast state for a scope and restores the previous one after it.
+// Sets an autocast state for a scope (the autocast cache off) and restores the previous one
+// after it.
 class ScopedAutocast {
  public:
-  explicit ScopedAutocast(const AutocastState& state)
-      : saved_(GetAutocast()), saved_cache_(at::autocast::is_autocast_cache_enabled()) {
-    at::autocast::set_autocast_cache_enabled(false);
-    SetAutocast(state);
-  }
-  ~ScopedAutocast() {
-    SetAutocast(saved_);
-    at::autocast::set_autocast_cache_enabled(saved_cache_);
-  }
+  explicit ScopedAutocast(const AutocastState& state);
+  ~ScopedAutocast();
   ScopedAutocast(const ScopedAutocast&) = delete;
   ScopedAutocast& operator=(const ScopedAutocast&) = delete;
 
