@@ -13,7 +13,9 @@ out="${1:-third_party/cmake_bundle}"
 packages=(libabsl-dev libabsl20220623 libgtest-dev libgmock-dev librapidcheck-dev
           libbenchmark-dev libbenchmark1debian)
 
-tools/bazel version >/dev/null 2>&1 || true  # installs the Debian packages if missing
+# Installs the Debian packages if missing; --version is answered by the client, which leaves no
+# Bazel server behind (`version` started one, idle for hours after CI).
+tools/bazel --version >/dev/null 2>&1 || true
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${db:Status-Abbrev}' "$pkg" 2>/dev/null | grep -q '^ii' || {
     echo "make_cmake_bundle: Debian package $pkg is not installed" >&2
