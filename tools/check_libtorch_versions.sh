@@ -215,7 +215,7 @@ else
   # The GPU host's route against the CUDA LibTorch, with the bundle made outside (/opt/bundle):
   # every target built; every test run but the sweep command line's two and those testing/BUILD
   # tags no_torch (their outcome is the same whatever torch is installed). RapidCheck's
-  # properties run 25 cases each, a quarter of their count (RC_PARAMS): what differs between
+  # properties run at most 25 cases each (RC_PARAMS; 100 by default): what differs between
   # LibTorch versions (an op that saves other tensors, an engine that sums in place) shows in
   # most cases of a property, and the full search over rare shapes runs against 1.13 (CI's
   # bare root) on this very code.
