@@ -8,6 +8,9 @@
 #include <cstdint>
 #include <optional>
 
+#include "ATen/ops/arange.h"
+#include "ATen/ops/empty.h"
+#include "ATen/ops/randn.h"
 #include "absl/status/status.h"
 #include "core/run/host_pool.h"
 #include "core/run/memory_meter.h"
@@ -15,7 +18,6 @@
 #include "core/run/torch_status.h"
 #include "gtest/gtest.h"
 #include "testing/model_cases.h"
-#include "torch/torch.h"
 
 namespace ckpt {
 namespace {
@@ -28,7 +30,7 @@ MemoryMeter& Meter() {
   return **meter;
 }
 
-at::Tensor Floats(int64_t n) { return torch::empty({n}, torch::device(TestDevice())); }
+at::Tensor Floats(int64_t n) { return at::empty({n}, at::device(TestDevice())); }
 
 // Bytes the meter's live count moves by for a tensor of `bytes`: exact on CPU and with
 // LibTorch 2.1+'s requested bytes on CUDA; 1.13's CUDA count is in 512-byte blocks.
@@ -91,8 +93,8 @@ HostPool& Pool() {
 
 // A float tensor, an index tensor and an undefined one, as stage boundaries hold them.
 std::vector<at::Tensor> Boundary() {
-  return {torch::randn({3, 5}, torch::device(TestDevice())),
-          torch::arange(7, torch::device(TestDevice()).dtype(torch::kLong)), at::Tensor()};
+  return {at::randn({3, 5}, at::device(TestDevice())),
+          at::arange(7, at::device(TestDevice()).dtype(at::kLong)), at::Tensor()};
 }
 
 int64_t Bytes(const std::vector<at::Tensor>& ts) {
@@ -106,7 +108,7 @@ void ExpectEqual(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>
   for (size_t i = 0; i < a.size(); ++i) {
     ASSERT_EQ(a[i].defined(), b[i].defined()) << i;
     if (a[i].defined()) {
-      EXPECT_TRUE(torch::equal(a[i].cpu(), b[i].cpu())) << i;
+      EXPECT_TRUE(a[i].cpu().equal(b[i].cpu())) << i;
     }
   }
 }
@@ -134,8 +136,8 @@ TEST(HostPool, ARoundTripGivesTheValuesBackAndCountsHostBytesUntilTheCopyBackIsD
 TEST(HostPool, CopiesStoragesOnceAndKeepHowTensorsShareThem) {
   // A tensor named twice, a view of it, and a zero-element view of another that keeps all of it:
   // as a stage boundary can hold them.
-  const at::Tensor x = torch::randn({3, 5}, torch::device(TestDevice()));
-  const at::Tensor y = torch::randn({4, 2}, torch::device(TestDevice()));
+  const at::Tensor x = at::randn({3, 5}, at::device(TestDevice()));
+  const at::Tensor y = at::randn({4, 2}, at::device(TestDevice()));
   const std::vector<at::Tensor> boundary = {x, x, x.t(), y.narrow(1, 0, 0)};
   const int64_t before = Pool().Stats().live_bytes;
   Transfer out = Pool().ToHost(boundary);
@@ -181,11 +183,11 @@ TEST(HostPool, WithCheckOrderAResultReadBeforeItsWaitIsPoison) {
   Pool().CheckOrder(true);
   const std::vector<at::Tensor> x = Boundary();
   Transfer out = Pool().ToHost(x);
-  EXPECT_TRUE(torch::isnan(out.tensors[0]).all().item<bool>());
-  EXPECT_TRUE((out.tensors[1] == -1).all().item<bool>());
+  EXPECT_TRUE(out.tensors[0].isnan().all().item<bool>());
+  EXPECT_TRUE(out.tensors[1].eq(-1).all().item<bool>());
   Transfer back = Pool().ToDevice(out.tensors, TestDevice());
-  EXPECT_TRUE(torch::isnan(back.tensors[0]).all().item<bool>());
-  EXPECT_TRUE((back.tensors[1] == -1).all().item<bool>());
+  EXPECT_TRUE(back.tensors[0].isnan().all().item<bool>());
+  EXPECT_TRUE(back.tensors[1].eq(-1).all().item<bool>());
   back.done->Wait();  // and the copy out before it
   ExpectEqual(out.tensors, x);
   ExpectEqual(back.tensors, x);

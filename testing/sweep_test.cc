@@ -13,7 +13,7 @@
 #include <sstream>
 #include <string>
 
-#include "ATen/ATen.h"
+#include "ATen/ops/tensor.h"
 #include "absl/strings/str_join.h"
 #include "c10/core/Device.h"
 #include "core/base/files.h"
