@@ -39,8 +39,10 @@
 #
 # Needs root (debootstrap, chroot, a private mount namespace) and about 2 GB of disk per suite
 # (13 GB with +cuda) under $CKPT_ROOTS_DIR (default /var/tmp). Roots are made afresh and removed
-# after; CKPT_KEEP_ROOTS=1 keeps them, and a kept root is upgraded and reused. The logs stay
-# there: ckptlab-root-<suite>.log (debootstrap), ckptlab-check-<suite>.log (the rest).
+# after; CKPT_KEEP_ROOTS=1 keeps them, and a kept root is upgraded and reused while this script
+# and tools/debian_root.sh, which say what makes and fills it, are unchanged (else it is made
+# afresh). A kept root's builds start from nothing all the same. The logs stay there:
+# ckptlab-root-<suite>.log (debootstrap), ckptlab-check-<suite>.log (the rest).
 #
 # --prepare does steps 1 and 2 and the packages step 4 needs, nothing else, and keeps the roots:
 # a later run without it finds them made. Making trixie+cuda's waits on the network and the
@@ -238,7 +240,8 @@ else
   # Bazel against the CUDA LibTorch. It wants $CUDA_HOME/include; Debian puts the toolkit's
   # headers in /usr/include, so a folder of links to them stands in. The sources are read-only:
   # no convenience symlinks (--symlink_prefix=/).
-  rm -rf /tmp/cuda-home && mkdir -p /tmp/cuda-home/include
+  # (And no Bazel outputs of a kept root's earlier run: the check builds from nothing.)
+  rm -rf /tmp/cuda-home /root/.cache/bazel && mkdir -p /tmp/cuda-home/include
   for f in $(dpkg -L nvidia-cuda-dev libcub-dev libthrust-dev libcu++-dev 2>/dev/null); do
     [[ "$f" == /usr/include/* && -f "$f" ]] || continue
     mkdir -p "/tmp/cuda-home/include/$(dirname "${f#/usr/include/}")"
@@ -282,6 +285,8 @@ INNER
 results=()
 failed=0
 ran=0
+# What makes and fills the roots: a kept root made by other scripts is made afresh (make_root).
+recipe=$(cat tools/check_libtorch_versions.sh tools/debian_root.sh | sha256sum | cut -d' ' -f1)
 for name in "${suites[@]}"; do
   suite=${name%+cuda}
   cuda_torch=0
@@ -299,7 +304,7 @@ for name in "${suites[@]}"; do
     results+=("$name: skipped, $avail GB free in $roots (needs about $need_gb GB)")
     continue
   fi
-  if ! CKPT_APT_OPTIONS="$CKPT_APT_OPTIONS" make_root "$suite" "$root" "$log" "$packages"; then
+  if ! CKPT_APT_OPTIONS="$CKPT_APT_OPTIONS" make_root "$suite" "$root" "$log" "$packages" "$recipe"; then
     say "skipped $name: its root could not be made (last lines of $log):" >&2
     tail -5 "$log" >&2
     results+=("$name: skipped, no root")

@@ -5,7 +5,7 @@
 #   roots_unavailable          why no root can be made here, if so
 #   free_gb DIR                gigabytes free where DIR is
 #   debian_mirror              the archive this machine's apt already uses (see below)
-#   make_root SUITE ROOT LOG [PACKAGES]
+#   make_root SUITE ROOT LOG [PACKAGES [RECIPE]]
 #   in_root ROOT SCRIPT CUDA_DIR [NAME=VALUE...]
 
 # Prints why roots cannot be made on this machine (not root; no debootstrap) and succeeds, or
@@ -78,11 +78,14 @@ debian_mirror() {
 }
 
 # Makes the minimal (minbase) root of SUITE at ROOT from debian_mirror's archive, with the
-# comma-separated PACKAGES when given, logging to LOG. A root kept from an earlier run (ROOT has
-# /usr/bin/apt-get and the marker file .ckptlab-root) is upgraded instead.
+# comma-separated PACKAGES when given, logging to LOG. A root kept from an earlier run is
+# upgraded instead, when it was made by the same RECIPE (a digest of what makes and fills it,
+# held in its marker file .ckptlab-root): one made otherwise could hold what the recipe no
+# longer installs, so it is made afresh.
 make_root() {
-  local suite=$1 root=$2 log=$3 packages=${4:-} mirror
-  if [[ -x "$root/usr/bin/apt-get" && -f "$root/.ckptlab-root" ]]; then
+  local suite=$1 root=$2 log=$3 packages=${4:-} recipe=${5:-} mirror
+  if [[ -x "$root/usr/bin/apt-get" && -f "$root/.ckptlab-root" &&
+    "$(<"$root/.ckptlab-root")" == "$recipe" ]]; then
     echo "upgrading the kept root $root"
     in_root "$root" 'apt-get update -qq $CKPT_APT_OPTIONS &&
       DEBIAN_FRONTEND=noninteractive apt-get -y -qq dist-upgrade' "" \
@@ -94,7 +97,7 @@ make_root() {
   echo "making a $suite root in $root from $mirror (debootstrap, about 3 minutes)"
   debootstrap --variant=minbase --components=main,contrib,non-free \
     ${packages:+--include="$packages"} "$suite" "$root" "$mirror" >"$log" 2>&1 &&
-    touch "$root/.ckptlab-root"
+    printf '%s' "$recipe" >"$root/.ckptlab-root"
 }
 
 # Runs SCRIPT with bash as root inside ROOT, in a private mount namespace (the mounts end with
