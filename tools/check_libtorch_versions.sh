@@ -304,7 +304,8 @@ for name in "${suites[@]}"; do
     results+=("$name: skipped, $avail GB free in $roots (needs about $need_gb GB)")
     continue
   fi
-  if ! CKPT_APT_OPTIONS="$CKPT_APT_OPTIONS" make_root "$suite" "$root" "$log" "$packages" "$recipe"; then
+  if ! CKPT_APT_OPTIONS="$CKPT_APT_OPTIONS" \
+    make_root "$suite" "$root" "$log" "$packages" "$recipe"; then
     say "skipped $name: its root could not be made (last lines of $log):" >&2
     tail -5 "$log" >&2
     results+=("$name: skipped, no root")
