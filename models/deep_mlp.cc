@@ -41,8 +41,9 @@ class DeepMlpModel : public ModuleModel<LinearStack> {
   }
   static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,
                                                             const ModelContext& context) {
-    LinearStack mlp = InitSeeded(context.init_seed,
-                                 [&] { return LinearStack(Widths(params), /*relu_last=*/false); });
+    std::unique_ptr<LinearStack> mlp = InitSeeded(context.init_seed, [&] {
+      return std::make_unique<LinearStack>(Widths(params), /*relu_last=*/false);
+    });
     return std::make_shared<DeepMlpModel>(params, params.Canonical(), std::move(mlp),
                                           params.Int("batch"), context.device);
   }

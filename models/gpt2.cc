@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ATen/TensorOperators.h"
+#include "ATen/core/grad_mode.h"
 #include "ATen/ops/arange.h"
 #include "ATen/ops/cross_entropy_loss.h"
 #include "ATen/ops/linear.h"
@@ -23,9 +24,8 @@
 #include "models/layers.h"
 #include "models/model_init.h"
 #include "models/module_model.h"
-#include "torch/nn/module.h"
-#include "torch/nn/modules/embedding.h"
-#include "torch/nn/modules/normalization.h"
+#include "models/nn.h"
+#include "torch/arg.h"
 
 namespace ckpt {
 namespace {
@@ -63,23 +63,21 @@ struct Gpt2Options {
   TORCH_ARG(double, dropout) = 0.1;
 };
 
-class Gpt2Impl : public torch::nn::Module {
+class Gpt2 : public ParamSet {
  public:
-  explicit Gpt2Impl(const Gpt2Options& options_) : options(options_) {
+  explicit Gpt2(const Gpt2Options& options_) : options(options_) {
     const int64_t h = options.hidden();
-    wte_ = register_module("wte", torch::nn::Embedding(options.vocab(), h));
-    wpe_ = register_module("wpe", torch::nn::Embedding(options.context(), h));
+    wte_ = Embedding(*this, options.vocab(), h);
+    wpe_ = Embedding(*this, options.context(), h);
     {
-      torch::NoGradGuard no_grad;
-      wte_->weight.normal_(0, 0.02);  // GPT-2's initialisation; N(0, 1) would swamp the logits
-      wpe_->weight.normal_(0, 0.01);
+      const at::NoGradGuard no_grad;
+      wte_.weight.normal_(0, 0.02);  // GPT-2's initialisation; N(0, 1) would swamp the logits
+      wpe_.weight.normal_(0, 0.01);
     }
     for (int64_t b = 0; b < options.depth(); ++b) {
-      blocks_.push_back(
-          register_module(absl::StrCat("block", b),
-                          PreNormBlock(h, options.heads(), /*causal=*/true, /*tanh_gelu=*/true)));
+      blocks_.emplace_back(*this, h, options.heads(), /*causal=*/true, /*tanh_gelu=*/true);
     }
-    ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({h})));
+    ln_f_ = LayerNorm(*this, h);
   }
   // The embedding has no parts. The other stages run their positions in the chunks of their
   // part "sequence"; the attention core is the part "core", the MLP with its LayerNorm (the
@@ -91,16 +89,16 @@ class Gpt2Impl : public torch::nn::Module {
     return CounterDropout(wte_(tokens) + wpe_(positions), p, DrawDropoutSeed(), 1, 0, seq);
   }
   at::Tensor AttentionStage(int64_t b, const at::Tensor& x, const StageParts& parts) {
-    return blocks_[b]->AttentionStage(x, parts, is_training() ? options.dropout() : 0.0);
+    return blocks_[b].AttentionStage(x, parts, is_training() ? options.dropout() : 0.0);
   }
   at::Tensor MlpStage(int64_t b, const at::Tensor& x, const StageParts& parts) {
-    return blocks_[b]->MlpStage(x, parts, is_training() ? options.dropout() : 0.0);
+    return blocks_[b].MlpStage(x, parts, is_training() ? options.dropout() : 0.0);
   }
   // Mean next-token cross-entropy of the final hidden states against `targets`.
   at::Tensor HeadLoss(const at::Tensor& x, const at::Tensor& targets, const StageParts& parts) {
     // Summed per chunk, divided once: the mean over every token, whatever the chunking.
     auto chunk = [this](const std::vector<at::Tensor>& in, int64_t) {
-      const at::Tensor logits = at::linear(ln_f_(in[0]), wte_->weight);
+      const at::Tensor logits = at::linear(ln_f_(in[0]), wte_.weight);
       return std::vector<at::Tensor>{at::cross_entropy_loss(logits.flatten(0, 1), in[1].flatten(),
                                                             /*weight=*/{}, at::Reduction::Sum)};
     };
@@ -111,11 +109,10 @@ class Gpt2Impl : public torch::nn::Module {
   Gpt2Options options;
 
  private:
-  torch::nn::Embedding wte_{nullptr}, wpe_{nullptr};
+  Embedding wte_, wpe_;
   std::vector<PreNormBlock> blocks_;
-  torch::nn::LayerNorm ln_f_{nullptr};
+  LayerNorm ln_f_;
 };
-TORCH_MODULE(Gpt2);
 
 class Gpt2Model : public DecoderModel<Gpt2> {
  public:
@@ -140,11 +137,11 @@ class Gpt2Model : public DecoderModel<Gpt2> {
     const Size size = Resolved(params);
     const int64_t depth = size.depth, hidden = size.hidden, heads = size.heads;
     const int64_t seq = params.Int("seq"), ctx = params.Int("context");
-    Gpt2 net = InitSeeded(context.init_seed, [&] {
-      return Gpt2(Gpt2Options(depth, hidden, heads)
-                      .vocab(params.Int("vocab"))
-                      .context(ctx)
-                      .dropout(params.Float("dropout")));
+    std::unique_ptr<Gpt2> net = InitSeeded(context.init_seed, [&] {
+      return std::make_unique<Gpt2>(Gpt2Options(depth, hidden, heads)
+                                        .vocab(params.Int("vocab"))
+                                        .context(ctx)
+                                        .dropout(params.Float("dropout")));
     });
     // The canonical spec names the resolved shape.
     const std::string spec = absl::StrCat(

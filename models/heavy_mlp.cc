@@ -33,8 +33,9 @@ class HeavyMlpModel : public ModuleModel<LinearStack> {
   static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,
                                                             const ModelContext& context) {
     const std::vector<int64_t> widths(params.Int("depth") + 1, params.Int("hidden"));
-    LinearStack mlp =
-        InitSeeded(context.init_seed, [&] { return LinearStack(widths, /*relu_last=*/true); });
+    std::unique_ptr<LinearStack> mlp = InitSeeded(context.init_seed, [&] {
+      return std::make_unique<LinearStack>(widths, /*relu_last=*/true);
+    });
     return std::make_shared<HeavyMlpModel>(params, params.Canonical(), std::move(mlp),
                                            params.Int("batch"), context.device);
   }

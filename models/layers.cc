@@ -26,21 +26,20 @@
 
 namespace ckpt {
 
-LinearStackImpl::LinearStackImpl(const std::vector<int64_t>& widths, bool relu_last)
+LinearStack::LinearStack(const std::vector<int64_t>& widths, bool relu_last)
     : relu_last_(relu_last) {
   for (size_t i = 0; i + 1 < widths.size(); ++i) {
-    layers_.push_back(
-        register_module(absl::StrCat("linear", i), torch::nn::Linear(widths[i], widths[i + 1])));
+    layers_.push_back(Linear(*this, widths[i], widths[i + 1]));
   }
 }
 
-at::Tensor LinearStackImpl::forward_layer(int64_t i, const at::Tensor& x) {
-  const at::Tensor y = layers_[i]->forward(x);
+at::Tensor LinearStack::forward_layer(int64_t i, const at::Tensor& x) const {
+  const at::Tensor y = layers_[i](x);
   return i + 1 == static_cast<int64_t>(layers_.size()) && !relu_last_ ? y : at::relu(y);
 }
 
-std::vector<at::Tensor> LinearStackImpl::RunLayer(int64_t i, const std::vector<at::Tensor>& inputs,
-                                                  const StageParts& parts) {
+std::vector<at::Tensor> LinearStack::RunLayer(int64_t i, const std::vector<at::Tensor>& inputs,
+                                              const StageParts& parts) const {
   return parts.RunChunked(
       "rows",
       [this, i](const std::vector<at::Tensor>& x, int64_t) {
@@ -106,12 +105,12 @@ at::Tensor CounterDropout(const at::Tensor& x, double p, int64_t seed, int64_t d
   return at::where(keep, x * (1.0 / (1.0 - p)), at::scalar_tensor(0, x.options()));
 }
 
-SelfAttentionImpl::SelfAttentionImpl(int64_t hidden, int64_t heads) : heads_(heads) {
-  q_ = register_module("q", torch::nn::Linear(hidden, hidden));
-  k_ = register_module("k", torch::nn::Linear(hidden, hidden));
-  v_ = register_module("v", torch::nn::Linear(hidden, hidden));
-  o_ = register_module("o", torch::nn::Linear(hidden, hidden));
-}
+SelfAttention::SelfAttention(ParamSet& set, int64_t hidden, int64_t heads)
+    : heads_(heads),
+      q_(set, hidden, hidden),
+      k_(set, hidden, hidden),
+      v_(set, hidden, hidden),
+      o_(set, hidden, hidden) {}
 
 namespace {
 // Contiguous: see Core in layers.h.
@@ -120,11 +119,11 @@ at::Tensor SplitHeads(const at::Tensor& t, int64_t heads) {
 }
 }  // namespace
 
-at::Tensor SelfAttentionImpl::Queries(const at::Tensor& x) { return SplitHeads(q_(x), heads_); }
-at::Tensor SelfAttentionImpl::KeysTransposed(const at::Tensor& x) {
+at::Tensor SelfAttention::Queries(const at::Tensor& x) const { return SplitHeads(q_(x), heads_); }
+at::Tensor SelfAttention::KeysTransposed(const at::Tensor& x) const {
   return SplitHeads(k_(x), heads_).transpose(2, 3).contiguous();
 }
-at::Tensor SelfAttentionImpl::Values(const at::Tensor& x) { return SplitHeads(v_(x), heads_); }
+at::Tensor SelfAttention::Values(const at::Tensor& x) const { return SplitHeads(v_(x), heads_); }
 
 std::string FusedAttentionUnavailable(bool dropout) {
   if (!compat::kHasFusedAttention) {
@@ -139,9 +138,9 @@ std::string FusedAttentionUnavailable(bool dropout) {
   return "";
 }
 
-at::Tensor SelfAttentionImpl::Core(const at::Tensor& q, const at::Tensor& k_t, const at::Tensor& v,
-                                   int64_t q_offset, bool causal, double dropout, int64_t seed,
-                                   bool fused) {
+at::Tensor SelfAttention::Core(const at::Tensor& q, const at::Tensor& k_t, const at::Tensor& v,
+                               int64_t q_offset, bool causal, double dropout, int64_t seed,
+                               bool fused) {
   const int64_t sq = q.size(2);
   const int64_t skv = k_t.size(3);
   if (fused) {
@@ -175,46 +174,47 @@ at::Tensor SelfAttentionImpl::Core(const at::Tensor& q, const at::Tensor& k_t, c
   return at::matmul(probs, v);
 }
 
-at::Tensor SelfAttentionImpl::Output(const at::Tensor& context) {
+at::Tensor SelfAttention::Output(const at::Tensor& context) const {
   const at::Tensor merged = context.transpose(1, 2).reshape(
       {context.size(0), context.size(2), context.size(1) * context.size(3)});
   return o_(merged);
 }
 
-FeedForwardImpl::FeedForwardImpl(int64_t hidden, bool tanh_gelu) : tanh_gelu_(tanh_gelu) {
-  fc1_ = register_module("fc1", torch::nn::Linear(hidden, 4 * hidden));
-  fc2_ = register_module("fc2", torch::nn::Linear(4 * hidden, hidden));
-}
+FeedForward::FeedForward(ParamSet& set, int64_t hidden, bool tanh_gelu)
+    : tanh_gelu_(tanh_gelu), fc1_(set, hidden, 4 * hidden), fc2_(set, 4 * hidden, hidden) {}
 
-at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
+at::Tensor FeedForward::operator()(const at::Tensor& x) const {
   return fc2_(at::gelu(fc1_(x), tanh_gelu_ ? "tanh" : "none"));
 }
 
-PreNormBlockImpl::PreNormBlockImpl(int64_t hidden, int64_t heads, bool causal, bool tanh_gelu)
+// Made in the order its parameters are listed (LN1, attention, LN2, MLP), which is not the
+// members' order.
+PreNormBlock::PreNormBlock(ParamSet& set, int64_t hidden, int64_t heads, bool causal,
+                           bool tanh_gelu)
     : causal_(causal) {
-  ln1_ = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({hidden})));
-  attention_ = register_module("attention", SelfAttention(hidden, heads));
-  ln2_ = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({hidden})));
-  mlp_ = register_module("mlp", FeedForward(hidden, tanh_gelu));
+  ln1_ = LayerNorm(set, hidden);
+  attention_ = SelfAttention(set, hidden, heads);
+  ln2_ = LayerNorm(set, hidden);
+  mlp_ = FeedForward(set, hidden, tanh_gelu);
 }
 
-at::Tensor PreNormBlockImpl::AttentionStage(const at::Tensor& x, const StageParts& parts,
-                                            double p) {
+at::Tensor PreNormBlock::AttentionStage(const at::Tensor& x, const StageParts& parts,
+                                        double p) const {
   const int64_t seq = x.size(1);
   const int64_t attention_seed = DrawDropoutSeed();
   const int64_t residual_seed = DrawDropoutSeed();
   const bool causal = causal_;
   auto chunk = [this, p, seq, causal, attention_seed, residual_seed, parts](
                    const std::vector<at::Tensor>& in, int64_t offset) {
-    const at::Tensor q = attention_->Queries(in[1]);
+    const at::Tensor q = attention_.Queries(in[1]);
     const bool fused = parts.Fused("core");
     auto core = [offset, p, causal, attention_seed, fused](const std::vector<at::Tensor>& qkv) {
-      return std::vector<at::Tensor>{SelfAttentionImpl::Core(qkv[0], qkv[1], qkv[2], offset, causal,
-                                                             p, attention_seed, fused)};
+      return std::vector<at::Tensor>{
+          SelfAttention::Core(qkv[0], qkv[1], qkv[2], offset, causal, p, attention_seed, fused)};
     };
     const at::Tensor context = parts.Run("core", core, {q, in[2], in[3]})[0];
     return std::vector<at::Tensor>{
-        in[0] + CounterDropout(attention_->Output(context), p, residual_seed, 1, offset, seq)};
+        in[0] + CounterDropout(attention_.Output(context), p, residual_seed, 1, offset, seq)};
   };
   // LN1 of the whole sequence once (the part "norm"), then, reading it, its keys and values and
   // the queries per chunk.
@@ -222,14 +222,14 @@ at::Tensor PreNormBlockImpl::AttentionStage(const at::Tensor& x, const StagePart
     return std::vector<at::Tensor>{ln1_(in[0])};
   };
   auto attend = [this, x, parts, chunk](const std::vector<at::Tensor>& normed) {
-    const at::Tensor k = attention_->KeysTransposed(normed[0]);
-    const at::Tensor v = attention_->Values(normed[0]);
+    const at::Tensor k = attention_.KeysTransposed(normed[0]);
+    const at::Tensor v = attention_.Values(normed[0]);
     return parts.RunChunked("sequence", chunk, {x, normed[0], k, v}, {true, true, false, false}, 1);
   };
   return parts.RunConsumed("norm", norm, {x}, attend)[0];
 }
 
-at::Tensor PreNormBlockImpl::MlpStage(const at::Tensor& x, const StageParts& parts, double p) {
+at::Tensor PreNormBlock::MlpStage(const at::Tensor& x, const StageParts& parts, double p) const {
   const int64_t seq = x.size(1);
   const int64_t seed = DrawDropoutSeed();
   auto chunk = [this, p, seq, seed, parts](const std::vector<at::Tensor>& in, int64_t offset) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,10 +23,7 @@
 #include "core/run/chain_model.h"
 #include "core/run/parts.h"
 #include "models/module_model.h"
-#include "torch/nn/module.h"
-#include "torch/nn/modules/linear.h"
-#include "torch/nn/modules/normalization.h"
-#include "torch/nn/pimpl.h"
+#include "models/nn.h"
 
 namespace ckpt {
 
@@ -54,15 +52,16 @@ std::string FusedAttentionUnavailable(bool dropout);
 // Multi-head self-attention, in the pieces strategies act on. Queries, keys and values have
 // separate projections so that projecting a chunk of the sequence is the same arithmetic as
 // projecting all of it.
-class SelfAttentionImpl : public torch::nn::Module {
+class SelfAttention {
  public:
-  SelfAttentionImpl(int64_t hidden, int64_t heads);
+  SelfAttention() = default;
+  SelfAttention(ParamSet& set, int64_t hidden, int64_t heads);
 
   // [B, S, hidden] -> [B, heads, S, d] (d = hidden / heads), contiguous.
-  at::Tensor Queries(const at::Tensor& x);
-  at::Tensor Values(const at::Tensor& x);
+  at::Tensor Queries(const at::Tensor& x) const;
+  at::Tensor Values(const at::Tensor& x) const;
   // [B, S, hidden] -> [B, heads, d, S], contiguous.
-  at::Tensor KeysTransposed(const at::Tensor& x);
+  at::Tensor KeysTransposed(const at::Tensor& x) const;
 
   // The quadratic core: softmax(q k^T / sqrt(d) [causal mask]) with dropout, times v, for the
   // queries at positions [q_offset, q_offset + q.size(2)) of a sequence of k_t.size(3).
@@ -79,44 +78,42 @@ class SelfAttentionImpl : public torch::nn::Module {
                          bool fused = false);
 
   // [B, heads, Sq, d] -> [B, Sq, hidden], then the output projection.
-  at::Tensor Output(const at::Tensor& context);
+  at::Tensor Output(const at::Tensor& context) const;
 
   int64_t heads() const { return heads_; }
 
  private:
-  int64_t heads_;
-  torch::nn::Linear q_{nullptr}, k_{nullptr}, v_{nullptr}, o_{nullptr};
+  int64_t heads_ = 1;
+  Linear q_, k_, v_, o_;
 };
-TORCH_MODULE(SelfAttention);
 
 // Linear(hidden, 4 hidden) + GELU + Linear(4 hidden, hidden).
-class FeedForwardImpl : public torch::nn::Module {
+class FeedForward {
  public:
-  FeedForwardImpl(int64_t hidden, bool tanh_gelu);
-  at::Tensor forward(const at::Tensor& x);
+  FeedForward() = default;
+  FeedForward(ParamSet& set, int64_t hidden, bool tanh_gelu);
+  at::Tensor operator()(const at::Tensor& x) const;
 
  private:
-  bool tanh_gelu_;
-  torch::nn::Linear fc1_{nullptr}, fc2_{nullptr};
+  bool tanh_gelu_ = false;
+  Linear fc1_, fc2_;
 };
-TORCH_MODULE(FeedForward);
 
-// Linear layers of `widths` (layer i: widths[i] -> widths[i + 1], named "linear<i>"), each
-// followed by a ReLU but the last unless `relu_last`: the MLP models' module, a stage per layer,
-// whose rows are independent (the part "rows" chunks them).
-class LinearStackImpl : public torch::nn::Module {
+// Linear layers of `widths` (layer i: widths[i] -> widths[i + 1]), each followed by a ReLU but
+// the last unless `relu_last`: the MLP models' network, a stage per layer, whose rows are
+// independent (the part "rows" chunks them).
+class LinearStack : public ParamSet {
  public:
-  LinearStackImpl(const std::vector<int64_t>& widths, bool relu_last);
-  at::Tensor forward_layer(int64_t i, const at::Tensor& x);
+  LinearStack(const std::vector<int64_t>& widths, bool relu_last);
+  at::Tensor forward_layer(int64_t i, const at::Tensor& x) const;
   // Layer i as a stage: its input's rows in the chunks of the part "rows".
   std::vector<at::Tensor> RunLayer(int64_t i, const std::vector<at::Tensor>& inputs,
-                                   const StageParts& parts);
+                                   const StageParts& parts) const;
 
  private:
-  std::vector<torch::nn::Linear> layers_;
+  std::vector<Linear> layers_;
   bool relu_last_;
 };
-TORCH_MODULE(LinearStack);
 
 // A pre-norm transformer block as two stages (GPT-2's, ViT's): attention,
 // x + Dropout(Attention(LN1(x))), and MLP, x + Dropout(W2 GELU(W1 LN2(x))). Each stage runs its
@@ -125,19 +122,18 @@ TORCH_MODULE(LinearStack);
 // part "core", the MLP with its LayerNorm (the 4x-wide hidden activation) "hidden". `dropout` is
 // the probability in force (0 in evaluation); each stage draws its seeds first
 // (DrawDropoutSeed), so chunks and reruns draw nothing.
-class PreNormBlockImpl : public torch::nn::Module {
+class PreNormBlock {
  public:
-  PreNormBlockImpl(int64_t hidden, int64_t heads, bool causal, bool tanh_gelu);
-  at::Tensor AttentionStage(const at::Tensor& x, const StageParts& parts, double dropout);
-  at::Tensor MlpStage(const at::Tensor& x, const StageParts& parts, double dropout);
+  PreNormBlock(ParamSet& set, int64_t hidden, int64_t heads, bool causal, bool tanh_gelu);
+  at::Tensor AttentionStage(const at::Tensor& x, const StageParts& parts, double dropout) const;
+  at::Tensor MlpStage(const at::Tensor& x, const StageParts& parts, double dropout) const;
 
  private:
   bool causal_;
-  torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
-  SelfAttention attention_{nullptr};
-  FeedForward mlp_{nullptr};
+  LayerNorm ln1_, ln2_;
+  SelfAttention attention_;
+  FeedForward mlp_;
 };
-TORCH_MODULE(PreNormBlock);
 
 // Appends the stages of `depth` transformer blocks, "block<b>.attention" (its core recomputable,
 // and fusable where FusedAttentionUnavailable(stochastic) is empty: these blocks drop attention
@@ -184,7 +180,8 @@ std::vector<at::Tensor> RunBlockChainStage(Net& net, int64_t depth, int index,
 template <typename Net>
 class DecoderModel : public HeadLossModel<Net> {
  public:
-  DecoderModel(ParamValues params, std::string spec, Net net, int64_t depth, c10::Device device)
+  DecoderModel(ParamValues params, std::string spec, std::unique_ptr<Net> net, int64_t depth,
+               c10::Device device)
       : HeadLossModel<Net>(params, std::move(spec), std::move(net), params.Int("batch"), device),
         depth_(depth),
         seq_(params.Int("seq")),

@@ -6,9 +6,11 @@
 #include <vector>
 
 #include "ATen/TensorOperators.h"
+#include "ATen/core/grad_mode.h"
 #include "ATen/ops/arange.h"
 #include "ATen/ops/cat.h"
 #include "ATen/ops/cross_entropy_loss.h"
+#include "ATen/ops/ones.h"
 #include "ATen/ops/pow.h"
 #include "ATen/ops/rsqrt.h"
 #include "ATen/ops/silu.h"
@@ -19,10 +21,8 @@
 #include "models/layers.h"
 #include "models/model_init.h"
 #include "models/module_model.h"
+#include "models/nn.h"
 #include "torch/csrc/autograd/custom_function.h"
-#include "torch/nn/module.h"
-#include "torch/nn/modules/embedding.h"
-#include "torch/nn/modules/linear.h"
 
 namespace ckpt {
 namespace {
@@ -73,11 +73,11 @@ struct Size {
 constexpr Size kSizes[] = {
     {"tiny", 2, 64, 4, 2, 172}, {"7b", 32, 4096, 32, 32, 11008}, {"13b", 40, 5120, 40, 40, 13824}};
 
-torch::nn::Linear Dense(int64_t in, int64_t out) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+Linear Dense(ParamSet& set, int64_t in, int64_t out) {
+  return Linear(set, in, out, /*with_bias=*/false);
 }
 
-// [B, S, heads x d] -> [B, heads, S, d], contiguous (see SelfAttentionImpl::Core).
+// [B, S, heads x d] -> [B, heads, S, d], contiguous (see SelfAttention::Core).
 at::Tensor SplitHeads(const at::Tensor& t, int64_t heads) {
   return t.view({t.size(0), t.size(1), heads, t.size(2) / heads}).transpose(1, 2).contiguous();
 }
@@ -106,44 +106,42 @@ struct LlamaOptions {
   double norm_eps = 1e-5;
 };
 
-class RmsNormImpl : public torch::nn::Module {
+class RmsNorm {
  public:
-  RmsNormImpl(int64_t hidden, double eps) : eps_(eps) {
-    weight_ = register_parameter("weight", torch::ones({hidden}));
-  }
-  at::Tensor forward(const at::Tensor& x) { return RmsNormFunction(x, weight_, eps_); }
+  RmsNorm() = default;
+  RmsNorm(ParamSet& set, int64_t hidden, double eps)
+      : eps_(eps), weight_(set.AddParameter(at::ones({hidden}))) {}
+  at::Tensor operator()(const at::Tensor& x) const { return RmsNormFunction(x, weight_, eps_); }
 
  private:
-  double eps_;
+  double eps_ = 0;
   at::Tensor weight_;
 };
-TORCH_MODULE(RmsNorm);
 
-class LlamaImpl : public torch::nn::Module {
+class Llama : public ParamSet {
  public:
-  explicit LlamaImpl(const LlamaOptions& options_) : options(options_) {
+  explicit Llama(const LlamaOptions& options_) : options(options_) {
     const int64_t h = options.hidden, kv = h / options.heads * options.kv_heads;
-    embedding_ = register_module("embedding", torch::nn::Embedding(options.vocab, h));
+    embedding_ = Embedding(*this, options.vocab, h);
     {
-      torch::NoGradGuard no_grad;
-      embedding_->weight.normal_(0, 0.02);
+      const at::NoGradGuard no_grad;
+      embedding_.weight.normal_(0, 0.02);
     }
     for (int64_t b = 0; b < options.depth; ++b) {
       Block block;
-      const std::string n = absl::StrCat(b);
-      block.norm1 = register_module("norm1_" + n, RmsNorm(h, options.norm_eps));
-      block.q = register_module("q" + n, Dense(h, h));
-      block.k = register_module("k" + n, Dense(h, kv));
-      block.v = register_module("v" + n, Dense(h, kv));
-      block.o = register_module("o" + n, Dense(h, h));
-      block.norm2 = register_module("norm2_" + n, RmsNorm(h, options.norm_eps));
-      block.gate = register_module("gate" + n, Dense(h, options.mlp));
-      block.up = register_module("up" + n, Dense(h, options.mlp));
-      block.down = register_module("down" + n, Dense(options.mlp, h));
+      block.norm1 = RmsNorm(*this, h, options.norm_eps);
+      block.q = Dense(*this, h, h);
+      block.k = Dense(*this, h, kv);
+      block.v = Dense(*this, h, kv);
+      block.o = Dense(*this, h, h);
+      block.norm2 = RmsNorm(*this, h, options.norm_eps);
+      block.gate = Dense(*this, h, options.mlp);
+      block.up = Dense(*this, h, options.mlp);
+      block.down = Dense(*this, options.mlp, h);
       blocks_.push_back(block);
     }
-    norm_ = register_module("norm", RmsNorm(h, options.norm_eps));
-    head_ = register_module("head", Dense(h, options.vocab));
+    norm_ = RmsNorm(*this, h, options.norm_eps);
+    head_ = Dense(*this, h, options.vocab);
   }
   // The embedding has no parts. The blocks' stages run their positions in the chunks of their
   // part "sequence"; the attention core (grouped keys and values spread to every head, scores,
@@ -162,9 +160,9 @@ class LlamaImpl : public torch::nn::Module {
       auto core = [offset, groups, fused](const std::vector<at::Tensor>& qkv) {
         const at::Tensor k_t = groups == 1 ? qkv[1] : qkv[1].repeat_interleave(groups, 1);
         const at::Tensor v = groups == 1 ? qkv[2] : qkv[2].repeat_interleave(groups, 1);
-        return std::vector<at::Tensor>{SelfAttentionImpl::Core(qkv[0], k_t, v, offset,
-                                                               /*causal=*/true, /*dropout=*/0, 0,
-                                                               fused)};
+        return std::vector<at::Tensor>{SelfAttention::Core(qkv[0], k_t, v, offset,
+                                                           /*causal=*/true, /*dropout=*/0, 0,
+                                                           fused)};
       };
       const at::Tensor context = parts.Run("core", core, {q, in[2], in[3]})[0];
       const at::Tensor merged = context.transpose(1, 2).reshape(
@@ -221,16 +219,15 @@ class LlamaImpl : public torch::nn::Module {
 
  private:
   struct Block {
-    RmsNorm norm1{nullptr}, norm2{nullptr};
-    torch::nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};
-    torch::nn::Linear gate{nullptr}, up{nullptr}, down{nullptr};
+    RmsNorm norm1, norm2;
+    Linear q, k, v, o;
+    Linear gate, up, down;
   };
-  torch::nn::Embedding embedding_{nullptr};
+  Embedding embedding_;
   std::vector<Block> blocks_;
-  RmsNorm norm_{nullptr};
-  torch::nn::Linear head_{nullptr};
+  RmsNorm norm_;
+  Linear head_;
 };
-TORCH_MODULE(Llama);
 
 class LlamaModel : public DecoderModel<Llama> {
  public:
@@ -266,7 +263,8 @@ class LlamaModel : public DecoderModel<Llama> {
     options.kv_heads = size.kv_heads;
     options.mlp = size.mlp;
     options.vocab = params.Int("vocab");
-    Llama net = InitSeeded(context.init_seed, [&] { return Llama(options); });
+    std::unique_ptr<Llama> net =
+        InitSeeded(context.init_seed, [&] { return std::make_unique<Llama>(options); });
     // The canonical spec names the resolved shape.
     const std::string spec = absl::StrCat(
         "llama:size=", size.name, ":depth=", size.depth, ":hidden=", size.hidden,

@@ -1,11 +1,13 @@
 // What every model of the zoo shares as a ChainModel: its parameters as bound and its canonical
-// spec, its torch::nn module (a TORCH_MODULE holder, moved to the device here), its batch size
-// and device; parameters and training mode are the module's. A model derives from
-// ModuleModel<ItsModule> and adds its stages (StagesFor(params_), the static declaration the
-// registry holds too), loss and batches.
+// spec, its network (a ParamSet, models/nn.h, moved to the device here), its batch size and
+// device; parameters, state and training mode are the network's. A model derives from
+// ModuleModel<ItsNet> and adds its stages (StagesFor(params_), the static declaration the
+// registry holds too), loss and batches. The network stays where it was made: its layers' code
+// that a plan reruns in backward refers to it.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,10 +17,10 @@
 
 namespace ckpt {
 
-template <typename Module>
+template <typename Net>
 class ModuleModel : public ChainModel {
  public:
-  ModuleModel(ParamValues params, std::string spec, Module module, int64_t batch,
+  ModuleModel(ParamValues params, std::string spec, std::unique_ptr<Net> module, int64_t batch,
               c10::Device device)
       : params_(std::move(params)),
         spec_(std::move(spec)),
@@ -36,17 +38,17 @@ class ModuleModel : public ChainModel {
  protected:
   const ParamValues params_;
   const std::string spec_;
-  Module module_;
+  const std::unique_ptr<Net> module_;
   const int64_t batch_;
   const c10::Device device_;
 };
 
 // A ModuleModel whose last stage returns the loss itself (a head that computes its loss, so
 // that chunking it never holds all the logits): Loss passes it on.
-template <typename Module>
-class HeadLossModel : public ModuleModel<Module> {
+template <typename Net>
+class HeadLossModel : public ModuleModel<Net> {
  public:
-  using ModuleModel<Module>::ModuleModel;
+  using ModuleModel<Net>::ModuleModel;
   at::Tensor Loss(const std::vector<at::Tensor>& outputs, const Batch&) override {
     return outputs.at(0);
   }

@@ -35,10 +35,7 @@
 #include "core/run/checkpoint.h"
 #include "models/model_init.h"
 #include "models/module_model.h"
-#include "torch/nn/module.h"
-#include "torch/nn/modules/batchnorm.h"
-#include "torch/nn/modules/conv.h"
-#include "torch/nn/modules/linear.h"
+#include "models/nn.h"
 
 namespace ckpt {
 namespace {
@@ -48,22 +45,19 @@ std::vector<int64_t> BlocksOfSize(const std::string& size) {
   return size == "152" ? std::vector<int64_t>{3, 8, 36, 3} : std::vector<int64_t>{3, 4, 6, 3};
 }
 
-torch::nn::Conv2d Conv(int64_t in, int64_t out, int64_t kernel, int64_t stride) {
-  return torch::nn::Conv2d(
-      torch::nn::Conv2dOptions(in, out, kernel).stride(stride).padding(kernel / 2).bias(false));
+Conv2d Conv(ParamSet& set, int64_t in, int64_t out, int64_t kernel, int64_t stride) {
+  return Conv2d(set, in, out, kernel, stride, /*padding=*/kernel / 2, /*with_bias=*/false);
 }
 
 // BatchNorm in training with the batch's statistics, updating the running statistics and the
 // batch counter on a step's first run only (InRerun); in evaluation with the running ones.
-at::Tensor BatchNorm(torch::nn::BatchNorm2d& bn, const at::Tensor& x) {
-  const bool training = bn->is_training();
+at::Tensor BatchNorm(const BatchNorm2d& bn, bool training, const at::Tensor& x) {
   const bool update = training && !InRerun();
-  if (update) bn->num_batches_tracked.add_(1);
-  const at::Tensor running_mean = training && !update ? at::Tensor() : bn->running_mean;
-  const at::Tensor running_var = training && !update ? at::Tensor() : bn->running_var;
-  return at::batch_norm(x, bn->weight, bn->bias, running_mean, running_var, training,
-                        bn->options.momentum().value(), bn->options.eps(),
-                        /*cudnn_enabled=*/true);
+  if (update) bn.num_batches_tracked.add_(1);
+  const at::Tensor running_mean = training && !update ? at::Tensor() : bn.running_mean;
+  const at::Tensor running_var = training && !update ? at::Tensor() : bn.running_var;
+  return at::batch_norm(x, bn.weight, bn.bias, running_mean, running_var, training,
+                        BatchNorm2d::kMomentum, BatchNorm2d::kEps, /*cudnn_enabled=*/true);
 }
 
 // A convolution's output side for an input side `in`.
@@ -94,57 +88,57 @@ ResnetOptions Resolved(const ParamValues& params) {
 // 1x1, 3x3 (with `stride`) and 1x1 convolutions, each followed by BatchNorm, ReLU after the
 // first two and after the sum with the skip connection, which is projected when the shape
 // changes.
-class BottleneckImpl : public torch::nn::Module {
+class Bottleneck {
  public:
-  BottleneckImpl(int64_t in, int64_t width, int64_t stride) {
-    conv1_ = register_module("conv1", Conv(in, width, 1, 1));
-    bn1_ = register_module("bn1", torch::nn::BatchNorm2d(width));
-    conv2_ = register_module("conv2", Conv(width, width, 3, stride));
-    bn2_ = register_module("bn2", torch::nn::BatchNorm2d(width));
-    conv3_ = register_module("conv3", Conv(width, 4 * width, 1, 1));
-    bn3_ = register_module("bn3", torch::nn::BatchNorm2d(4 * width));
-    if (stride != 1 || in != 4 * width) {
-      project_ = register_module("project", Conv(in, 4 * width, 1, stride));
-      project_bn_ = register_module("project_bn", torch::nn::BatchNorm2d(4 * width));
+  Bottleneck(ParamSet& set, int64_t in, int64_t width, int64_t stride)
+      : project_(stride != 1 || in != 4 * width) {
+    conv1_ = Conv(set, in, width, 1, 1);
+    bn1_ = BatchNorm2d(set, width);
+    conv2_ = Conv(set, width, width, 3, stride);
+    bn2_ = BatchNorm2d(set, width);
+    conv3_ = Conv(set, width, 4 * width, 1, 1);
+    bn3_ = BatchNorm2d(set, 4 * width);
+    if (project_) {
+      project_conv_ = Conv(set, in, 4 * width, 1, stride);
+      project_bn_ = BatchNorm2d(set, 4 * width);
     }
   }
-  at::Tensor forward(const at::Tensor& x) {
-    at::Tensor y = at::relu(BatchNorm(bn1_, conv1_(x)));
-    y = at::relu(BatchNorm(bn2_, conv2_(y)));
-    y = BatchNorm(bn3_, conv3_(y));
-    const at::Tensor skip = project_ ? BatchNorm(project_bn_, project_(x)) : x;
+  at::Tensor operator()(const at::Tensor& x, bool training) const {
+    at::Tensor y = at::relu(BatchNorm(bn1_, training, conv1_(x)));
+    y = at::relu(BatchNorm(bn2_, training, conv2_(y)));
+    y = BatchNorm(bn3_, training, conv3_(y));
+    const at::Tensor skip = project_ ? BatchNorm(project_bn_, training, project_conv_(x)) : x;
     return at::relu(y + skip);
   }
 
  private:
-  torch::nn::Conv2d conv1_{nullptr}, conv2_{nullptr}, conv3_{nullptr}, project_{nullptr};
-  torch::nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr}, bn3_{nullptr}, project_bn_{nullptr};
+  bool project_;
+  Conv2d conv1_, conv2_, conv3_, project_conv_;
+  BatchNorm2d bn1_, bn2_, bn3_, project_bn_;
 };
-TORCH_MODULE(Bottleneck);
 
-class ResnetImpl : public torch::nn::Module {
+class Resnet : public ParamSet {
  public:
-  explicit ResnetImpl(const ResnetOptions& options_) : options(options_) {
+  explicit Resnet(const ResnetOptions& options_) : options(options_) {
     const int64_t stem = options.width;
-    stem_conv_ = register_module("stem_conv", Conv(options.channels, stem, 7, 2));
-    stem_bn_ = register_module("stem_bn", torch::nn::BatchNorm2d(stem));
+    stem_conv_ = Conv(*this, options.channels, stem, 7, 2);
+    stem_bn_ = BatchNorm2d(*this, stem);
     int64_t in = stem;
     for (size_t layer = 0; layer < options.blocks.size(); ++layer) {
       const int64_t width = options.width << layer;
       for (int64_t b = 0; b < options.blocks[layer]; ++b) {
         const int64_t stride = layer > 0 && b == 0 ? 2 : 1;
-        blocks_.push_back(register_module(absl::StrCat("layer", layer + 1, "_block", b),
-                                          Bottleneck(in, width, stride)));
+        blocks_.emplace_back(*this, in, width, stride);
         in = 4 * width;
       }
     }
-    head_ = register_module("head", torch::nn::Linear(in, options.classes));
+    head_ = Linear(*this, in, options.classes);
   }
   at::Tensor Stem(const at::Tensor& images) {
-    const at::Tensor y = at::relu(BatchNorm(stem_bn_, stem_conv_(images)));
+    const at::Tensor y = at::relu(BatchNorm(stem_bn_, is_training(), stem_conv_(images)));
     return at::max_pool2d(y, /*kernel_size=*/{3, 3}, /*stride=*/{2, 2}, /*padding=*/{1, 1});
   }
-  at::Tensor Block(int64_t index, const at::Tensor& x) { return blocks_[index](x); }
+  at::Tensor Block(int64_t index, const at::Tensor& x) { return blocks_[index](x, is_training()); }
 
   at::Tensor HeadLoss(const at::Tensor& x, const at::Tensor& labels) {
     return at::cross_entropy_loss(head_(x.mean({2, 3})), labels);
@@ -154,12 +148,11 @@ class ResnetImpl : public torch::nn::Module {
   const ResnetOptions options;
 
  private:
-  torch::nn::Conv2d stem_conv_{nullptr};
-  torch::nn::BatchNorm2d stem_bn_{nullptr};
+  Conv2d stem_conv_;
+  BatchNorm2d stem_bn_;
   std::vector<Bottleneck> blocks_;
-  torch::nn::Linear head_{nullptr};
+  Linear head_;
 };
-TORCH_MODULE(Resnet);
 
 class ResnetModel : public HeadLossModel<Resnet> {
  public:
@@ -184,7 +177,8 @@ class ResnetModel : public HeadLossModel<Resnet> {
   static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,
                                                             const ModelContext& context) {
     const ResnetOptions o = Resolved(params);
-    Resnet net = InitSeeded(context.init_seed, [&] { return Resnet(o); });
+    std::unique_ptr<Resnet> net =
+        InitSeeded(context.init_seed, [&] { return std::make_unique<Resnet>(o); });
     return std::make_shared<ResnetModel>(params, params.Canonical(), std::move(net),
                                          context.device);
   }
@@ -251,7 +245,7 @@ class ResnetModel : public HeadLossModel<Resnet> {
     return stages;
   }
 
-  ResnetModel(ParamValues params, std::string spec, Resnet net, c10::Device device)
+  ResnetModel(ParamValues params, std::string spec, std::unique_ptr<Resnet> net, c10::Device device)
       : HeadLossModel(params, std::move(spec), std::move(net), params.Int("batch"), device),
         image_(params.Int("image")) {}
   std::vector<StageInfo> Stages() const override { return StagesFor(params_); }

@@ -20,9 +20,8 @@
 #include "models/layers.h"
 #include "models/model_init.h"
 #include "models/module_model.h"
-#include "torch/nn/module.h"
-#include "torch/nn/modules/container/modulelist.h"
-#include "torch/nn/modules/normalization.h"
+#include "models/nn.h"
+#include "torch/arg.h"
 
 namespace ckpt {
 namespace {
@@ -36,20 +35,14 @@ struct TransformerOptions {
   TORCH_ARG(double, dropout) = 0.1;
 };
 
-class TransformerImpl : public torch::nn::Module {
+class Transformer : public ParamSet {
  public:
-  explicit TransformerImpl(const TransformerOptions& options_) : options(options_) {
+  explicit Transformer(const TransformerOptions& options_) : options(options_) {
     for (int64_t b = 0; b < options.depth(); ++b) {
-      attention_.push_back(register_module(absl::StrCat("attention", b),
-                                           SelfAttention(options.hidden(), options.heads())));
-      ln1_.push_back(
-          register_module(absl::StrCat("ln1_", b),
-                          torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.hidden()}))));
-      mlp_.push_back(register_module(absl::StrCat("mlp", b),
-                                     FeedForward(options.hidden(), /*tanh_gelu=*/false)));
-      ln2_.push_back(
-          register_module(absl::StrCat("ln2_", b),
-                          torch::nn::LayerNorm(torch::nn::LayerNormOptions({options.hidden()}))));
+      attention_.emplace_back(*this, options.hidden(), options.heads());
+      ln1_.emplace_back(*this, options.hidden());
+      mlp_.emplace_back(*this, options.hidden(), /*tanh_gelu=*/false);
+      ln2_.emplace_back(*this, options.hidden());
     }
   }
   // Block b's attention stage, LN1(x + Dropout(Attention(x))): its query positions in the
@@ -61,20 +54,21 @@ class TransformerImpl : public torch::nn::Module {
     const int64_t attention_seed = DrawDropoutSeed();
     const int64_t residual_seed = DrawDropoutSeed();
     // Keys and values of the whole sequence, computed once; queries per chunk.
-    const at::Tensor k = attention_[b]->KeysTransposed(x);
-    const at::Tensor v = attention_[b]->Values(x);
+    const at::Tensor k = attention_[b].KeysTransposed(x);
+    const at::Tensor v = attention_[b].Values(x);
     auto chunk = [this, b, p, seq, attention_seed, residual_seed, parts](
                      const std::vector<at::Tensor>& in, int64_t offset) {
       const at::Tensor& xq = in[0];
-      const at::Tensor q = attention_[b]->Queries(xq);
+      const at::Tensor q = attention_[b].Queries(xq);
       const bool fused = parts.Fused("core");
       auto core = [offset, p, attention_seed, fused](const std::vector<at::Tensor>& qkv) {
-        return std::vector<at::Tensor>{SelfAttentionImpl::Core(
-            qkv[0], qkv[1], qkv[2], offset, /*causal=*/false, p, attention_seed, fused)};
+        return std::vector<at::Tensor>{SelfAttention::Core(qkv[0], qkv[1], qkv[2], offset,
+                                                           /*causal=*/false, p, attention_seed,
+                                                           fused)};
       };
       const at::Tensor context = parts.Run("core", core, {q, in[1], in[2]})[0];
       const at::Tensor attended =
-          CounterDropout(attention_[b]->Output(context), p, residual_seed, 1, offset, seq);
+          CounterDropout(attention_[b].Output(context), p, residual_seed, 1, offset, seq);
       return std::vector<at::Tensor>{ln1_[b](xq + attended)};
     };
     return parts.RunChunked("sequence", chunk, {x, k, v}, {true, false, false}, /*dim=*/1)[0];
@@ -101,9 +95,8 @@ class TransformerImpl : public torch::nn::Module {
  private:
   std::vector<SelfAttention> attention_;
   std::vector<FeedForward> mlp_;
-  std::vector<torch::nn::LayerNorm> ln1_, ln2_;
+  std::vector<LayerNorm> ln1_, ln2_;
 };
-TORCH_MODULE(Transformer);
 
 class TransformerModel : public ModuleModel<Transformer> {
  public:
@@ -118,8 +111,8 @@ class TransformerModel : public ModuleModel<Transformer> {
   static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,
                                                             const ModelContext& context) {
     const int64_t hidden = params.Int("hidden"), heads = params.Int("heads");
-    Transformer net = InitSeeded(context.init_seed, [&] {
-      return Transformer(
+    std::unique_ptr<Transformer> net = InitSeeded(context.init_seed, [&] {
+      return std::make_unique<Transformer>(
           TransformerOptions(params.Int("depth"), hidden, heads).dropout(params.Float("dropout")));
     });
     return std::make_shared<TransformerModel>(params, std::move(net), context.device);
@@ -153,7 +146,7 @@ class TransformerModel : public ModuleModel<Transformer> {
     return stages;
   }
 
-  TransformerModel(ParamValues params, Transformer net, c10::Device device)
+  TransformerModel(ParamValues params, std::unique_ptr<Transformer> net, c10::Device device)
       : ModuleModel(params, params.Canonical(), std::move(net), params.Int("batch"), device),
         seq_(params.Int("seq")) {}
   std::vector<StageInfo> Stages() const override { return StagesFor(params_); }

@@ -14,8 +14,10 @@
 
 #include "ATen/CPUGeneratorImpl.h"
 #include "ATen/TensorOperators.h"
+#include "ATen/core/grad_mode.h"
 #include "ATen/ops/cat.h"
 #include "ATen/ops/cross_entropy_loss.h"
+#include "ATen/ops/empty.h"
 #include "ATen/ops/randint.h"
 #include "ATen/ops/randn.h"
 #include "ATen/ops/zeros.h"
@@ -26,10 +28,7 @@
 #include "models/layers.h"
 #include "models/model_init.h"
 #include "models/module_model.h"
-#include "torch/nn/module.h"
-#include "torch/nn/modules/conv.h"
-#include "torch/nn/modules/linear.h"
-#include "torch/nn/modules/normalization.h"
+#include "models/nn.h"
 
 namespace ckpt {
 namespace {
@@ -66,23 +65,25 @@ VitOptions Resolved(const ParamValues& params) {
   return o;
 }
 
-class VitImpl : public torch::nn::Module {
+class Vit : public ParamSet {
  public:
-  explicit VitImpl(const VitOptions& options_) : options(options_) {
+  // The class token and the position embeddings are listed first, the patches' convolution
+  // drawn first (as a torch::nn::Module lists its own parameters before its children's).
+  explicit Vit(const VitOptions& options_) : options(options_) {
     const int64_t h = options.hidden;
-    patches_ = register_module(
-        "patches",
-        torch::nn::Conv2d(
-            torch::nn::Conv2dOptions(options.channels, h, options.patch).stride(options.patch)));
-    class_token_ = register_parameter("class_token", at::zeros({1, 1, h}));
-    positions_ = register_parameter("positions", at::randn({1, options.tokens(), h}).mul_(0.02));
-    for (int64_t b = 0; b < options.depth; ++b) {
-      blocks_.push_back(
-          register_module(absl::StrCat("block", b), PreNormBlock(h, options.heads, /*causal=*/false,
-                                                                 /*tanh_gelu=*/false)));
+    class_token_ = AddParameter(at::zeros({1, 1, h}));
+    positions_ = AddParameter(at::empty({1, options.tokens(), h}));
+    patches_ = Conv2d(*this, options.channels, h, options.patch, /*stride=*/options.patch,
+                      /*padding=*/0, /*with_bias=*/true);
+    {
+      const at::NoGradGuard no_grad;
+      positions_.normal_(0, 1).mul_(0.02);
     }
-    norm_ = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({h})));
-    head_ = register_module("head", torch::nn::Linear(h, options.classes));
+    for (int64_t b = 0; b < options.depth; ++b) {
+      blocks_.emplace_back(*this, h, options.heads, /*causal=*/false, /*tanh_gelu=*/false);
+    }
+    norm_ = LayerNorm(*this, h);
+    head_ = Linear(*this, h, options.classes);
   }
   // [B, channels, image, image] -> [B, tokens, hidden]. No parts.
   at::Tensor Embed(const at::Tensor& images) {
@@ -94,10 +95,10 @@ class VitImpl : public torch::nn::Module {
   }
   // PreNormBlock's stages, bidirectional.
   at::Tensor AttentionStage(int64_t b, const at::Tensor& x, const StageParts& parts) {
-    return blocks_[b]->AttentionStage(x, parts, Dropout());
+    return blocks_[b].AttentionStage(x, parts, Dropout());
   }
   at::Tensor MlpStage(int64_t b, const at::Tensor& x, const StageParts& parts) {
-    return blocks_[b]->MlpStage(x, parts, Dropout());
+    return blocks_[b].MlpStage(x, parts, Dropout());
   }
   // Mean cross-entropy of the class token's logits against `labels`. No parts.
   at::Tensor HeadLoss(const at::Tensor& x, const at::Tensor& labels, const StageParts&) {
@@ -109,13 +110,12 @@ class VitImpl : public torch::nn::Module {
  private:
   double Dropout() const { return is_training() ? options.dropout : 0.0; }
 
-  torch::nn::Conv2d patches_{nullptr};
+  Conv2d patches_;
   at::Tensor class_token_, positions_;
   std::vector<PreNormBlock> blocks_;
-  torch::nn::LayerNorm norm_{nullptr};
-  torch::nn::Linear head_{nullptr};
+  LayerNorm norm_;
+  Linear head_;
 };
-TORCH_MODULE(Vit);
 
 class VitModel : public HeadLossModel<Vit> {
  public:
@@ -137,7 +137,8 @@ class VitModel : public HeadLossModel<Vit> {
   static absl::StatusOr<std::shared_ptr<ChainModel>> Create(const ParamValues& params,
                                                             const ModelContext& context) {
     const VitOptions o = Resolved(params);
-    Vit net = InitSeeded(context.init_seed, [&] { return Vit(o); });
+    std::unique_ptr<Vit> net =
+        InitSeeded(context.init_seed, [&] { return std::make_unique<Vit>(o); });
     // The canonical spec names the resolved shape.
     const std::string spec =
         absl::StrCat("vit:size=", params.Text("size"), ":depth=", o.depth, ":hidden=", o.hidden,
@@ -199,7 +200,7 @@ class VitModel : public HeadLossModel<Vit> {
     return stages;
   }
 
-  VitModel(ParamValues params, std::string spec, Vit net, c10::Device device)
+  VitModel(ParamValues params, std::string spec, std::unique_ptr<Vit> net, c10::Device device)
       : HeadLossModel(params, std::move(spec), std::move(net), params.Int("batch"), device) {}
   std::vector<StageInfo> Stages() const override { return StagesFor(params_); }
   std::vector<at::Tensor> RunStage(int index, const std::vector<at::Tensor>& in,

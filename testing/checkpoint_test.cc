@@ -2,10 +2,26 @@
 // grad, outputs without grad, RNG replay of dropout, and the recompute count.
 #include "core/run/checkpoint.h"
 
-#include <torch/torch.h>
+#include <cstdint>
+#include <vector>
 
+#include "ATen/Context.h"
+#include "ATen/TensorOperators.h"
+#include "ATen/core/grad_mode.h"
+#include "ATen/ops/batch_norm.h"
+#include "ATen/ops/cat.h"
+#include "ATen/ops/dropout.h"
+#include "ATen/ops/equal.h"
+#include "ATen/ops/layer_norm.h"
+#include "ATen/ops/linear.h"
+#include "ATen/ops/matmul.h"
+#include "ATen/ops/ones.h"
+#include "ATen/ops/rand.h"
+#include "ATen/ops/randn.h"
+#include "ATen/ops/tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "torch/csrc/autograd/function.h"
 
 namespace ckpt {
 namespace {
@@ -19,10 +35,10 @@ std::vector<at::Tensor> TwoInTwoOut(const std::vector<at::Tensor>& in) {
 // Gradients of `loss(outputs)` with and without checkpointing must be bitwise equal: the
 // recomputation performs the same operations on the same values.
 TEST(Checkpoint, SeveralInputsAndOutputsMatchPlainAutograd) {
-  torch::manual_seed(1);
-  const at::Tensor a0 = torch::randn({5, 7});
-  const at::Tensor b0 = torch::randn({5, 7});
-  const at::Tensor w = torch::randn({5, 7});
+  at::manual_seed(1);
+  const at::Tensor a0 = at::randn({5, 7});
+  const at::Tensor b0 = at::randn({5, 7});
+  const at::Tensor w = at::randn({5, 7});
 
   at::Tensor a = a0.clone().requires_grad_(true), b = b0.clone().requires_grad_(true);
   std::vector<at::Tensor> plain = TwoInTwoOut({a, b});
@@ -35,14 +51,14 @@ TEST(Checkpoint, SeveralInputsAndOutputsMatchPlainAutograd) {
     return TwoInTwoOut(in);
   };
   std::vector<at::Tensor> ckpt = Checkpoint(counted, {ca, cb});
-  EXPECT_TRUE(torch::equal(ckpt[0], plain[0]));
-  EXPECT_TRUE(torch::equal(ckpt[1], plain[1]));
+  EXPECT_TRUE(at::equal(ckpt[0], plain[0]));
+  EXPECT_TRUE(at::equal(ckpt[1], plain[1]));
   EXPECT_EQ(calls, 1);  // nothing recomputed before backward
   ((ckpt[0] * w).sum() + ckpt[1].sum()).backward();
   EXPECT_EQ(calls, 2);
 
-  EXPECT_TRUE(torch::equal(ca.grad(), a.grad()));
-  EXPECT_TRUE(torch::equal(cb.grad(), b.grad()));
+  EXPECT_TRUE(at::equal(ca.grad(), a.grad()));
+  EXPECT_TRUE(at::equal(cb.grad(), b.grad()));
 }
 
 // The gradient a checkpoint hands back is the one the plain graph hands on, layout and all: a
@@ -50,10 +66,10 @@ TEST(Checkpoint, SeveralInputsAndOutputsMatchPlainAutograd) {
 // the checkpoint reduces it as in the plain step (a copy rounds differently).
 TEST(Checkpoint, HandsBackTheGradientAsThePlainGraphLaysItOut) {
   for (int seed = 0; seed < 8; ++seed) {
-    torch::manual_seed(seed);
-    const at::Tensor x0 = torch::randn({6, 4});
-    const at::Tensor row = torch::randn({1, 4});
-    const at::Tensor w = torch::randn({8, 4});
+    at::manual_seed(seed);
+    const at::Tensor x0 = at::randn({6, 4});
+    const at::Tensor row = at::randn({1, 4});
+    const at::Tensor w = at::randn({8, 4});
     auto mix = [&](const std::vector<at::Tensor>& in) {
       return std::vector<at::Tensor>{at::cat({in[0], row.expand({6, 4})}, 1).matmul(w)};
     };
@@ -62,22 +78,22 @@ TEST(Checkpoint, HandsBackTheGradientAsThePlainGraphLaysItOut) {
                             /*training=*/true, 0.1, 1e-5, /*cudnn_enabled=*/false);
     };
     at::Tensor x = x0.clone().requires_grad_(true);
-    at::Tensor weight = torch::ones({4}).requires_grad_(true);
+    at::Tensor weight = at::ones({4}).requires_grad_(true);
     mix({norm(x, weight)})[0].square().sum().backward();
 
     at::Tensor cx = x0.clone().requires_grad_(true);
-    at::Tensor cweight = torch::ones({4}).requires_grad_(true);
+    at::Tensor cweight = at::ones({4}).requires_grad_(true);
     Checkpoint(mix, {norm(cx, cweight)})[0].square().sum().backward();
-    EXPECT_TRUE(torch::equal(cweight.grad(), weight.grad())) << "seed " << seed;
-    EXPECT_TRUE(torch::equal(cx.grad(), x.grad())) << "seed " << seed;
+    EXPECT_TRUE(at::equal(cweight.grad(), weight.grad())) << "seed " << seed;
+    EXPECT_TRUE(at::equal(cx.grad(), x.grad())) << "seed " << seed;
   }
 }
 
 TEST(Checkpoint, KeepsNoIntermediateTensors) {
   // Plain autograd keeps a, b, sin's input... the checkpointed call keeps only its inputs,
   // so the only graph node between outputs and inputs is the checkpoint itself.
-  at::Tensor a = torch::randn({3}).requires_grad_(true);
-  at::Tensor b = torch::randn({3}).requires_grad_(true);
+  at::Tensor a = at::randn({3}).requires_grad_(true);
+  at::Tensor b = at::randn({3}).requires_grad_(true);
   std::vector<at::Tensor> out = Checkpoint(TwoInTwoOut, {a, b});
   ASSERT_NE(out[0].grad_fn(), nullptr);
   EXPECT_EQ(out[0].grad_fn(), out[1].grad_fn());
@@ -85,19 +101,21 @@ TEST(Checkpoint, KeepsNoIntermediateTensors) {
 }
 
 TEST(Checkpoint, InputsWithoutGradGetNoneAndParametersStillGetTheirs) {
-  torch::manual_seed(2);
-  torch::nn::Linear linear(6, 4);
-  const at::Tensor x0 = torch::randn({3, 6});
-  const at::Tensor index = torch::tensor({2, 0, 1}, torch::kLong);  // an integer input
+  at::manual_seed(2);
+  const at::Tensor weight = at::randn({4, 6}).requires_grad_(true);
+  const at::Tensor bias = at::randn({4}).requires_grad_(true);
+  const at::Tensor x0 = at::randn({3, 6});
+  const at::Tensor index = at::tensor(std::vector<int64_t>{2, 0, 1}, at::kLong);  // integers
   auto fn = [&](const std::vector<at::Tensor>& in) {
-    return std::vector<at::Tensor>{linear(in[0]).index_select(0, in[1]).tanh()};
+    return std::vector<at::Tensor>{at::linear(in[0], weight, bias).index_select(0, in[1]).tanh()};
   };
 
   // Plain autograd, x without grad: only the parameters get gradients.
   fn({x0, index})[0].sum().backward();
-  const at::Tensor weight_grad = linear->weight.grad().clone();
-  const at::Tensor bias_grad = linear->bias.grad().clone();
-  linear->zero_grad();
+  const at::Tensor weight_grad = weight.grad().clone();
+  const at::Tensor bias_grad = bias.grad().clone();
+  weight.mutable_grad().reset();
+  bias.mutable_grad().reset();
 
   // No input requires grad at all: the checkpoint must still be recorded and recomputed.
   at::Tensor x = x0.clone();
@@ -105,65 +123,65 @@ TEST(Checkpoint, InputsWithoutGradGetNoneAndParametersStillGetTheirs) {
   ASSERT_TRUE(out[0].requires_grad());
   out[0].sum().backward();
   EXPECT_FALSE(x.grad().defined());
-  EXPECT_TRUE(torch::equal(linear->weight.grad(), weight_grad));
-  EXPECT_TRUE(torch::equal(linear->bias.grad(), bias_grad));
+  EXPECT_TRUE(weight.grad().equal(weight_grad));
+  EXPECT_TRUE(bias.grad().equal(bias_grad));
 }
 
 TEST(Checkpoint, IntegerOutputsAreNotDifferentiableAndUnusedOutputsAreFine) {
-  at::Tensor x = torch::randn({4, 5}).requires_grad_(true);
+  at::Tensor x = at::randn({4, 5}).requires_grad_(true);
   auto fn = [](const std::vector<at::Tensor>& in) {
     return std::vector<at::Tensor>{in[0].relu(), in[0].argmax(1), in[0] * 3};
   };
   std::vector<at::Tensor> out = Checkpoint(fn, {x});
   EXPECT_TRUE(out[0].requires_grad());
   EXPECT_FALSE(out[1].requires_grad());
-  EXPECT_EQ(out[1].scalar_type(), torch::kLong);
+  EXPECT_EQ(out[1].scalar_type(), at::kLong);
   out[0].sum().backward();  // outputs 1 and 2 get no gradient
-  EXPECT_TRUE(torch::equal(x.grad(), (x.detach() > 0).to(torch::kFloat)));
+  EXPECT_TRUE(at::equal(x.grad(), (x.detach() > 0).to(at::kFloat)));
 }
 
 // Dropout inside a checkpoint: the recomputation must draw the same mask as the forward.
 TEST(Checkpoint, RngReplayReproducesDropout) {
   auto fn = [](const std::vector<at::Tensor>& in) {
-    return std::vector<at::Tensor>{torch::dropout(in[0] * 2, /*p=*/0.5, /*train=*/true)};
+    return std::vector<at::Tensor>{at::dropout(in[0] * 2, /*p=*/0.5, /*train=*/true)};
   };
-  const at::Tensor x0 = torch::randn({64, 64});
+  const at::Tensor x0 = at::randn({64, 64});
 
-  torch::manual_seed(7);
+  at::manual_seed(7);
   at::Tensor x = x0.clone().requires_grad_(true);
   fn({x})[0].sum().backward();
-  const double next_plain = torch::rand({1}).item<double>();
+  const double next_plain = at::rand({1}).item<double>();
 
-  torch::manual_seed(7);
+  at::manual_seed(7);
   at::Tensor cx = x0.clone().requires_grad_(true);
   std::vector<at::Tensor> out = Checkpoint(fn, {cx});
-  torch::rand({1});  // draws between forward and backward must not disturb the replay...
+  at::rand({1});  // draws between forward and backward must not disturb the replay...
   out[0].sum().backward();
-  EXPECT_TRUE(torch::equal(cx.grad(), x.grad()));
+  EXPECT_TRUE(at::equal(cx.grad(), x.grad()));
 
   // ...and backward leaves the generator where the program's own stream had it.
-  torch::manual_seed(7);
+  at::manual_seed(7);
   at::Tensor rx = x0.clone().requires_grad_(true);
   std::vector<at::Tensor> rout = Checkpoint(fn, {rx});
   rout[0].sum().backward();
-  EXPECT_EQ(torch::rand({1}).item<double>(), next_plain);
+  EXPECT_EQ(at::rand({1}).item<double>(), next_plain);
 }
 
 TEST(Checkpoint, WithoutRngReplayDropoutMasksDiffer) {
   // The control for the test above: with replay off, the recomputed mask is a new draw, so
   // the gradient no longer matches (the chance that 4096 p=0.5 draws agree is 2^-4096).
   auto fn = [](const std::vector<at::Tensor>& in) {
-    return std::vector<at::Tensor>{torch::dropout(in[0], 0.5, true)};
+    return std::vector<at::Tensor>{at::dropout(in[0], 0.5, true)};
   };
-  torch::manual_seed(3);
-  at::Tensor x = torch::randn({64, 64}).requires_grad_(true);
+  at::manual_seed(3);
+  at::Tensor x = at::randn({64, 64}).requires_grad_(true);
   at::Tensor plain_x = x.detach().clone().requires_grad_(true);
-  torch::manual_seed(4);
+  at::manual_seed(4);
   fn({plain_x})[0].sum().backward();
-  torch::manual_seed(4);
+  at::manual_seed(4);
   std::vector<at::Tensor> out = Checkpoint(fn, {x}, {/*preserve_rng_state=*/false});
   out[0].sum().backward();
-  EXPECT_FALSE(torch::equal(x.grad(), plain_x.grad()));
+  EXPECT_FALSE(at::equal(x.grad(), plain_x.grad()));
 }
 
 TEST(Checkpoint, RecomputesOncePerCheckpointPerBackward) {
@@ -172,7 +190,7 @@ TEST(Checkpoint, RecomputesOncePerCheckpointPerBackward) {
     ++calls;
     return std::vector<at::Tensor>{in[0].sigmoid()};
   };
-  at::Tensor x = torch::randn({8}).requires_grad_(true);
+  at::Tensor x = at::randn({8}).requires_grad_(true);
   std::vector<at::Tensor> h = {x};
   for (int i = 0; i < 3; ++i) h = Checkpoint(fn, h);
   EXPECT_EQ(calls, 3);
@@ -187,9 +205,9 @@ TEST(Checkpoint, RecomputesOncePerCheckpointPerBackward) {
 // and the caller may keep them longer, here by holding `results`: what was rerun must live only
 // as long as the consumer's backward needs it.
 TEST(Checkpoint, DroppingOutputHoldsNothingOnceTheConsumersBackwardIsDone) {
-  torch::manual_seed(4);
-  const at::Tensor x0 = torch::randn({4, 6});
-  const at::Tensor w = torch::randn({6, 5}).requires_grad_(true);
+  at::manual_seed(4);
+  const at::Tensor x0 = at::randn({4, 6});
+  const at::Tensor w = at::randn({6, 5}).requires_grad_(true);
   auto norm = [](const std::vector<at::Tensor>& in) {
     return std::vector<at::Tensor>{at::layer_norm(in[0], {6})};
   };
@@ -214,15 +232,15 @@ TEST(Checkpoint, DroppingOutputHoldsNothingOnceTheConsumersBackwardIsDone) {
   ASSERT_FALSE(output.expired());
   EXPECT_EQ(output.lock()->nbytes(), 0u);  // dropped until backward
   results[0].sum().backward();
-  EXPECT_TRUE(torch::equal(dropped_leaf.grad(), plain_leaf_grad));
-  EXPECT_TRUE(torch::equal(w.grad(), plain_w_grad));
+  EXPECT_TRUE(at::equal(dropped_leaf.grad(), plain_leaf_grad));
+  EXPECT_TRUE(at::equal(w.grad(), plain_w_grad));
   EXPECT_TRUE(output.expired());
   EXPECT_TRUE(input.expired());
 }
 
 TEST(Checkpoint, WithoutGradModeRunsOnceAndRecordsNothing) {
-  at::Tensor x = torch::randn({8}).requires_grad_(true);
-  torch::NoGradGuard no_grad;
+  at::Tensor x = at::randn({8}).requires_grad_(true);
+  at::NoGradGuard no_grad;
   std::vector<at::Tensor> out = Checkpoint(
       [](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{in[0] * 2}; }, {x});
   EXPECT_FALSE(out[0].requires_grad());

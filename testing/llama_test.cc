@@ -7,7 +7,12 @@
 #include <cmath>
 #include <random>
 
-#include "ATen/ATen.h"
+#include "ATen/Context.h"
+#include "ATen/TensorOperators.h"
+#include "ATen/ops/allclose.h"
+#include "ATen/ops/equal.h"
+#include "ATen/ops/randn.h"
+#include "ATen/ops/rsqrt.h"
 #include "gtest/gtest.h"
 #include "torch/csrc/autograd/autograd.h"
 
