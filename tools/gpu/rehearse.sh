@@ -82,6 +82,20 @@ host=(CKPT_TORCH_CMAKE_DIR="${CKPT_TORCH_CMAKE_DIR:-/usr/lib/x86_64-linux-gnu/cm
       CKPT_BUNDLE="$bundle"
       CKPT_BUILD_DIR="$root/build"
       CKPT_BUILD_TARGETS="${CKPT_BUILD_TARGETS-sweep benchmarks device_meter_test conformance_test registry_test model_registry_test plan_text_test}")
+# The oneDNN of Debian trixie's LibTorch 2.6 sizes convolution blocks by the CPU's cache sizes,
+# which a virtual machine may report as none: it then divides by zero (SIGFPE) in a strided
+# convolution's backward, plain PyTorch as much as ckptlab, and no GPU host trips on it. Where
+# this probe dies so, the rehearsal runs oneDNN's SSE4.1 kernels, which read no cache sizes.
+probe='import torch
+x = torch.randn(2, 1024, 2, 2, requires_grad=True)
+w = torch.randn(2048, 1024, 1, 1)
+torch.nn.functional.conv2d(x, w, stride=2).sum().backward()'
+if /usr/bin/python3 -c 'import torch' 2>/dev/null && ! /usr/bin/python3 -c "$probe" 2>/dev/null &&
+  ONEDNN_MAX_CPU_ISA=SSE41 /usr/bin/python3 -c "$probe" 2>/dev/null; then
+  host+=(ONEDNN_MAX_CPU_ISA=SSE41)
+  echo "rehearse: oneDNN's convolution backward dies on this CPU (no cache sizes reported?);" \
+    "ONEDNN_MAX_CPU_ISA=SSE41 for every run here" >&2
+fi
 run=(env "${host[@]}" CKPT_DEVICE=cpu CKPT_RESULTS_DIR="$root/results"
      CKPT_CTEST_EXCLUDE="${CKPT_CTEST_EXCLUDE-^conformance_test(_shard[0-9]+)?\$}"
      CKPT_TIME_BUDGET_S="${CKPT_TIME_BUDGET_S:-3000}"
