@@ -1,5 +1,5 @@
 // What the zoo's models take of torch::nn, without LibTorch's C++ frontend (its module header
-// brings in serialization and the JIT, and tripled a model's compile): a set of parameters and
+// brings serialization and the JIT into every model's compile): a set of parameters and
 // buffers with a training mode, and the layers the models are built of, initialised as
 // torch::nn's are (the same draws from the CPU generator, in the same order) and run by the
 // same ATen operators.
