@@ -54,8 +54,12 @@ ABSL_FLAG(std::string, strategies, "",
 ABSL_FLAG(std::string, predict, "",
           "comma-separated model specs whose --predict question is timed cold and warm");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu, cuda or cuda:N");
-ABSL_FLAG(std::string, threads, "1", "LibTorch's intra-op threads: an integer or auto");
-ABSL_FLAG(std::string, blas_threads, "auto", "OpenBLAS's threads: an integer or auto");
+ABSL_FLAG(std::string, threads, "1",
+          "LibTorch's intra-op threads: an integer or auto (OMP_NUM_THREADS where set, else the "
+          "usable cores)");
+ABSL_FLAG(std::string, blas_threads, "auto",
+          "OpenBLAS's threads: an integer or auto (OPENBLAS_NUM_THREADS where set, else the usable "
+          "cores)");
 
 namespace ckpt {
 namespace {
@@ -131,9 +135,11 @@ int Main(int argc, char** argv) {
     Die(absl::InvalidArgumentError(absl::StrCat("unexpected argument '", parsed.positional[0],
                                                 "'; flags are --name=value (see --help)")));
   }
-  absl::StatusOr<int> intra_op = ParseThreadCount("--threads", absl::GetFlag(FLAGS_threads));
+  absl::StatusOr<int> intra_op =
+      ParseThreadCount("--threads", absl::GetFlag(FLAGS_threads), "OMP_NUM_THREADS");
   if (!intra_op.ok()) Die(intra_op.status());
-  absl::StatusOr<int> blas = ParseThreadCount("--blas_threads", absl::GetFlag(FLAGS_blas_threads));
+  absl::StatusOr<int> blas =
+      ParseThreadCount("--blas_threads", absl::GetFlag(FLAGS_blas_threads), "OPENBLAS_NUM_THREADS");
   if (!blas.ok()) Die(blas.status());
   if (absl::Status s = SetComputeThreads({*intra_op, *blas}).status(); !s.ok()) Die(s);
   absl::StatusOr<c10::Device> device = ResolveDevice(absl::GetFlag(FLAGS_device));

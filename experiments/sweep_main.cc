@@ -70,9 +70,11 @@ ABSL_FLAG(int, warmup, 2,
           "untimed steps per configuration before timing (not given: the preset's, quick 1, "
           "paper 2)");
 ABSL_FLAG(std::string, threads, "1",
-          "LibTorch's intra-op threads (elementwise work): an integer or auto (the usable cores)");
+          "LibTorch's intra-op threads (elementwise work): an integer or auto (OMP_NUM_THREADS "
+          "where set, else the usable cores)");
 ABSL_FLAG(std::string, blas_threads, "auto",
-          "OpenBLAS's threads (the matrix products): an integer or auto (the usable cores)");
+          "OpenBLAS's threads (the matrix products): an integer or auto (OPENBLAS_NUM_THREADS "
+          "where set, else the usable cores)");
 ABSL_FLAG(std::string, out, "",
           "output directory (default: results/sweep-<timestamp> in the workspace)");
 ABSL_FLAG(bool, resume, false,
@@ -324,9 +326,11 @@ absl::StatusOr<Request> ReadRequest(const ParsedCommandLine& parsed) {
   // After ParseRanks, which resolves the device: before it, every run took the CPU's dtype
   // (an H100 ran --amp in bfloat16, its training in float16).
   if (training.amp) options.autocast = AmpDtype(options.device);
-  ASSIGN_OR_RETURN(r.threads.intra_op, ParseThreadCount("--threads", absl::GetFlag(FLAGS_threads)));
+  ASSIGN_OR_RETURN(r.threads.intra_op,
+                   ParseThreadCount("--threads", absl::GetFlag(FLAGS_threads), "OMP_NUM_THREADS"));
   ASSIGN_OR_RETURN(r.threads.blas,
-                   ParseThreadCount("--blas_threads", absl::GetFlag(FLAGS_blas_threads)));
+                   ParseThreadCount("--blas_threads", absl::GetFlag(FLAGS_blas_threads),
+                                    "OPENBLAS_NUM_THREADS"));
   // The ranks of one host share its cores: auto gives each its part of them.
   if (absl::GetFlag(FLAGS_blas_threads) == "auto") {
     r.threads.blas = std::max(1, r.threads.blas / r.ranks.local_world_size);

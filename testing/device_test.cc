@@ -1,8 +1,11 @@
-// Device names as users give them (--device, CKPT_TEST_DEVICE), and whether this build's CUDA
-// matches the LibTorch it loaded. Against a CUDA LibTorch (CI's trixie root, a GPU host) the
-// second is the check that the build links LibTorch's CUDA library, not only its headers.
+// Device names and thread counts as users give them (--device, CKPT_TEST_DEVICE, --threads), and
+// whether this build's CUDA matches the LibTorch it loaded. Against a CUDA LibTorch (CI's trixie
+// root, a GPU host) the second is the check that the build links LibTorch's CUDA library, not only
+// its headers.
 #include "core/run/device.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "ATen/detail/CUDAHooksInterface.h"
@@ -81,6 +84,50 @@ RC_GTEST_PROP(ResolveDevice, ResolvesTheAcceptedNamesAndRefusesTheOthers, ()) {
     RC_ASSERT(device.ok());
     RC_ASSERT(device->is_cuda());
     RC_ASSERT(device->index() == (index >= 0 ? index : local_rank % gpus));
+  }
+}
+
+// A thread count: an integer in 1..UsableCores(), or auto, which takes the environment
+// variable's count where set (at most the usable cores), else the usable cores. Anything else is
+// refused naming the flag or the variable. The variable is this test's own, not a library's.
+RC_GTEST_PROP(ParseThreadCount, TakesCountsAndAutoAndRefusesTheRest, ()) {
+  constexpr char kEnv[] = "CKPT_DEVICE_TEST_THREADS";
+  const int cores = UsableCores();
+  const auto count_text = rc::gen::weightedOneOf<std::string>(
+      {{4, rc::gen::map(rc::gen::inRange(-1, cores + 2), [](int n) { return absl::StrCat(n); })},
+       {1, rc::gen::element<std::string>("", "x", "1x", " 1", "99999999999999999999")},
+       {1, rc::gen::string<std::string>()}});
+  const std::string flag_text = *rc::gen::arbitrary<bool>() ? "auto" : *count_text;
+  const bool env_set = *rc::gen::arbitrary<bool>();
+  std::string env_text = *count_text;
+  env_text.erase(std::find(env_text.begin(), env_text.end(), '\0'), env_text.end());
+  if (env_set) {
+    RC_ASSERT(setenv(kEnv, env_text.c_str(), /*overwrite=*/1) == 0);
+  } else {
+    RC_ASSERT(unsetenv(kEnv) == 0);
+  }
+  const absl::StatusOr<int> n = ParseThreadCount("--some_threads", flag_text, kEnv);
+  int given = 0;
+  if (flag_text == "auto") {
+    int asked = 0;
+    if (!env_set || env_text.empty()) {
+      RC_ASSERT(n.ok() && *n == cores);
+    } else if (absl::SimpleAtoi(env_text, &asked) && asked >= 1) {
+      RC_ASSERT(n.ok() && *n == std::min(asked, cores));
+    } else {
+      RC_ASSERT(n.status().code() == absl::StatusCode::kInvalidArgument);
+      RC_ASSERT(absl::StrContains(n.status().message(),
+                                  absl::StrCat(kEnv, "='", env_text,
+                                               "' is not accepted for "
+                                               "--some_threads=auto; accepted: an integer >= 1")));
+    }
+  } else if (absl::SimpleAtoi(flag_text, &given) && given >= 1 && given <= cores) {
+    RC_ASSERT(n.ok() && *n == given);
+  } else {
+    RC_ASSERT(n.status().code() == absl::StatusCode::kInvalidArgument);
+    RC_ASSERT(absl::StrContains(n.status().message(),
+                                absl::StrCat("--some_threads='", flag_text, "' is not accepted; ",
+                                             "accepted: 1..", cores)));
   }
 }
 

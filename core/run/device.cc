@@ -132,10 +132,21 @@ int UsableCores() {
   return std::max(static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)), 1);
 }
 
-absl::StatusOr<int> ParseThreadCount(absl::string_view flag, absl::string_view text) {
+absl::StatusOr<int> ParseThreadCount(absl::string_view flag, absl::string_view text,
+                                     const char* env) {
   const int cores = UsableCores();
-  if (text == "auto") return cores;
   int n = 0;
+  if (text == "auto") {
+    const char* asked = std::getenv(env);
+    if (asked == nullptr || *asked == '\0') return cores;
+    if (!absl::SimpleAtoi(asked, &n) || n < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(env, "='", asked, "' is not accepted for ", flag,
+                       "=auto; accepted: an integer >= 1 (at most the ", cores,
+                       " usable cores are used), or unset"));
+    }
+    return std::min(n, cores);
+  }
   if (!absl::SimpleAtoi(text, &n) || n < 1 || n > cores) {
     return absl::InvalidArgumentError(
         absl::StrCat(flag, "='", text, "' is not accepted; accepted: 1..", cores,

@@ -58,10 +58,14 @@ struct ComputeThreads {
 // The cores this process may run on (its CPU affinity mask).
 int UsableCores();
 
-// A thread count as a user gives it: an integer from 1 to UsableCores(), or "auto" for
-// UsableCores(). More threads than cores measure contention, and past what the process may
-// start LibTorch's pool waits forever. InvalidArgument naming `flag` and the accepted values.
-absl::StatusOr<int> ParseThreadCount(absl::string_view flag, absl::string_view text);
+// A thread count as a user gives it: an integer from 1 to UsableCores(), or "auto": the count
+// the environment variable `env` asks the library for where it is set and not empty
+// (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, as the libraries read them; at most UsableCores()),
+// else UsableCores(). More threads than cores measure contention, and past what the process may
+// start LibTorch's pool waits forever. InvalidArgument naming `flag` (or `env`) and the
+// accepted values.
+absl::StatusOr<int> ParseThreadCount(absl::string_view flag, absl::string_view text,
+                                     const char* env);
 
 // Sets both pools and returns the counts they run with, read back from them (OpenBLAS caps
 // its pool at the number it was built for; `blas` is 0 when the BLAS is not OpenBLAS, whose
