@@ -507,14 +507,30 @@ struct GeneratedCase {
   std::string how;    // the strategy spec, or "random plan"
 };
 
-// Case k: model kind k mod the models' count, its sizes generated (a chain file's batch for both
-// ranks); a plan from a
-// generated spec of strategy k / 2 (even k) or a random plan (odd k, and `plan`'s turn). GPT-2's
-// tied embedding gets recompute_all and a random plan every time its turn comes.
-GeneratedCase Generate(int k, rc::Random& random, MemoryMeter& meter) {
+// The cases' model kinds and strategies, two cases a turn: a turn takes the next model kind,
+// with a generated spec of the next strategy in the first case (from a random first strategy)
+// and a random plan in the second; turns go on until every kind and every strategy has had one.
+// `plan` runs a plan written as text (plan:file=), which is what a random plan is here. GPT-2's
+// tied embedding takes recompute_all in its turn; the strategy waits for the next turn.
+std::vector<std::pair<std::string, std::string>> CaseKinds(rc::Random& random) {
   const std::vector<std::string> models = Models().Ids();
   const std::vector<std::string> strategies = Strategies().Ids();
-  const std::string kind = models[k % models.size()];
+  const size_t first = random.split().next() % strategies.size();
+  size_t given = 0;  // strategies given a case so far
+  std::vector<std::pair<std::string, std::string>> cases;
+  for (size_t turn = 0; turn < models.size() || given < strategies.size(); ++turn) {
+    const std::string& kind = models[turn % models.size()];
+    cases.emplace_back(
+        kind, kind == "gpt2" ? "recompute_all" : strategies[(first + given++) % strategies.size()]);
+    cases.emplace_back(kind, "plan");
+  }
+  return cases;
+}
+
+// Case k of model kind `kind` under strategy `id` (CaseKinds), its sizes generated (a chain
+// file's batch for both ranks); a plan from a generated spec of `id`, or a random plan.
+GeneratedCase Generate(int k, const std::string& kind, const std::string& id, rc::Random& random,
+                       MemoryMeter& meter) {
   GeneratedCase c;
   c.model = testing::SmallModelSpec(kind, /*dropout=*/false, kWorld)(random.split(), 20).value();
   WorkloadOptions options;
@@ -527,9 +543,7 @@ GeneratedCase Generate(int k, rc::Random& random, MemoryMeter& meter) {
   EXPECT_TRUE(profile.ok()) << profile.status();
   if (!profile.ok()) return c;
   ModelProfile extended = **profile;
-  const std::string id = kind == "gpt2" ? "recompute_all" : strategies[(k / 2) % strategies.size()];
-  // `plan` runs a plan written as text (plan:file=), which is what a random plan is here.
-  if (k % 2 == 0 && id != "plan") {
+  if (id != "plan") {
     // A generated spec may not fit (a budget below the least peak): then another, then the
     // strategy's defaults.
     for (int attempt = 0; attempt < 6; ++attempt) {
@@ -619,11 +633,11 @@ TEST(DataParallelTest, TwoRanksTrainLikeOneProcessOnBothBatches) {
   if (const char* s = std::getenv("CKPT_DP_TEST_SEED")) seed = std::stoull(s);
   SCOPED_TRACE(absl::StrCat("seed ", seed, " (CKPT_DP_TEST_SEED repeats it)"));
   rc::Random random(seed);
-  const int cases = 2 * static_cast<int>(Models().Ids().size()) *
-                    std::max<int>(2, (Strategies().Ids().size() + 1) / 2);
+  const std::vector<std::pair<std::string, std::string>> kinds = CaseKinds(random);
+  const int cases = static_cast<int>(kinds.size());
   std::vector<GeneratedCase> generated;
   for (int k = 0; k < cases; ++k) {
-    generated.push_back(Generate(k, random, **meter));
+    generated.push_back(Generate(k, kinds[k].first, kinds[k].second, random, **meter));
     ASSERT_TRUE(WriteFileAtomically(CasePath(dir, k, "model"), generated[k].model).ok());
     ASSERT_TRUE(WriteFileAtomically(CasePath(dir, k, "plan"), generated[k].plan).ok());
   }
