@@ -99,15 +99,23 @@ EOF
     status=1
   fi
 fi
-for source in "${sources[@]}"; do
-  # Deprecations are errors: what a LibTorch deprecates, a later one removes.
-  if "${CXX:-g++}" -std="$std" -fsyntax-only -Wall -Werror=return-type \
+# The sources compile side by side (each on a core of its own), their verdicts said in order.
+# Deprecations are errors: what a LibTorch deprecates, a later one removes.
+pids=()
+for k in "${!sources[@]}"; do
+  "${CXX:-g++}" -std="$std" -fsyntax-only -Wall -Werror=return-type \
     -Werror=deprecated-declarations -DCKPT_HAS_CUDA=1 "${backend_flags[@]}" -I. \
-    "${torch_flags[@]}" \
-    -isystem "$generated" -isystem "$cuda_home/include" "$source"; then
-    echo "check_cuda_compile: $source compiles with CKPT_HAS_CUDA=1 ($against)"
+    "${torch_flags[@]}" -isystem "$generated" -isystem "$cuda_home/include" "${sources[k]}" \
+    >"$generated/compile.$k.log" 2>&1 &
+  pids+=($!)
+done
+for k in "${!sources[@]}"; do
+  if wait "${pids[k]}"; then
+    cat "$generated/compile.$k.log"
+    echo "check_cuda_compile: ${sources[k]} compiles with CKPT_HAS_CUDA=1 ($against)"
   else
-    echo "check_cuda_compile: $source does not compile with CKPT_HAS_CUDA=1 ($against)" >&2
+    cat "$generated/compile.$k.log" >&2
+    echo "check_cuda_compile: ${sources[k]} does not compile with CKPT_HAS_CUDA=1 ($against)" >&2
     status=1
   fi
 done
