@@ -136,10 +136,10 @@ def examples(tmp):
     ]
 
 
-def torchvision_examples(tmp):
+def torchvision_examples(tmp, mine):
     """torchvision's models, cut by ckptlab.chain at 32 px, batch 2, under cross-entropy: the
     CNNs as torchvision builds them, and its VisionTransformer (vit_b_16's class) at a width
-    whose file is not vit_b_16's 330 MB of parameters."""
+    whose file is not vit_b_16's 330 MB of parameters; those whose index `mine` takes."""
     models = [("resnet50", torchvision.models.resnet50),
               ("convnext_tiny", torchvision.models.convnext_tiny),
               ("densenet121", torchvision.models.densenet121),
@@ -148,7 +148,7 @@ def torchvision_examples(tmp):
                   image_size=32, patch_size=8, num_layers=3, num_heads=2, hidden_dim=32,
                   mlp_dim=64, num_classes=10))]
     out = []
-    for name, make in models:
+    for name, make in [m for k, m in enumerate(models) if mine(k)]:
         torch.manual_seed(11)
         model = make()
         images = torch.randn(2, 3, 32, 32, requires_grad=True)
@@ -264,15 +264,22 @@ def main(argv):
     """No argument: the example models; --torchvision: torchvision's."""
     if argv not in ([], ["--torchvision"]):
         sys.exit(f"usage: torchscript_crosscheck_test.py [--torchvision]; got {argv}")
-    make = torchvision_examples if argv else examples
     if argv and torchvision is None:
         print("SKIP: python3-torchvision is not installed")
         return 0
+    # torchvision's models run in shards (Bazel's shard_count; ctest's _shardN tests set the
+    # same variables): shard k takes the models whose index is k modulo the shards' count.
+    shards = int(os.environ.get("TEST_TOTAL_SHARDS", "1"))
+    shard = int(os.environ.get("TEST_SHARD_INDEX", "0"))
+    if "TEST_SHARD_STATUS_FILE" in os.environ:
+        open(os.environ["TEST_SHARD_STATUS_FILE"], "w").close()  # sharding is understood
     # A folder of this run's own, removed after with its files: ctest hands every test one
     # TEST_TMPDIR, and both modes run at once there.
     scratch = os.environ.get("TEST_TMPDIR")
     with tempfile.TemporaryDirectory(prefix="crosscheck_", dir=scratch) as tmp:
-        return check(make(tmp), tmp)
+        if argv:
+            return check(torchvision_examples(tmp, lambda k: k % shards == shard), tmp)
+        return check(examples(tmp), tmp)
 
 
 def check(models, tmp):
