@@ -18,7 +18,6 @@
 namespace ckpt {
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kGradTolerance = 1e-5;
 
 std::vector<at::Tensor> CollectGradients(ChainModel& model, const Batch& batch) {
@@ -194,7 +193,7 @@ absl::Status CheckGradients(const SweepOptions& options, const Cohort& cohort, W
   absl::Status no_twin = absl::OkStatus();
   for (const CheckedConfig& c : configs) {
     ConfigResult& r = *c.row;
-    r.max_grad_diff_vs_store_all = kNaN;
+    r.max_grad_diff_vs_store_all = ConfigResult::kUnknown;
     r.grad_check.clear();
     if (c.executor == nullptr) continue;  // its row says why
     if (!have_reference) {
@@ -212,11 +211,11 @@ absl::Status CheckGradients(const SweepOptions& options, const Cohort& cohort, W
     }
     absl::StatusOr<double> diff =
         RunTorch([&] { return MaxGradientDifference(grads, reference_grads); });
-    const double local = diff.ok() ? *diff : kNaN;
+    const double local = diff.ok() ? *diff : ConfigResult::kUnknown;
     // The largest rank's; unknown (NaN) on any rank is unknown.
     ASSIGN_OR_RETURN(const std::vector<double> most,
                      cohort.Max({std::isnan(local) ? 1.0 : 0.0, std::isnan(local) ? 0.0 : local}));
-    r.max_grad_diff_vs_store_all = most[0] > 0 ? kNaN : most[1];
+    r.max_grad_diff_vs_store_all = most[0] > 0 ? ConfigResult::kUnknown : most[1];
     if (most[0] > 0) {
       r.status = "error";
       r.message = absl::StrCat("its gradients could not be compared with store_all's: ",
@@ -248,7 +247,7 @@ absl::Status CheckGradients(const SweepOptions& options, const Cohort& cohort, W
     }
     absl::StatusOr<double> twin_diff =
         twin != nullptr ? twin->RelativeDifference(plan) : absl::StatusOr<double>(no_twin);
-    const double twin_local = twin_diff.ok() ? *twin_diff : kNaN;
+    const double twin_local = twin_diff.ok() ? *twin_diff : ConfigResult::kUnknown;
     ASSIGN_OR_RETURN(const std::vector<double> twin_most,
                      cohort.Max({std::isnan(twin_local) ? 1.0 : 0.0,
                                  std::isnan(twin_local) ? 0.0 : twin_local}));

@@ -210,8 +210,9 @@ std::string OpeningNotes(const SweepOptions& options, const std::vector<std::str
 
 // Trains every model under every strategy; on rank 0 writes the curves and their plot and adds
 // the training section to `appendix`. False when a curve departs from store_all's.
-absl::StatusOr<bool> Train(const SweepOptions& options, const TrainingOptions& training,
-                           MemoryMeter& meter, Sink& sink, std::string& appendix) {
+absl::StatusOr<bool> TrainAndWriteCurves(const SweepOptions& options,
+                                         const TrainingOptions& training, MemoryMeter& meter,
+                                         Sink& sink, std::string& appendix) {
   ASSIGN_OR_RETURN(const std::vector<LossCurve> curves,
                    RunTraining(options, training, meter, sink.progress()));
   if (!sink.writes()) return true;
@@ -249,7 +250,8 @@ absl::Status Report(const Request& request, const Machine& machine, const Cohort
                    cohort.FromRankZero(missing.empty() ? "complete" : "incomplete"));
   bool curves_ok = true;
   if (request.training.steps > 0 && complete == "complete") {
-    ASSIGN_OR_RETURN(curves_ok, Train(options, request.training, *machine.meter, sink, appendix));
+    ASSIGN_OR_RETURN(
+        curves_ok, TrainAndWriteCurves(options, request.training, *machine.meter, sink, appendix));
   }
   if (!sink.writes()) return absl::OkStatus();  // the rest is rank 0's alone
   // The plot first, so that the report can say why a picture is missing.

@@ -18,6 +18,7 @@
 #include "experiments/configurations.h"
 #include "experiments/kept_profiles.h"
 #include "experiments/progress.h"
+#include "experiments/results.h"
 #include "experiments/results_csv.h"
 #include "experiments/sweep.h"
 
@@ -244,7 +245,6 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
 
 namespace {
 
-std::string Mib(int64_t bytes) { return absl::StrFormat("%.1f", bytes / 1048576.0); }
 std::string Gib(int64_t bytes) { return absl::StrFormat("%.2f", bytes / 1073741824.0); }
 
 // What the rows of one model share: the setting, the state per rank, what autocast left in
@@ -279,11 +279,12 @@ std::string ModelHeading(const Prediction& p) {
   const std::string rank =
       p.world_size > 1 ? absl::StrCat("One rank of ", p.world_size, ", ", p.states, " state: ")
                        : std::string("One process: ");
-  absl::StrAppend(&out, rank, "parameters ", Mib(p.parameter_bytes), " MiB, gradients ",
-                  Mib(p.gradient_bytes), " MiB, AdamW state ", Mib(p.optimizer_bytes),
-                  " MiB (float32), batch ", Mib(p.batch_bytes), " MiB");
+  absl::StrAppend(&out, rank, "parameters ", FormatMib(p.parameter_bytes, 1), " MiB, gradients ",
+                  FormatMib(p.gradient_bytes, 1), " MiB, AdamW state ",
+                  FormatMib(p.optimizer_bytes, 1), " MiB (float32), batch ",
+                  FormatMib(p.batch_bytes, 1), " MiB");
   if (p.states == "zero3" && p.world_size > 1) {
-    absl::StrAppend(&out, "; a stage gathers up to ", Mib(p.largest_gather_bytes),
+    absl::StrAppend(&out, "; a stage gathers up to ", FormatMib(p.largest_gather_bytes, 1),
                     " MiB of parameters beyond the rank's shard while it runs");
   }
   absl::StrAppend(&out, ".");
@@ -311,12 +312,12 @@ std::string GradientsSetTheTotal(const std::vector<const Prediction*>& rows) {
   }
   if (store_all == nullptr || store_all->gradient_bytes < store_all->activation_bytes) return "";
   return absl::StrCat(
-      "\nThe gradients (", Mib(store_all->gradient_bytes),
+      "\nThe gradients (", FormatMib(store_all->gradient_bytes, 1),
       " MiB, every one alive at the end of backward) outweigh store_all's activations (",
-      Mib(store_all->activation_bytes),
+      FormatMib(store_all->activation_bytes, 1),
       " MiB), which are gone by then: every strategy's step peak is at least the gradients, so "
       "checkpointing can lower the total by at most store_all's peak's excess over them (",
-      Mib(std::max<int64_t>(0, store_all->step_peak_bytes - store_all->gradient_bytes)),
+      FormatMib(std::max<int64_t>(0, store_all->step_peak_bytes - store_all->gradient_bytes), 1),
       " MiB).\n");
 }
 
@@ -387,8 +388,8 @@ std::string Tables(const std::vector<Prediction>& rows) {
                         card ? " |\n" : "\n");
         continue;
       }
-      absl::StrAppend(&out, "| ", p->strategy, " | ", Mib(p->activation_bytes), " | ",
-                      Mib(p->step_peak_bytes), " | ", Gib(p->total_peak_bytes), " | ",
+      absl::StrAppend(&out, "| ", p->strategy, " | ", FormatMib(p->activation_bytes, 1), " | ",
+                      FormatMib(p->step_peak_bytes, 1), " | ", Gib(p->total_peak_bytes), " | ",
                       absl::StrFormat("%.0f", p->step_ms), " |",
                       card ? (p->Fits().value_or(false) ? " yes |\n" : " no |\n") : "\n");
     }

@@ -32,9 +32,6 @@ std::string Pct(double ratio) {
 std::string Saving(double ratio) {
   return std::isnan(ratio) ? "" : absl::StrFormat("%.1f%%", (1 - ratio) * 100);
 }
-std::string Mib(double bytes) {
-  return std::isnan(bytes) ? "" : absl::StrFormat("%.2f", bytes / 1048576.0);
-}
 std::string Ratio(double a, double b) {
   return std::isnan(a) || std::isnan(b) || b == 0 ? "" : absl::StrFormat("%.4f", a / b);
 }
@@ -132,9 +129,9 @@ std::string OffloadSection(const std::string& model, const std::vector<ConfigRes
     } else if (!std::isnan(hidden)) {
       hidden_cell = absl::StrFormat("%.0f%%", 100 * hidden);
     }
-    absl::StrAppend(&table, "| ", r.strategy, " | ", Mib(r.offloaded_bytes), " | ", ms(r.copy_ms),
-                    " | ", ms(r.predicted_copy_exposed_ms), " | ", ms(r.copy_exposed_ms), " | ",
-                    hidden_cell, " |\n");
+    absl::StrAppend(&table, "| ", r.strategy, " | ", FormatMib(r.offloaded_bytes, 2), " | ",
+                    ms(r.copy_ms), " | ", ms(r.predicted_copy_exposed_ms), " | ",
+                    ms(r.copy_exposed_ms), " | ", hidden_cell, " |\n");
   }
   if (table.empty()) return "";
   return absl::StrCat(
@@ -219,18 +216,19 @@ absl::Status WriteReport(const std::string& dir, const std::vector<ConfigResult>
                         absl::StrReplaceAll(r.message, {{"|", "/"}}), " |||||||||||||\n");
         continue;
       }
-      absl::StrAppend(&md, "| ", r.strategy, " | ok | ", Mib(r.activation_bytes), " | ",
-                      Saving(r.activation_vs_store_all), " | ", Mib(r.peak_above_baseline_bytes()),
-                      " | ", Saving(r.peak_vs_store_all), " | ", Pct(r.overhead_vs_store_all),
-                      " | ", absl::StrFormat("%.3f", r.step_ms_median), " | ",
-                      Ratio(r.predicted_step_ms, r.step_ms_median), " | ", r.recompute_forwards,
-                      " | ", Ratio(r.predicted.activation_bytes, r.activation_bytes), " | ",
-                      Ratio(r.predicted.peak_bytes, r.peak_above_baseline_bytes()), " | ",
-                      r.host_peak_bytes > 0 ? Mib(r.host_peak_bytes) : std::string(), " | ",
-                      std::isnan(r.max_grad_diff_vs_store_all)
-                          ? std::string()
-                          : absl::StrFormat("%g", r.max_grad_diff_vs_store_all),
-                      " |\n");
+      absl::StrAppend(
+          &md, "| ", r.strategy, " | ok | ", FormatMib(r.activation_bytes, 2), " | ",
+          Saving(r.activation_vs_store_all), " | ", FormatMib(r.peak_above_baseline_bytes(), 2),
+          " | ", Saving(r.peak_vs_store_all), " | ", Pct(r.overhead_vs_store_all), " | ",
+          absl::StrFormat("%.3f", r.step_ms_median), " | ",
+          Ratio(r.predicted_step_ms, r.step_ms_median), " | ", r.recompute_forwards, " | ",
+          Ratio(r.predicted.activation_bytes, r.activation_bytes), " | ",
+          Ratio(r.predicted.peak_bytes, r.peak_above_baseline_bytes()), " | ",
+          r.host_peak_bytes > 0 ? FormatMib(r.host_peak_bytes, 2) : std::string(), " | ",
+          std::isnan(r.max_grad_diff_vs_store_all)
+              ? std::string()
+              : absl::StrFormat("%g", r.max_grad_diff_vs_store_all),
+          " |\n");
     }
     absl::StrAppend(&md, OffloadSection(model, rows), DataParallelSection(model, rows));
     for (const ConfigResult& r : rows) {

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <memory>
 #include <optional>
 
@@ -25,8 +24,6 @@
 
 namespace ckpt {
 namespace {
-
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // What a configuration's rounds time beside its plan, right after it in each round at the same
 // seed, for the rows to report the difference: the part of the step that the variant leaves out.
@@ -111,7 +108,8 @@ void TakePlans(const Cohort& cohort, PreparedModel& m, MemoryMeter& meter,
     c.result.strategy = run.plan.strategy;
     c.result.plan = PlanToText(run.plan, m.profile.stages);
     c.result.predicted = run.predicted;
-    c.result.predicted_step_ms = PredictStepMs(m.profile, run.plan).value_or(kNaN);
+    c.result.predicted_step_ms =
+        PredictStepMs(m.profile, run.plan).value_or(ConfigResult::kUnknown);
     c.plan = run.plan;
     if (run.predicted.offloaded_bytes > 0) {
       PlanTwin(cohort, *m.workload, run.plan, m.profile, meter, c);
@@ -249,7 +247,8 @@ std::vector<ConfigResult> Summarize(std::vector<Config>& configs) {
   std::vector<ConfigResult> out;
   for (Config& c : configs) {
     ConfigResult& r = c.result;
-    r.overhead_vs_store_all = r.activation_vs_store_all = r.peak_vs_store_all = kNaN;
+    r.overhead_vs_store_all = r.activation_vs_store_all = r.peak_vs_store_all =
+        ConfigResult::kUnknown;
     if (have_ref && r.status == "ok") {
       r.overhead_vs_store_all = OverheadRatio(r.step_ms, ref.step_ms);
       r.activation_vs_store_all =
@@ -302,8 +301,6 @@ std::string Num(double v, int decimals) {
   if (std::isnan(v)) return "";
   return absl::StrFormat("%.*f", decimals, v);
 }
-
-std::string Mib(int64_t bytes) { return absl::StrFormat("%.2f", bytes / 1048576.0); }
 
 }  // namespace
 
@@ -418,14 +415,14 @@ std::string FormatTable(const std::vector<ConfigResult>& results) {
       continue;
     }
     absl::StrAppend(
-        &out, absl::StrFormat("  %-28s %-6s %12s %8s %10s %8s %10s %9s %10d %11s\n", r.strategy,
-                              r.status, Mib(r.activation_bytes), Num(r.activation_vs_store_all, 3),
-                              Mib(r.peak_bytes - r.baseline_bytes), Num(r.peak_vs_store_all, 3),
-                              Num(r.step_ms_median, 1), Num(r.overhead_vs_store_all, 3),
-                              r.recompute_forwards,
-                              std::isnan(r.max_grad_diff_vs_store_all)
-                                  ? std::string("-")
-                                  : absl::StrFormat("%.3g", r.max_grad_diff_vs_store_all)));
+        &out, absl::StrFormat(
+                  "  %-28s %-6s %12s %8s %10s %8s %10s %9s %10d %11s\n", r.strategy, r.status,
+                  FormatMib(r.activation_bytes, 2), Num(r.activation_vs_store_all, 3),
+                  FormatMib(r.peak_bytes - r.baseline_bytes, 2), Num(r.peak_vs_store_all, 3),
+                  Num(r.step_ms_median, 1), Num(r.overhead_vs_store_all, 3), r.recompute_forwards,
+                  std::isnan(r.max_grad_diff_vs_store_all)
+                      ? std::string("-")
+                      : absl::StrFormat("%.3g", r.max_grad_diff_vs_store_all)));
   }
   return out;
 }

@@ -6,7 +6,11 @@
 #   core/train  core/run and below: never core/dist;
 # and no strategy plugin includes another.
 # Bazel's visibility already refuses such a dependency between targets; this catches the
-# include that needs no target (LibTorch's headers sit on the system include path). Under Bazel
+# include that needs no target (LibTorch's headers sit on the system include path).
+# And a name that a source of core/ or experiments/ keeps to itself (in an anonymous namespace,
+# or static) is defined at namespace scope by no other of those sources: CMake compiles them in
+# unity batches (CMakeLists.txt), where two such functions would clash or, as overloads, call
+# each other's without a word from the compiler. Under Bazel
 # the sources are in the runfiles; under CMake's ctest, $CKPT_SOURCE_ROOT names the checkout.
 set -uo pipefail
 root="${CKPT_SOURCE_ROOT:-$TEST_SRCDIR/ckptlab}"
@@ -42,6 +46,39 @@ if [[ -n "$hits" ]]; then
   echo "${hits//$root\//}" >&2
   failures=$((failures + 1))
 fi
+# Prints "name file internal|public" for each function or variable a library source of core/
+# or experiments/ (programs apart) defines at namespace scope; clang-format leaves those lines
+# unindented, and an anonymous namespace's end is its "}  // namespace" line.
+namespace_scope_names() {
+  local f
+  for f in "$root"/core/*/*.cc "$root"/experiments/*.cc; do
+    [[ $f == *_main.cc ]] && continue
+    awk -v file="${f#"$root"/}" '
+      /^namespace \{/ { anonymous = 1; next }
+      /^\}  \/\/ namespace$/ { anonymous = 0; next }
+      /^[A-Za-z]/ && !/^(namespace|using|class|struct|enum|union|template|typedef)( |$)/ {
+        line = $0
+        sub(/ *(=|\{|\[).*$/, "", line)  # an initializer, a body, an array bound
+        if (match(line, /[A-Za-z_][A-Za-z0-9_:]*\(/)) name = substr(line, RSTART, RLENGTH - 1)
+        else { n = split(line, word, /[ *&]+/); name = word[n] }
+        if (name == "" || name ~ /::/) next  # a member defined out of its class
+        print name, file, (anonymous || /^static /) ? "internal" : "public"
+      }' "$f"
+  done
+}
+names=$(namespace_scope_names)
+(($(wc -l <<<"$names") > 100)) || {
+  echo "FAIL: found only $(wc -l <<<"$names") namespace-scope names in core/ and experiments/" >&2
+  failures=$((failures + 1))
+}
+shared=$(sort -u <<<"$names" | awk '
+  { files[$1] = files[$1] " " $2; if (!seen[$1, $2]++) count[$1]++; if ($3 == "internal") own[$1] = 1 }
+  END { for (name in count) if (count[name] > 1 && own[name]) print name ":" files[name] }')
+if [[ -n "$shared" ]]; then
+  echo "FAIL: names kept to one source are defined in another (rename one):" >&2
+  echo "$shared" >&2
+  failures=$((failures + 1))
+fi
 # Each floor has sources (a glob that matched nothing would pass everything above).
 for floor in base plan run train dist; do
   n=$(find "$root/core/$floor" -maxdepth 1 \( -name '*.h' -o -name '*.cc' \) | wc -l)
@@ -50,5 +87,6 @@ for floor in base plan run train dist; do
     failures=$((failures + 1))
   }
 done
-((failures == 0)) && echo "the floors of core include only what lies below them"
+((failures == 0)) && echo "the floors of core include only what lies below them;" \
+  "names kept to one source are unique among the unity-built ones"
 exit $((failures > 0))

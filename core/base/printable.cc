@@ -23,7 +23,7 @@ bool Continuation(absl::string_view text, size_t at, unsigned char lo = 0x80,
 
 // Well-formed UTF-8 as Unicode defines it (no overlong forms, no surrogates, nothing past
 // U+10FFFF); a byte that starts no such sequence is a unit of its own, unprintable.
-Unit At(absl::string_view text, size_t at) {
+Unit UnitAt(absl::string_view text, size_t at) {
   const unsigned char c = static_cast<unsigned char>(text[at]);
   if (c < 0x20 || c == 0x7f) return {1, false, false};
   if (c < 0x80) return {1, true, false};
@@ -58,17 +58,17 @@ Unit At(absl::string_view text, size_t at) {
 
 int PrintableCharacterLength(absl::string_view text, size_t at) {
   if (at >= text.size()) return 0;
-  const Unit u = At(text, at);
+  const Unit u = UnitAt(text, at);
   return u.printable ? u.length : 0;
 }
 
 int CharacterLength(absl::string_view text, size_t at) {
-  return at >= text.size() ? 0 : At(text, at).length;
+  return at >= text.size() ? 0 : UnitAt(text, at).length;
 }
 
 int FindUnprintable(absl::string_view text) {
   for (size_t at = 0; at < text.size();) {
-    const Unit u = At(text, at);
+    const Unit u = UnitAt(text, at);
     if (!u.printable) return static_cast<int>(at);
     at += u.length;
   }
@@ -80,7 +80,7 @@ std::string Printable(absl::string_view text, LineBreaks breaks) {
   std::string out;
   out.reserve(text.size() + 16);
   for (size_t at = 0; at < text.size();) {
-    const Unit u = At(text, at);
+    const Unit u = UnitAt(text, at);
     const char c = text[at];
     if (u.printable) {
       out.append(text.data() + at, u.length);
@@ -106,7 +106,7 @@ std::string Printable(absl::string_view text, LineBreaks breaks) {
 
 std::string DescribeUnprintable(absl::string_view text, int at) {
   if (at < 0 || static_cast<size_t>(at) >= text.size()) return "nothing unprintable";
-  const Unit u = At(text, at);
+  const Unit u = UnitAt(text, at);
   const char c = text[at];
   if (u.printable) return "nothing unprintable";
   if (c == '\0') return "a NUL byte";

@@ -162,7 +162,7 @@ int64_t StoredActivationBytes(const ModelProfile& p, int stage) {
   return s.retained_bytes + s.output_bytes;
 }
 
-double Ratio(double target, double sample) {
+double TargetOverSample(double target, double sample) {
   return sample > 0 && target > 0 ? target / sample : 1;
 }
 
@@ -324,8 +324,9 @@ absl::StatusOr<ModelProfile> Extrapolate(const std::vector<ScaleAxis>& axes,
     const int stage = static_cast<int>(i);
     const double ratio =
         stages[i].forward_flops > 0 && sample.stages[i].forward_flops > 0
-            ? Ratio(stages[i].forward_flops, sample.stages[i].forward_flops)
-            : Ratio(StoredActivationBytes(out, stage), StoredActivationBytes(sample, stage));
+            ? TargetOverSample(stages[i].forward_flops, sample.stages[i].forward_flops)
+            : TargetOverSample(StoredActivationBytes(out, stage),
+                               StoredActivationBytes(sample, stage));
     for (StageProfile& p : out.measured[i]) {
       p.SetCostBytes();
       p.costs.forward_ms *= ratio;
@@ -338,7 +339,7 @@ absl::StatusOr<ModelProfile> Extrapolate(const std::vector<ScaleAxis>& axes,
   const int64_t loss_input_sample = sample.measured.empty()
                                         ? sample.input_bytes
                                         : sample.Stored(sample.num_stages() - 1).output_bytes;
-  const double loss_ratio = Ratio(loss_input_target, loss_input_sample);
+  const double loss_ratio = TargetOverSample(loss_input_target, loss_input_sample);
   out.loss.forward_ms *= loss_ratio;
   out.loss.backward_ms *= loss_ratio;
   std::vector<std::string> described;

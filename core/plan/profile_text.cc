@@ -32,7 +32,7 @@ constexpr int kStageKinds = static_cast<int>(StageKind::kOther) + 1;
 constexpr int kPartKinds = static_cast<int>(PartKind::kNorm) + 1;
 
 // Text as one token: in double quotes, every byte outside '!'..'~', '"' and '%' as %XX.
-std::string Quote(absl::string_view text) {
+std::string QuoteToken(absl::string_view text) {
   std::string out = "\"";
   for (const char c : text) {
     const unsigned char u = static_cast<unsigned char>(c);
@@ -45,7 +45,7 @@ std::string Quote(absl::string_view text) {
   return out + "\"";
 }
 
-std::optional<std::string> Unquote(absl::string_view token) {
+std::optional<std::string> UnquoteToken(absl::string_view token) {
   if (token.size() < 2 || token.front() != '"' || token.back() != '"') return std::nullopt;
   std::string out;
   for (size_t i = 1; i + 1 < token.size(); ++i) {
@@ -84,7 +84,7 @@ class Writer {
   }
   void Real(double& value, double) { Token(absl::StrFormat("%.17g", value)); }
   void Bool(bool& value) { Token(value ? "1" : "0"); }
-  void Text(std::string& value) { Token(Quote(value)); }
+  void Text(std::string& value) { Token(QuoteToken(value)); }
   template <typename T>
   void Size(std::vector<T>& items, int64_t, int64_t = 1) {
     Token(absl::StrCat(items.size()));
@@ -148,7 +148,7 @@ class Reader {
   void Text(std::string& value) {
     const absl::string_view token = Next();
     if (!ok()) return;
-    std::optional<std::string> text = Unquote(token);
+    std::optional<std::string> text = UnquoteToken(token);
     if (!text.has_value()) {
       return Fail(
           "expected text in double quotes, with %XX for each blank, '\"', '%' or byte "

@@ -71,7 +71,7 @@ struct Storages {
   std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> weak;
 };
 
-int64_t Bytes(const std::vector<at::Tensor>& tensors) { return Storages(tensors).Total(); }
+int64_t TotalBytes(const std::vector<at::Tensor>& tensors) { return Storages(tensors).Total(); }
 
 // The first place in `tensors` of the tensor at place k.
 size_t FirstPlace(const std::vector<at::Tensor>& tensors, size_t k) {
@@ -495,7 +495,7 @@ class Profiler {
     profile.input_bytes = batch_storages.Total();
     profile.input_storage_bytes = batch_storages.bytes;
     profile.target_bytes = BytesBeyond(batch_.targets, batch_.inputs);
-    profile.param_bytes = Bytes(params_);
+    profile.param_bytes = TotalBytes(params_);
     int64_t element_bytes = 0;
     for (const at::Tensor& p : params_) {
       element_bytes = std::max<int64_t>(element_bytes, p.element_size());
@@ -876,7 +876,7 @@ class Profiler {
     StageProfile p;
     p.policy = policy;
     const std::vector<at::Tensor>& given = inputs_[i];
-    p.input_bytes = Bytes(given);
+    p.input_bytes = TotalBytes(given);
     p.float32_ops = float32_ops_[i];
     if (stages_[i].stochastic) {
       const int64_t before = meter_.Stats().live_bytes;
@@ -959,7 +959,7 @@ class Profiler {
           p.input_grad_bytes += leaf.grad().defined() ? leaf.grad().nbytes() : 0;
         }
       } else {
-        p.input_grad_bytes = Bytes(into->grads);
+        p.input_grad_bytes = TotalBytes(into->grads);
       }
       ClearGradients(own);
       z.reset();
@@ -1036,9 +1036,9 @@ class Profiler {
   void MeasureCopyRates(ModelProfile& profile) {
     const std::vector<at::Tensor>* largest = &inputs_.front();
     for (const std::vector<at::Tensor>& x : inputs_) {
-      if (Bytes(x) > Bytes(*largest)) largest = &x;
+      if (TotalBytes(x) > TotalBytes(*largest)) largest = &x;
     }
-    const int64_t bytes = Bytes(*largest);
+    const int64_t bytes = TotalBytes(*largest);
     if (bytes == 0) return;
     HostPool& pool = **HostPoolFor(device_);
     at::NoGradGuard no_grad;
