@@ -71,9 +71,11 @@ names=$(namespace_scope_names)
   echo "FAIL: found only $(wc -l <<<"$names") namespace-scope names in core/ and experiments/" >&2
   failures=$((failures + 1))
 }
-shared=$(sort -u <<<"$names" | awk '
-  { files[$1] = files[$1] " " $2; if (!seen[$1, $2]++) count[$1]++; if ($3 == "internal") own[$1] = 1 }
-  END { for (name in count) if (count[name] > 1 && own[name]) print name ":" files[name] }')
+shared=$(awk '
+  !seen[$1, $2]++ { files[$1] = files[$1] " " $2; count[$1]++ }
+  $3 == "internal" { own[$1] = 1 }
+  END { for (name in count) if (count[name] > 1 && own[name]) print name ":" files[name] }
+' <<<"$names")
 if [[ -n "$shared" ]]; then
   echo "FAIL: names kept to one source are defined in another (rename one):" >&2
   echo "$shared" >&2
