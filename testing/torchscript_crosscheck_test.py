@@ -264,15 +264,15 @@ def main(argv):
     """No argument: the example models; --torchvision: torchvision's."""
     if argv not in ([], ["--torchvision"]):
         sys.exit(f"usage: torchscript_crosscheck_test.py [--torchvision]; got {argv}")
-    if argv and torchvision is None:
-        print("SKIP: python3-torchvision is not installed")
-        return 0
     # torchvision's models run in shards (Bazel's shard_count; ctest's _shardN tests set the
     # same variables): shard k takes the models whose index is k modulo the shards' count.
     shards = int(os.environ.get("TEST_TOTAL_SHARDS", "1"))
     shard = int(os.environ.get("TEST_SHARD_INDEX", "0"))
     if "TEST_SHARD_STATUS_FILE" in os.environ:
         open(os.environ["TEST_SHARD_STATUS_FILE"], "w").close()  # sharding is understood
+    if argv and torchvision is None:
+        print("SKIP: python3-torchvision is not installed")
+        return 0
     # A folder of this run's own, removed after with its files: ctest hands every test one
     # TEST_TMPDIR, and both modes run at once there.
     scratch = os.environ.get("TEST_TMPDIR")
