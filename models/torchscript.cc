@@ -86,7 +86,7 @@ std::string ShapesOf(const std::vector<at::Tensor>& tensors) {
 // The batch a chain file holds: the top module's own buffers ckptlab_batch_0, ckptlab_batch_1,
 // ... in that order, and the ranks it is for: its buffer ckptlab_ranks (a 0-dimensional int64
 // tensor; none: 1), which must divide every batch tensor's first dimension. InvalidArgument
-// where there is no batch or the ranks are not that.
+// where there is no batch, a batch tensor has no rows, or the ranks are not that.
 struct FileBatch {
   std::vector<at::Tensor> tensors;
   int ranks = 1;
@@ -107,6 +107,14 @@ absl::StatusOr<FileBatch> ReadFileBatch(const ParamValues& params,
         Where(params), ": the file holds no batch (buffers ", kBatchPrefix, "0, ", kBatchPrefix,
         "1, ... of the top module); accepted: a file Chain.save wrote (python/ckptlab), or "
         "torchscript:file= with input or tokens for any other"));
+  }
+  for (size_t k = 0; k < batch.tensors.size(); ++k) {
+    const at::Tensor& t = batch.tensors[k];
+    if (t.dim() == 0 || t.size(0) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Where(params), ": its batch tensor ", kBatchPrefix, k, " (", ShapesOf({t}),
+          ") has no rows; accepted: batch tensors of one row or more (their first dimension)"));
+    }
   }
   const auto ranks = buffers.find(kRanksBuffer);
   if (ranks == buffers.end()) return batch;
@@ -363,10 +371,16 @@ std::vector<at::Tensor> TensorsOf(const c10::IValue& value, const std::string& s
   return out;
 }
 
+// As ckptlab.apply hands a stage its input (python/ckptlab/planned.py): one value whole, unless
+// the forward needs several arguments (without a default), which get the tensors spread.
 TorchScriptPacking PackingOf(const torch::jit::Module& stage) {
   const std::vector<c10::Argument>& args =
       stage.get_method("forward").function().getSchema().arguments();  // self first
-  if (args.size() != 2) return TorchScriptPacking::kSpread;
+  int required = 0;
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (!args[i].default_value().has_value() && !args[i].kwarg_only()) ++required;
+  }
+  if (required > 1 || args.size() < 2) return TorchScriptPacking::kSpread;
   switch (args[1].type()->kind()) {
     case c10::TypeKind::TupleType:
       return TorchScriptPacking::kTuple;

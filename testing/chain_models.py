@@ -1,7 +1,7 @@
 """Models written as users write them, not as a sequence of stages, for the tests of
 ckptlab.chain (python_chain_test.py, python_optimize_test.py, torchscript_crosscheck_test.py):
 a program over a pool of values (skips, residuals, tuples, views, in-place writes, state,
-dropout, a mask), a GPT as Hugging Face writes one, a small U-Net; and torchvision, or None.
+dropout, a mask, values computed without gradients, parametrized weights), a GPT as Hugging Face writes one, a small U-Net; and torchvision, or None.
 """
 
 import dataclasses
@@ -31,7 +31,11 @@ class Program(nn.Module):
                 nn.Linear(2 * WIDTH, WIDTH) if kind == "concat" else
                 nn.BatchNorm1d(WIDTH) if kind == "batch_norm" else
                 Pair() if kind == "pair" else
-                nn.Linear(WIDTH, WIDTH) if kind == "linear" else nn.Identity())
+                nn.Linear(WIDTH, WIDTH) if kind in ("linear", "teacher") else
+                nn.utils.parametrizations.spectral_norm(nn.Linear(WIDTH, WIDTH))
+                if kind == "parametrized" else
+                nn.utils.spectral_norm(nn.Linear(WIDTH, WIDTH)) if kind == "spectral_hook" else
+                nn.Identity())
         self.register_buffer("count", torch.zeros(()))
 
     def forward(self, x, mask):
@@ -55,6 +59,16 @@ class Program(nn.Module):
             elif kind == "view":  # shape arithmetic read from the tensor, views and a transpose
                 n, w = a.shape
                 y = a.reshape(n, 2, w // 2).transpose(1, 2).reshape(n, w).contiguous()
+            elif kind == "no_grad":  # a scale computed without gradients
+                with torch.no_grad():
+                    scale = a.abs().mean() + 1
+                y = b * scale
+            elif kind == "teacher":  # a module run without gradients: its parameters get none
+                with torch.no_grad():
+                    taught = layer(a)
+                y = b + taught
+            elif kind in ("parametrized", "spectral_hook"):  # a power method run without them
+                y = torch.tanh(layer(a))
             elif kind == "pair":
                 p, q = layer(a)
                 pool.append(p)
@@ -78,7 +92,7 @@ class Pair(nn.Module):
 
 
 KINDS = ["linear", "residual", "concat", "in_place", "batch_norm", "dropout", "view", "pair",
-         "counter"]
+         "counter", "no_grad", "teacher", "parametrized", "spectral_hook"]
 
 
 def program_loss(output, target):

@@ -3,7 +3,7 @@
 
 The models hold what users' models hold: stages returning a tensor twice, their input beside a
 new tensor, a view of their input, their input itself, a zero-element view of it; a stage taking
-a tuple whole; an in-place write to the input; BatchNorm, its statistics written by the kernel
+a tuple whole, beside an argument with a default; an in-place write to the input; BatchNorm, its statistics written by the kernel
 alone (functional batch_norm), and a counter read after its update (state); dropout and random
 numbers drawn without a generator; a zero-element parameter; a concatenation handing a BatchNorm
 before it a slice of its gradient (a checkpoint must hand it on as is: a contiguous copy rounds
@@ -37,7 +37,7 @@ import ckptlab  # noqa: E402
 from ckptlab import PlanError  # noqa: E402
 from stage_modules import (  # noqa: E402
     Concat, Counter, EmptyJoin, EmptyParameter, EmptySlice, InPlace, Linear, PassThrough, Random,
-    RunningMean, Scale, Twice, TupleJoin, View)
+    RunningMean, Scale, Twice, TupleJoin, TupleScale, View)
 
 
 WIDTH = 4
@@ -50,6 +50,7 @@ KINDS = {
     "counter": lambda: [Counter()],
     "twice": lambda: [Twice(), TupleJoin()],
     "pass_through": lambda: [PassThrough(), TupleJoin()],
+    "tuple_default": lambda: [PassThrough(), TupleScale()],
     "view": lambda: [View()],
     "flatten": lambda: [nn.Flatten()],
     "empty_slice": lambda: [EmptySlice(), EmptyJoin()],
@@ -158,10 +159,10 @@ class Apply(unittest.TestCase):
         with self.assertRaisesRegex(PlanError, "the plan covers 3 stages; the model has 2"):
             planned(x)
 
-    def test_a_stage_taking_several_arguments_gets_a_tuple_spread(self):
+    def test_a_stage_needing_several_arguments_gets_a_tuple_spread(self):
         class Spread(nn.Module):
-            def forward(self, a, b):
-                return a * b
+            def forward(self, a, b, scale: float = 1.0):
+                return a * b * scale
 
         torch.manual_seed(0)
         for stage in (Spread(), torch.jit.script(Spread())):
@@ -170,6 +171,14 @@ class Apply(unittest.TestCase):
             y = ckptlab.apply(stages, "[0,2) checkpointed, [2,3) stored")(x)
             a, b = stages[1](stages[0](x))
             self.assertTrue(torch.equal(y, a * b))
+
+    def test_a_container_with_a_forward_of_its_own_is_refused(self):
+        class Scaled(nn.Sequential):
+            def forward(self, x):
+                return super().forward(x) * 2
+
+        with self.assertRaisesRegex(PlanError, "Scaled has a forward of its own"):
+            ckptlab.apply(Scaled(Linear(WIDTH)), "[0,1) checkpointed")
 
     def test_nesting_up_to_the_bound_runs_and_past_it_is_refused(self):
         torch.manual_seed(0)
@@ -247,6 +256,10 @@ class Command(unittest.TestCase):
                 text = "[0,3) checkpointed {" + text + "}"
             f.write(text)
         self.refused(self.run_command(deep, self.model), "nests")
+        single = os.path.join(self.dir, "linear.pt")  # a module, not a sequence of stages
+        torch.jit.script(nn.Linear(WIDTH, WIDTH)).save(single)
+        self.refused(self.run_command(self.plan, single), "linear.pt: the module is not a "
+                     "sequence of stages: it has no child modules")
         other = os.path.join(self.dir, "other.txt")
         with open(other, "w") as f:
             f.write("[0,4) stored")

@@ -170,7 +170,12 @@ class ChainTest(unittest.TestCase):
                                           "a whole number in 1..65536 dividing every tensor's "
                                           "first dimension"),
             (dict(inputs=batch, ranks=0), "ranks=0 for a batch"),
-            (dict(inputs=(batch[0], torch.tensor(1.)), ranks=2), "ranks=2 for a batch"),
+            (dict(inputs=(batch[0], torch.tensor(1.)), ranks=2), "the batch holds a "
+                                                                  "torch.float32 tensor of shape "
+                                                                  "[], which has no rows"),
+            (dict(inputs=(batch[0][:0], batch[1][:0])), "the batch holds a torch.float32 tensor "
+                                                         "of shape [0, 4], which has no rows; "
+                                                         "accepted: tensors of one row or more"),
             (dict(inputs=batch, loss=lambda out: out["main"]), "the loss must return a "
                                                                "floating-point scalar tensor"),
             (dict(inputs=batch[:1]), "the model (Program) fails on the example batch: TypeError"),

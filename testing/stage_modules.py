@@ -5,7 +5,7 @@ Imported by testing/python_apply_test.py and testing/torchscript_crosscheck_test
 TorchScript files testing/sweep_exact_test.sh writes. Every one scripts (torch.jit.script).
 """
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -64,6 +64,15 @@ class PassThrough(nn.Module):
 class TupleJoin(nn.Module):
     def forward(self, t: Tuple[Tensor, Tensor]):
         return t[0] * t[1] + t[0]
+
+
+class TupleScale(nn.Module):
+    """A tuple taken whole beside an argument with a default: nn.Sequential hands it the tuple."""
+
+    def forward(self, t: Tuple[Tensor, Tensor], scale: Optional[Tensor] = None):
+        if scale is None:
+            return t[0] * 0.5 + t[1]
+        return (t[0] + t[1]) * scale
 
 
 class Concat(nn.Module):

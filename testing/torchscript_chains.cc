@@ -240,11 +240,12 @@ absl::Status WriteChain(const ChainDescription& chain, uint64_t seed, const std:
                                                      chain.vocab, gen));
       in = OutputWidth(chain.stages[i], in, chain.vocab);
     }
-    if (chain.file_batch > 0) {
+    if (chain.file_batch > 0 || chain.empty_batch) {
+      const int64_t rows = chain.empty_batch ? 0 : chain.file_batch;
       top.register_buffer("ckptlab_batch_0",
-                          chain.tokens ? at::randint(chain.vocab, {chain.file_batch, chain.input},
-                                                     gen, at::TensorOptions().dtype(at::kLong))
-                                       : at::randn({chain.file_batch, chain.input}, gen));
+                          chain.tokens ? at::randint(chain.vocab, {rows, chain.input}, gen,
+                                                     at::TensorOptions().dtype(at::kLong))
+                                       : at::randn({rows, chain.input}, gen));
     }
     if (chain.ranks != 0)
       top.register_buffer("ckptlab_ranks", at::scalar_tensor(chain.ranks, at::kLong));

@@ -46,10 +46,10 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, HERE)
 import ckptlab  # noqa: E402  (after the path)
 from ckptlab.plan import parse_plan  # noqa: E402
-from chain_models import Decoder, UNet, torchvision  # noqa: E402
+from chain_models import WIDTH, Decoder, Program, UNet, program_loss, torchvision  # noqa: E402
 from stage_modules import (  # noqa: E402
     Concat, Counter, EmptyJoin, EmptyParameter, EmptySlice, InPlace, Linear, PassThrough, Random,
-    Scale, Transposed, Twice, TupleJoin)
+    Scale, Transposed, Twice, TupleJoin, TupleScale)
 
 RNG_SNAPSHOT_BYTES = torch.get_rng_state().numel()  # the CPU generator's state (mt19937)
 
@@ -72,12 +72,12 @@ class Example:
 
 
 def export_chain(path, width):
-    """What users' models hold, as a scripted nn.Sequential of 19 stages."""
+    """What users' models hold, as a scripted nn.Sequential of 21 stages."""
     torch.manual_seed(3)
     stages = [Linear(width), Twice(), TupleJoin(), Linear(width), PassThrough(), TupleJoin(),
               Transposed(), Transposed(), nn.Flatten(), Scale(), InPlace(), EmptySlice(),
               EmptyJoin(), nn.BatchNorm1d(width), Concat(width), Counter(), Random(),
-              EmptyParameter(), Linear(width)]
+              EmptyParameter(), PassThrough(), TupleScale(), Linear(width)]
     torch.jit.script(nn.Sequential(*stages)).save(path)
 
 
@@ -117,6 +117,16 @@ def examples(tmp):
                         lambda output: output.loss)
     unet = chain_example(os.path.join(tmp, "unet.pt"), UNet(),
                          (torch.randn(2, 3, 16, 16, requires_grad=True),), None)
+    # Values computed without gradients (a scale, a teacher), parametrized weights whose power
+    # method runs without them and writes their buffers, BatchNorm.
+    torch.manual_seed(6)
+    program = Program([("linear", (0, 0)), ("no_grad", (1, 0)), ("teacher", (2, 1)),
+                       ("parametrized", (3, 2)), ("spectral_hook", (4, 3)), ("batch_norm", (5, 5)),
+                       ("linear", (6, 6))])
+    mask = torch.tensor([1., 1., 0., 1.])
+    no_grad = chain_example(os.path.join(tmp, "no_grad.pt"), program,
+                            (torch.randn(4, WIDTH, requires_grad=True), mask), program_loss,
+                            targets=(torch.randn(4, WIDTH),))
 
     return [
         Example(cnn, f"torchscript:file={cnn}:input=3x16x16:classes=10:batch=4", images,
@@ -130,9 +140,10 @@ def examples(tmp):
         Example(chain, f"torchscript:file={chain}:input=6:batch=4", features, mean_square,
                 "[0,1) stored, [1,13) checkpointed {[1,3) stored, [3,6) checkpointed, "
                 "[6,9) checkpointed, [9,11) offloaded, [11,13) stored}, [13,14) stored, "
-                "[14,16) recompute-all, [16,19) stored"),
+                "[14,16) recompute-all, [16,21) stored"),
         gpt,
         unet,
+        no_grad,
     ]
 
 
@@ -339,7 +350,11 @@ def check(models, tmp):
                 grads, kept, held = step(ckptlab.apply(stages, row["plan"]), batch,
                                          example.loss, baseline, seed=7, state=state)
                 for g, r in zip(grads, reference):
-                    if not torch.equal(g, r):
+                    if g is None or r is None:  # a parameter the model runs without gradients
+                        if g is not r:
+                            failures.append(f"{where}: a gradient is None in one run only")
+                            break
+                    elif not torch.equal(g, r):
                         failures.append(f"{where}: a gradient or a buffer differs from the plain "
                                         f"model's by {(g - r).abs().max().item():.3g}")
                         break

@@ -308,7 +308,8 @@ TEST_F(TorchScriptFile, LossIsCrossEntropyWhereTheOutputHasTheClassesElseMeanSqu
 
 // A chain file's batch is the file's, the same every step, floating-point tensors requiring
 // grad; its loss is what its last stage returns; it runs on one rank unless it says more. A file
-// without a batch, or whose last stage returns no scalar, is one line naming it.
+// without a batch, with a batch of no rows, or whose last stage returns no scalar, is one line
+// naming it.
 TEST_F(TorchScriptFile, AChainFileHoldsItsBatchAndItsLastStageReturnsTheLoss) {
   ChainDescription chain;
   chain.input = 3;
@@ -348,11 +349,18 @@ TEST_F(TorchScriptFile, AChainFileHoldsItsBatchAndItsLastStageReturnsTheLoss) {
 
   chain.file_batch = 0;
   const std::string no_batch = Write(chain, "no_batch.pt");
+  chain.empty_batch = true;
+  const std::string no_rows = Write(chain, "no_rows.pt");
+  chain.empty_batch = false;
   chain.file_batch = 4;
   chain.stages.pop_back();
   const std::string no_loss = Write(chain, "no_loss.pt");
   for (const auto& [file, words] : std::map<std::string, std::string>{
-           {no_batch, "the file holds no batch"}, {no_loss, "returns 4x5 float, not the loss"}}) {
+           {no_batch, "the file holds no batch"},
+           {no_rows,
+            "its batch tensor ckptlab_batch_0 (0x3 float) has no rows; accepted: batch "
+            "tensors of one row or more"},
+           {no_loss, "returns 4x5 float, not the loss"}}) {
     absl::StatusOr<BoundModel> bad = BoundModel::Bind(absl::StrCat("chain:file=", file));
     ASSERT_FALSE(bad.ok()) << file;
     EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);

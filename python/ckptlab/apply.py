@@ -12,6 +12,7 @@ import argparse
 import os
 import stat
 import sys
+import warnings
 
 MAX_PLAN_BYTES = 1 << 20  # ckptlab's own bound on a plan file (strategies/plan_file.cc)
 MAX_MODEL_BYTES = 4 << 30  # and on a model file (models/torchscript.cc)
@@ -71,11 +72,17 @@ def main(argv=None) -> int:
             raise _Refused(f"{args.plan}: not UTF-8 text; accepted: a plan file (docs/plans.md)")
         data = _read_regular(args.model, MAX_MODEL_BYTES)
         try:
-            model = torch.jit.load(io.BytesIO(data), map_location="cpu")
+            with warnings.catch_warnings():  # newer torches: "`torch.jit.load` is deprecated"
+                warnings.simplefilter("ignore", FutureWarning)
+                model = torch.jit.load(io.BytesIO(data), map_location="cpu")
         except Exception as e:  # torch.jit.load's own, whatever their type
             first = str(e).splitlines()[0] if str(e).strip() else type(e).__name__
             raise _Refused(f"{args.model}: not a TorchScript archive this torch "
                            f"({torch.__version__}) reads: {first}")
+        if not list(model.children()):  # as the sweep says it (models/torchscript.cc)
+            raise _Refused(f"{args.model}: the module is not a sequence of stages: it has no "
+                           "child modules; accepted: a file torch.jit.save wrote of a scripted "
+                           "or traced nn.Sequential")
         try:
             planned = apply(nn.Sequential(*model.children()), text)
         except PlanError as e:

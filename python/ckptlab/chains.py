@@ -33,10 +33,12 @@ import contextlib
 import dataclasses
 import os
 import tempfile
+import weakref
 from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 from torch import fx, nn
+import torch.fx.experimental.proxy_tensor
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from ckptlab.plan import printable
@@ -132,11 +134,78 @@ def _trace(model, batch, inputs, loss) -> fx.GraphModule:
                              f"it returned {printable(_describe(value))}")
     with _untouched(model, batch):
         try:
-            return make_fx(step)(*batch)
+            with _grad_mode_recorded():
+                graph_module = make_fx(step)(*batch)
         except Exception as e:
             raise ChainError(f"ckptlab.chain: {_failing_module(e, names, model)} cannot be traced "
                              f"by running it: {printable(type(e).__name__)}: "
                              f"{printable(str(e).splitlines()[0] if str(e) else '')}") from e
+    _detach_where_grad_was_off(graph_module)
+    return graph_module
+
+
+# The grad mode each traced op ran under, in node.meta: make_fx traces below autograd and
+# records none (on 1.13 and on 2.x alike), so a trace would differentiate what the model computes
+# under torch.no_grad() or inference_mode (a teacher, a scale, a parametrization's power method).
+_GRAD = "ckptlab_grad_enabled"
+# On a detach _detach_where_grad_was_off inserts: the op reading it (no cut falls between them).
+_READ_BY = "ckptlab_read_by"
+
+
+@contextlib.contextmanager
+def _grad_mode_recorded():
+    """Every node make_fx creates inside notes torch.is_grad_enabled() as its op is dispatched
+    (the user's grad mode: dispatch below autograd leaves it as it was)."""
+    tracer = torch.fx.experimental.proxy_tensor.PythonKeyTracer
+    original = tracer.create_node
+
+    def create_node(self, *args, **kwargs):
+        node = original(self, *args, **kwargs)
+        node.meta[_GRAD] = torch.is_grad_enabled()
+        return node
+
+    tracer.create_node = create_node
+    try:
+        yield
+    finally:
+        tracer.create_node = original
+
+
+def _detach_where_grad_was_off(graph_module: fx.GraphModule):
+    """Each op the model ran without gradients reads its tensor inputs detached, and so does every
+    op reading what such an op made (unless an op run with gradients writes into it later): the
+    region builds no graph and saves nothing, and what it made requires no grad where it is
+    read, as in the model, whatever the chain runs under (a checkpoint's outputs all require
+    grad; so do a profile's stage inputs), traced or loaded from its file."""
+    graph = graph_module.graph
+    nodes = list(graph.nodes)
+    base = _bases(nodes)
+    off = {n for n in nodes if n.op == "call_function" and not n.meta.get(_GRAD, True)}
+    written_with_grad = {base.get(w, w) for n in nodes
+                         if n.op == "call_function" and n not in off for w in _written(n)}
+    for n in nodes:
+        if n.op != "call_function":
+            continue
+        detached = {}  # one detach per input read, just before the op (no cut between them)
+
+        def read(m: fx.Node) -> fx.Node:
+            if m.op == "get_attr":
+                if not isinstance(getattr(graph_module, m.target), torch.Tensor):
+                    return m
+            elif not _is_tensor_meta(m.meta.get("tensor_meta")):
+                return m  # a tuple or a number
+            if n not in off and (m not in off or base.get(m, m) in written_with_grad):
+                return m
+            if m not in detached:
+                with graph.inserting_before(n):
+                    detached[m] = graph.call_function(torch.ops.aten.detach.default, (m,))
+                detached[m].meta = {_GRAD: False, _READ_BY: n,
+                                    "tensor_meta": m.meta.get("tensor_meta")}
+            return detached[m]
+
+        n.args = fx.node.map_arg(n.args, read)
+        n.kwargs = fx.node.map_arg(n.kwargs, read)
+    graph_module.recompile()
 
 
 def _describe(value) -> str:
@@ -188,18 +257,7 @@ class _Trace:
         for p in self.placeholders:
             index[p] = -1
         index[self.output] = len(self.ops)
-        # The tensor each value views (itself where it is no view): a getitem of a tuple of
-        # views, or an op returning an alias of its first argument, views what that views.
-        self.base = {}
-        for n in self.placeholders + self.ops:
-            source = None
-            if n.op == "call_function" and n.target.__name__ == "getitem":
-                parent = n.args[0]
-                if _aliases(parent):
-                    source = parent
-            elif _aliases(n):
-                source = next((a for a in n.args if isinstance(a, fx.Node)), None)
-            self.base[n] = self.base.get(source, source) if source is not None else n
+        self.base = _bases(self.placeholders + self.ops)
         # Over positions p (a cut before ops[p], 1 <= p < len(ops)): the bytes alive, and
         # whether a cut is allowed. A value is alive at p when made before ops[p] and read at
         # or after it; its bytes are its base's, counted once.
@@ -237,6 +295,10 @@ class _Trace:
                 self.alive_bytes[p] += size
         for p in range(1, count + 1):
             self.reach[p] = max(self.reach[p], self.reach[p - 1])
+        for n in self.ops:  # a detach of what grad mode left off, and the op reading it
+            if _READ_BY in n.meta:
+                for p in range(index[n] + 1, index[n.meta[_READ_BY]] + 1):
+                    allowed[p] = False
         for n in self.ops:  # a write to a tensor an earlier stage made: no cut in between
             for w in _written(n):
                 b = self.base.get(w)
@@ -251,6 +313,36 @@ class _Trace:
         """The values made before ops[p] and read at or after it, in the order made."""
         return [n for n in self.placeholders + self.ops[:p]
                 if any(self.index[u] >= p for u in n.users)]
+
+
+def _bases(nodes: List[fx.Node]) -> Dict[fx.Node, fx.Node]:
+    """The tensor each of `nodes` (in order) views, itself where it is no view: a getitem of a
+    tuple of views, or an op returning an alias of an argument (a view of its input, what an
+    out= op wrote), views what that argument views."""
+    base = {}
+    for n in nodes:
+        source = None
+        if n.op == "call_function" and n.target.__name__ == "getitem":
+            parent = n.args[0]
+            if _aliases(parent):
+                source = _aliased(parent)
+        elif _aliases(n):
+            source = _aliased(n)
+        base[n] = base.get(source, source) if source is not None else n
+    return base
+
+
+def _aliased(node: fx.Node) -> Optional[fx.Node]:
+    """The argument that what `node` returns is an alias of (by the schema's alias sets: `self`
+    for a view, `out` for an out= op), else its first tensor argument."""
+    schema = _schema(node)
+    sets = set().union(*(r.alias_info.before_set for r in schema.returns if r.alias_info))
+    for i, argument in enumerate(schema.arguments):
+        if argument.alias_info is not None and argument.alias_info.before_set & sets:
+            value = node.args[i] if i < len(node.args) else node.kwargs.get(argument.name)
+            if isinstance(value, fx.Node):
+                return value
+    return next((a for a in node.args if isinstance(a, fx.Node)), None)
 
 
 def _aliases(node: fx.Node) -> bool:
@@ -332,6 +424,7 @@ class Chain(nn.Sequential):
     spread where it is a tuple. Its parameters and buffers are the model's own. A chain for
     `ranks` > 1 is one rank's step: it takes that rank's share of the rows (share)."""
 
+    spreads_tuples = True  # how it hands a stage what the one before returned (ckptlab.apply)
     example = None  # the batch ckptlab.chain was given, which save writes beside the stages
     ranks = 1  # the data-parallel ranks that share the example's rows (ckptlab.chain's ranks=)
 
@@ -383,19 +476,15 @@ class Chain(nn.Sequential):
 
     def kept_per_stage(self, *batch) -> List[int]:
         """The bytes each stage keeps for backward in a plain step on `batch`: the tensors
-        autograd saves while it runs, each storage counted once (for the stage saving it
-        first), less the parameters', buffers' and the batch's (ckptlab's activation bytes).
-        Runs the forward once, leaving the buffers and the random streams as they were."""
-        kept = [dict() for _ in self]
-        seen = {_storage(t)[0] for t in list(self.parameters()) + list(self.buffers())
-                + list(batch)}
+        autograd saves while it runs and still holds when the loss is made, each storage counted
+        once (for the stage saving it first), less the parameters', buffers' and the batch's
+        (ckptlab's activation bytes). Runs the forward once, leaving the buffers and the random
+        streams as they were."""
+        saved = []  # (stage, a weak reference to what it saved)
         at = [0]
 
         def pack(t):
-            key, size = _storage(t)
-            if key not in seen:
-                seen.add(key)
-                kept[at[0]][key] = size
+            saved.append((at[0], weakref.ref(t)))
             return t
 
         def stages():
@@ -405,8 +494,18 @@ class Chain(nn.Sequential):
 
         with _untouched(self, batch), torch.autograd.graph.saved_tensors_hooks(pack,
                                                                                lambda t: t):
-            _run(stages(), batch)
-        return [sum(k.values()) for k in kept]
+            loss = _run(stages(), batch)
+        seen = {_storage(t)[0] for t in list(self.parameters()) + list(self.buffers())
+                + list(batch)}
+        kept = [0] * len(self)
+        for i, reference in saved:
+            t = reference()
+            if t is not None and _storage(t)[0] not in seen:
+                key, size = _storage(t)
+                seen.add(key)
+                kept[i] += size
+        del loss
+        return kept
 
 
 class _Archive(nn.Module):
@@ -464,6 +563,11 @@ def chain(model: nn.Module, inputs, loss: Optional[Callable[..., torch.Tensor]] 
         raise ChainError(f"ckptlab.chain: max_stages={printable(repr(max_stages))}; accepted: "
                          "None or a whole number of at least 1")
     batch = batch_inputs + batch_targets
+    for t in batch:
+        if t.dim() == 0 or t.shape[0] == 0:
+            raise ChainError(f"ckptlab.chain: the batch holds {printable(_describe(t))}, which "
+                             "has no rows; accepted: tensors of one row or more (their first "
+                             "dimension)")
     if (isinstance(ranks, bool) or not isinstance(ranks, int) or not 1 <= ranks <= _MAX_RANKS
             or not all(t.dim() > 0 and t.shape[0] % ranks == 0 and t.shape[0] >= ranks
                        for t in batch)):

@@ -8,8 +8,9 @@ stage, so that its forward follows the plan:
     loss = loss_fn(planned(x))
     loss.backward()                   # the same gradients as model's, with less kept for backward
 
-Stages pass what they return on as nn.Sequential does: whole (a tensor, a tuple), spread into the
-arguments only of a stage whose forward takes several. The planned module runs as the plain
+Stages pass what they return on as the model's container does: an nn.Sequential whole (a tensor, a
+tuple), spread only into a stage whose forward needs several arguments (which nn.Sequential could
+not call), a ckptlab.Chain spread wherever it is a tuple. The planned module runs as the plain
 model does, or refuses by name:
   - the same gradients, bitwise on a CPU, and the same module state after a step: a stage that
     updates state (BatchNorm's statistics, a counter) updates it in the step's first run only,
@@ -45,6 +46,7 @@ must be `.backward()` (a rerun backpropagates inside it), not torch.autograd.gra
 import contextlib
 import inspect
 import threading
+import weakref
 from typing import Callable, List, Sequence, Tuple
 
 import torch
@@ -58,8 +60,9 @@ __all__ = ["apply", "kept_bytes", "describe", "PlanError", "PlannedSequential", 
 # deeper, and recompute-all segments of more stages (each stage one level), are refused.
 MAX_NESTING = 100
 
-# Per thread: the tensors checkpoints keep outside autograd's saved tensors while a kept_bytes
-# measurement runs (`kept`), and how many reruns enclose the code running now (`reruns`).
+# Per thread: weak references to the tensors autograd saves and checkpoints keep outside its saved
+# tensors while a kept_bytes measurement runs (`kept`), and how many reruns enclose the code
+# running now (`reruns`).
 _local = threading.local()
 
 
@@ -79,7 +82,7 @@ def _rerunning():
 def _note_kept(tensors):
     kept = getattr(_local, "kept", None)
     if kept is not None:
-        kept.extend(tensors)
+        kept.extend(weakref.ref(t) for t in tensors)
 
 
 class _Slot(int):
@@ -115,18 +118,26 @@ def _copied(value):
     return _unflatten(skeleton, [t.clone() for t in tensors])
 
 
-def _spreads(stage: nn.Module) -> bool:
-    """Whether a tuple or list is spread into `stage`'s arguments: where its forward takes
-    several (a scripted one's schema, an eager one's signature). nn.Sequential passes one."""
+def _required_arguments(stage: nn.Module) -> int:
+    """How many positional arguments without a default `stage`'s forward takes (a scripted one's
+    schema, an eager one's signature; 1 where it cannot be read)."""
     if isinstance(stage, torch.jit.ScriptModule):
-        return len(stage._c._get_method("forward").schema.arguments) > 2  # self first
+        arguments = stage._c._get_method("forward").schema.arguments[1:]  # self first
+        return sum(1 for a in arguments if not a.has_default_value() and not a.kwarg_only)
     try:
         parameters = inspect.signature(stage.forward).parameters.values()
     except (TypeError, ValueError):
-        return False
-    positional = [p for p in parameters
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
-    return len(positional) > 1 or any(p.kind == p.VAR_POSITIONAL for p in positional)
+        return 1
+    return sum(1 for p in parameters if p.default is p.empty
+               and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
+def _spreads(stage: nn.Module, chain: bool) -> bool:
+    """Whether a tuple is spread into `stage`'s arguments. A ckptlab.Chain spreads every tuple
+    (Chain.forward); an nn.Sequential hands each stage one value, what the one before returned,
+    whole, unless the stage's forward cannot take one: several arguments without a default,
+    which get the tuple spread, as ckptlab's reader of TorchScript files hands them theirs."""
+    return chain or _required_arguments(stage) > 1
 
 
 class _State:
@@ -165,9 +176,9 @@ class _Facts:
     """What a first run of the stages showed: how each takes its input, which write their
     inputs in place, and the state of those that update it."""
 
-    def __init__(self, stages: List[nn.Module], value):
+    def __init__(self, stages: List[nn.Module], value, chain: bool):
         self.ids = [id(s) for s in stages]
-        self.spreads = [_spreads(s) for s in stages]
+        self.spreads = [_spreads(s, chain) for s in stages]
         self.writes = [False] * len(stages)
         self.state = [None] * len(stages)
         devices = sorted({t.device.index or 0 for t in _flatten(value)[0] if t.is_cuda})
@@ -198,7 +209,7 @@ class _Facts:
 
 
 def _call(stage, x, spreads):
-    return stage(*x) if spreads and type(x) in (tuple, list) else stage(x)
+    return stage(*x) if spreads and type(x) is tuple else stage(x)
 
 
 def _devices_rng(tensors):
@@ -379,7 +390,7 @@ class PlannedSequential(nn.Module):
         x = inputs[0] if len(inputs) == 1 else inputs
         with torch.jit.optimized_execution(False):
             if self._facts is None or self._facts.ids != [id(s) for s in self._list]:
-                self._facts = _Facts(self._list, x)
+                self._facts = _Facts(self._list, x, getattr(self.stages, "spreads_tuples", False))
             return self._run(self.plan.segments, x)
 
 
@@ -403,6 +414,11 @@ def apply(model: nn.Sequential, plan_text: str) -> PlannedSequential:
     if not isinstance(model, nn.Sequential):
         raise PlanError(f"apply takes an nn.Sequential, each child a stage; got "
                         f"{printable(type(model).__name__)}")
+    if (type(model).forward is not nn.Sequential.forward
+            and not getattr(model, "spreads_tuples", False)):
+        raise PlanError(f"apply takes an nn.Sequential whose children run as nn.Sequential runs "
+                        f"them, or a ckptlab.Chain; {printable(type(model).__name__)} has a "
+                        "forward of its own, which a plan would not run")
     plan = parse_plan(plan_text)
     if plan.stage_count() != len(model):
         raise PlanError(f"the plan covers {plan.stage_count()} stages; the model has "
@@ -428,28 +444,31 @@ def kept_bytes(forward: Callable[[], torch.Tensor],
                exclude: Sequence[torch.Tensor] = ()) -> Tuple[torch.Tensor, int]:
     """Runs `forward` (a model's forward and its loss) and returns its result and the bytes
     PyTorch keeps for backward when it returns: the tensors autograd saved (seen through
-    saved_tensors_hooks) and the inputs checkpoints keep, each storage counted once, less the
-    storages of `exclude` (the parameters and the batch, which ckptlab counts in its baseline).
-    Host copies of offloaded inputs are not counted: ckptlab's figure is device bytes."""
-    saved = {}
+    saved_tensors_hooks) and the inputs checkpoints keep, those still alive then (a graph that
+    nothing reads any more is freed with what it saved, and its memory may hold another tensor
+    by then), each storage counted once, less the storages of `exclude` (the parameters and the
+    batch, which ckptlab counts in its baseline). Host copies of offloaded inputs are not
+    counted: ckptlab's figure is device bytes."""
+    saved = []
 
     def pack(t):
-        key, size = _storage(t)
-        saved[key] = size
+        saved.append(weakref.ref(t))
         return t
 
-    _local.kept = []
+    _local.kept = saved
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             result = forward()
-        for t in _local.kept:
-            key, size = _storage(t)
-            saved[key] = size
     finally:
         _local.kept = None
+    sizes = dict(_storage(t) for t in _alive(saved))
     for t in exclude:
-        saved.pop(_storage(t)[0], None)
-    return result, sum(saved.values())
+        sizes.pop(_storage(t)[0], None)
+    return result, sum(sizes.values())
+
+
+def _alive(references) -> List[torch.Tensor]:
+    return [t for t in (r() for r in references) if t is not None]
 
 
 def describe(plan: Plan, names: Sequence[str]) -> str:
