@@ -168,6 +168,7 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
           absl::Status why = state.status();
           if (state.ok()) {
             p.parameter_bytes = state->parameters;
+            p.buffer_bytes = BufferBytes(full.stages);
             p.gradient_bytes = state->gradients;
             p.optimizer_bytes = state->optimizer;
             p.largest_gather_bytes = state->largest_gather;
@@ -191,8 +192,8 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
               p.activation_bytes = memory->activation_bytes;
               p.step_peak_bytes = memory->peak_bytes;
               p.step_ms = *ms;
-              p.total_peak_bytes = p.parameter_bytes + p.optimizer_bytes + p.batch_bytes +
-                                   std::max(p.step_peak_bytes, p.gradient_bytes);
+              p.total_peak_bytes = p.parameter_bytes + p.buffer_bytes + p.optimizer_bytes +
+                                   p.batch_bytes + std::max(p.step_peak_bytes, p.gradient_bytes);
             }
           }
           if (!why.ok()) {
@@ -214,17 +215,19 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
         if (device_memory.has_value()) {
           // What the card leaves the step, for each strategy that plans to a budget (once each:
           // "optimal" and "optimal:budget=8MiB" plan to it alike).
-          absl::StatusOr<int64_t> left = state.ok() ? UsableBytes(*device_memory, margin) -
-                                                          state->parameters - state->optimizer -
-                                                          (full.input_bytes + full.target_bytes)
-                                                    : absl::StatusOr<int64_t>(state.status());
+          absl::StatusOr<int64_t> left =
+              state.ok() ? UsableBytes(*device_memory, margin) - state->parameters -
+                               BufferBytes(full.stages) - state->optimizer -
+                               (full.input_bytes + full.target_bytes)
+                         : absl::StatusOr<int64_t>(state.status());
           std::set<std::string> fitted_specs;
           for (const BoundStrategy& strategy : options.strategies) {
             if (strategy.budget_param().empty()) continue;
             absl::StatusOr<BoundStrategy> fitted =
                 !left.ok()   ? absl::StatusOr<BoundStrategy>(left.status())
                 : *left <= 0 ? absl::StatusOr<BoundStrategy>(absl::ResourceExhaustedError(
-                                   "the parameters, AdamW's moments and the batch alone are past "
+                                   "the parameters, buffers, AdamW's moments and the batch alone "
+                                   "are past "
                                    "--device_memory over the allocator's margin"))
                              : strategy.WithBudget(*left);
             const std::string spec = fitted.ok() ? fitted->spec() : strategy.spec();
@@ -279,10 +282,10 @@ std::string ModelHeading(const Prediction& p) {
   const std::string rank =
       p.world_size > 1 ? absl::StrCat("One rank of ", p.world_size, ", ", p.states, " state: ")
                        : std::string("One process: ");
-  absl::StrAppend(&out, rank, "parameters ", FormatMib(p.parameter_bytes, 1), " MiB, gradients ",
-                  FormatMib(p.gradient_bytes, 1), " MiB, AdamW state ",
-                  FormatMib(p.optimizer_bytes, 1), " MiB (float32), batch ",
-                  FormatMib(p.batch_bytes, 1), " MiB");
+  absl::StrAppend(&out, rank, "parameters ", FormatMib(p.parameter_bytes, 1), " MiB, buffers ",
+                  FormatMib(p.buffer_bytes, 1), " MiB, gradients ", FormatMib(p.gradient_bytes, 1),
+                  " MiB, AdamW state ", FormatMib(p.optimizer_bytes, 1),
+                  " MiB (in the parameters' dtypes), batch ", FormatMib(p.batch_bytes, 1), " MiB");
   if (p.states == "zero3" && p.world_size > 1) {
     absl::StrAppend(&out, "; a stage gathers up to ", FormatMib(p.largest_gather_bytes, 1),
                     " MiB of parameters beyond the rank's shard while it runs");
@@ -471,7 +474,8 @@ std::string PredictionReport(const std::vector<Prediction>& rows,
       "models the sweep checks against measured steps, as one data-parallel rank runs it with "
       "the state laid out as each model's line says (docs/training-state.md gives the formulas). "
       "The "
-      "total training peak is the rank's parameters, AdamW's two moments and the batch, plus "
+      "total training peak is the rank's parameters, the model's buffers, AdamW's two moments "
+      "and the batch, plus "
       "the larger of the step's peak above them and the rank's gradients; the optimizer "
       "step's own temporaries are not counted. Tables are in MiB and GiB (2^20, 2^30 bytes), "
       "the comparison with the documents in their MB and GB (10^6, 10^9).\n\n");
@@ -489,7 +493,8 @@ std::string PredictionReport(const std::vector<Prediction>& rows,
 std::string PredictionCsv(const std::vector<Prediction>& rows) {
   std::string out =
       "model,profiled_model,strategy,status,states,world_size,autocast,collectives_timed,"
-      "parameter_bytes,gradient_bytes,optimizer_bytes,batch_bytes,largest_gather_bytes,"
+      "parameter_bytes,buffer_bytes,gradient_bytes,optimizer_bytes,batch_bytes,"
+      "largest_gather_bytes,"
       "predicted_activation_bytes,predicted_step_peak_bytes,predicted_total_peak_bytes,"
       "predicted_step_ms,fits,plan,message,extrapolated_from,device_model\n";
   for (const Prediction& p : rows) {
@@ -504,11 +509,12 @@ std::string PredictionCsv(const std::vector<Prediction>& rows) {
                     ",", p.status, ",", p.states, ",", p.world_size, ",",
                     p.autocast.empty() ? "none" : p.autocast, ",",
                     p.collectives_timed ? "true" : "false", ",", cell(profiled, p.parameter_bytes),
-                    ",", cell(profiled, p.gradient_bytes), ",", cell(profiled, p.optimizer_bytes),
-                    ",", cell(profiled, p.batch_bytes), ",", cell(profiled, p.largest_gather_bytes),
-                    ",", cell(ok, p.activation_bytes), ",", cell(ok, p.step_peak_bytes), ",",
-                    cell(ok, p.total_peak_bytes), ",", ok ? absl::StrFormat("%.3f", p.step_ms) : "",
-                    ",", p.Fits().has_value() ? (*p.Fits() ? "true" : "false") : "", ",",
+                    ",", cell(profiled, p.buffer_bytes), ",", cell(profiled, p.gradient_bytes), ",",
+                    cell(profiled, p.optimizer_bytes), ",", cell(profiled, p.batch_bytes), ",",
+                    cell(profiled, p.largest_gather_bytes), ",", cell(ok, p.activation_bytes), ",",
+                    cell(ok, p.step_peak_bytes), ",", cell(ok, p.total_peak_bytes), ",",
+                    ok ? absl::StrFormat("%.3f", p.step_ms) : "", ",",
+                    p.Fits().has_value() ? (*p.Fits() ? "true" : "false") : "", ",",
                     CsvField(p.plan), ",", CsvField(p.error), ",", CsvField(p.extrapolated), ",",
                     p.device_model.empty() ? "none" : p.device_model, "\n");
   }

@@ -57,6 +57,7 @@ struct Prediction {
   // Under autocast: the operators any stage ran in float32 (StageProfile::float32_ops), sorted.
   std::vector<std::string> float32_ops;
   int64_t parameter_bytes = 0;       // resident: all, or the rank's shard (zero3)
+  int64_t buffer_bytes = 0;          // the model's buffers (BatchNorm's statistics), every rank's
   int64_t gradient_bytes = 0;        // at the end of backward: all, or the shard (zero2, zero3)
   int64_t optimizer_bytes = 0;       // AdamW's two moments: all, or the shard (zero1 to zero3)
   int64_t batch_bytes = 0;           // the batch's inputs and targets
@@ -65,9 +66,9 @@ struct Prediction {
   // The step's peak above its baseline: gradients (or their shards) made by then, and under
   // zero3 the gathered parameters of the stage running.
   int64_t step_peak_bytes = 0;
-  // Parameters, AdamW's moments and the batch (a training step's baseline once the optimizer has
-  // its state), plus the larger of the step's peak above it and every gradient (the state the
-  // optimizer step starts from; its own temporaries are not counted).
+  // Parameters, buffers, AdamW's moments and the batch (a training step's baseline once the
+  // optimizer has its state), plus the larger of the step's peak above it and every gradient (the
+  // state the optimizer step starts from; its own temporaries are not counted).
   int64_t total_peak_bytes = 0;
   double step_ms = 0;  // the time model's, from the measured stage times
   // With --device_memory (else 0): the card's bytes and the allocator's margin assumed for the

@@ -78,6 +78,11 @@ struct BatchNorm2d {
   BatchNorm2d(ParamSet& set, int64_t channels);
   at::Tensor weight, bias, running_mean, running_var, num_batches_tracked;
   static constexpr double kMomentum = 0.1, kEps = 1e-5;
+  // The bytes of its buffers for `channels` channels, in float32: the statistics and the counter.
+  static constexpr int64_t StateBytes(int64_t channels) {
+    return 2 * channels * static_cast<int64_t>(sizeof(float)) +
+           static_cast<int64_t>(sizeof(int64_t));
+  }
 };
 
 }  // namespace ckpt

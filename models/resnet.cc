@@ -213,7 +213,8 @@ class ResnetModel : public HeadLossModel<Resnet> {
                       {},
                       stem_flops,
                       "",
-                      /*updates_state=*/true});
+                      /*updates_state=*/true,
+                      BatchNorm2d::StateBytes(o.width)});
     int64_t in = o.width;
     for (size_t layer = 0; layer < o.blocks.size(); ++layer) {
       const int64_t width = o.width << layer;
@@ -231,7 +232,9 @@ class ResnetModel : public HeadLossModel<Resnet> {
                           {},
                           flops,
                           absl::StrCat("layer", layer + 1, project ? ".projection" : ".bottleneck"),
-                          /*updates_state=*/true});
+                          /*updates_state=*/true,
+                          2 * BatchNorm2d::StateBytes(width) +
+                              (project ? 2 : 1) * BatchNorm2d::StateBytes(4 * width)});
         side = out_side;
         in = 4 * width;
       }

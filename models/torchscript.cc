@@ -83,6 +83,17 @@ std::string ShapesOf(const std::vector<at::Tensor>& tensors) {
   return absl::StrJoin(each, ", ");
 }
 
+// The top module's own buffers besides a chain file's batch and ranks: the model's buffers that no
+// stage reads, which Chain.save keeps there (as it keeps such parameters), so that the memory the
+// model holds is counted whole. Stage 0 declares their bytes.
+std::vector<at::Tensor> BuffersBesideStages(const torch::jit::Module& module) {
+  std::vector<at::Tensor> out;
+  for (const auto& b : module.named_buffers(/*recurse=*/false)) {
+    if (!absl::StartsWith(b.name, kBatchPrefix) && b.name != kRanksBuffer) out.push_back(b.value);
+  }
+  return out;
+}
+
 // The batch a chain file holds: the top module's own buffers ckptlab_batch_0, ckptlab_batch_1,
 // ... in that order, and the ranks it is for: its buffer ckptlab_ranks (a 0-dimensional int64
 // tensor; none: 1), which must divide every batch tensor's first dimension. InvalidArgument
@@ -172,7 +183,9 @@ absl::StatusOr<std::string> ReadModelFile(const ParamValues& params) {
   return FileCache().emplace(path, *std::move(bytes)).first->second;
 }
 
-// The module in `bytes`, its floating-point tensors in the default dtype, on `device`.
+// The module in `bytes` on `device`, its tensors in the dtypes the file holds them in (a float64
+// model's, bfloat16 weights beside float32 norms), as PyTorch trains it; under a float64 default
+// dtype (a float64 twin, experiments/gradient_check.h), every floating-point one in float64.
 absl::StatusOr<torch::jit::Module> LoadModule(const ParamValues& params, const std::string& bytes,
                                               c10::Device device) {
   // Pinned before any graph of the module runs (see the header).
@@ -186,12 +199,12 @@ absl::StatusOr<torch::jit::Module> LoadModule(const ParamValues& params, const s
         Where(params), ": not a TorchScript archive this LibTorch (", TORCH_VERSION_MAJOR, ".",
         TORCH_VERSION_MINOR, ") reads: ", module.status().message(), "; ", kAccepted));
   }
-  const caffe2::TypeMeta dtype = c10::get_default_dtype();
+  const bool twin = c10::get_default_dtype() == caffe2::TypeMeta::Make<double>();
   RETURN_IF_ERROR(RunTorch([&] {
     c10::NoGradGuard no_grad;
     const auto move = [&](at::Tensor t) {
-      const bool floating = t.is_floating_point();
-      t.set_data(t.to(device, floating ? c10::typeMetaToScalarType(dtype) : t.scalar_type()));
+      const bool widen = twin && t.is_floating_point();
+      t.set_data(t.to(device, widen ? at::kDouble : t.scalar_type()));
     };
     for (const at::Tensor& t : module->parameters()) move(t);
     for (const at::Tensor& t : module->buffers()) move(t);
@@ -441,15 +454,25 @@ std::string StageName(const std::string& child, const torch::jit::Module& module
   return type ? absl::StrCat(child, ".", type->name()) : child;
 }
 
-// "8x3x224x224 float": the batch's inputs.
-std::string BatchShape(const ParamValues& params) {
+// "8x3x224x224 float": the batch's inputs, a floating-point one in `dtype`.
+std::string BatchShape(const ParamValues& params, c10::ScalarType dtype) {
   if (HasTokens(params))
     return absl::StrCat(params.Int("batch"), "x", params.Text("tokens"), " long");
   return absl::StrCat(params.Int("batch"), "x", params.Text("input"), " ",
-                      std::string(c10::get_default_dtype().name()));
+                      std::string(c10::scalarTypeToTypeMeta(dtype).name()));
 }
 
-Batch DrawBatch(const ParamValues& params, uint64_t seed, c10::Device device) {
+// The dtype of a batch drawn for `module` (input=): its first floating-point parameter's, as the
+// model computes in it; the default dtype where it has none.
+c10::ScalarType InputDtype(const torch::jit::Module& module) {
+  for (const at::Tensor& p : module.parameters()) {
+    if (p.is_floating_point()) return p.scalar_type();
+  }
+  return c10::typeMetaToScalarType(c10::get_default_dtype());
+}
+
+Batch DrawBatch(const ParamValues& params, uint64_t seed, c10::Device device,
+                c10::ScalarType dtype) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const int64_t batch = params.Int("batch");
   Batch out;
@@ -463,7 +486,7 @@ Batch DrawBatch(const ParamValues& params, uint64_t seed, c10::Device device) {
   }
   std::vector<int64_t> shape = ParseShape(params.Text("input")).value();
   shape.insert(shape.begin(), batch);
-  out.inputs.push_back(at::randn(shape, gen).to(device).requires_grad_(true));
+  out.inputs.push_back(at::randn(shape, gen).to(device, dtype).requires_grad_(true));
   if (!params.IsAuto("classes")) {
     out.targets.push_back(
         at::randint(params.Int("classes"), {batch}, gen, at::TensorOptions().dtype(at::kLong))
@@ -510,7 +533,7 @@ absl::Status CheckBatchShape(const ParamValues& params) {
   }
   if (elements > kMaxShapeElements) {
     return absl::InvalidArgumentError(absl::StrCat(
-        Where(params), ": the batch (", BatchShape(params),
+        Where(params), ": the batch (", params.Int("batch"), "x", params.Text(shape_key),
         ") has more than 2^40 elements; accepted: at most 2^40 in all (batch x ", shape_key, ")"));
   }
   if (tokens) {
@@ -543,6 +566,12 @@ absl::StatusOr<TorchScriptFacts> ReadFacts(const ParamValues& params) {
   }
   TorchScriptFacts facts;
   std::vector<std::string> codes;
+  // Storages counted already: the parameters', then each buffer's for the first stage holding it.
+  std::set<const c10::StorageImpl*> counted;
+  RETURN_IF_ERROR(RunTorch([&] {
+    for (const at::Tensor& p : module.parameters())
+      counted.insert(p.storage().unsafeGetStorageImpl());
+  }));
   for (const auto& [name, child] : children) {
     if (!child.find_method("forward")) {
       return absl::InvalidArgumentError(
@@ -561,9 +590,23 @@ absl::StatusOr<TorchScriptFacts> ReadFacts(const ParamValues& params) {
     stage.name = StageName(name, child);
     stage.stochastic = graph.stochastic;
     stage.updates_state = graph.updates_state;
+    RETURN_IF_ERROR(RunTorch([&] {
+      for (const at::Tensor& b : child.buffers()) {
+        if (b.has_storage() && counted.insert(b.storage().unsafeGetStorageImpl()).second) {
+          stage.buffer_bytes += static_cast<int64_t>(b.storage().nbytes());
+        }
+      }
+    }));
     facts.stages.push_back(stage);
     codes.push_back(std::move(code));
   }
+  RETURN_IF_ERROR(RunTorch([&] {
+    for (const at::Tensor& b : BuffersBesideStages(module)) {
+      if (b.has_storage() && counted.insert(b.storage().unsafeGetStorageImpl()).second) {
+        facts.stages.front().buffer_bytes += static_cast<int64_t>(b.storage().nbytes());
+      }
+    }
+  }));
   // The batch through every stage once, without a graph and in training mode (this module is
   // a copy of its own, so its state may change): each stage must take what the one before
   // returns; the shapes each stage takes key its repeats; what a stage does to its inputs, to
@@ -577,12 +620,13 @@ absl::StatusOr<TorchScriptFacts> ReadFacts(const ParamValues& params) {
     facts.ranks = file.ranks;
     batch = Batch{FirstShare(file), {}};
   } else {
-    batch =
-        RunTorch([&] { return DrawBatch(params, /*seed=*/0, c10::Device(c10::DeviceType::CPU)); });
+    batch = RunTorch([&] {
+      return DrawBatch(params, /*seed=*/0, c10::Device(c10::DeviceType::CPU), InputDtype(module));
+    });
   }
   if (!batch.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(Where(params), ": the batch (",
-                                                   BatchShape(params),
+                                                   BatchShape(params, InputDtype(module)),
                                                    ") cannot be made: ", batch.status().message()));
   }
   at::Generator generator = at::detail::getDefaultCPUGenerator();
@@ -864,7 +908,7 @@ at::Tensor TorchScriptModel::Loss(const std::vector<at::Tensor>& outputs, const 
 
 Batch TorchScriptModel::MakeBatch(uint64_t seed) {
   if (IsChainFile(params_)) return Batch{CopiesOf(file_batch_), {}};  // the file's, every seed
-  return DrawBatch(params_, seed, device_);
+  return DrawBatch(params_, seed, device_, InputDtype(module_));
 }
 
 std::vector<at::Tensor> TorchScriptModel::Parameters() {
@@ -874,7 +918,8 @@ std::vector<at::Tensor> TorchScriptModel::Parameters() {
 }
 
 std::vector<at::Tensor> TorchScriptModel::State() {
-  std::vector<at::Tensor> out;  // the stages' (a chain file's batch is no state)
+  // The stages' and those beside them (a chain file's batch is no state).
+  std::vector<at::Tensor> out = BuffersBesideStages(module_);
   for (const torch::jit::Module& stage : stages_) {
     for (const at::Tensor& b : stage.buffers()) out.push_back(b);
   }

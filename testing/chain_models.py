@@ -1,7 +1,8 @@
 """Models written as users write them, not as a sequence of stages, for the tests of
 ckptlab.chain (python_chain_test.py, python_optimize_test.py, torchscript_crosscheck_test.py):
 a program over a pool of values (skips, residuals, tuples, views, in-place writes, state,
-dropout, a mask, values computed without gradients, parametrized weights), a GPT as Hugging Face writes one, a small U-Net; and torchvision, or None.
+dropout, a mask, values computed without gradients, parametrized weights, buffers, a norm
+in float32), a GPT as Hugging Face writes one, a small U-Net; and torchvision, or None.
 """
 
 import dataclasses
@@ -22,12 +23,16 @@ class Program(nn.Module):
     """Ops over a pool of values, each op reading values made earlier (drawn indices): the
     dataflow of models that are not a sequence of modules."""
 
-    def __init__(self, ops):
+    def __init__(self, ops, buffers=()):
+        """`buffers`: the elements of each "buffer" op's buffer, in order (default 1)."""
         super().__init__()
         self.ops = ops
         self.layers = nn.ModuleList()
+        sizes = iter(buffers)
         for kind, _ in ops:
             self.layers.append(
+                Held(next(sizes, 1)) if kind == "buffer" else
+                nn.LayerNorm(WIDTH) if kind == "float32_norm" else
                 nn.Linear(2 * WIDTH, WIDTH) if kind == "concat" else
                 nn.BatchNorm1d(WIDTH) if kind == "batch_norm" else
                 Pair() if kind == "pair" else
@@ -69,6 +74,11 @@ class Program(nn.Module):
                 y = b + taught
             elif kind in ("parametrized", "spectral_hook"):  # a power method run without them
                 y = torch.tanh(layer(a))
+            elif kind == "buffer":  # a buffer read whole (a mask, a table), saved by no op
+                y = a + layer.table.sum().to(a.dtype)
+            elif kind == "float32_norm":  # a norm computed in float32, as mixed models run it
+                y = F.layer_norm(a.float(), (WIDTH,), layer.weight.float(),
+                                 layer.bias.float()).to(a.dtype)
             elif kind == "pair":
                 p, q = layer(a)
                 pool.append(p)
@@ -78,6 +88,24 @@ class Program(nn.Module):
                 y = a * self.count.clone()  # read after its update (mul would save it)
             pool.append(y)
         return {"main": pool[-1], "aux": (pool[len(pool) // 2],)}
+
+
+    def to_dtype(self, dtype, norms_in_float32=False):
+        """The model in `dtype`; with `norms_in_float32`, its float32_norm layers stay float32
+        (bfloat16 weights beside float32 norms)."""
+        self.to(dtype)
+        for (kind, _), layer in zip(self.ops, self.layers):
+            if kind == "float32_norm" and norms_in_float32:
+                layer.float()
+        return self
+
+
+class Held(nn.Module):
+    """A buffer of `elements` values: memory the model holds besides its parameters."""
+
+    def __init__(self, elements):
+        super().__init__()
+        self.register_buffer("table", torch.randn(elements) / elements)
 
 
 class Pair(nn.Module):
@@ -92,11 +120,12 @@ class Pair(nn.Module):
 
 
 KINDS = ["linear", "residual", "concat", "in_place", "batch_norm", "dropout", "view", "pair",
-         "counter", "no_grad", "teacher", "parametrized", "spectral_hook"]
+         "counter", "no_grad", "teacher", "parametrized", "spectral_hook", "buffer",
+         "float32_norm"]
 
 
-def program_loss(output, target):
-    return F.mse_loss(output["main"], target) + output["aux"][0].square().mean()
+def program_loss(output, target):  # (mse_loss has no bfloat16 kernel on 1.13's CPU)
+    return (output["main"] - target).square().mean() + output["aux"][0].square().mean()
 
 
 @dataclasses.dataclass

@@ -1,7 +1,10 @@
 // The model registry: every model models/models.bzl lists is registered (a forgotten alwayslink
 // fails here, naming it), and each declares, from its parameters alone, the stages its built
-// instances have. And the named sizes are the published models'.
+// instances have, the buffers they hold among them. And the named sizes are the published
+// models'.
 #include <algorithm>
+#include <cstdint>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "core/run/chain_model.h"
@@ -54,12 +57,37 @@ TEST(ModelRegistry, StagesDeclaredFromParametersAreTheBuiltModelsStages) {
       EXPECT_EQ(a.forward_flops, b.forward_flops) << spec << " " << a.name;
       EXPECT_EQ(a.repeat_key, b.repeat_key) << spec << " " << a.name;
       EXPECT_EQ(a.updates_state, b.updates_state) << spec << " " << a.name;
+      EXPECT_EQ(a.buffer_bytes, b.buffer_bytes) << spec << " " << a.name;
       ASSERT_EQ(a.parts.size(), b.parts.size()) << spec << " " << a.name;
       for (size_t k = 0; k < a.parts.size(); ++k) {
         EXPECT_EQ(a.parts[k].name, b.parts[k].name) << spec << " " << a.name;
         EXPECT_EQ(a.parts[k].kind, b.parts[k].kind) << spec << " " << a.name;
         EXPECT_EQ(a.parts[k].extent, b.parts[k].extent) << spec << " " << a.name;
       }
+    }
+  }
+}
+
+// The buffers its stages declare are what the built model holds besides its parameters: every
+// storage of its state once, none of a parameter's (a training step's total counts them).
+TEST(ModelRegistry, StagesDeclareTheBuffersTheModelHolds) {
+  for (const std::string& id : Models().Ids()) {
+    for (const std::string& spec :
+         {testing::FixedSmallSpec(id), Models().Find(id).value()->traits.quick_spec}) {
+      if (spec.empty()) continue;
+      absl::StatusOr<std::vector<StageInfo>> declared = ModelStages(spec);
+      absl::StatusOr<std::shared_ptr<ChainModel>> model = CreateModel(spec, ModelContext{});
+      ASSERT_TRUE(declared.ok() && model.ok()) << spec;
+      std::set<const c10::StorageImpl*> seen;
+      for (const at::Tensor& p : (*model)->Parameters())
+        seen.insert(p.storage().unsafeGetStorageImpl());
+      int64_t held = 0;
+      for (const at::Tensor& b : (*model)->State()) {
+        if (seen.insert(b.storage().unsafeGetStorageImpl()).second) held += b.storage().nbytes();
+      }
+      int64_t sum = 0;
+      for (const StageInfo& stage : *declared) sum += stage.buffer_bytes;
+      EXPECT_EQ(sum, held) << spec;
     }
   }
 }

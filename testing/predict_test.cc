@@ -65,6 +65,13 @@ TEST(Predict, ShallowProfilesPredictTheFullModelExactly) {
     ModelProfile profile = **measured;
     int64_t parameter_bytes = 0;
     for (const at::Tensor& p : whole->model()->Parameters()) parameter_bytes += p.nbytes();
+    // The buffers, each storage once, a parameter's not.
+    std::set<const void*> held;
+    for (const at::Tensor& p : whole->model()->Parameters()) held.insert(p.storage().data());
+    int64_t buffer_bytes = 0;
+    for (const at::Tensor& b : whole->model()->State()) {
+      if (held.insert(b.storage().data()).second) buffer_bytes += b.storage().nbytes();
+    }
     // The batch: its inputs and targets, a storage they share counted once.
     int64_t batch_bytes = 0;
     std::set<const void*> storages;
@@ -78,6 +85,7 @@ TEST(Predict, ShallowProfilesPredictTheFullModelExactly) {
       SCOPED_TRACE(row.strategy + ": " + row.plan);
       ASSERT_EQ(row.status, "ok") << row.error;
       EXPECT_EQ(row.parameter_bytes, parameter_bytes);
+      EXPECT_EQ(row.buffer_bytes, buffer_bytes);
       EXPECT_EQ(row.batch_bytes, batch_bytes);
       // The same plan on the whole model (planners may choose otherwise from other timings).
       absl::StatusOr<Plan> plan = ParsePlan(row.plan, profile.stages, row.strategy);
@@ -89,8 +97,12 @@ TEST(Predict, ShallowProfilesPredictTheFullModelExactly) {
       absl::StatusOr<StepResult> step = run->executor.Step(whole->batch());
       ASSERT_TRUE(step.ok()) << step.status();
       EXPECT_EQ(row.activation_bytes, step->activation_bytes);
-      EXPECT_EQ(row.total_peak_bytes, row.parameter_bytes + row.optimizer_bytes + row.batch_bytes +
-                                          std::max(row.step_peak_bytes, row.gradient_bytes));
+      // What a step starts from is what the total counts besides AdamW's state: every byte the
+      // model and its batch hold, each once.
+      EXPECT_EQ(step->baseline_bytes, row.parameter_bytes + row.buffer_bytes + row.batch_bytes);
+      EXPECT_EQ(row.total_peak_bytes,
+                row.parameter_bytes + row.buffer_bytes + row.optimizer_bytes + row.batch_bytes +
+                    std::max(row.step_peak_bytes, row.gradient_bytes));
     }
   }
   EXPECT_GT(expanded, 0);

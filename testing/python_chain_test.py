@@ -13,7 +13,8 @@ Properties:
     and the buffers after a step equal the model's (BatchNorm statistics updated once);
   - ckptlab.apply(chain, plan) under generated plans gives the same, over two steps;
   - the chain holds the model's own parameters and buffers (the same tensors, tied ones once);
-  - making a chain leaves the model's buffers and the random streams as they were;
+  - making a chain leaves the model's buffers, its attributes and the random streams as they
+    were, and nothing of the trace on its tensors (the model deep-copies);
   - a chain for data-parallel ranks steps each rank's rows of the batch as the model does;
   - Chain.save writes the stages and the batch whole, replacing a link rather than following it;
   - granularity: at least one stage per block, a transformer's attention and MLP apart, what
@@ -23,6 +24,7 @@ Properties:
 Runs on the torch of the Python that runs it (1.13 here, 2.6 in CI's trixie root).
 """
 
+import copy
 import os
 import sys
 import tempfile
@@ -119,6 +121,7 @@ class ChainTest(unittest.TestCase):
         self.assertTrue(torch.equal(torch.get_rng_state(), rng))
         for b, before in zip(model.buffers(), buffers):
             self.assertTrue(torch.equal(b, before))
+        copy.deepcopy(model)  # nothing of the trace left on its tensors or attributes
         self.assert_own_tensors(model, chain)
         self.assert_steps_equal(model, plain, chain, batch)
         plan = data.draw(segments(0, len(chain), 2))

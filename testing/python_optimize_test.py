@@ -16,6 +16,11 @@ outweigh its activations at 32 px, and no plan peaks lower than store_all there)
     tensor (x / 2.0): PyTorch wraps the number in a tensor at every call, which autograd may
     save (DivBackward keeps its divisor), where the traced file the sweep measured holds a
     constant made at load. The U-Net's are saved by none of its ops: it is exact;
+  - on generated models (values made without gradients, a teacher, parametrized weights,
+    buffers of any size, in float32, float64, bfloat16 or bfloat16 beside float32 norms), all
+    of the above at the least peak, and the training state each counted once as PyTorch holds
+    it: the parameters, the buffers, the batch, the gradients of a plain step and AdamW's
+    moments after one optimizer step;
   - bad input (a budget that is no size, a missing sweep) is one line naming it;
   - a chain cut for two data-parallel ranks (ckptlab.chain's ranks=2) runs under the sweep's
     --nproc=2, every row ok with the activation bytes it predicted, and is refused in one
@@ -33,13 +38,15 @@ import unittest
 
 import torch
 import torch.nn.functional as F
+from hypothesis import HealthCheck, given, note, settings, strategies as st
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 sys.path.insert(0, HERE)
 import ckptlab  # noqa: E402
 from ckptlab import OptimizeError  # noqa: E402
-from chain_models import Decoder, UNet, torchvision  # noqa: E402
+from chain_models import (  # noqa: E402
+    KINDS, WIDTH, Decoder, Program, UNet, program_loss, torchvision)
 import python_chain_test  # noqa: E402  (its helpers; as a module, so its tests are not run here)
 
 SWEEP = os.environ.get("SWEEP") or os.path.join(os.environ.get("TEST_SRCDIR", ""),
@@ -66,6 +73,25 @@ def python_numbers_as_tensors(chain):
 def stochastic(stage):
     return any("dropout" in str(n.target) or "bernoulli" in str(n.target)
                for n in stage.graph.nodes)
+
+
+@st.composite
+def generated_models(draw):
+    """A program of chain_models.py's ops (values made without gradients, a teacher,
+    parametrized weights, buffers from one element to a MiB, BatchNorm, dropout, in-place
+    writes), in float32, float64, bfloat16, or bfloat16 with float32 norms; and its batch."""
+    torch.manual_seed(draw(st.integers(0, 2**16)))
+    ops = [("linear", (0, 0))] + [
+        (draw(st.sampled_from(KINDS)), (draw(st.integers(0, 63)), draw(st.integers(0, 63))))
+        for _ in range(draw(st.integers(2, 6)))]
+    buffers = [draw(st.integers(1, 1 << 18)) for kind, _ in ops if kind == "buffer"]
+    dtype, mixed = draw(st.sampled_from([(torch.float32, False), (torch.float64, False),
+                                         (torch.bfloat16, False), (torch.bfloat16, True)]))
+    note(f"ops {ops}, buffers {buffers}, {dtype}{' with float32 norms' if mixed else ''}")
+    model = Program(ops, buffers).to_dtype(dtype, mixed)
+    inputs = (torch.randn(6, WIDTH, dtype=dtype, requires_grad=True),
+              torch.tensor([1., 1., 0., 1., 1., 0.], dtype=dtype))
+    return model, inputs, torch.randn(6, WIDTH, dtype=dtype)
 
 
 class Optimize(unittest.TestCase):
@@ -108,16 +134,23 @@ class Optimize(unittest.TestCase):
         with torch.no_grad():
             for b, s in zip(model.buffers(), state):
                 b.copy_(s)
+        self.assert_keeps_the_prediction(planned, batch, kept, exact)
+        return planned
+
+    def assert_keeps_the_prediction(self, planned, batch, kept, exact):
+        """PyTorch keeps `kept` bytes under the plan: what was predicted, as the module docstring
+        says."""
+        predicted = planned.predicted
         plan = ckptlab.parse_plan(predicted.plan)
         snapshots = sum(1 for s in plan.segments if s.mode != "stored"
                         and any(stochastic(planned.stages[i]) for i in range(s.begin, s.end)))
-        expected = predicted.activation_bytes - 4 - RNG_SNAPSHOT_BYTES * snapshots
+        loss = planned(*batch).element_size()  # the scalar ckptlab holds, in the model's dtype
+        expected = predicted.activation_bytes - loss - RNG_SNAPSHOT_BYTES * snapshots
         if exact:
             self.assertEqual(kept, expected, predicted.plan)
         self.assertGreaterEqual(kept, expected, predicted.plan)
         self.assertLessEqual(kept, expected + 8 * python_numbers_as_tensors(planned.stages),
                              predicted.plan)
-        return planned
 
     def test_a_unet_exactly(self):
         torch.manual_seed(0)
@@ -139,6 +172,62 @@ class Optimize(unittest.TestCase):
         images, labels = torch.randn(4, 3, 64, 64), torch.tensor([3, 7, 1, 0])
         planned = self.answer(model, (images,), (labels,), loss=F.cross_entropy, exact=False)
         self.assertGreaterEqual(len(planned.stages), 11)  # its blocks
+
+    @settings(max_examples=int(os.environ.get("EXAMPLES", 12)), deadline=None,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(generated_models())
+    def test_generated_models_in_their_own_dtypes(self, made):
+        """At the least peak (or a little above it): the plain model's step, the bytes PyTorch
+        keeps, and every byte of the training state counted once, each against PyTorch's own."""
+        model, inputs, target = made
+        batch = inputs + (target,)
+
+        def optimize(budget):
+            return ckptlab.optimize(model, inputs, budget, loss=program_loss, targets=(target,),
+                                    sweep=SWEEP, progress=False)
+
+        with self.assertRaises(OptimizeError) as caught:
+            optimize(1)
+        least = int(re.search(r"least peak the planner reaches on [^,]*, ([0-9]+) bytes",
+                              str(caught.exception)).group(1))
+        planned = optimize(least + max(4096, least // 50))
+        predicted = planned.predicted
+        note(f"{predicted}")
+        run = lambda *b: program_loss(model(*b[:2]), b[2])  # noqa: E731
+        python_chain_test.ChainTest.assert_steps_equal(self, model, run, planned, batch, steps=2)
+        state = [b.clone() for b in model.buffers()]
+        _, kept = ckptlab.kept_bytes(lambda: planned(*batch),
+                                     list(model.parameters()) + list(model.buffers()) + list(batch))
+        with torch.no_grad():
+            for b, s in zip(model.buffers(), state):
+                b.copy_(s)
+        self.assert_keeps_the_prediction(planned, batch, kept, exact=False)
+
+        def storage_bytes(tensors, besides=()):
+            seen = {ckptlab.planned._storage(t)[0] for t in besides}
+            sizes = dict(ckptlab.planned._storage(t) for t in tensors)
+            return sum(size for key, size in sizes.items() if key not in seen)
+
+        params = list(model.parameters())
+        self.assertEqual(predicted.parameter_bytes, storage_bytes(params))
+        self.assertEqual(predicted.buffer_bytes, storage_bytes(model.buffers(), params))
+        self.assertEqual(predicted.batch_bytes, storage_bytes(batch))
+        # A plain step's gradients, then AdamW's moments after an optimizer step (the model's
+        # last use here: it changes the parameters).
+        for p in params:
+            p.grad = None
+        program_loss(model(*inputs), target).backward()
+        grads = [p.grad for p in params if p.grad is not None]
+        self.assertEqual(predicted.gradient_bytes, storage_bytes(grads))
+        adamw = torch.optim.AdamW(params)
+        adamw.step()
+        moments = [v for s in adamw.state.values() for k, v in s.items()
+                   if k in ("exp_avg", "exp_avg_sq")]
+        self.assertEqual(predicted.optimizer_bytes, storage_bytes(moments))
+        self.assertEqual(predicted.total_peak_bytes,
+                         predicted.parameter_bytes + predicted.buffer_bytes +
+                         predicted.optimizer_bytes + predicted.batch_bytes +
+                         max(predicted.step_peak_bytes, predicted.gradient_bytes))
 
     def test_bad_input_is_one_line_naming_it(self):
         model = UNet()

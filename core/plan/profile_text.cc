@@ -24,8 +24,8 @@ constexpr double kMaxRate = 1e18;  // bytes per ms
 constexpr int64_t kMaxPolicies = 64;
 constexpr int64_t kMaxIndex = int64_t{1} << 30;  // storages, parameters, chunks
 // Fewer tokens than a stage, a stage's measurement and a keyed profile take (their fixed fields'
-// names and values: 14, 54 and 48), which bound how many of them a text of so many tokens holds.
-constexpr int64_t kStageTokens = 14;
+// names and values: 16, 54 and 48), which bound how many of them a text of so many tokens holds.
+constexpr int64_t kStageTokens = 16;
 constexpr int64_t kMeasuredTokens = 50;
 constexpr int64_t kProfileTokens = 40;
 constexpr int kStageKinds = static_cast<int>(StageKind::kOther) + 1;
@@ -261,6 +261,7 @@ void WalkStage(Io& io, StageInfo& stage) {
   Enum(io, "kind", stage.kind, kStageKinds, StageKindName);
   Flag(io, "stochastic", stage.stochastic);
   Flag(io, "updates_state", stage.updates_state);
+  Bytes(io, "buffer_bytes", stage.buffer_bytes);
   io.Name("forward_flops");
   io.Real(stage.forward_flops, kMaxFlops);
   Words(io, "repeat_key", stage.repeat_key);

@@ -109,6 +109,12 @@ double ForwardFlops(const std::vector<StageInfo>& stages) {
   return flops;
 }
 
+int64_t BufferBytes(const std::vector<StageInfo>& stages) {
+  int64_t bytes = 0;
+  for (const StageInfo& stage : stages) bytes += stage.buffer_bytes;
+  return bytes;
+}
+
 bool StagePolicy::IsDefault() const {
   return std::all_of(parts.begin(), parts.end(),
                      [](const PartPolicy& p) { return p.action.IsStore(); });

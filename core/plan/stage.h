@@ -138,6 +138,10 @@ struct StageInfo {
   // counter): on a step's first run only, never on a rerun (InRerun in core/run/checkpoint.h).
   // Profiling a model with such stages leaves its state as it found it.
   bool updates_state = false;
+  // The bytes of the buffers the stage holds (BatchNorm's statistics and counter, a mask
+  // registered as a buffer), each storage once (a buffer two stages read, for the first): the
+  // model's memory besides its parameters, which a training step's total counts.
+  int64_t buffer_bytes = 0;
 
   // The index of the stage's part of `kind`, or -1.
   int FindPart(PartKind kind) const;
@@ -145,6 +149,8 @@ struct StageInfo {
 
 // The stages' matrix-product FLOPs of one forward, summed (0: none declared them).
 double ForwardFlops(const std::vector<StageInfo>& stages);
+// The bytes of the stages' buffers, summed: the model's memory besides its parameters.
+int64_t BufferBytes(const std::vector<StageInfo>& stages);
 
 // Where plan text wrote something (a plan file), for its errors; line 0 when it came from no
 // text. Plans compare without it.

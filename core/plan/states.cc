@@ -81,14 +81,20 @@ absl::StatusOr<RankStates> StatesPerRank(const ModelProfile& profile,
   const Parameters params = ParametersOf(profile);
   const int n = setting.world_size;
   const int64_t element = std::max<int64_t>(1, profile.param_element_bytes);
-  int64_t sharded = Shard(params.untracked, element, n);
-  for (const auto& [param, bytes] : params.bytes) sharded += Shard(bytes, element, n);
-  const int64_t whole = profile.param_bytes;
+  // Gradients and AdamW's moments are those of the parameters that get a gradient (the tracked
+  // ones): PyTorch's AdamW keeps no state for a parameter whose gradient is None (a frozen
+  // teacher's, one the step never reads).
+  int64_t tracked = 0, tracked_sharded = 0;
+  for (const auto& [param, bytes] : params.bytes) {
+    tracked += bytes;
+    tracked_sharded += Shard(bytes, element, n);
+  }
+  const int64_t sharded = tracked_sharded + Shard(params.untracked, element, n);
   RankStates states;
   const StateLayout layout = setting.layout;
-  states.parameters = layout == StateLayout::kZero3 ? sharded : whole;
-  states.gradients = ShardsGradients(layout) ? sharded : whole;
-  states.optimizer = 2 * (layout == StateLayout::kReplicated ? whole : sharded);
+  states.parameters = layout == StateLayout::kZero3 ? sharded : profile.param_bytes;
+  states.gradients = ShardsGradients(layout) ? tracked_sharded : tracked;
+  states.optimizer = 2 * (layout == StateLayout::kReplicated ? tracked : tracked_sharded);
   if (layout == StateLayout::kZero3) {
     for (const std::vector<StageProfile>& menu : profile.measured) {
       if (menu.empty()) continue;

@@ -40,15 +40,15 @@ absl::Status ValidateStatesSetting(const StatesSetting& setting);
 // One rank's training state, bytes (the table above).
 struct RankStates {
   int64_t parameters = 0;
-  int64_t gradients = 0;  // at the end of backward
-  int64_t optimizer = 0;  // AdamW's two moments
+  int64_t gradients = 0;  // at the end of backward (of the parameters that get one)
+  int64_t optimizer = 0;  // AdamW's two moments (of the same)
   // zero3: the most parameter bytes one stage gathers beyond the rank's shard.
   int64_t largest_gather = 0;
 };
 
 // The state of one rank of `setting` training the model of `profile` (its stages' parameter
 // gradients name every parameter's index and bytes; parameters no stage takes a gradient for are
-// sharded as one more tensor).
+// sharded as one more tensor, and have neither gradients nor AdamW state).
 absl::StatusOr<RankStates> StatesPerRank(const ModelProfile& profile, const StatesSetting& setting);
 
 // `profile` as one rank of `setting` sees its step (above): what strategies plan on and the

@@ -53,8 +53,10 @@ class ChainModel {
   // A synthetic batch on the model's device; the same seed gives the same batch.
   virtual Batch MakeBatch(uint64_t seed) = 0;
   virtual std::vector<at::Tensor> Parameters() = 0;
-  // The state a training forward updates besides the parameters (BatchNorm's running
-  // statistics and batch counters), updated in place; empty for a model without any.
+  // The model's buffers: the state a training forward updates besides the parameters
+  // (BatchNorm's running statistics and batch counters, updated in place) and any other tensor
+  // it holds, whose bytes its stages declare (StageInfo::buffer_bytes); empty for a model
+  // without any.
   virtual std::vector<at::Tensor> State() { return {}; }
   virtual void SetTraining(bool training) = 0;
 };

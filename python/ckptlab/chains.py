@@ -87,10 +87,18 @@ def mean_square(output) -> torch.Tensor:
 
 @contextlib.contextmanager
 def _untouched(model: nn.Module, batch: Sequence[torch.Tensor]):
-    """The model's buffers and the random streams as they were before, whatever ran inside."""
+    """The model's buffers, its modules' other tensor attributes (what a forward pre-hook sets:
+    the old spectral_norm's weight, which a trace would leave a traced tensor) and the random
+    streams as they were before, whatever ran inside."""
     devices = sorted({t.device.index or 0 for t in batch if t.is_cuda})
     with torch.no_grad():
         saved = [(b, b.clone()) for b in model.buffers()]
+    attributes = [(m, {k: v for k, v in vars(m).items() if isinstance(v, torch.Tensor)})
+                  for m in model.modules()]
+    # What a tensor object carries besides its data: 1.13's make_fx notes its proxies there,
+    # which would stay (copy.deepcopy of the model then fails on them).
+    tensors = list(model.parameters()) + list(model.buffers())
+    notes = [(t, set(vars(t))) for t in tensors]
     try:
         with torch.random.fork_rng(devices=devices):
             yield
@@ -98,6 +106,15 @@ def _untouched(model: nn.Module, batch: Sequence[torch.Tensor]):
         with torch.no_grad():
             for b, before in saved:
                 b.copy_(before)
+        for m, before in attributes:
+            for k in [k for k, v in vars(m).items() if isinstance(v, torch.Tensor)]:
+                if k not in before:
+                    delattr(m, k)
+            for k, v in before.items():
+                vars(m)[k] = v
+        for t, before in notes:
+            for k in set(vars(t)) - before:
+                del vars(t)[k]
 
 
 def _failing_module(error: BaseException, names: Dict[int, str], model: nn.Module) -> str:
@@ -140,6 +157,7 @@ def _trace(model, batch, inputs, loss) -> fx.GraphModule:
             raise ChainError(f"ckptlab.chain: {_failing_module(e, names, model)} cannot be traced "
                              f"by running it: {printable(type(e).__name__)}: "
                              f"{printable(str(e).splitlines()[0] if str(e) else '')}") from e
+    _prune(graph_module.graph)
     _detach_where_grad_was_off(graph_module)
     return graph_module
 
@@ -183,6 +201,15 @@ def _detach_where_grad_was_off(graph_module: fx.GraphModule):
     off = {n for n in nodes if n.op == "call_function" and not n.meta.get(_GRAD, True)}
     written_with_grad = {base.get(w, w) for n in nodes
                          if n.op == "call_function" and n not in off for w in _written(n)}
+    # An op run with gradients whose result only such regions read (a scale computed from an
+    # activation, nothing else reading it) runs without them too: its graph, which no gradient
+    # crosses, would live only until its result died.
+    for n in reversed(nodes):
+        if (n.op == "call_function" and n not in off and n.users and not _written(n)
+                and (_schema(n) is not None or n.target.__name__ == "getitem")
+                and base.get(n, n) not in written_with_grad and all(u in off for u in n.users)):
+            off.add(n)
+            n.meta[_GRAD] = False
     for n in nodes:
         if n.op != "call_function":
             continue
@@ -251,7 +278,6 @@ class _Trace:
         graph = graph_module.graph
         self.placeholders = [n for n in graph.nodes if n.op == "placeholder"]
         self.output = next(n for n in graph.nodes if n.op == "output")
-        _drop_unused(graph)
         self.ops = [n for n in graph.nodes if n.op == "call_function"]
         index = {n: i for i, n in enumerate(self.ops)}
         for p in self.placeholders:
@@ -350,14 +376,66 @@ def _aliases(node: fx.Node) -> bool:
     return schema is not None and any(r.alias_info is not None for r in schema.returns)
 
 
-def _drop_unused(graph: fx.Graph):
-    """Ops whose results nothing reads and that write nothing (the detach nodes autograd leaves
-    in a trace), last first so that what only they read goes too."""
-    for n in reversed(list(graph.nodes)):
-        if n.op in ("call_function", "get_attr") and not n.users and not _written(n):
-            schema = _schema(n)
-            if n.op == "get_attr" or (schema is not None and not schema.is_mutable):
+def _prune(graph: fx.Graph):
+    """Drops the ops the step neither needs nor runs for their effects, found last first (the
+    detach nodes autograd leaves in a trace, a computation whose result nothing reads), and runs
+    those it keeps for their effects alone without gradients: their graph would live only until
+    their result died, which a stage's profile does not see. An op is needed where something
+    needed reads what it returns, or where it writes in place a tensor that something needed
+    reads after it. It is kept for its effects where it writes in place a parameter, a buffer, an
+    input or a tensor something kept reads after it (a BatchNorm whose output nothing reads still
+    updates its statistics); where it draws random numbers (so that later draws are the
+    model's); or where it is no ATen op, which is not judged."""
+    nodes = list(graph.nodes)
+    base = _bases([n for n in nodes if n.op in ("placeholder", "call_function")])
+
+    def key(n):  # the tensor a value views; a parameter or buffer by its name (read repeatedly)
+        b = base.get(n, n)
+        return ("attribute", b.target) if b.op == "get_attr" else b
+
+    needed, kept = set(), set()
+    read_by_needed, read_by_kept = set(), set()  # keys of what the ops after the one looked at read
+    for n in reversed(nodes):
+        if n.op in ("call_function", "get_attr"):
+            writes = [base.get(w, w) for w in _written(n)] if n.op == "call_function" else []
+            if n.op == "call_function" and n.target.__name__.split(".")[0] in _UNDECLARED_WRITES:
+                writes += [a for a in n.all_input_nodes if a.op == "get_attr"]
+            is_needed = (any(u in needed for u in n.users)
+                         or any(key(w) in read_by_needed for w in writes))
+            is_kept = (is_needed or any(u in kept for u in n.users)
+                       or any(w.op != "call_function" or key(w) in read_by_kept for w in writes)
+                       or (n.op == "call_function" and n.target.__name__ != "getitem"
+                           and (_schema(n) is None or _draws_random_numbers(n))))
+            if not is_kept:
                 graph.erase_node(n)
+                continue
+            if not is_needed and n.op == "call_function":
+                n.meta[_GRAD] = False
+        else:
+            is_needed = True  # the output (and the batch)
+        kept.add(n)
+        read_by_kept.update(key(a) for a in n.all_input_nodes)
+        if is_needed:
+            needed.add(n)
+            read_by_needed.update(key(a) for a in n.all_input_nodes)
+
+
+# Ops that update their buffer arguments in training without their schema saying so (1.13's
+# native_batch_norm: BatchNorm's running statistics).
+_UNDECLARED_WRITES = {"native_batch_norm", "cudnn_batch_norm", "miopen_batch_norm"}
+# Ops drawing random numbers that no overload of takes a Generator (as models/torchscript.cc).
+_RANDOM_WITHOUT_GENERATOR = {"dropout", "dropout_", "feature_dropout", "feature_dropout_",
+                             "alpha_dropout", "alpha_dropout_", "feature_alpha_dropout",
+                             "feature_alpha_dropout_", "native_dropout", "rand_like",
+                             "randn_like", "randint_like", "rrelu", "rrelu_"}
+
+
+def _draws_random_numbers(node: fx.Node) -> bool:
+    packet = node.target.overloadpacket
+    if packet.__name__ in _RANDOM_WITHOUT_GENERATOR:
+        return True
+    return any("Generator" in str(a.type) for name in packet.overloads()
+               for a in getattr(packet, name)._schema.arguments)
 
 
 def _cuts(trace: _Trace, max_stages: Optional[int]) -> List[int]:
@@ -427,6 +505,9 @@ class Chain(nn.Sequential):
     spreads_tuples = True  # how it hands a stage what the one before returned (ckptlab.apply)
     example = None  # the batch ckptlab.chain was given, which save writes beside the stages
     ranks = 1  # the data-parallel ranks that share the example's rows (ckptlab.chain's ranks=)
+    # The model's parameters and buffers that no stage reads: memory it holds all the same,
+    # which save writes beside the stages for the sweep to count.
+    unread = ()
 
     def forward(self, *batch):
         return _run(self, batch)
@@ -462,7 +543,7 @@ class Chain(nn.Sequential):
                 args = x if type(x) is tuple else (x,)
                 stages.append(torch.jit.trace(stage, args, check_trace=False))
                 x = stage(*args)
-            archive = _Archive(stages, batch, self.ranks)
+            archive = _Archive(stages, batch, self.ranks, self.unread)
             traced = torch.jit.trace(archive, first, check_trace=False)
         folder = os.path.dirname(os.path.abspath(path))
         fd, temporary = tempfile.mkstemp(prefix=".chain-", suffix=".pt", dir=folder)
@@ -484,6 +565,7 @@ class Chain(nn.Sequential):
         at = [0]
 
         def pack(t):
+            t = t.detach()  # as kept_bytes holds it: no cycle through its graph node
             saved.append((at[0], weakref.ref(t)))
             return t
 
@@ -510,15 +592,22 @@ class Chain(nn.Sequential):
 
 class _Archive(nn.Module):
     """What Chain.save traces: the stages as children "0", "1", ..., the batch and the ranks
-    sharing it as buffers."""
+    sharing it as buffers, and the model's parameters and buffers no stage reads as its own
+    (ckptlab_unread_0, 1, ...)."""
 
-    def __init__(self, stages: Sequence[nn.Module], batch: Sequence[torch.Tensor], ranks: int):
+    def __init__(self, stages: Sequence[nn.Module], batch: Sequence[torch.Tensor], ranks: int,
+                 unread: Sequence[torch.Tensor]):
         super().__init__()
         for i, stage in enumerate(stages):
             self.add_module(str(i), stage)
         for i, t in enumerate(batch):
             self.register_buffer(f"ckptlab_batch_{i}", t.detach().clone())
         self.register_buffer("ckptlab_ranks", torch.tensor(ranks, dtype=torch.int64))
+        for i, t in enumerate(unread):
+            if isinstance(t, nn.Parameter):
+                self.register_parameter(f"ckptlab_unread_{i}", t)
+            else:
+                self.register_buffer(f"ckptlab_unread_{i}", t)
 
     def forward(self, *batch):
         return _run(self.children(), batch)
@@ -592,6 +681,9 @@ def chain(model: nn.Module, inputs, loss: Optional[Callable[..., torch.Tensor]] 
     result = Chain(*stages)
     result.example = tuple(batch)
     result.ranks = ranks
+    held = {id(t) for t in list(result.parameters()) + list(result.buffers())}
+    result.unread = [t for _, t in list(model.named_parameters()) + list(model.named_buffers())
+                     if id(t) not in held]
     return result
 
 

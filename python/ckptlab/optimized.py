@@ -43,12 +43,20 @@ class OptimizeError(ValueError):
 
 @dataclasses.dataclass
 class Prediction:
-    """What the sweep predicted for the plan, from the model's profile on this machine."""
+    """What the sweep predicted for the plan, from the model's profile on this machine, in the
+    model's own dtypes."""
     plan: str                 # the plan's text (docs/plans.md)
     activation_bytes: int     # kept for backward when the forward ends
-    step_peak_bytes: int      # the step's peak above the parameters and the batch
-    total_peak_bytes: int     # the training step's whole peak: parameters, gradients, AdamW
+    step_peak_bytes: int      # the step's peak above the parameters, buffers and batch
+    # The training step's whole peak: the parameters, buffers, AdamW's two moments and the
+    # batch, and the larger of the step's peak above them and the gradients.
+    total_peak_bytes: int
     step_ratio: float         # the step's time over store_all's
+    parameter_bytes: int      # the model's parameters
+    buffer_bytes: int         # its buffers (BatchNorm's statistics, a registered mask)
+    gradient_bytes: int       # the gradients of the parameters that get one
+    optimizer_bytes: int      # AdamW's two moments of those parameters
+    batch_bytes: int          # the batch's inputs and targets
 
 
 def sweep_path(sweep: Optional[str]) -> str:
@@ -114,7 +122,9 @@ def optimize(model: nn.Module, inputs, budget, loss: Optional[Callable[..., torc
         plan=row["plan"], activation_bytes=int(row["predicted_activation_bytes"]),
         step_peak_bytes=int(row["predicted_step_peak_bytes"]),
         total_peak_bytes=int(row["predicted_total_peak_bytes"]),
-        step_ratio=float(row["predicted_step_ms"]) / float(baseline["predicted_step_ms"]))
+        step_ratio=float(row["predicted_step_ms"]) / float(baseline["predicted_step_ms"]),
+        **{f: int(row[f]) for f in ("parameter_bytes", "buffer_bytes", "gradient_bytes",
+                                    "optimizer_bytes", "batch_bytes")})
     planned = apply(cut, prediction.plan)
     planned.predicted = prediction
     return planned

@@ -444,14 +444,17 @@ def kept_bytes(forward: Callable[[], torch.Tensor],
                exclude: Sequence[torch.Tensor] = ()) -> Tuple[torch.Tensor, int]:
     """Runs `forward` (a model's forward and its loss) and returns its result and the bytes
     PyTorch keeps for backward when it returns: the tensors autograd saved (seen through
-    saved_tensors_hooks) and the inputs checkpoints keep, those still alive then (a graph that
-    nothing reads any more is freed with what it saved, and its memory may hold another tensor
-    by then), each storage counted once, less the storages of `exclude` (the parameters and the
-    batch, which ckptlab counts in its baseline). Host copies of offloaded inputs are not
-    counted: ckptlab's figure is device bytes."""
+    saved_tensors_hooks, holding them as autograd does) and the inputs checkpoints keep, those
+    still alive then (a graph that nothing reads any more is freed with what it saved, and its
+    memory may hold another tensor by then), each storage counted once, less the storages of
+    `exclude` (the parameters and the batch, which ckptlab counts in its baseline). Host copies
+    of offloaded inputs are not counted: ckptlab's figure is device bytes."""
     saved = []
 
     def pack(t):
+        # Detached: an output autograd saves would otherwise hold its own graph node, a cycle
+        # that keeps what a graph nothing reads saved alive until Python collects it.
+        t = t.detach()
         saved.append(weakref.ref(t))
         return t
 
