@@ -1,10 +1,12 @@
 """Models written as users write them, not as a sequence of stages, for the tests of
 ckptlab.chain (python_chain_test.py, python_optimize_test.py, torchscript_crosscheck_test.py):
 a program over a pool of values (skips, residuals, tuples, views, in-place writes, state,
-dropout, a mask, values computed without gradients, parametrized weights, buffers, a norm
-in float32), a GPT as Hugging Face writes one, a small U-Net; and torchvision, or None.
+dropout, a mask, values computed without gradients or from shapes alone, parametrized weights,
+buffers, a norm in float32), a GPT as Hugging Face writes one, a small U-Net; and torchvision,
+or None.
 """
 
+import copy
 import dataclasses
 
 import torch
@@ -74,6 +76,10 @@ class Program(nn.Module):
                 y = b + taught
             elif kind in ("parametrized", "spectral_hook"):  # a power method run without them
                 y = torch.tanh(layer(a))
+            elif kind == "shape_mask":  # made from a shape alone (swin's window mask): no grad
+                y = torch.ones_like(a).tril()
+            elif kind == "product":  # saves each factor for the other's gradient, if it needs one
+                y = a * b
             elif kind == "buffer":  # a buffer read whole (a mask, a table), saved by no op
                 y = a + layer.table.sum().to(a.dtype)
             elif kind == "float32_norm":  # a norm computed in float32, as mixed models run it
@@ -121,7 +127,13 @@ class Pair(nn.Module):
 
 KINDS = ["linear", "residual", "concat", "in_place", "batch_norm", "dropout", "view", "pair",
          "counter", "no_grad", "teacher", "parametrized", "spectral_hook", "buffer",
-         "float32_norm"]
+         "float32_norm", "shape_mask", "product"]
+
+
+def trains(model, inputs, target):
+    """Whether a step of `model` (a Program) has a loss to backpropagate: a program may compute it
+    from values that need no gradient alone (masks made from shapes). Runs a copy."""
+    return program_loss(copy.deepcopy(model)(*inputs), target).requires_grad
 
 
 def program_loss(output, target):  # (mse_loss has no bfloat16 kernel on 1.13's CPU)

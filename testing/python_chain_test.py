@@ -37,13 +37,14 @@ from torch import nn
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 sys.path.insert(0, HERE)
-from hypothesis import HealthCheck, given, note, settings, strategies as st  # noqa: E402
+from hypothesis import (  # noqa: E402
+    HealthCheck, assume, given, note, settings, strategies as st)
 
 import ckptlab  # noqa: E402
 from ckptlab import ChainError  # noqa: E402
 
 from chain_models import (  # noqa: E402
-    KINDS, WIDTH, Decoder, Program, UNet, program_loss, torchvision)
+    KINDS, WIDTH, Decoder, Program, UNet, program_loss, torchvision, trains)
 from python_apply_test import segments  # noqa: E402  (plan trees of every mode)
 
 
@@ -56,6 +57,7 @@ def programs(draw):
     model = Program([("linear", (0, 0))] + ops)
     batch = (torch.randn(6, WIDTH, requires_grad=True), torch.tensor([1., 1., 0., 1., 1., 0.]),
              torch.randn(6, WIDTH))
+    assume(trains(model, batch[:2], batch[2]))
     return model, batch
 
 

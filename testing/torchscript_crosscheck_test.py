@@ -25,7 +25,7 @@ applied in PyTorch to the same file's stages. Checked, per row:
            takes them (ckptlab's executor holds them for the stored segment's backward call).
            To the byte (docs/torchscript.md).
 With --torchvision (torchvision_crosscheck_test) the models are torchvision's instead: resnet50,
-convnext_tiny, densenet121, efficientnet_b0 and a small VisionTransformer, cut by ckptlab.chain at
+convnext_tiny, densenet121, efficientnet_b0, swin_t and a small VisionTransformer, cut by ckptlab.chain at
 32 px under cross-entropy, checked the same way. Under Bazel the sweep is in the runfiles;
 elsewhere $SWEEP names it. Runs on the torch of the Python that runs it (Debian's python3-torch
 1.13 here, 2.6 in CI's trixie root).
@@ -155,6 +155,7 @@ def torchvision_examples(tmp, mine):
               ("convnext_tiny", torchvision.models.convnext_tiny),
               ("densenet121", torchvision.models.densenet121),
               ("efficientnet_b0", torchvision.models.efficientnet_b0),
+              ("swin_t", torchvision.models.swin_t),  # a mask made from shapes between stages
               ("vit", lambda: torchvision.models.VisionTransformer(
                   image_size=32, patch_size=8, num_layers=3, num_heads=2, hidden_dim=32,
                   mlp_dim=64, num_classes=10))]

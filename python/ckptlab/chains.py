@@ -158,7 +158,8 @@ def _trace(model, batch, inputs, loss) -> fx.GraphModule:
                              f"by running it: {printable(type(e).__name__)}: "
                              f"{printable(str(e).splitlines()[0] if str(e) else '')}") from e
     _prune(graph_module.graph)
-    _detach_where_grad_was_off(graph_module)
+    with _untouched(model, batch):
+        _detach_what_needs_no_grad(graph_module, batch)
     return graph_module
 
 
@@ -166,7 +167,7 @@ def _trace(model, batch, inputs, loss) -> fx.GraphModule:
 # records none (on 1.13 and on 2.x alike), so a trace would differentiate what the model computes
 # under torch.no_grad() or inference_mode (a teacher, a scale, a parametrization's power method).
 _GRAD = "ckptlab_grad_enabled"
-# On a detach _detach_where_grad_was_off inserts: the op reading it (no cut falls between them).
+# On a detach _detach_what_needs_no_grad inserts: the op reading it (no cut falls between them).
 _READ_BY = "ckptlab_read_by"
 
 
@@ -189,12 +190,17 @@ def _grad_mode_recorded():
         tracer.create_node = original
 
 
-def _detach_where_grad_was_off(graph_module: fx.GraphModule):
-    """Each op the model ran without gradients reads its tensor inputs detached, and so does every
-    op reading what such an op made (unless an op run with gradients writes into it later): the
-    region builds no graph and saves nothing, and what it made requires no grad where it is
-    read, as in the model, whatever the chain runs under (a checkpoint's outputs all require
-    grad; so do a profile's stage inputs), traced or loaded from its file."""
+def _detach_what_needs_no_grad(graph_module: fx.GraphModule, batch: Sequence[torch.Tensor]):
+    """Every op reads detached each floating-point tensor that needs no gradient in the model's
+    step, and an op the model ran without gradients reads all its inputs so. A value needs none
+    where the model computed it without gradients (torch.no_grad(), inference_mode: a teacher, a
+    scale, a parametrization's power method), or from tensors that need none (a shifted-window
+    attention's mask built from its shapes; a batch tensor that does not require grad): it
+    requires no grad in the model, and the chain keeps it so whatever it runs under. A
+    checkpoint's outputs all require grad, and so do the floating-point tensors a profile hands
+    a stage: an op reading one of those would save what the model's does not (a masked_fill its
+    mask, 441,784 bytes over swin_t's shifted windows). Inside a no-grad region nothing builds a
+    graph or is saved, as in the model, traced or loaded from the chain's file."""
     graph = graph_module.graph
     nodes = list(graph.nodes)
     base = _bases(nodes)
@@ -210,6 +216,10 @@ def _detach_where_grad_was_off(graph_module: fx.GraphModule):
                 and base.get(n, n) not in written_with_grad and all(u in off for u in n.users)):
             off.add(n)
             n.meta[_GRAD] = False
+    # What each op reads that requires no grad, as autograd itself says: a replay of the step
+    # under the model's grad modes, the batch requiring grad as the model's did.
+    replay = _Replay(graph_module)
+    replay.run(*[t.detach().requires_grad_(t.requires_grad) for t in batch])
     for n in nodes:
         if n.op != "call_function":
             continue
@@ -221,7 +231,7 @@ def _detach_where_grad_was_off(graph_module: fx.GraphModule):
                     return m
             elif not _is_tensor_meta(m.meta.get("tensor_meta")):
                 return m  # a tuple or a number
-            if n not in off and (m not in off or base.get(m, m) in written_with_grad):
+            if n not in off and m not in replay.reads_no_grad[n]:
                 return m
             if m not in detached:
                 with graph.inserting_before(n):
@@ -233,6 +243,26 @@ def _detach_where_grad_was_off(graph_module: fx.GraphModule):
         n.args = fx.node.map_arg(n.args, read)
         n.kwargs = fx.node.map_arg(n.kwargs, read)
     graph_module.recompile()
+
+
+class _Replay(fx.Interpreter):
+    """Runs a traced step, each op under the grad mode it was traced in, noting the
+    floating-point inputs of each op that require no grad as it reads them (after any in-place
+    write that made them require it)."""
+
+    def __init__(self, graph_module: fx.GraphModule):
+        super().__init__(graph_module)
+        self.reads_no_grad = {}
+
+    def run_node(self, n: fx.Node):
+        if n.op != "call_function":
+            return super().run_node(n)
+        self.reads_no_grad[n] = {m for m in n.all_input_nodes
+                                 if isinstance(self.env[m], torch.Tensor)
+                                 and self.env[m].is_floating_point()
+                                 and not self.env[m].requires_grad}
+        with torch.set_grad_enabled(n.meta.get(_GRAD, True)):
+            return super().run_node(n)
 
 
 def _describe(value) -> str:
