@@ -102,7 +102,7 @@ void TrainingStep(benchmark::State& state, const BoundModel& model, const BoundS
 // the timing starts where it is run alone).
 void PredictQuestion(benchmark::State& state, const SweepOptions& options, const std::string& path,
                      bool warm, MemoryMeter* meter) {
-  const std::string setting = ProfileSetting(WorkloadOptionsFor(options));
+  const std::string setting = ProfileSetting(WorkloadOptionsFor(options), /*extrapolate=*/true);
   bool profiled = false;
   const auto ask = [&]() -> absl::Status {
     KeptProfiles kept = KeptProfiles::Open(path, setting);

@@ -43,8 +43,15 @@ absl::Status ShareProfileTimes(const Cohort& cohort, ModelProfile& profile) {
 absl::StatusOr<const ModelProfile*> ProfileOf(const LoopOptions& loop, Workload& workload,
                                               MemoryMeter& meter, Progress& progress) {
   const std::string& spec = workload.bound_model().spec();
-  std::optional<ModelProfile> kept =
-      loop.kept != nullptr ? loop.kept->Find(spec) : std::optional<ModelProfile>();
+  std::optional<ModelProfile> kept = loop.kept != nullptr ? loop.kept->Find(workload.bound_model())
+                                                          : std::optional<ModelProfile>();
+  const std::string other =
+      loop.kept != nullptr ? loop.kept->OtherSetting(workload.bound_model()) : "";
+  if (!kept.has_value() && !other.empty()) {
+    progress.Line(absl::StrCat(spec, ": the profile kept in ", loop.kept->path(),
+                               " was made under another setting (this run's: ", other,
+                               "); measuring"));
+  }
   if (kept.has_value()) {
     const absl::Status adopted = workload.AdoptProfile(*std::move(kept));
     progress.Line(adopted.ok()

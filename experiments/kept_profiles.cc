@@ -1,10 +1,15 @@
 #include "experiments/kept_profiles.h"
 
+#include <algorithm>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "c10/core/ScalarType.h"
 #include "core/base/digest.h"
 #include "core/base/files.h"
@@ -28,7 +33,7 @@ const std::string& ExecutableDigest() {
 
 }  // namespace
 
-std::string ProfileSetting(const WorkloadOptions& options) {
+std::string ProfileSetting(const WorkloadOptions& options, bool extrapolate) {
   if (ExecutableDigest().empty()) return "";
   const ProfileOptions& p = options.profile;
   return absl::StrCat(
@@ -36,7 +41,8 @@ std::string ProfileSetting(const WorkloadOptions& options) {
       "; autocast ", p.autocast ? c10::toString(*p.autocast) : "none", "; chunks ", p.chunks,
       "; timed ", p.timed ? absl::StrCat(p.min_repeats, "x", p.min_time_ms, "ms") : "no", "; link ",
       p.link_bytes_per_ms > 0 ? absl::StrCat(p.link_bytes_per_ms, "B/ms") : "measured",
-      "; repeated stages ", p.reuse_repeated ? "measured once" : "each measured");
+      "; repeated stages ", p.reuse_repeated ? "measured once" : "each measured", "; extrapolated ",
+      extrapolate ? "where the model declares sizes" : "no");
 }
 
 KeptProfiles KeptProfiles::Open(std::string path, std::string setting) {
@@ -55,21 +61,47 @@ KeptProfiles KeptProfiles::Open(std::string path, std::string setting) {
   return kept;
 }
 
-std::string KeptProfiles::Key(const std::string& spec) const {
-  return absl::StrCat(setting_, "; model ", spec);
+// The part of a key after its setting: the model and what its spec names.
+std::string ModelPart(const BoundModel& model) {
+  const std::string digest = model.ContentDigest();
+  return absl::StrCat("; model ", model.spec(), digest.empty() ? "" : "; file digest ", digest);
 }
 
-std::optional<ModelProfile> KeptProfiles::Find(const std::string& spec) const {
+std::string KeptProfiles::Key(const BoundModel& model) const {
+  return absl::StrCat(setting_, ModelPart(model));
+}
+
+std::optional<ModelProfile> KeptProfiles::Find(const BoundModel& model) const {
   if (setting_.empty()) return std::nullopt;
   for (const auto& [key, profile] : entries_) {
-    if (key == Key(spec)) return profile;
+    if (key == Key(model)) return profile;
   }
   return std::nullopt;
 }
 
-void KeptProfiles::Keep(const std::string& spec, const ModelProfile& profile, Progress& progress) {
+std::string KeptProfiles::OtherSetting(const BoundModel& model) const {
+  if (setting_.empty()) return "";
+  const std::string spec_part = absl::StrCat("; model ", model.spec());
+  for (const auto& [key, profile] : entries_) {
+    const size_t at = key.find(spec_part);
+    if (at == std::string::npos || key == Key(model)) continue;
+    // The parts of this run's key that the kept one lacks, in order.
+    const std::vector<std::string> kept_parts = absl::StrSplit(key, "; ");
+    std::vector<std::string> differ;
+    for (const absl::string_view part : absl::StrSplit(Key(model), "; ")) {
+      if (std::find(kept_parts.begin(), kept_parts.end(), part) == kept_parts.end()) {
+        differ.emplace_back(part);
+      }
+    }
+    return absl::StrJoin(differ, "; ");
+  }
+  return "";
+}
+
+void KeptProfiles::Keep(const BoundModel& model, const ModelProfile& profile, Progress& progress) {
   if (setting_.empty()) return;
-  const std::string key = Key(spec);
+  const std::string spec = model.spec();
+  const std::string key = Key(model);
   bool replaced = false;
   for (auto& [k, p] : entries_) {
     if (k != key) continue;

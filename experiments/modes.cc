@@ -316,11 +316,12 @@ absl::Status Explain(const SweepOptions& options, MemoryMeter& meter) {
       });
 }
 
-// The profiles kept in `folder` for runs of `options` (profiles.txt); why a file was set aside,
-// said.
-KeptProfiles OpenKeptProfiles(const OutputFolder& folder, const SweepOptions& options) {
+// The profiles kept in `folder` for runs of `options`, their bytes extrapolated or not
+// (profiles.txt); why a file was set aside, said.
+KeptProfiles OpenKeptProfiles(const OutputFolder& folder, const SweepOptions& options,
+                              bool extrapolate) {
   KeptProfiles kept = KeptProfiles::Open(folder.Path(KeptProfiles::kFile),
-                                         ProfileSetting(WorkloadOptionsFor(options)));
+                                         ProfileSetting(WorkloadOptionsFor(options), extrapolate));
   if (!kept.note().empty()) Say(kept.note());
   return kept;
 }
@@ -329,7 +330,7 @@ absl::Status PredictAll(const Request& request, const Machine& machine) {
   ASSIGN_OR_RETURN(const OutputFolder folder, OpenOutputFolder(request, machine));
   SweepOptions options = request.options;
   options.profile_times = request.device_model == nullptr;  // else its prices are the times
-  KeptProfiles kept = OpenKeptProfiles(folder, options);
+  KeptProfiles kept = OpenKeptProfiles(folder, options, request.extrapolate);
   options.kept = &kept;
   ASSIGN_OR_RETURN(const std::vector<Prediction> rows,
                    Predict(options,
@@ -380,7 +381,7 @@ absl::Status Sweep(Request& request, const Machine& machine, Ranks& ranks) {
   if (request.use != FolderUse::kReportOnly) {
     // One process keeps its profiles (the ranks of several plan from their mean profile).
     if (sink.writes() && request.ranks.world_size == 1) {
-      kept.emplace(OpenKeptProfiles(sink.folder(), options));
+      kept.emplace(OpenKeptProfiles(sink.folder(), options, /*extrapolate=*/false));
       options.kept = &*kept;
     }
     RETURN_IF_ERROR(Measure(options, *machine.meter, sink, info));

@@ -239,7 +239,7 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
         }
         // The shallow copy's profile, with the policies every plan above needed.
         if (options.kept != nullptr && m.status.ok()) {
-          options.kept->Keep(m.built, shallow, progress);
+          options.kept->Keep(m.workload->bound_model(), shallow, progress);
         }
         return absl::OkStatus();
       }));

@@ -321,27 +321,26 @@ absl::StatusOr<std::vector<ConfigResult>> RunSweep(
   Progress progress(out, to_run * static_cast<int64_t>(options.strategies.size()) *
                              (options.warmup + options.steps + 1));
   std::vector<ConfigResult> all;
-  RETURN_IF_ERROR(ForEachModel(options.models, options.strategies, loop, meter, progress,
-                               [&](PreparedModel& m) -> absl::Status {
-                                 // What the plans were made from, with every policy they use:
-                                 // kept before the steps, for a run that is stopped in them.
-                                 if (options.kept != nullptr && m.status.ok()) {
-                                   options.kept->Keep(m.built, m.profile, progress);
-                                 }
-                                 ASSIGN_OR_RETURN(std::vector<ConfigResult> rows,
-                                                  SweepModel(options, cohort, m, meter, progress));
-                                 for (ConfigResult& r : rows) {
-                                   progress.Steps(1);
-                                   if (options.completed.count({r.model_spec, r.strategy_spec}))
-                                     continue;
-                                   RETURN_IF_ERROR(on_result(r));
-                                   progress.Line(absl::StrFormat(
-                                       "%s %s: %s%s", r.model, r.strategy, r.status,
-                                       r.message.empty() ? "" : " (" + r.message + ")"));
-                                   all.push_back(std::move(r));
-                                 }
-                                 return absl::OkStatus();
-                               }));
+  RETURN_IF_ERROR(ForEachModel(
+      options.models, options.strategies, loop, meter, progress,
+      [&](PreparedModel& m) -> absl::Status {
+        // What the plans were made from, with every policy they use:
+        // kept before the steps, for a run that is stopped in them.
+        if (options.kept != nullptr && m.status.ok()) {
+          options.kept->Keep(m.workload->bound_model(), m.profile, progress);
+        }
+        ASSIGN_OR_RETURN(std::vector<ConfigResult> rows,
+                         SweepModel(options, cohort, m, meter, progress));
+        for (ConfigResult& r : rows) {
+          progress.Steps(1);
+          if (options.completed.count({r.model_spec, r.strategy_spec})) continue;
+          RETURN_IF_ERROR(on_result(r));
+          progress.Line(absl::StrFormat("%s %s: %s%s", r.model, r.strategy, r.status,
+                                        r.message.empty() ? "" : " (" + r.message + ")"));
+          all.push_back(std::move(r));
+        }
+        return absl::OkStatus();
+      }));
   return all;
 }
 

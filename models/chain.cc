@@ -40,6 +40,9 @@ class ChainFileModel {
     absl::StatusOr<TorchScriptFacts> facts = TorchScriptFactsFor(params);
     return facts.ok() ? facts->stages : std::vector<StageInfo>{};
   }
+  static std::string ContentDigest(const ParamValues& params) {
+    return TorchScriptContentDigest(params);
+  }
   static int BatchRanks(const ParamValues& params) {
     absl::StatusOr<TorchScriptFacts> facts = TorchScriptFactsFor(params);
     return facts.ok() ? facts->ranks : 1;

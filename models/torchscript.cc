@@ -565,6 +565,7 @@ absl::StatusOr<TorchScriptFacts> ReadFacts(const ParamValues& params) {
         kAccepted));
   }
   TorchScriptFacts facts;
+  facts.file_digest = absl::StrFormat("%016x", Fnv1a64(bytes));
   std::vector<std::string> codes;
   // Storages counted already: the parameters', then each buffer's for the first stage holding it.
   std::set<const c10::StorageImpl*> counted;
@@ -705,6 +706,9 @@ class TorchScriptModel : public ChainModel {
   static std::vector<std::string> PaperSpecs() { return {}; }
   // No small_spec: the tests generate their files (testing/torchscript_test.cc).
   static std::vector<StageInfo> StagesFor(const ParamValues& params);
+  static std::string ContentDigest(const ParamValues& params) {
+    return TorchScriptContentDigest(params);
+  }
 
   TorchScriptModel(ParamValues params, torch::jit::Module module, TorchScriptFacts facts,
                    c10::Device device);
@@ -807,6 +811,11 @@ absl::StatusOr<TorchScriptFacts> TorchScriptFactsFor(const ParamValues& params) 
   ASSIGN_OR_RETURN(TorchScriptFacts facts, ReadFacts(params));
   std::lock_guard<std::mutex> lock(cache_mutex);
   return FactsCache().emplace(spec, std::move(facts)).first->second;
+}
+
+std::string TorchScriptContentDigest(const ParamValues& params) {
+  absl::StatusOr<TorchScriptFacts> facts = TorchScriptFactsFor(params);
+  return facts.ok() ? facts->file_digest : "";
 }
 
 std::vector<StageInfo> TorchScriptModel::StagesFor(const ParamValues& params) {

@@ -66,11 +66,15 @@ struct TorchScriptFacts {
   // A chain file's: the ranks its batch is for (its buffer ckptlab_ranks; none: 1), each
   // stepping 1/ranks of the rows, on which its stages were traced (and Check runs rank 0's).
   int ranks = 1;
+  std::string file_digest;  // of the file's bytes (ModelTraits::content_digest)
 };
 
 // What Check reads of the file that `params` name (a torchscript or chain spec's parameters),
 // read once per spec and kept for the process: InvalidArgument as Check's.
 absl::StatusOr<TorchScriptFacts> TorchScriptFactsFor(const ParamValues& params);
+
+// A digest of the file `params` name, as read for its facts ("" where they cannot be read).
+std::string TorchScriptContentDigest(const ParamValues& params);
 
 // The model that `params` name (their facts read), on the context's device.
 absl::StatusOr<std::shared_ptr<ChainModel>> CreateTorchScriptModel(const ParamValues& params,

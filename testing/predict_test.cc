@@ -100,9 +100,9 @@ TEST(Predict, ShallowProfilesPredictTheFullModelExactly) {
       // What a step starts from is what the total counts besides AdamW's state: every byte the
       // model and its batch hold, each once.
       EXPECT_EQ(step->baseline_bytes, row.parameter_bytes + row.buffer_bytes + row.batch_bytes);
-      EXPECT_EQ(row.total_peak_bytes,
-                row.parameter_bytes + row.buffer_bytes + row.optimizer_bytes + row.batch_bytes +
-                    std::max(row.step_peak_bytes, row.gradient_bytes));
+      EXPECT_EQ(row.total_peak_bytes, row.parameter_bytes + row.buffer_bytes + row.optimizer_bytes +
+                                          row.batch_bytes +
+                                          std::max(row.step_peak_bytes, row.gradient_bytes));
     }
   }
   EXPECT_GT(expanded, 0);
@@ -175,7 +175,7 @@ TEST(Predict, ADeviceModelsAnswerNeedsNoMeasuredTimes) {
   std::ostringstream progress;
   const PredictSetting setting{StatesSetting{}, std::nullopt, /*extrapolate=*/true, h100};
   absl::StatusOr<std::vector<Prediction>> timed = Predict(options, setting, Cpu(), progress);
-  const std::string timed_key = ProfileSetting(WorkloadOptionsFor(options));
+  const std::string timed_key = ProfileSetting(WorkloadOptionsFor(options), true);
   options.profile_times = false;
   absl::StatusOr<std::vector<Prediction>> untimed = Predict(options, setting, Cpu(), progress);
   ASSERT_TRUE(timed.ok()) << timed.status();
@@ -196,7 +196,7 @@ TEST(Predict, ADeviceModelsAnswerNeedsNoMeasuredTimes) {
     EXPECT_DOUBLE_EQ(b.step_ms, a.step_ms);
     EXPECT_GT(b.step_ms, 0);
   }
-  EXPECT_NE(ProfileSetting(WorkloadOptionsFor(options)), timed_key);
+  EXPECT_NE(ProfileSetting(WorkloadOptionsFor(options), true), timed_key);
 }
 
 // profiles.txt (experiments/kept_profiles.h), for every registered model and one whose sizes a
@@ -210,7 +210,7 @@ TEST(KeptProfiles, ASecondPredictionPlansFromTheFirstsProfile) {
   const std::string path = dir->Path(KeptProfiles::kFile);
   SweepOptions options;
   options.strategies = BindStrategies(DefaultStrategies()).value();
-  const std::string setting = ProfileSetting(WorkloadOptionsFor(options));
+  const std::string setting = ProfileSetting(WorkloadOptionsFor(options), false);
   ASSERT_NE(setting, "");
   // The predictions, and the progress lines in `progress_text`.
   const auto predict = [&](std::string& progress_text) {
@@ -289,12 +289,86 @@ TEST(KeptProfiles, ASecondPredictionPlansFromTheFirstsProfile) {
                 "set aside (profile text line 1: expected a whole number from 0 to 0, not '2')"),
             std::string::npos)
       << damaged.note();
-  EXPECT_FALSE(damaged.Find(options.models.front().spec()).has_value());
+  EXPECT_FALSE(damaged.Find(options.models.front()).has_value());
   std::ostringstream said;
   Progress progress_out(said, 0);
-  damaged.Keep("m", ModelProfile(), progress_out);
+  damaged.Keep(options.models.front(), ModelProfile(), progress_out);
   EXPECT_EQ(said.str(), "");
   EXPECT_TRUE(ProfilesFromText(ReadRegularFile(path, 1 << 28).value()).ok());
+}
+
+// Kept profiles are a cache that never answers for something else: for any two settings of a
+// question (bytes extrapolated or not, autocast, an assumed link, times measured or priced on a
+// device model), the
+// answer to the second in the folder where the first kept its profile is the answer to the second
+// in an empty folder, to the byte (its times, where measured, measured again); and a profile kept
+// under another setting is said to be set aside, naming what differs.
+TEST(KeptProfiles, AWarmAnswerIsTheColdOne) {
+  absl::StatusOr<ScratchFolder> dir = ScratchFolder::Make(::testing::TempDir(), "warm.");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  struct Setting {
+    bool extrapolate = false, amp = false, timed = false;
+    int64_t link_bytes_per_s = 0;
+  };
+  const auto draw = [] {
+    Setting s;
+    s.extrapolate = *rc::gen::arbitrary<bool>();
+    s.amp = *rc::gen::arbitrary<bool>();
+    s.timed = *rc::gen::arbitrary<bool>();
+    s.link_bytes_per_s = *rc::gen::element<int64_t>(0, 1000000000);
+    return s;
+  };
+  int folder = 0;
+  const auto answer = [&](const Setting& s, const std::string& path, std::string& progress_text) {
+    SweepOptions options;
+    options.models = {
+        BoundModel::Bind("gpt2:depth=2:hidden=16:heads=2:seq=24:batch=2:vocab=32:context=24")
+            .value()};
+    options.strategies =
+        BindStrategies({"store_all", "recompute_all", "uniform:segments=2", "chunked_sequence"})
+            .value();
+    if (s.amp) options.autocast = at::kBFloat16;
+    options.link_bytes_per_s = s.link_bytes_per_s;
+    options.profile_times = s.timed;
+    KeptProfiles kept =
+        KeptProfiles::Open(path, ProfileSetting(WorkloadOptionsFor(options), s.extrapolate));
+    options.kept = &kept;
+    std::ostringstream progress;
+    absl::StatusOr<std::vector<Prediction>> rows =
+        Predict(options,
+                PredictSetting{StatesSetting{}, std::nullopt, s.extrapolate,
+                               s.timed ? nullptr : FindDeviceModel("h100").value()},
+                Cpu(), progress);
+    progress_text = progress.str();
+    RC_ASSERT(rows.ok());
+    for (Prediction& p : *rows) {
+      if (p.status != "ok") RC_FAIL(p.strategy + ": " + p.error);
+      if (s.timed) p.step_ms = 0;  // measured anew in each run
+    }
+    return PredictionCsv(*rows);
+  };
+  // Each case: a setting, then in turn itself and each setting that differs from it in one part,
+  // asked in a folder where the first was answered, and in an empty one.
+  EXPECT_TRUE(testing::CheckCases("a warm answer is the cold one", 3, [&] {
+    const Setting first = draw();
+    std::vector<Setting> seconds(5, first);
+    seconds[1].extrapolate = !first.extrapolate;
+    seconds[2].amp = !first.amp;
+    seconds[3].timed = !first.timed;
+    seconds[4].link_bytes_per_s = first.link_bytes_per_s == 0 ? 1000000000 : 0;
+    for (size_t k = 0; k < seconds.size(); ++k) {
+      const std::string warm_path = dir->Path(absl::StrCat("warm", folder, ".txt"));
+      const std::string cold_path = dir->Path(absl::StrCat("cold", folder++, ".txt"));
+      std::string progress;
+      answer(first, warm_path, progress);
+      const std::string warm = answer(seconds[k], warm_path, progress);
+      const bool taken = progress.find("not measured again") != std::string::npos;
+      RC_ASSERT(taken == (k == 0));
+      RC_ASSERT(taken != (progress.find("was made under another setting") != std::string::npos));
+      std::string cold_progress;
+      RC_ASSERT(answer(seconds[k], cold_path, cold_progress) == warm);
+    }
+  }));
 }
 
 TEST(Predict, AShallowerCopyThatIsNotOneIsRefused) {

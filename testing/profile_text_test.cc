@@ -3,13 +3,15 @@
 //   - read back, a profile writes the same text, its stages are the same, and (on chains of up
 //     to 12 stages) every registered strategy plans on it the same plan, bytes and time;
 //   - any text, and any edit of a valid one, is a profile or an error, never a crash; a profile
-//     read from an edited text still plans and predicts;
+//     read from an edited text still plans and predicts; a digit edited is refused (the entry's
+//     digest) unless it reads the same;
 //   - an error names the line and the token, escaped.
 #include "core/plan/profile_text.h"
 
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -150,6 +152,26 @@ RC_GTEST_PROP(ProfileText, AnyEditOfAProfileIsAProfileOrAnError, ()) {
   for (const auto& [key, read_profile] : *read) Outcomes(read_profile);
 }
 
+// A kept profile is what made it: any digit changed in its text (a hand edit) is refused, unless
+// the value it wrote reads the same (the last digit of a real that rounds back), and then the
+// text reads back as it was.
+RC_GTEST_PROP(ProfileText, AnEditedDigitIsRefusedOrChangesNothing, ()) {
+  const std::string text = ProfilesToText({{*rc::gen::arbitrary<std::string>(), *RichProfile()}});
+  std::vector<size_t> digits;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (absl::ascii_isdigit(static_cast<unsigned char>(text[i]))) digits.push_back(i);
+  }
+  const size_t at = *rc::gen::elementOf(digits).as("position");
+  std::string edited = text;
+  edited[at] = static_cast<char>('0' + (edited[at] - '0' + *rc::gen::inRange(1, 10)) % 10);
+  const absl::StatusOr<std::vector<KeyedProfile>> read = ProfilesFromText(edited);
+  if (read.ok()) {
+    RC_ASSERT(ProfilesToText(*read) == text);
+  } else {
+    RC_ASSERT(read.status().code() == absl::StatusCode::kInvalidArgument);
+  }
+}
+
 // The text of a one-stage profile, tokens apart by blanks, for the error cases.
 std::string OneStage() {
   ModelProfile p;
@@ -188,6 +210,12 @@ TEST(ProfileText, ErrorsNameTheLineAndTheTokenEscaped) {
                 .status()
                 .message(),
             "profile text line 1: expected a whole number from 0 to 0, not '1000000000'");
+  // A value changed after the entry was written: its digest no longer holds.
+  edited = text;
+  edited.replace(edited.find("input_bytes 0"), 13, "input_bytes 1");
+  EXPECT_EQ(ProfilesFromText(edited).status().message(),
+            "profile text line 2: the entry was changed since it was written (its text does not "
+            "give its digest)");
   // A policy the stage's parts do not allow, and one with an impossible count.
   for (const char* policy : {"policy 1 \"fused\" 1", "policy 1 \"chunk\" 1", "policy 1 \"store\" 3",
                              "policy 2 \"\" 1 \"\" 1"}) {

@@ -22,6 +22,8 @@ outweigh its activations at 32 px, and no plan peaks lower than store_all there)
     it: the parameters, the buffers, the batch, the gradients of a plain step and AdamW's
     moments after one optimizer step;
   - bad input (a budget that is no size, a missing sweep) is one line naming it;
+  - a chain saved anew at the same path is profiled again, not answered from the profile the
+    sweep kept for the file it replaced (one line says why);
   - a chain cut for two data-parallel ranks (ckptlab.chain's ranks=2) runs under the sweep's
     --nproc=2, every row ok with the activation bytes it predicted, and is refused in one
     process (exit 2, one line naming the file, nothing written).
@@ -249,6 +251,37 @@ class Optimize(unittest.TestCase):
         self.assertIn("the sweep exited 2", str(caught.exception))
         self.assertIn("12parsecs", str(caught.exception))
         self.assertNotIn("\n", str(caught.exception))
+
+
+class KeptProfiles(unittest.TestCase):
+    def test_a_chain_written_anew_at_the_same_path_is_profiled_again(self):
+        """The sweep keeps its profile under a digest of the file: a chain of the same shapes
+        saved over it (other weights, another batch) is measured again, and the progress says
+        why in one line."""
+        with tempfile.TemporaryDirectory(dir=os.environ.get("TEST_TMPDIR")) as folder:
+            path = os.path.join(folder, "unet.pt")
+            out = os.path.join(folder, "out")
+
+            def save(seed):
+                torch.manual_seed(seed)
+                ckptlab.chain(UNet(), torch.randn(2, 3, 16, 16)).save(path)
+
+            def predict():
+                run = subprocess.run([SWEEP, "--predict", f"--models=chain:file={path}",
+                                      "--strategies=store_all", f"--out={out}"],
+                                     capture_output=True, text=True, timeout=600)
+                self.assertEqual(run.returncode, 0, run.stderr)
+                return run.stderr
+
+            save(0)
+            predict()
+            self.assertIn("by an earlier run; not measured again", predict())
+            save(1)
+            anew = predict()
+            self.assertNotIn("not measured again", anew)
+            lines = [line for line in anew.splitlines() if "another setting" in line]
+            self.assertEqual(len(lines), 1, anew)
+            self.assertIn("was made under another setting (this run's: file digest ", lines[0])
 
 
 class DataParallel(unittest.TestCase):

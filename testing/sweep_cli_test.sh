@@ -54,7 +54,7 @@ grep -q "One rank of 4, zero3 state" "$tmp/predict-zero3/predict.md" ||
   >"$tmp/predict-card.stdout" 2>/dev/null || fail "--predict --device_memory exited $?"
 head -1 "$tmp/predict-card.stdout" | grep -q '^- gpt2:.*: \*\*fits\*\* in 1.00 GiB' ||
   fail "--device_memory's first line: $(head -1 "$tmp/predict-card.stdout")"
-fits=$(cut -d, -f3,18 "$tmp/predict-card/predict.csv" | tail -n +2 | tr '\n' ' ')
+fits=$(cut -d, -f3,19 "$tmp/predict-card/predict.csv" | tail -n +2 | tr '\n' ' ')
 [[ "$fits" == "store_all,true optimal:budget=auto,true optimal:budget="*",true " ]] ||
   fail "--device_memory's rows: $(cat "$tmp/predict-card/predict.csv")"
 grep -qx 'device_memory,1073741824' "$tmp/predict-card/run.csv" ||
@@ -68,8 +68,8 @@ cp "$tmp/predict-card/predict.csv" "$tmp/predict-card-first.csv"
   2>"$tmp/predict-again.stderr" || fail "a second --predict in the folder exited $?"
 grep -q "profile kept in $tmp/predict-card/profiles.txt by an earlier run; not measured again" \
   "$tmp/predict-again.stderr" || fail "a second --predict: $(cat "$tmp/predict-again.stderr")"
-cmp -s <(cut -d, -f1-16,18 "$tmp/predict-card-first.csv") \
-  <(cut -d, -f1-16,18 "$tmp/predict-card/predict.csv") ||
+cmp -s <(cut -d, -f1-17,19 "$tmp/predict-card-first.csv") \
+  <(cut -d, -f1-17,19 "$tmp/predict-card/predict.csv") ||
   fail "a second --predict answered otherwise: $(cat "$tmp/predict-card/predict.csv")"
 
 # A tiny run: results.csv with a header and one row per configuration, all ok.

@@ -116,7 +116,8 @@ TEST(Sweep, ASecondSweepPlansFromTheProfileTheFirstKept) {
   std::vector<ConfigResult> rows[2];
   for (int run = 0; run < 2; ++run) {
     KeptProfiles kept =
-        KeptProfiles::Open(dir->Path(KeptProfiles::kFile), ProfileSetting(WorkloadOptionsFor(o)));
+        KeptProfiles::Open(dir->Path(KeptProfiles::kFile),
+                           ProfileSetting(WorkloadOptionsFor(o), /*extrapolate=*/false));
     o.kept = &kept;
     std::ostringstream progress;
     absl::StatusOr<std::vector<ConfigResult>> results = RunSweep(

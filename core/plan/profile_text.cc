@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/base/digest.h"
 #include "core/base/printable.h"
 
 namespace ckpt {
@@ -178,6 +179,16 @@ class Reader {
                                                       ", not '", Printable(token.substr(0, 80)),
                                                       token.size() > 80 ? "...'" : "'"));
   }
+  // Records `why` as the first failure, at the line of the token `position` names (position() when
+  // it was next).
+  void FailAt(size_t position, absl::string_view why) {
+    if (!status_.ok()) return;
+    status_ = absl::InvalidArgumentError(
+        position < tokens_.size()
+            ? absl::StrCat("profile text line ", tokens_[position].second, ": ", why)
+            : absl::StrCat("profile text ends early: ", why));
+  }
+  size_t position() const { return next_; }
   bool ok() const { return status_.ok(); }
   void End() {
     if (!ok() || next_ >= tokens_.size()) return;
@@ -433,6 +444,15 @@ void WalkProfile(Io& io, ModelProfile& p) {
   }
 }
 
+// The digest of an entry: of its key and profile as this version writes them.
+std::string EntryDigest(const std::string& key, const ModelProfile& profile) {
+  Writer w;
+  // The walk takes references to fill when reading; the writer only reads them.
+  Words(w, "key", const_cast<std::string&>(key));
+  WalkProfile(w, const_cast<ModelProfile&>(profile));
+  return absl::StrFormat("%016x", Fnv1a64(w.Take()));
+}
+
 }  // namespace
 
 std::string ProfilesToText(const std::vector<KeyedProfile>& entries) {
@@ -443,9 +463,10 @@ std::string ProfilesToText(const std::vector<KeyedProfile>& entries) {
   w.Name("entries");
   w.Size(const_cast<std::vector<KeyedProfile>&>(entries), 0);
   w.Line();
-  // The walk takes references to fill when reading; the writer only reads them.
   for (const auto& [key, profile] : entries) {
     Words(w, "key", const_cast<std::string&>(key));
+    std::string digest = EntryDigest(key, profile);
+    Words(w, "digest", digest);
     w.Line();
     WalkProfile(w, const_cast<ModelProfile&>(profile));
   }
@@ -465,8 +486,15 @@ absl::StatusOr<std::vector<KeyedProfile>> ProfilesFromText(absl::string_view tex
   r.Size(entries, kMaxIndex, kProfileTokens);
   for (auto& [key, profile] : entries) {
     if (!r.ok()) break;
+    const size_t at = r.position();
     Words(r, "key", key);
+    std::string digest;
+    Words(r, "digest", digest);
     WalkProfile(r, profile);
+    if (r.ok() && digest != EntryDigest(key, profile)) {
+      r.FailAt(at,
+               "the entry was changed since it was written (its text does not give its digest)");
+    }
   }
   r.End();
   if (!r.ok()) return r.status();

@@ -9,7 +9,8 @@
 // byte outside '!'..'~', '"' and '%' written as %XX); a list's length before its items. One
 // walk over ModelProfile writes and reads it, so that the two cannot disagree. The first token
 // names the format and its version (kProfileFormat): a text of another version is refused, not
-// guessed at.
+// guessed at. Each entry carries a digest of its key and profile as written: an entry changed
+// since (a digit edited by hand) is refused, naming its line.
 //
 // Reading returns a profile or an error on any input (fuzzed in testing/profile_text_test.cc):
 // bytes are whole numbers from 0 to 2^44 (the loss's net bytes may be negative), times finite
@@ -29,7 +30,7 @@
 namespace ckpt {
 
 // The format's version: changed whenever the walk changes, so that an older text is refused.
-inline constexpr int kProfileFormat = 4;
+inline constexpr int kProfileFormat = 5;
 inline constexpr int kMaxProfileStages = 16384;
 
 // Profiles, each under a key (what it was measured for; keys need not be distinct), in one

@@ -93,6 +93,10 @@ struct ModelTraits {
   // the ranks that batch is for, each stepping its share of the rows (core/run/workload.h).
   // Optional: static int BatchRanks(const ParamValues&) in the model class; without it, 0.
   std::function<int(const ParamValues&)> batch_ranks;
+  // For a model read from a file: a digest of what the spec names besides itself (the file's
+  // bytes), so that what was measured of it is never taken for another file at the same path.
+  // Optional: static std::string ContentDigest(const ParamValues&); without it, "".
+  std::function<std::string(const ParamValues&)> content_digest;
 };
 
 using ModelRegistry = Registry<std::shared_ptr<ChainModel>, ModelTraits, const ModelContext&>;
@@ -124,6 +128,10 @@ class BoundModel {
   // ModelTraits::batch_ranks: 0 for a model whose batch parameter sets the rows per rank.
   int BatchRanks() const {
     return entry_->traits.batch_ranks ? entry_->traits.batch_ranks(values_) : 0;
+  }
+  // ModelTraits::content_digest: "" for a model its spec says all of.
+  std::string ContentDigest() const {
+    return entry_->traits.content_digest ? entry_->traits.content_digest(values_) : "";
   }
 
   // The model on the context's device (LibTorch's errors become a Status).
@@ -172,6 +180,15 @@ struct BatchRanksOf<T, std::void_t<decltype(&T::BatchRanks)>> {
 };
 
 template <typename T, typename = void>
+struct ContentDigestOf {
+  static std::function<std::string(const ParamValues&)> Get() { return nullptr; }
+};
+template <typename T>
+struct ContentDigestOf<T, std::void_t<decltype(&T::ContentDigest)>> {
+  static std::function<std::string(const ParamValues&)> Get() { return &T::ContentDigest; }
+};
+
+template <typename T, typename = void>
 struct SmallSpecOf {
   static std::function<std::string(const SpecChooser&)> Get() { return nullptr; }
 };
@@ -186,10 +203,11 @@ struct SmallSpecOf<T, std::void_t<decltype(&T::SmallSpec)>> {
 template <typename T>
 struct ModelRegistration {
   ModelRegistration(const char* id, const char* summary, const char* quick_spec) {
-    Models().Register({id, summary, T::Params(), &T::Create,
-                       ModelTraits{internal::CheckOf<T>::Get(), quick_spec, T::PaperSpecs(),
-                                   internal::SmallSpecOf<T>::Get(), &T::StagesFor,
-                                   internal::BatchRanksOf<T>::Get()}});
+    Models().Register(
+        {id, summary, T::Params(), &T::Create,
+         ModelTraits{internal::CheckOf<T>::Get(), quick_spec, T::PaperSpecs(),
+                     internal::SmallSpecOf<T>::Get(), &T::StagesFor,
+                     internal::BatchRanksOf<T>::Get(), internal::ContentDigestOf<T>::Get()}});
   }
 };
 
