@@ -7,8 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "core/base/printable.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -307,6 +309,53 @@ RC_GTEST_PROP(PlanText, AnyTextIsAPlanOrAnError, ()) {
     RC_ASSERT(plan.status().code() == absl::StatusCode::kInvalidArgument);
     RC_ASSERT(FindUnprintable(plan.status().message()) == -1);
   }
+}
+
+// The corpus both readers of the grammar are held to (python_plan_test.py reads it too): each
+// text is an error where it says so, else the plan it writes, on a chain of that many stages.
+constexpr char kCorpus[] =
+#include "testing/plan_corpus.inc"
+    ;
+
+// A corpus case's text: \\, \t, \n and \xHH as the bytes they write.
+std::string Unescaped(absl::string_view escaped) {
+  std::string out;
+  for (size_t k = 0; k < escaped.size(); ++k) {
+    if (escaped[k] != '\\') {
+      out += escaped[k];
+    } else if (escaped[++k] == 'x') {
+      int byte = 0;
+      EXPECT_TRUE(absl::SimpleHexAtoi(escaped.substr(k + 1, 2), &byte)) << escaped;
+      out += static_cast<char>(byte);
+      k += 2;
+    } else {
+      out += escaped[k] == 't' ? '\t' : escaped[k] == 'n' ? '\n' : escaped[k];
+    }
+  }
+  return out;
+}
+
+TEST(PlanText, TheSharedCorpusReadsAsItSays) {
+  int cases = 0;
+  for (absl::string_view line : absl::StrSplit(kCorpus, '\n', absl::SkipEmpty())) {
+    const std::vector<absl::string_view> fields = absl::StrSplit(line, '\t');
+    ASSERT_EQ(fields.size(), 3u) << line;
+    int n = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(fields[0], &n)) << line;
+    std::vector<StageInfo> stages(n);
+    for (int i = 0; i < n; ++i) stages[i].name = absl::StrCat("s", i);
+    const std::string text = Unescaped(fields[2]);
+    const absl::StatusOr<Plan> plan = ParsePlan(text, stages, "plan");
+    const std::string shown(fields[2].substr(0, 80));
+    if (fields[1] == "error") {
+      EXPECT_FALSE(plan.ok()) << shown << " read as " << SegmentsToText(plan->segments);
+    } else {
+      ASSERT_TRUE(plan.ok()) << shown << ": " << plan.status();
+      EXPECT_EQ(SegmentsToText(plan->segments), fields[1]) << shown;
+    }
+    ++cases;
+  }
+  EXPECT_GT(cases, 60);
 }
 
 }  // namespace

@@ -6,7 +6,10 @@ Properties (Hypothesis, a dependency of Debian's python3-torch):
     line without control characters;
   - generated plan trees, written in ckptlab's grammar (core/plan/plan_text.h) with comments and
     line breaks between tokens, read back as the same tree;
-  - nesting past MAX_DEPTH is a PlanError, not a RecursionError.
+  - nesting past MAX_DEPTH is a PlanError, not a RecursionError;
+  - the corpus both plan readers are held to (plan_corpus.inc): each text is a plan where
+    ckptlab's C++ reader reads one (the same tree) and an error where it finds one; run by
+    ckptlab.apply on that many stages.
 """
 
 import sys
@@ -47,7 +50,66 @@ def write(segments, blank):
     return f",{blank}".join(parts)
 
 
+def corpus():
+    """testing/plan_corpus.inc's cases: (stages, the plan as ckptlab writes it or "error", the
+    text's bytes)."""
+    with open(os.path.join(HERE, "plan_corpus.inc"), encoding="ascii") as f:
+        lines = f.read().splitlines()
+    body = lines[lines.index('R"corpus(') + 1:lines.index(')corpus"')]
+    out = []
+    for line in body:
+        stages, expected, escaped = line.split("\t")
+        text, k = bytearray(), 0
+        while k < len(escaped):
+            if escaped[k] != "\\":
+                text.append(ord(escaped[k]))
+                k += 1
+            elif escaped[k + 1] == "x":
+                text.append(int(escaped[k + 2:k + 4], 16))
+                k += 4
+            else:
+                text.append({"\\": 0x5C, "t": 0x09, "n": 0x0A}[escaped[k + 1]])
+                k += 2
+        out.append((int(stages), expected, bytes(text)))
+    return out
+
+
+def flat(segments):
+    """A plan tree as a list, without recursion (the corpus nests 1000 deep)."""
+    out, pending = [], [(segments, 0)]
+    while pending:
+        listed, depth = pending.pop()
+        for s in listed:
+            out.append((depth, s.begin, s.end, s.mode))
+            pending.append((s.inner, depth + 1))
+    return out
+
+
 class PlanReader(unittest.TestCase):
+    def test_the_shared_corpus_reads_as_ckptlabs_reader_reads_it(self):
+        import torch
+        import ckptlab
+        read = 0
+        for stages, expected, raw in corpus():
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                continue  # no str holds it: the C++ reader's case alone
+            read += 1
+            model = torch.nn.Sequential(*[torch.nn.Identity() for _ in range(stages)])
+            with self.subTest(text=text[:60]):
+                if expected == "error":
+                    with self.assertRaises(PlanError):
+                        ckptlab.apply(model, text)
+                else:
+                    planned = ckptlab.apply(model, text) if len(text) < 1000 else None
+                    self.assertEqual(flat(parse_plan(text).segments),
+                                     flat(parse_plan(expected).segments))
+                    if planned is not None:
+                        self.assertEqual(flat(planned.plan.segments),
+                                         flat(parse_plan(expected).segments))
+        self.assertGreater(read, 60)
+
     @settings(max_examples=400, deadline=None)
     @given(st.one_of(st.text(), st.text(alphabet="[](){},;:=@-# \n0123456789abcdefghikmoprstuvx")))
     def test_any_text_is_a_plan_or_one_line_of_error(self, text):

@@ -7,7 +7,8 @@
     plan.policies                    # [Policy(part="core", action="recompute", chunks=None, ...)]
 
 Any text gives a Plan or a PlanError (never another exception): nesting is bounded by
-MAX_DEPTH, numbers by MAX_STAGE, and control characters in messages are escaped.
+MAX_DEPTH, numbers by MAX_STAGE, and control characters in messages are escaped. It reads what
+core/plan/plan_text.cc reads: testing/plan_corpus.inc holds both readers to one corpus.
 """
 
 import re
@@ -15,7 +16,9 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
 MODES = ("stored", "checkpointed", "recompute-all", "offloaded")
-MAX_DEPTH = 200  # braces within braces (ckptlab's own reader allows 1000; Python's stack less)
+# Braces within braces, as core/plan/plan_text.h's kMaxPlanTextDepth (testing/plan_corpus.inc
+# holds both readers to it). Read without recursion: Python's stack is not the bound.
+MAX_DEPTH = 1000
 MAX_STAGE = 1 << 30
 
 
@@ -55,7 +58,9 @@ def printable(text: str) -> str:
                    for c in text)
 
 
-_TOKEN = re.compile(r"\s*(?:#[^\n]*\n?\s*)*")
+# Blanks as ckptlab's reader takes them (C's isspace): ' ', \t, \n, \v, \f, \r, never a Unicode
+# space (a no-break space is an error in both).
+_TOKEN = re.compile(r"[ \t\n\v\f\r]*(?:#[^\n]*\n?[ \t\n\v\f\r]*)*")
 _WORD = re.compile(r"[a-z][a-z0-9_-]*")
 _INT = re.compile(r"[0-9]+")
 
@@ -103,16 +108,28 @@ class _Reader:
         self.at = m.end()
         return m.group()
 
-    def segments(self, depth: int) -> List[Segment]:
-        if depth > MAX_DEPTH:
-            self.fail(f"at most {MAX_DEPTH} levels of braces")
-        out = [self.segment(depth)]
-        while self.peek(","):
+    def segments(self) -> List[Segment]:
+        """segments := segment {',' segment}, a segment's inner plan in braces, read with a stack
+        of the lists being filled (one per level of braces)."""
+        top: List[Segment] = []
+        levels = [top]
+        while True:
+            segment, opens = self.segment()
+            levels[-1].append(segment)
+            if opens:
+                if len(levels) > MAX_DEPTH:
+                    self.fail(f"at most {MAX_DEPTH} levels of braces")
+                levels.append(segment.inner)
+                continue
+            while not self.peek(","):
+                if len(levels) == 1:
+                    return top
+                self.take("}")
+                levels.pop()
             self.take(",")
-            out.append(self.segment(depth))
-        return out
 
-    def segment(self, depth: int) -> Segment:
+    def segment(self) -> Tuple[Segment, bool]:
+        """A segment up to its mode, and whether a brace (taken) opens its inner plan."""
         self.take("[")
         begin = self.integer()
         self.take(",")
@@ -121,15 +138,13 @@ class _Reader:
         mode = self.word("a mode (" + ", ".join(MODES) + ")")
         if mode not in MODES:
             self.fail("a mode (" + ", ".join(MODES) + ")")
-        inner = []
-        if self.peek("{"):
-            if mode not in ("checkpointed", "offloaded"):
-                self.fail(f"no braces after a {mode} segment (only checkpointed and offloaded "
-                          "segments have a plan of their rerun)")
-            self.take("{")
-            inner = self.segments(depth + 1)
-            self.take("}")
-        return Segment(begin, end, mode, inner)
+        if not self.peek("{"):
+            return Segment(begin, end, mode), False
+        if mode not in ("checkpointed", "offloaded"):
+            self.fail(f"no braces after a {mode} segment (only checkpointed and offloaded "
+                      "segments have a plan of their rerun)")
+        self.take("{")
+        return Segment(begin, end, mode), True
 
     def policy(self) -> Policy:
         part = self.word("a part name")
@@ -156,17 +171,23 @@ class _Reader:
         return Policy(part, action, chunks, stages)
 
 
-def _check(segments: List[Segment], begin: int, end: Optional[int], where: str):
-    at = begin
-    for s in segments:
-        if s.begin != at or s.end <= s.begin:
-            raise PlanError(f"plan: segment [{s.begin},{s.end}) {where}: expected one that "
-                            f"starts at {at} and is not empty")
-        if s.inner:
-            _check(s.inner, s.begin, s.end, f"inside [{s.begin},{s.end})")
-        at = s.end
-    if end is not None and at != end:
-        raise PlanError(f"plan: the segments {where} end at {at}, not at {end}")
+def _check(segments: List[Segment]):
+    """Each list of segments starts where its owner does (0 at the top), its segments are not
+    empty and follow one another, and an inner plan ends where its segment does; without
+    recursion, as the reader."""
+    pending = [(segments, 0, None, "at the top")]
+    while pending:
+        listed, begin, end, where = pending.pop()
+        at = begin
+        for s in listed:
+            if s.begin != at or s.end <= s.begin:
+                raise PlanError(f"plan: segment [{s.begin},{s.end}) {where}: expected one that "
+                                f"starts at {at} and is not empty")
+            if s.inner:
+                pending.append((s.inner, s.begin, s.end, f"inside [{s.begin},{s.end})"))
+            at = s.end
+        if end is not None and at != end:
+            raise PlanError(f"plan: the segments {where} end at {at}, not at {end}")
 
 
 def parse_plan(text: str) -> Plan:
@@ -174,7 +195,7 @@ def parse_plan(text: str) -> Plan:
     if not isinstance(text, str):
         raise PlanError("plan text must be a str")
     reader = _Reader(text)
-    segments = reader.segments(0)
+    segments = reader.segments()
     policies = []
     while reader.peek(";"):
         reader.take(";")
@@ -185,5 +206,5 @@ def parse_plan(text: str) -> Plan:
     reader.skip()
     if reader.at != len(text):
         reader.fail("';' or the end")
-    _check(segments, 0, None, "at the top")
+    _check(segments)
     return Plan(segments, policies)

@@ -394,14 +394,18 @@ class PlannedSequential(nn.Module):
             return self._run(self.plan.segments, x)
 
 
-def _nesting(segments, depth=0):
-    """The most checkpoints inside one another that `segments` run."""
-    most = depth
-    for s in segments:
-        if s.mode == "recompute-all":
-            most = max(most, depth + s.end - s.begin)
-        elif s.mode != "stored":
-            most = max(most, _nesting(s.inner, depth + 1))
+def _nesting(segments):
+    """The most checkpoints inside one another that `segments` run (a plan may nest
+    MAX_DEPTH deep: counted without recursion)."""
+    most, pending = 0, [(segments, 0)]
+    while pending:
+        listed, depth = pending.pop()
+        most = max(most, depth)
+        for s in listed:
+            if s.mode == "recompute-all":
+                most = max(most, depth + s.end - s.begin)
+            elif s.mode != "stored":
+                pending.append((s.inner, depth + 1))
     return most
 
 
