@@ -144,7 +144,9 @@ absl::StatusOr<OutputFolder> OutputFolder::Open(const std::string& dir_flag,
                                                 const std::vector<std::string>& outputs) {
   std::vector<std::string> made;  // the folders this call created, removed again if it refuses
   absl::StatusOr<OutputFolder> folder = Open(dir_flag, default_parent, use, outputs, made);
-  if (!folder.ok()) {
+  // Not where another sweep holds the folder: it took the folder this one made (both started on
+  // one new --out), and it is that sweep's now.
+  if (!folder.ok() && !absl::IsUnavailable(folder.status())) {
     for (auto it = made.rbegin(); it != made.rend(); ++it) ::rmdir(it->c_str());
   }
   return folder;

@@ -40,7 +40,8 @@ class OutputFolder {
   static const std::vector<std::string>& SweepFiles();
 
   // Opens `dir` for `use` (creating it and the folders above it if need be, except for
-  // kReportOnly; a refusal removes the folders it made), or, when `dir` is
+  // kReportOnly; a refusal removes the folders it made, unless another sweep holds them: two
+  // sweeps started on one new folder, one of them wins), or, when `dir` is
   // empty, a new folder "sweep-<local time>" (with "-2", "-3", ... when that name is taken) in
   // `default_parent`. Takes an exclusive lock on it for the life of the process (another sweep
   // on it: Unavailable). `outputs` are the files this run will write there: each must be

@@ -234,6 +234,30 @@ expect_exit 2 "holds files the sweep did not write (report.md)" "${tiny[@]}" --o
 [[ "$(cat "$tmp/mine/report.md")" == "my notes" && $(ls -A "$tmp/mine" | wc -l) -eq 1 ]] ||
   fail "the user's folder was changed"
 
+# Two sweeps started at once on one new --out, new folders above it too: one of them wins (exit
+# 0, its rows written), the other is refused in one line (exit 2). The one that made the folder
+# and lost it to the other once removed it from under the winner: both failed, in 3 of 12.
+for trial in 1 2 3 4 5 6; do
+  race="$tmp/race$trial/a/b"
+  "${sweep[@]}" "${tiny[@]}" --out="$race" >/dev/null 2>"$tmp/race1.stderr" &
+  first=$!
+  "${sweep[@]}" "${tiny[@]}" --out="$race" >/dev/null 2>"$tmp/race2.stderr" &
+  second=$!
+  set +e
+  wait "$first"
+  rc1=$?
+  wait "$second"
+  rc2=$?
+  set -e
+  ((rc1 + rc2 == 2 && rc1 * rc2 == 0)) ||
+    fail "two sweeps at once on one new --out (trial $trial): exits $rc1 and $rc2, one 0 expected"
+  [[ -s "$race/results.csv" ]] || fail "two sweeps at once on one new --out: no results.csv"
+  loser=$((rc1 == 2 ? 1 : 2))
+  [[ $(wc -l <"$tmp/race$loser.stderr") -eq 1 ]] &&
+    grep -q "another sweep is using --out='$race' now" "$tmp/race$loser.stderr" ||
+    fail "two sweeps at once on one new --out: the refusal: $(cat "$tmp/race$loser.stderr")"
+done
+
 # 3. Files that are not what they seem: refused at once, never read.
 for what in fifo zero; do
   finished "$tmp/$what"
