@@ -1,5 +1,6 @@
 // The checkpoint primitive against plain autograd: several inputs and outputs, inputs without
-// grad, outputs without grad, RNG replay of dropout, and the recompute count.
+// grad, outputs without grad, RNG replay of dropout (and of every kind of draw, in generated
+// nested checkpoints), and the recompute count.
 #include "core/run/checkpoint.h"
 
 #include <cstdint>
@@ -9,18 +10,25 @@
 #include "ATen/TensorOperators.h"
 #include "ATen/core/grad_mode.h"
 #include "ATen/ops/batch_norm.h"
+#include "ATen/ops/bernoulli.h"
 #include "ATen/ops/cat.h"
 #include "ATen/ops/dropout.h"
 #include "ATen/ops/equal.h"
+#include "ATen/ops/full_like.h"
+#include "ATen/ops/index_select.h"
 #include "ATen/ops/layer_norm.h"
 #include "ATen/ops/linear.h"
 #include "ATen/ops/matmul.h"
 #include "ATen/ops/ones.h"
 #include "ATen/ops/rand.h"
 #include "ATen/ops/randn.h"
+#include "ATen/ops/randn_like.h"
+#include "ATen/ops/randperm.h"
 #include "ATen/ops/tensor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rapidcheck.h"
+#include "rapidcheck/gtest.h"
 #include "torch/csrc/autograd/function.h"
 
 namespace ckpt {
@@ -245,6 +253,81 @@ TEST(Checkpoint, WithoutGradModeRunsOnceAndRecordsNothing) {
       [](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{in[0] * 2}; }, {x});
   EXPECT_FALSE(out[0].requires_grad());
   EXPECT_EQ(out[0].grad_fn(), nullptr);
+}
+
+// A generated function of one tensor: ops in order, most drawing random numbers from the default
+// generator (dropout of any p, noise, a Bernoulli mask, a column shuffle), some none.
+struct RandomOps {
+  std::vector<int> kinds;  // 0 dropout, 1 noise, 2 bernoulli, 3 shuffle, 4 tanh
+  std::vector<double> p;
+  at::Tensor Run(at::Tensor x, size_t begin, size_t end) const {
+    for (size_t k = begin; k < end; ++k) {
+      switch (kinds[k]) {
+        case 0:
+          x = at::dropout(x, p[k], /*train=*/true);
+          break;
+        case 1:
+          x = x + 0.1 * at::randn_like(x);
+          break;
+        case 2:
+          x = x * at::bernoulli(at::full_like(x, 1 - p[k]));
+          break;
+        case 3:
+          x = x.index_select(1, at::randperm(x.size(1)));
+          break;
+        default:
+          x = x.tanh();
+      }
+    }
+    return x;
+  }
+};
+
+// RNG replay on generated functions: ops [a, b) under a checkpoint and [c, d) within it under
+// another, draws between the forward and the backward, against plain autograd from the same
+// seed: the gradients bitwise, and, where nothing draws in between, the generator left where
+// the plain step leaves it.
+RC_GTEST_PROP(Checkpoint, NestedCheckpointsReplayEveryDraw, ()) {
+  RandomOps ops;
+  const size_t n = *rc::gen::inRange<size_t>(1, 8).as("ops");
+  for (size_t k = 0; k < n; ++k) {
+    ops.kinds.push_back(*rc::gen::inRange(0, 5));
+    ops.p.push_back(*rc::gen::element(0.0, 0.1, 0.5, 0.9));
+  }
+  const size_t a = *rc::gen::inRange<size_t>(0, n).as("a");
+  const size_t b = *rc::gen::inRange<size_t>(a + 1, n + 1).as("b");
+  const size_t c = *rc::gen::inRange<size_t>(a, b).as("c");
+  const size_t d = *rc::gen::inRange<size_t>(c + 1, b + 1).as("d");
+  const bool draw_between = *rc::gen::arbitrary<bool>();
+  const uint64_t seed = *rc::gen::inRange<uint64_t>(0, 1 << 20);
+  at::manual_seed(seed);
+  const at::Tensor x0 = at::randn({*rc::gen::inRange<int64_t>(1, 5), 8});
+  const at::Tensor w = at::randn({8});
+
+  at::manual_seed(seed + 1);
+  at::Tensor x = x0.clone().requires_grad_(true);
+  (ops.Run(x, 0, n) * w).sum().backward();
+  const at::Tensor next_plain = at::rand({4});
+
+  at::manual_seed(seed + 1);
+  at::Tensor cx = x0.clone().requires_grad_(true);
+  at::Tensor y = ops.Run(cx, 0, a);
+  y = Checkpoint(
+      [&](const std::vector<at::Tensor>& in) {
+        at::Tensor z = ops.Run(in[0], a, c);
+        z = Checkpoint(
+            [&](const std::vector<at::Tensor>& inner) {
+              return std::vector<at::Tensor>{ops.Run(inner[0], c, d)};
+            },
+            {z})[0];
+        return std::vector<at::Tensor>{ops.Run(z, d, b)};
+      },
+      {y})[0];
+  y = ops.Run(y, b, n);
+  if (draw_between) at::rand({16});  // must not change what the reruns draw
+  (y * w).sum().backward();
+  RC_ASSERT(at::equal(cx.grad(), x.grad()));
+  if (!draw_between) RC_ASSERT(at::equal(at::rand({4}), next_plain));
 }
 
 }  // namespace

@@ -29,15 +29,19 @@
 // LibTorch 2.11 on an H100 passed this suite, and the paper preset's GPT-2 small peaked at the
 // same bytes above its baseline as on the CPU (docs/results/).
 //
-// Memory: the analytical model's activation bytes equal the meter's. Its peak is within one
-// stage output plus 1 KiB. A stage-level profile cannot see the order of events inside one
-// stage's backward: which frees come before a rerun stage's peak (at most one boundary
-// tensor), and when in the tied embedding's backward the autograd engine sums its gradient
-// with the head's (core/plan/memory_model.cc). 1 KiB covers the small tensors a stage-level profile
-// does not place exactly (loss scalars, gradient seeds, the index and count scratch of an
-// embedding's backward). GPT-2 vocabularies are generated far larger than the sequence too, as
-// GPT-2's is, so that a parameter-sized error (the model once missed that sum: 151 MB of the
-// paper preset's GPT-2 small under selective_attention) exceeds the tolerance.
+// Memory: the analytical model's activation bytes equal the meter's. Its peak is never more
+// than kBudgetSlackBytes under the measured one: what the budget planners leave below a budget,
+// so that a plan said to fit one does (the step's scalars, the loss and its gradient's seed,
+// are placed only approximately). Above it, it may be by one stage output plus 1 KiB: a
+// stage-level profile cannot see the order of events inside one stage's backward (which frees
+// come before a rerun stage's peak: at most one boundary tensor; when the autograd engine sums
+// a tied embedding's gradient with the head's, core/plan/memory_model.cc), and 1 KiB covers
+// the small tensors it does not place exactly (the index and count scratch of an embedding's
+// backward). In one run of 12,833 generated steps (RC_PARAMS max_success=200) the prediction
+// was at most 8 bytes low and 380 high. GPT-2
+// vocabularies are generated far larger than the sequence, as GPT-2's is, so that a
+// parameter-sized error (the model once missed that sum: 151 MB of the paper preset's GPT-2
+// small under selective_attention) exceeds the tolerance.
 #include <algorithm>
 #include <limits>
 #include <set>
@@ -49,6 +53,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/base/files.h"
+#include "core/plan/memory_model.h"
 #include "core/plan/plan_text.h"
 #include "core/plan/schedule.h"
 #include "core/plan/spec.h"
@@ -180,7 +185,8 @@ void CheckAgainstStoreAll(const CaseSpec& c, testing::Case& built, const Run& re
            << measured_peak << " (tolerance " << peak_tolerance << "); baseline "
            << run.step.baseline_bytes << "\n";
   RC_ASSERT(run.predicted.activation_bytes == run.step.activation_bytes);
-  RC_ASSERT(std::abs(run.predicted.peak_bytes - measured_peak) <= peak_tolerance);
+  RC_ASSERT(measured_peak - run.predicted.peak_bytes <= kBudgetSlackBytes);
+  RC_ASSERT(run.predicted.peak_bytes - measured_peak <= peak_tolerance);
   // The host pool (offloading plans; zeros otherwise), counted by what it allocates.
   RC_ASSERT(run.predicted.offloaded_bytes == run.step.offloaded_bytes);
   RC_ASSERT(run.predicted.host_peak_bytes == run.step.host_peak_bytes);
@@ -466,7 +472,9 @@ TEST(Conformance, TiedGradientsSumAsTheEngineSumsThem) {
     const int64_t measured = run->step.peak_bytes - run->step.baseline_bytes;
     const int64_t tolerance =
         LargestStageOutput(*c->workload->model(), c->workload->batch()) + 1024;
-    EXPECT_LE(std::abs(run->predicted.peak_bytes - measured), tolerance)
+    EXPECT_LE(measured - run->predicted.peak_bytes, kBudgetSlackBytes)
+        << "predicted " << run->predicted.peak_bytes << ", measured " << measured;
+    EXPECT_LE(run->predicted.peak_bytes - measured, tolerance)
         << "predicted " << run->predicted.peak_bytes << ", measured " << measured;
     // The other way round: every contribution read as the opposite of what it is.
     ModelProfile flipped = c->profile;

@@ -102,6 +102,65 @@ RC_GTEST_PROP(PlanText, PrintThenParseIsTheIdentity, ()) {
   RC_ASSERT(back->strategy == "plan:file=x");
 }
 
+// Every list of segments in a tree: the top one, then each inner plan.
+void Lists(std::vector<Segment>& segments, std::vector<std::vector<Segment>*>& out) {
+  out.push_back(&segments);
+  for (Segment& s : segments) {
+    if (!s.inner.empty()) Lists(s.inner, out);
+  }
+}
+
+// A valid tree with one rule broken at a generated place (a segment emptied, reversed, begun or
+// ended one stage early or late, or a rerun plan given to a segment that has none): the
+// validator refuses the plan, and the reader refuses its text (python_plan_test.py breaks the
+// same rules for python/ckptlab's reader).
+RC_GTEST_PROP(PlanText, EveryBrokenRuleIsRefusedByTheValidatorAndTheReader, ()) {
+  const int n = *rc::gen::inRange(1, 12).as("stages");
+  std::vector<StageInfo> stages(n);
+  for (int i = 0; i < n; ++i) stages[i].name = absl::StrCat("s", i);
+  Plan plan;
+  plan.segments = Segments(0, n, 3);
+  RC_ASSERT(ValidatePlan(plan, stages).ok());
+  std::vector<std::vector<Segment>*> lists;
+  Lists(plan.segments, lists);
+  std::vector<Segment>& list = **rc::gen::elementOf(lists);
+  Segment& s = list[*rc::gen::inRange<size_t>(0, list.size())];
+  switch (*rc::gen::element(0, 1, 2, 3, 4, 5, 6).as("rule")) {
+    case 0:
+      s.end = s.begin;
+      RC_TAG("empty");
+      break;
+    case 1:
+      std::swap(s.begin, s.end);
+      RC_TAG("reversed");
+      break;
+    case 2:
+      ++s.begin;
+      RC_TAG("begins late");
+      break;
+    case 3:
+      --s.begin;
+      RC_TAG("begins early");
+      break;
+    case 4:
+      ++s.end;
+      RC_TAG("ends late");
+      break;
+    case 5:
+      --s.end;
+      RC_TAG("ends early");
+      break;
+    default:
+      if (s.inner.empty()) s.inner = {Segment{s.begin, s.end, SegmentMode::kStored}};
+      s.mode = *rc::gen::element(SegmentMode::kStored, SegmentMode::kRecomputeAll);
+      RC_TAG("a rerun plan where there is no rerun");
+  }
+  const std::string text = SegmentsToText(plan.segments);
+  RC_LOG() << text << "\n";
+  RC_ASSERT(!ValidatePlan(plan, stages).ok());
+  RC_ASSERT(!ParsePlan(text, stages, "plan").ok());
+}
+
 // Four stages: two attention stages (core, sequence of 4 positions, norm) and two MLP ones. The
 // second block's attention core can be fused, the first's cannot.
 std::vector<StageInfo> Chain() {

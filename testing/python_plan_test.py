@@ -7,6 +7,7 @@ Properties (Hypothesis, a dependency of Debian's python3-torch):
   - generated plan trees, written in ckptlab's grammar (core/plan/plan_text.h) with comments and
     line breaks between tokens, read back as the same tree;
   - nesting past MAX_DEPTH is a PlanError, not a RecursionError;
+  - a valid tree with one rule broken at a drawn place is refused;
   - the corpus both plan readers are held to (plan_corpus.inc): each text is a plan where
     ckptlab's C++ reader reads one (the same tree) and an error where it finds one; run by
     ckptlab.apply on that many stages.
@@ -109,6 +110,42 @@ class PlanReader(unittest.TestCase):
                         self.assertEqual(flat(planned.plan.segments),
                                          flat(parse_plan(expected).segments))
         self.assertGreater(read, 60)
+
+    @settings(max_examples=300, deadline=None)
+    @given(trees(), st.data())
+    def test_every_broken_rule_is_refused(self, segments, data):
+        """A valid tree with one rule broken at a drawn place (as plan_text_test.cc breaks them for
+        ckptlab's reader): ckptlab.apply refuses its text on the tree's stages."""
+        import torch
+        import ckptlab
+        stages = torch.nn.Sequential(*[torch.nn.Identity() for _ in range(segments[-1].end)])
+        lists, pending = [], [segments]
+        while pending:
+            listed = pending.pop()
+            lists.append(listed)
+            pending.extend(s.inner for s in listed if s.inner)
+        listed = data.draw(st.sampled_from(lists))
+        s = listed[data.draw(st.integers(0, len(listed) - 1))]
+        rule = data.draw(st.sampled_from(["empty", "reversed", "begins late", "begins early",
+                                          "ends late", "ends early", "a rerun plan"]))
+        if rule == "empty":
+            s.end = s.begin
+        elif rule == "reversed":
+            s.begin, s.end = s.end, s.begin
+        elif rule == "begins late":
+            s.begin += 1
+        elif rule == "begins early":
+            s.begin -= 1
+        elif rule == "ends late":
+            s.end += 1
+        elif rule == "ends early":
+            s.end -= 1
+        else:
+            s.inner = s.inner or [Segment(s.begin, s.end, "stored")]
+            s.mode = data.draw(st.sampled_from(["stored", "recompute-all"]))
+        text = write(segments, " ")
+        with self.assertRaises(PlanError, msg=text):
+            ckptlab.apply(stages, text)
 
     @settings(max_examples=400, deadline=None)
     @given(st.one_of(st.text(), st.text(alphabet="[](){},;:=@-# \n0123456789abcdefghikmoprstuvx")))
