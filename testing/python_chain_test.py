@@ -220,6 +220,22 @@ class ChainTest(unittest.TestCase):
             ckptlab.Chain(nn.Linear(2, 2)).save("never-written.pt")
         self.assertIn("holds no batch", str(caught.exception))
 
+    def test_a_parameter_written_while_the_model_runs_is_refused_by_name(self):
+        class Decaying(nn.Module):  # a rerun would scale the weight again
+            def __init__(self):
+                super().__init__()
+                self.inner = nn.Linear(WIDTH, WIDTH)
+
+            def forward(self, x):
+                with torch.no_grad():
+                    self.inner.weight.mul_(0.9)
+                return self.inner(x)
+
+        with self.assertRaises(ChainError) as caught:
+            ckptlab.chain(nn.Sequential(nn.Tanh(), Decaying()), torch.randn(2, WIDTH))
+        self.assertIn("writes its parameter 1.inner.weight in place (mul_", str(caught.exception))
+        self.assertNotIn("\n", str(caught.exception))
+
     def test_a_model_that_cannot_be_traced_is_named(self):
         class Gate(nn.Module):
             def forward(self, x):

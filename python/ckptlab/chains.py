@@ -245,6 +245,26 @@ def _detach_what_needs_no_grad(graph_module: fx.GraphModule, batch: Sequence[tor
     graph_module.recompile()
 
 
+def _refuse_parameter_writes(graph_module: fx.GraphModule, names: Dict[int, str]):
+    """ChainError naming a parameter the step writes in place (a forward that scales or clamps
+    its own weight): a rerun would write it again, where state in buffers has stand-ins."""
+    nodes = list(graph_module.graph.nodes)
+    base = _bases([n for n in nodes if n.op in ("placeholder", "call_function")])
+    for n in nodes:
+        if n.op != "call_function":
+            continue
+        for w in _written(n):
+            b = base.get(w, w)
+            tensor = getattr(graph_module, b.target, None) if b.op == "get_attr" else None
+            if isinstance(tensor, nn.Parameter):
+                name = printable(names.get(id(tensor), b.target))
+                raise ChainError(f"ckptlab.chain: the model writes its parameter {name} in place "
+                                 f"({printable(n.target.__name__)}) while it runs, which a "
+                                 "rerun would write again; accepted: parameters that only the "
+                                 "optimizer changes (state in buffers, as BatchNorm keeps its "
+                                 "statistics)")
+
+
 class _Replay(fx.Interpreter):
     """Runs a traced step, each op under the grad mode it was traced in, noting the
     floating-point inputs of each op that require no grad as it reads them (after any in-place
@@ -696,10 +716,11 @@ def chain(model: nn.Module, inputs, loss: Optional[Callable[..., torch.Tensor]] 
                          "dimension")
     graph_module = _trace(model, _share(batch, 0, ranks), len(batch_inputs),
                           loss or (lambda out: mean_square(out)))
-    trace = _Trace(graph_module)
     names = {}
     for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
         names.setdefault(id(tensor), name)
+    _refuse_parameter_writes(graph_module, names)
+    trace = _Trace(graph_module)
     cuts = [0] + _cuts(trace, max_stages) + [len(trace.ops)]
     stages = []
     for begin, end in zip(cuts, cuts[1:]):
