@@ -20,6 +20,10 @@ finely as the computation allows, where the tensors alive across the cut carry f
   - among the cuts allowed, those where the bytes alive are a local minimum (a transformer's
     residual stream between its attention and its MLP; a ResNet between and inside its blocks);
     `max_stages` keeps the cheapest of them.
+What the model computes without gradients (torch.no_grad(), inference_mode) runs without them
+in the chain, and every op reads detached what needs no gradient in the model's step (a mask
+made from shapes, such a region's results), whatever a checkpoint or a profile makes require
+grad; what the step neither needs nor runs for its effects is dropped (docs/torchscript.md).
 Stage i takes the tensors alive across the cut before it, one argument each (stage 0 the batch:
 inputs, then targets), and returns those alive across the cut after it: a tensor where there is
 one, else a tuple; the last stage returns the loss. Stages hold the model's own parameters and
