@@ -1,8 +1,9 @@
 """Models written as users write them, not as a sequence of stages, for the tests of
 ckptlab.chain (python_chain_test.py, python_optimize_test.py, torchscript_crosscheck_test.py):
 a program over a pool of values (skips, residuals, tuples, views, in-place writes, state,
-dropout, a mask, values computed without gradients or from shapes alone, parametrized weights,
-buffers, a norm in float32), a GPT as Hugging Face writes one, a small U-Net; and torchvision,
+dropout, a mask, values computed without gradients or from shapes alone, written in place
+without gradients or copied into zeros, parametrized weights, buffers, state read before it is
+updated, a norm in float32), a GPT as Hugging Face writes one, a small U-Net; and torchvision,
 or None.
 """
 
@@ -44,6 +45,7 @@ class Program(nn.Module):
                 nn.utils.spectral_norm(nn.Linear(WIDTH, WIDTH)) if kind == "spectral_hook" else
                 nn.Identity())
         self.register_buffer("count", torch.zeros(()))
+        self.register_buffer("average", torch.zeros(WIDTH))  # read by some ops, updated by others
 
     def forward(self, x, mask):
         pool = [x * mask.unsqueeze(1)]
@@ -76,6 +78,20 @@ class Program(nn.Module):
                 y = b + taught
             elif kind in ("parametrized", "spectral_hook"):  # a power method run without them
                 y = torch.tanh(layer(a))
+            elif kind == "average_read":  # state read before a later op updates it
+                y = torch.tanh(a + self.average)
+            elif kind == "average_update":  # an average of an activation, kept without gradients
+                with torch.no_grad():
+                    self.average.mul_(0.5).add_(a.mean(0), alpha=0.5)
+                y = b * 0.5
+            elif kind == "clamp_no_grad":  # written in place without gradients, read with them
+                y = a + 0.5  # which saves nothing the write would change
+                with torch.no_grad():
+                    y.clamp_(max=0.5)
+            elif kind == "into_zeros":  # an activation copied into a tensor made from a shape
+                buf = torch.zeros(a.shape[0], 2 * WIDTH, dtype=a.dtype)
+                buf[:, :WIDTH] = a
+                y = buf[:, WIDTH // 2:WIDTH + WIDTH // 2] + b
             elif kind == "shape_mask":  # made from a shape alone (swin's window mask): no grad
                 y = torch.ones_like(a).tril()
             elif kind == "product":  # saves each factor for the other's gradient, if it needs one
@@ -127,7 +143,8 @@ class Pair(nn.Module):
 
 KINDS = ["linear", "residual", "concat", "in_place", "batch_norm", "dropout", "view", "pair",
          "counter", "no_grad", "teacher", "parametrized", "spectral_hook", "buffer",
-         "float32_norm", "shape_mask", "product"]
+         "float32_norm", "shape_mask", "product", "average_read", "average_update",
+         "clamp_no_grad", "into_zeros"]
 
 
 def trains(model, inputs, target):

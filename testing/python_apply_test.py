@@ -172,6 +172,21 @@ class Apply(unittest.TestCase):
             a, b = stages[1](stages[0](x))
             self.assertTrue(torch.equal(y, a * b))
 
+    def test_an_evaluation_before_training_learns_the_state_anew(self):
+        torch.manual_seed(0)
+        stages = [Linear(WIDTH), nn.BatchNorm1d(WIDTH), Linear(WIDTH)]
+        plain = nn.Sequential(*made(stages, False))
+        planned = ckptlab.apply(nn.Sequential(*made(stages, False)), "[0,3) checkpointed")
+        x = torch.randn(5, WIDTH)
+        for model in (plain, planned):
+            model.eval()
+            with torch.no_grad():
+                model(x)  # a validation pass first: BatchNorm updates nothing in it
+            model.train()
+        expected, got = step(plain, x, 3), step(planned, x, 3)
+        for e, g in zip(expected[1] + expected[2], got[1] + got[2]):
+            self.assertTrue(same(e, g))  # its statistics updated once, not by the rerun again
+
     def test_a_container_with_a_forward_of_its_own_is_refused(self):
         class Scaled(nn.Sequential):
             def forward(self, x):

@@ -220,6 +220,111 @@ class ChainTest(unittest.TestCase):
             ckptlab.Chain(nn.Linear(2, 2)).save("never-written.pt")
         self.assertIn("holds no batch", str(caught.exception))
 
+    def test_state_read_before_it_is_updated_reruns_as_the_step_read_it(self):
+        class Average(nn.Module):  # a buffer read, then updated without gradients
+            def __init__(self):
+                super().__init__()
+                self.inner, self.outer = nn.Linear(8, 8), nn.Linear(8, 8)
+                self.register_buffer("average", torch.zeros(8))
+
+            def forward(self, x):
+                h = torch.tanh(self.inner(x) + self.average)
+                with torch.no_grad():
+                    self.average.mul_(0.5).add_(h.mean(0))
+                return self.outer(h)
+
+        class Normalised(nn.Module):  # spectral_norm's power method: reads v, then writes u, v
+            def __init__(self):
+                super().__init__()
+                self.inner = nn.utils.parametrizations.spectral_norm(nn.Linear(8, 8))
+                self.outer = nn.Linear(8, 1)
+
+            def forward(self, x):
+                return self.outer(torch.relu(self.inner(x)))
+
+        for make in (Average, Normalised):
+            with self.subTest(model=make.__name__):
+                torch.manual_seed(0)
+                model = make()
+                with torch.no_grad():  # a weight far from the power method's converged u, v
+                    for p in model.parameters():
+                        p.mul_(3)
+                x = torch.randn(4, 8)
+                chain = ckptlab.chain(model, x)
+                plain = lambda x: model(x).square().mean()  # noqa: E731
+                for k in range(1, len(chain) + 1):
+                    rest = f", [{k},{len(chain)}) stored" if k < len(chain) else ""
+                    self.assert_steps_equal(model, plain,
+                                            ckptlab.apply(chain, f"[0,{k}) checkpointed{rest}"),
+                                            (x,), steps=2)
+
+    def test_what_a_trace_cannot_see_is_refused_not_trained_otherwise(self):
+        class Reverse(torch.autograd.Function):  # a gradient-reversal layer's own backward
+            @staticmethod
+            def forward(ctx, x):
+                return x.clone()
+
+            @staticmethod
+            def backward(ctx, grad):
+                return -grad
+
+        class Model(nn.Module):
+            def __init__(self, kind):
+                super().__init__()
+                self.kind, self.inner, self.outer = kind, nn.Linear(8, 8), nn.Linear(8, 1)
+
+            def forward(self, x):
+                h = self.inner(x)
+                if self.kind == "function":
+                    h = Reverse.apply(h)
+                elif self.kind == "hook" and h.requires_grad:
+                    h.register_hook(lambda g: 10 * g)
+                elif self.kind == "penalty":  # a gradient penalty, autograd.grad in the forward
+                    x = x.detach().requires_grad_(True)
+                    y = self.outer(torch.tanh(self.inner(x)))
+                    (g,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+                    return y + g.norm(dim=1, keepdim=True)
+                return self.outer(torch.tanh(h))
+
+        for kind in ("function", "hook", "penalty"):
+            with self.subTest(kind=kind):
+                torch.manual_seed(0)
+                model = Model(kind)
+                x = torch.randn(4, 8)
+                try:
+                    chain = ckptlab.chain(model, x)
+                except ChainError as e:
+                    self.assertIn("a step of the chain does not give the model's inner.weight",
+                                  str(e))
+                    self.assertNotIn("\n", str(e))
+                    self.assertTrue(all(p.grad is None for p in model.parameters()))
+                    continue
+                # Newer torches trace autograd.grad's own operators: then the chain is the step.
+                self.assertEqual(kind, "penalty")
+                self.assert_steps_equal(model, lambda x: model(x).square().mean(), chain, (x,))
+
+    def test_a_layer_frozen_when_cut_trains_once_unfrozen_and_the_batch_is_untouched(self):
+        class Writes(nn.Module):  # writes its input in place
+            def __init__(self):
+                super().__init__()
+                self.inner, self.outer = nn.Linear(8, 8), nn.Linear(8, 1)
+
+            def forward(self, x):
+                return self.outer(torch.tanh(self.inner(x.mul_(2))))
+
+        torch.manual_seed(0)
+        model = Writes()
+        model.inner.requires_grad_(False)
+        x = torch.randn(4, 8)
+        before = x.clone()
+        chain = ckptlab.chain(model, x)
+        self.assertTrue(torch.equal(x, before))
+        self.assertTrue(torch.equal(chain.example[0], before))
+        model.inner.requires_grad_(True)
+        plain = lambda x: model(x.clone()).square().mean()  # noqa: E731
+        self.assert_steps_equal(model, plain, lambda x: chain(x.clone()), (x,))
+        self.assertIsNotNone(model.inner.weight.grad)
+
     def test_a_parameter_written_while_the_model_runs_is_refused_by_name(self):
         class Decaying(nn.Module):  # a rerun would scale the weight again
             def __init__(self):

@@ -66,10 +66,9 @@ def main(argv=None) -> int:
     from ckptlab.planned import apply, describe
 
     try:
-        try:
-            text = _read_regular(args.plan, MAX_PLAN_BYTES).decode("utf-8")
-        except UnicodeDecodeError:
-            raise _Refused(f"{args.plan}: not UTF-8 text; accepted: a plan file (docs/plans.md)")
+        # Bytes that are no UTF-8 stand for themselves (as ckptlab's reader takes them: a
+        # comment may hold any; anywhere else they are an error of the plan's).
+        text = _read_regular(args.plan, MAX_PLAN_BYTES).decode("utf-8", errors="surrogateescape")
         data = _read_regular(args.model, MAX_MODEL_BYTES)
         try:
             with warnings.catch_warnings():  # newer torches: "`torch.jit.load` is deprecated"

@@ -121,6 +121,66 @@ def _untouched(model: nn.Module, batch: Sequence[torch.Tensor]):
                 del vars(t)[k]
 
 
+def _copies(batch: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+    """The batch copied, each copy requiring grad as its tensor does: what a model runs on while
+    it is cut, so that a forward writing its input (x.mul_(2)) leaves the caller's as it was."""
+    return [t.detach().clone().requires_grad_(t.requires_grad) for t in batch]
+
+
+def _same_step(model: nn.Module, chain: "Chain", batch: Sequence[torch.Tensor], inputs: int,
+               loss: Callable[..., torch.Tensor], names: Dict[int, str]):
+    """ChainError where a step of `chain` on `batch` does not give the model's: its loss, and
+    every parameter's and input's gradient (bitwise on a CPU; to 1e-5 of the largest on a GPU,
+    whose kernels need not repeat their sums), None where the model's is None. The model's step
+    then does what a trace of its operators cannot see: a custom autograd.Function's own
+    backward, a hook on a tensor, autograd.grad inside the forward. Leaves the gradients, the
+    buffers and the random streams as they were."""
+    params = list(model.parameters())
+    before = [p.grad for p in params]
+
+    def run(forward):
+        for p in params:
+            p.grad = None
+        xs = _copies(batch)
+        with _untouched(model, batch):
+            value = forward(xs)
+            value.backward()
+        return ([value.detach()] + [p.grad for p in params]
+                + [x.grad for x in xs if x.requires_grad])
+
+    labels = ["the loss"] + [names.get(id(p), "a parameter") for p in params] + [
+        f"the gradient of input {k}" for k, x in enumerate(batch) if x.requires_grad]
+    try:
+        try:
+            plain = run(lambda xs: loss(model(*xs[:inputs]), *xs[inputs:]))
+        except RuntimeError as e:  # no gradient to take: nothing to plan for
+            raise ChainError("ckptlab.chain: the model's loss does not backpropagate on the "
+                             f"example batch: {printable(str(e).splitlines()[0])}") from e
+        chained = run(lambda xs: chain(*xs))
+    finally:
+        for p, grad in zip(params, before):
+            p.grad = grad
+    exact = not any(t.is_cuda for t in list(batch) + params)
+    for label, a, b in zip(labels, plain, chained):
+        if a is None or b is None:
+            same = a is None and b is None
+        elif exact:
+            same = a.shape == b.shape and torch.equal(a, b)
+        else:
+            same = a.shape == b.shape and bool(
+                ((a - b).abs().max() <= 1e-5 * max(a.abs().max().item(), 1.0)).item())
+        if not same:
+            raise ChainError(
+                f"ckptlab.chain: a step of the chain does not give the model's {printable(label)}"
+                f" ({'None' if a is None else 'a gradient'} in the model, "
+                f"{'None' if b is None else 'a gradient'} in the chain"
+                + ("" if a is None or b is None or a.shape != b.shape else
+                   f", {(a.double() - b.double()).abs().max().item():.3g} apart")
+                + "): the model does what a trace of its operators cannot see, such as a custom "
+                "autograd.Function, a hook on a tensor or autograd.grad inside its forward; "
+                "accepted: a model whose gradients are its operators'")
+
+
 def _failing_module(error: BaseException, names: Dict[int, str], model: nn.Module) -> str:
     """The innermost of model's modules whose code was running when `error` was raised."""
     found = model
@@ -142,7 +202,7 @@ def _trace(model, batch, inputs, loss) -> fx.GraphModule:
 
     with _untouched(model, batch):
         try:
-            value = step(*batch)
+            value = step(*_copies(batch))
         except ChainError:  # the default loss's
             raise
         except Exception as e:  # the model's own error, before any tracing
@@ -156,7 +216,7 @@ def _trace(model, batch, inputs, loss) -> fx.GraphModule:
     with _untouched(model, batch):
         try:
             with _grad_mode_recorded():
-                graph_module = make_fx(step)(*batch)
+                graph_module = make_fx(step)(*_copies(batch))
         except Exception as e:
             raise ChainError(f"ckptlab.chain: {_failing_module(e, names, model)} cannot be traced "
                              f"by running it: {printable(type(e).__name__)}: "
@@ -209,6 +269,12 @@ def _detach_what_needs_no_grad(graph_module: fx.GraphModule, batch: Sequence[tor
     nodes = list(graph.nodes)
     base = _bases(nodes)
     off = {n for n in nodes if n.op == "call_function" and not n.meta.get(_GRAD, True)}
+    # What a write in place without gradients returns is the tensor it wrote, and that keeps its
+    # graph (a clamp_ under no_grad on an activation: gradients pass through as if it were not
+    # there): whatever reads the result reads that tensor.
+    for n in off:
+        if _written(n) and _aliases(n):
+            n.replace_all_uses_with(_aliased(n))
     written_with_grad = {base.get(w, w) for n in nodes
                          if n.op == "call_function" and n not in off for w in _written(n)}
     # An op run with gradients whose result only such regions read (a scale computed from an
@@ -221,9 +287,18 @@ def _detach_what_needs_no_grad(graph_module: fx.GraphModule, batch: Sequence[tor
             off.add(n)
             n.meta[_GRAD] = False
     # What each op reads that requires no grad, as autograd itself says: a replay of the step
-    # under the model's grad modes, the batch requiring grad as the model's did.
+    # under the model's grad modes, the batch requiring grad as the model's did, and every
+    # parameter requiring it (a frozen one may be unfrozen later: the chain reads it as the
+    # model does, whatever its requires_grad is then).
     replay = _Replay(graph_module)
-    replay.run(*[t.detach().requires_grad_(t.requires_grad) for t in batch])
+    frozen = [p for p in graph_module.parameters() if not p.requires_grad]
+    try:
+        for p in frozen:
+            p.requires_grad_(True)
+        replay.run(*_copies(batch))
+    finally:
+        for p in frozen:
+            p.requires_grad_(False)
     for n in nodes:
         if n.op != "call_function":
             continue
@@ -235,7 +310,10 @@ def _detach_what_needs_no_grad(graph_module: fx.GraphModule, batch: Sequence[tor
                     return m
             elif not _is_tensor_meta(m.meta.get("tensor_meta")):
                 return m  # a tuple or a number
-            if n not in off and m not in replay.reads_no_grad[n]:
+            # Not the base of a write in place with gradients, which gives it a graph (a buffer
+            # made of zeros that an activation is copied into, buf[:, :8] = h).
+            if n not in off and (m not in replay.reads_no_grad[n]
+                                 or base.get(m, m) in written_with_grad):
                 return m
             if m not in detached:
                 with graph.inserting_before(n):
@@ -386,6 +464,24 @@ class _Trace:
                     continue  # a parameter or buffer: state, updated where the op is
                 for p in range(index[b] + 1, index[n] + 1):
                     allowed[p] = False
+        # A buffer the step writes in place (state): every op reading it up to its last write is
+        # in one stage, which a rerun runs from the stand-ins of the state it updates, reading
+        # what the step's first run read (spectral_norm's power method reads v early and writes
+        # u and v later; an average read, then updated).
+        first_read, last_write = {}, {}
+        for n in self.ops:
+            for w in _written(n):
+                b = self.base.get(w, w)
+                if b.op == "get_attr":
+                    last_write[b.target] = index[n]
+        for n in self.ops:
+            for a in n.all_input_nodes:
+                b = self.base.get(a, a)
+                if b.op == "get_attr" and b.target in last_write:
+                    first_read.setdefault(b.target, index[n])
+        for target, last in last_write.items():
+            for p in range(first_read.get(target, last) + 1, last + 1):
+                allowed[p] = False
         self.allowed = allowed
         self.index = index
 
@@ -695,10 +791,14 @@ def chain(model: nn.Module, inputs, loss: Optional[Callable[..., torch.Tensor]] 
     rows' alone: data parallel averages the ranks' gradients, which are the whole batch's where
     the loss is a mean over rows and no op mixes rows (BatchNorm normalises each rank's rows
     by their own statistics, as DDP without SyncBatchNorm does).
-    Tracing runs the model twice (plainly, then traced) and leaves its buffers and the random
-    streams as they were.
+    Cutting runs the model's forward three times (plainly, traced, and the trace replayed to
+    see what needs no gradient) and a step of the model and of the chain, which must agree: the
+    same loss and gradients, bitwise on a CPU. It runs on copies of the batch, and leaves the
+    model's buffers, gradients and the random streams as they were.
     ChainError naming the module and the reason where the model cannot be traced by running it,
-    or names what is wrong with the batch, the loss, max_stages or ranks."""
+    where the chain's step is not the model's (a custom autograd.Function, a tensor hook,
+    autograd.grad in the forward), where the model writes a parameter while it runs, or names
+    what is wrong with the batch, the loss, max_stages or ranks."""
     batch_inputs = _tensors("inputs", inputs)
     batch_targets = _tensors("targets", targets)
     if max_stages is not None and (isinstance(max_stages, bool) or not isinstance(max_stages, int)
@@ -739,6 +839,8 @@ def chain(model: nn.Module, inputs, loss: Optional[Callable[..., torch.Tensor]] 
     held = {id(t) for t in list(result.parameters()) + list(result.buffers())}
     result.unread = [t for _, t in list(model.named_parameters()) + list(model.named_buffers())
                      if id(t) not in held]
+    _same_step(model, result, _share(batch, 0, ranks), len(batch_inputs),
+               loss or (lambda out: mean_square(out)), names)
     return result
 
 

@@ -95,10 +95,11 @@ class _Reader:
     def integer(self) -> int:
         self.skip()
         m = _INT.match(self.text, self.at)
-        if not m or len(m.group()) > 10 or int(m.group()) > MAX_STAGE:
+        digits = m.group().lstrip("0") or "0" if m else ""  # leading zeros, as ckptlab reads
+        if not m or len(digits) > 10 or int(digits) > MAX_STAGE:
             self.fail(f"a stage number (0 to {MAX_STAGE})")
         self.at = m.end()
-        return int(m.group())
+        return int(digits)
 
     def word(self, what: str) -> str:
         self.skip()

@@ -24,8 +24,9 @@ model does, or refuses by name:
     a stage rerun by a plan would run differently from its first run. Compare with the plain
     model run the same way.
 Which stages write their inputs or update state is learned on the first call (and again when a
-stage is replaced), by running the stages once without a graph on a copy of the inputs, the
-state and the random streams put back after.
+stage is replaced, or a module's training flag changes: an evaluation before training), by
+running the stages once without a graph on a copy of the inputs, the state and the random
+streams put back after.
 
 How each segment runs (ckptlab's executor does the same, core/run/checkpoint.h):
   stored         the stages plainly: autograd keeps what they save.
@@ -178,6 +179,7 @@ class _Facts:
 
     def __init__(self, stages: List[nn.Module], value, chain: bool):
         self.ids = [id(s) for s in stages]
+        self.modes = _modes(stages)
         self.spreads = [_spreads(s, chain) for s in stages]
         self.writes = [False] * len(stages)
         self.state = [None] * len(stages)
@@ -206,6 +208,12 @@ class _Facts:
             with torch.no_grad():
                 for b, value_before in saved:
                     b.copy_(value_before)
+
+
+def _modes(stages) -> List[bool]:
+    """Every module's training flag: what a stage does to its state depends on it (BatchNorm
+    updates its statistics in training only)."""
+    return [m.training for s in stages for m in s.modules()]
 
 
 def _call(stage, x, spreads):
@@ -389,7 +397,8 @@ class PlannedSequential(nn.Module):
                             f"{len(self._list)} now")
         x = inputs[0] if len(inputs) == 1 else inputs
         with torch.jit.optimized_execution(False):
-            if self._facts is None or self._facts.ids != [id(s) for s in self._list]:
+            if (self._facts is None or self._facts.ids != [id(s) for s in self._list]
+                    or self._facts.modes != _modes(self._list)):
                 self._facts = _Facts(self._list, x, getattr(self.stages, "spreads_tuples", False))
             return self._run(self.plan.segments, x)
 
@@ -479,14 +488,12 @@ def _alive(references) -> List[torch.Tensor]:
 
 
 def describe(plan: Plan, names: Sequence[str]) -> str:
-    """The plan as lines, a segment a line with its stages' names."""
-    lines = []
-
-    def walk(segments, depth):
-        for s in segments:
-            stages = ", ".join(printable(n) for n in names[s.begin:s.end])
-            lines.append(f"{'  ' * depth}[{s.begin},{s.end}) {s.mode}: {stages}")
-            walk(s.inner, depth + 1)
-
-    walk(plan.segments, 0)
+    """The plan as lines, a segment a line with its stages' names (depth first, without
+    recursion: a plan may nest MAX_DEPTH deep)."""
+    lines, pending = [], [(s, 0) for s in reversed(plan.segments)]
+    while pending:
+        s, depth = pending.pop()
+        stages = ", ".join(printable(n) for n in names[s.begin:s.end])
+        lines.append(f"{'  ' * depth}[{s.begin},{s.end}) {s.mode}: {stages}")
+        pending.extend((inner, depth + 1) for inner in reversed(s.inner))
     return "\n".join(lines)
