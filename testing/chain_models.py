@@ -2,9 +2,9 @@
 ckptlab.chain (python_chain_test.py, python_optimize_test.py, torchscript_crosscheck_test.py):
 a program over a pool of values (skips, residuals, tuples, views, in-place writes, state,
 dropout, a mask, values computed without gradients or from shapes alone, written in place
-without gradients or copied into zeros, parametrized weights, buffers, state read before it is
-updated, a norm in float32), a GPT as Hugging Face writes one, a small U-Net; and torchvision,
-or None.
+without gradients or copied into zeros, parametrized weights, frozen layers, buffers, state read
+before it is updated, a norm in float32), a GPT as Hugging Face writes one, a small U-Net; and
+torchvision, or None.
 """
 
 import copy
@@ -40,6 +40,7 @@ class Program(nn.Module):
                 nn.BatchNorm1d(WIDTH) if kind == "batch_norm" else
                 Pair() if kind == "pair" else
                 nn.Linear(WIDTH, WIDTH) if kind in ("linear", "teacher") else
+                nn.Linear(WIDTH, WIDTH).requires_grad_(False) if kind == "frozen" else
                 nn.utils.parametrizations.spectral_norm(nn.Linear(WIDTH, WIDTH))
                 if kind == "parametrized" else
                 nn.utils.spectral_norm(nn.Linear(WIDTH, WIDTH)) if kind == "spectral_hook" else
@@ -76,6 +77,8 @@ class Program(nn.Module):
                 with torch.no_grad():
                     taught = layer(a)
                 y = b + taught
+            elif kind == "frozen":  # a layer the optimizer does not train (a frozen backbone)
+                y = torch.tanh(layer(a))
             elif kind in ("parametrized", "spectral_hook"):  # a power method run without them
                 y = torch.tanh(layer(a))
             elif kind == "average_read":  # state read before a later op updates it
@@ -144,7 +147,7 @@ class Pair(nn.Module):
 KINDS = ["linear", "residual", "concat", "in_place", "batch_norm", "dropout", "view", "pair",
          "counter", "no_grad", "teacher", "parametrized", "spectral_hook", "buffer",
          "float32_norm", "shape_mask", "product", "average_read", "average_update",
-         "clamp_no_grad", "into_zeros"]
+         "clamp_no_grad", "into_zeros", "frozen"]
 
 
 def trains(model, inputs, target):

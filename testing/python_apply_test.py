@@ -3,16 +3,19 @@
 
 The models hold what users' models hold: stages returning a tensor twice, their input beside a
 new tensor, a view of their input, their input itself, a zero-element view of it; a stage taking
-a tuple whole, beside an argument with a default; an in-place write to the input; BatchNorm, its statistics written by the kernel
-alone (functional batch_norm), and a counter read after its update (state); dropout and random
-numbers drawn without a generator; a zero-element parameter; a concatenation handing a BatchNorm
-before it a slice of its gradient (a checkpoint must hand it on as is: a contiguous copy rounds
-the BatchNorm's backward differently). Each is run eagerly or scripted.
-The plans are trees of every segment mode. Properties:
+a tuple whole, beside an argument with a default; an in-place write to the input; BatchNorm,
+its statistics written by the kernel alone (functional batch_norm), and a counter read after its
+update (state); dropout and random numbers drawn without a generator; a zero-element parameter;
+a concatenation handing a BatchNorm before it a slice of its gradient (a checkpoint must hand it
+on as is: a contiguous copy rounds the BatchNorm's backward differently). Each is run eagerly
+or scripted. The plans are trees of every segment mode. Properties:
   - a step of the planned model gives the plain model's loss and gradients (every parameter's
     and the input's) bitwise, and leaves the state (every buffer) as the plain model's step
     does; so does a second step, and one under bfloat16 autocast (reruns run under the first
     run's); a stage replaced between steps runs as replaced;
+  - two forwards before one backward rerun each from the state its first run read (equal up to
+    the order the two gradients are summed in); a stage writing its own parameter runs once
+    under a plan storing it, and a plan rerunning it is refused by name;
   - a plan nesting MAX_NESTING checkpoints runs; one nesting more is refused by name;
   - `python3 -m ckptlab.apply` prints a plan's segments, and nothing else; bad input (a missing,
     special, oversized or foreign file, a plan too deep or for another model) is one line and
@@ -186,6 +189,47 @@ class Apply(unittest.TestCase):
         expected, got = step(plain, x, 3), step(planned, x, 3)
         for e, g in zip(expected[1] + expected[2], got[1] + got[2]):
             self.assertTrue(same(e, g))  # its statistics updated once, not by the rerun again
+
+    def test_two_forwards_before_one_backward_rerun_each_from_its_own_state(self):
+        # A GAN's discriminator on real and fake, gradient accumulation into one loss: each
+        # rerun must read the state its own first run read (spectral_norm's u and v, BatchNorm's
+        # batch), not the state the later forward left.
+        torch.manual_seed(0)
+        stages = [nn.utils.parametrizations.spectral_norm(nn.Linear(WIDTH, WIDTH)), nn.Tanh(),
+                  nn.BatchNorm1d(WIDTH), Linear(WIDTH)]
+        with torch.no_grad():  # a weight that moved since u and v converged
+            stages[0].parametrizations.weight.original.mul_(3)
+        real, fake = torch.randn(5, WIDTH), torch.randn(5, WIDTH)
+        results = []
+        for model in (nn.Sequential(*made(stages, False)),
+                      ckptlab.apply(nn.Sequential(*made(stages, False)),
+                                    "[0,2) checkpointed, [2,4) checkpointed")):
+            (model(real).square().mean() + model(fake).square().mean()).backward()
+            results.append([p.grad for p in model.parameters()] + list(model.buffers()))
+        for e, g in zip(*results):
+            # The two forwards' gradients are summed in another order: rounding, no more.
+            self.assertTrue(torch.allclose(e, g, rtol=1e-6, atol=1e-7),
+                            f"max |difference| {(e - g).abs().max().item():.3g}")
+
+    def test_a_stage_writing_its_parameter_is_run_once_or_refused(self):
+        class Decaying(nn.Linear):  # a constraint applied in forward: a rerun applies it again
+            def forward(self, x):
+                with torch.no_grad():
+                    self.weight.mul_(0.9)
+                return super().forward(x)
+
+        torch.manual_seed(0)
+        stages = [Linear(WIDTH), Decaying(WIDTH, WIDTH), Linear(WIDTH)]
+        x = torch.randn(3, WIDTH)
+        expected = step(nn.Sequential(*made(stages, False)), x, 2)
+        stored = nn.Sequential(*made(stages, False))
+        got = step(ckptlab.apply(stored, "[0,1) checkpointed, [1,2) stored, [2,3) checkpointed"),
+                   x, 2)
+        self.assertTrue(all(same(e, g) for e, g in zip(expected[1], got[1])))
+        self.assertTrue(torch.equal(stored[1].weight, made(stages, False)[1].weight * 0.9))
+        rerun = ckptlab.apply(nn.Sequential(*made(stages, False)), "[0,3) checkpointed")
+        with self.assertRaisesRegex(PlanError, "stage 1 writes its parameter weight in place"):
+            rerun(x)
 
     def test_a_container_with_a_forward_of_its_own_is_refused(self):
         class Scaled(nn.Sequential):

@@ -19,8 +19,12 @@ Properties:
   - Chain.save writes the stages and the batch whole, replacing a link rather than following it;
   - granularity: at least one stage per block, a transformer's attention and MLP apart, what
     each stage keeps summing to what the chain keeps;
-  - a model that cannot be traced, a bad batch, loss, max_stages or ranks: ChainError, one line
-    naming the module or the value.
+  - state read before its update reruns as the step read it; a checkpoint inside the model
+    (reentrant, as Hugging Face's) is traced as what it wraps; frozen layers keep nothing, and
+    unfreezing one after the cut is refused;
+  - a model that cannot be traced, writes a parameter, gives a buffer a new tensor, or does what
+    a trace cannot see, a bad batch, loss, max_stages or ranks: ChainError, one line naming the
+    module or the value.
 Runs on the torch of the Python that runs it (1.13 here, 2.6 in CI's trixie root).
 """
 
@@ -294,8 +298,8 @@ class ChainTest(unittest.TestCase):
                 try:
                     chain = ckptlab.chain(model, x)
                 except ChainError as e:
-                    self.assertIn("a step of the chain does not give the model's inner.weight",
-                                  str(e))
+                    self.assertIn("a step of the chain does not give the model's gradient of "
+                                  "inner.weight", str(e))
                     self.assertNotIn("\n", str(e))
                     self.assertTrue(all(p.grad is None for p in model.parameters()))
                     continue
@@ -303,7 +307,7 @@ class ChainTest(unittest.TestCase):
                 self.assertEqual(kind, "penalty")
                 self.assert_steps_equal(model, lambda x: model(x).square().mean(), chain, (x,))
 
-    def test_a_layer_frozen_when_cut_trains_once_unfrozen_and_the_batch_is_untouched(self):
+    def test_a_chain_is_cut_for_its_frozen_layers_and_leaves_the_batch_untouched(self):
         class Writes(nn.Module):  # writes its input in place
             def __init__(self):
                 super().__init__()
@@ -320,10 +324,14 @@ class ChainTest(unittest.TestCase):
         chain = ckptlab.chain(model, x)
         self.assertTrue(torch.equal(x, before))
         self.assertTrue(torch.equal(chain.example[0], before))
-        model.inner.requires_grad_(True)
         plain = lambda x: model(x.clone()).square().mean()  # noqa: E731
         self.assert_steps_equal(model, plain, lambda x: chain(x.clone()), (x,))
-        self.assertIsNotNone(model.inner.weight.grad)
+        self.assertIsNone(model.inner.weight.grad)
+        model.inner.requires_grad_(True)  # unfrozen: it would need another chain
+        for run in (chain, ckptlab.apply(chain, f"[0,{len(chain)}) checkpointed")):
+            with self.assertRaises(ChainError) as caught:
+                run(x.clone())
+            self.assertIn("cut with inner.weight frozen, and it is not now", str(caught.exception))
 
     def test_a_parameter_written_while_the_model_runs_is_refused_by_name(self):
         class Decaying(nn.Module):  # a rerun would scale the weight again
@@ -340,6 +348,49 @@ class ChainTest(unittest.TestCase):
             ckptlab.chain(nn.Sequential(nn.Tanh(), Decaying()), torch.randn(2, WIDTH))
         self.assertIn("writes its parameter 1.inner.weight in place (mul_", str(caught.exception))
         self.assertNotIn("\n", str(caught.exception))
+
+    def test_a_buffer_given_a_new_tensor_is_refused_by_name(self):
+        class Rebinding(nn.Module):  # an average kept by assignment, not in place
+            def __init__(self):
+                super().__init__()
+                self.inner = nn.Linear(WIDTH, WIDTH)
+                self.register_buffer("average", torch.zeros(WIDTH))
+
+            def forward(self, x):
+                y = self.inner(x)
+                self.average = 0.9 * self.average + 0.1 * y.detach().mean(0)
+                return y
+
+        model = nn.Sequential(nn.Tanh(), Rebinding())
+        before = model[1].average
+        with self.assertRaises(ChainError) as caught:
+            ckptlab.chain(model, torch.randn(2, WIDTH))
+        self.assertIn("gives its buffer 1.average a new tensor", str(caught.exception))
+        self.assertNotIn("\n", str(caught.exception))
+        self.assertIs(model[1].average, before)  # put back as it was
+        self.assertTrue(torch.equal(before, torch.zeros(WIDTH)))
+
+    def test_a_checkpoint_inside_the_model_is_traced_as_what_it_wraps(self):
+        class Checkpointed(nn.Module):  # gradient checkpointing as Hugging Face's models do it
+            def __init__(self):
+                super().__init__()
+                self.stem = nn.Linear(WIDTH, WIDTH)  # its output requires grad, as an embedding's
+                self.blocks = nn.ModuleList(nn.Linear(WIDTH, WIDTH) for _ in range(3))
+
+            def forward(self, x):
+                x = self.stem(x)
+                for block in self.blocks:
+                    x = torch.tanh(torch.utils.checkpoint.checkpoint(block, x, use_reentrant=True))
+                return x
+
+        torch.manual_seed(0)
+        model = Checkpointed()
+        x = torch.randn(3, WIDTH)
+        chain = ckptlab.chain(model, x)
+        plain = lambda x: model(x).square().mean()  # noqa: E731
+        self.assert_steps_equal(model, plain, chain, (x,))
+        self.assert_steps_equal(model, plain, ckptlab.apply(chain, f"[0,{len(chain)}) stored"),
+                                (x,))
 
     def test_a_model_that_cannot_be_traced_is_named(self):
         class Gate(nn.Module):

@@ -38,11 +38,12 @@ import dataclasses
 import os
 import tempfile
 import weakref
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import fx, nn
 import torch.fx.experimental.proxy_tensor
+import torch.utils.checkpoint
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from ckptlab.plan import printable
@@ -90,15 +91,20 @@ def mean_square(output) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def _untouched(model: nn.Module, batch: Sequence[torch.Tensor]):
-    """The model's buffers, its modules' other tensor attributes (what a forward pre-hook sets:
-    the old spectral_norm's weight, which a trace would leave a traced tensor) and the random
-    streams as they were before, whatever ran inside."""
+def _untouched(model: nn.Module, batch: Sequence[torch.Tensor],
+               parameters: Sequence[torch.Tensor] = ()):
+    """The model's buffers (the tensors its modules hold and their values), its modules' other
+    tensor attributes (what a forward pre-hook sets: the old spectral_norm's weight, which a trace
+    would leave a traced tensor; a tensor a forward updates in place), `parameters`' values (a
+    copy on the host while inside) and the random streams as they were before, whatever ran
+    inside."""
     devices = sorted({t.device.index or 0 for t in batch if t.is_cuda})
     with torch.no_grad():
         saved = [(b, b.clone()) for b in model.buffers()]
-    attributes = [(m, {k: v for k, v in vars(m).items() if isinstance(v, torch.Tensor)})
-                  for m in model.modules()]
+        held = [(m, dict(m._buffers), {k: (v, v.clone()) for k, v in vars(m).items()
+                                       if isinstance(v, torch.Tensor)})
+                for m in model.modules()]
+        values = [(p, p.detach().to("cpu", copy=True)) for p in parameters]
     # What a tensor object carries besides its data: 1.13's make_fx notes its proxies there,
     # which would stay (copy.deepcopy of the model then fails on them).
     tensors = list(model.parameters()) + list(model.buffers())
@@ -110,12 +116,17 @@ def _untouched(model: nn.Module, batch: Sequence[torch.Tensor]):
         with torch.no_grad():
             for b, before in saved:
                 b.copy_(before)
-        for m, before in attributes:
-            for k in [k for k, v in vars(m).items() if isinstance(v, torch.Tensor)]:
-                if k not in before:
-                    delattr(m, k)
-            for k, v in before.items():
-                vars(m)[k] = v
+            for p, before in values:
+                p.copy_(before)
+            for m, buffers, attributes in held:
+                m._buffers.clear()
+                m._buffers.update(buffers)
+                for k in [k for k, v in vars(m).items() if isinstance(v, torch.Tensor)]:
+                    if k not in attributes:
+                        delattr(m, k)
+                for k, (v, before) in attributes.items():
+                    vars(m)[k] = v
+                    v.copy_(before)
         for t, before in notes:
             for k in set(vars(t)) - before:
                 del vars(t)[k]
@@ -128,7 +139,8 @@ def _copies(batch: Sequence[torch.Tensor]) -> List[torch.Tensor]:
 
 
 def _same_step(model: nn.Module, chain: "Chain", batch: Sequence[torch.Tensor], inputs: int,
-               loss: Callable[..., torch.Tensor], names: Dict[int, str]):
+               loss: Callable[..., torch.Tensor], names: Dict[int, str],
+               written: Sequence[torch.Tensor]):
     """ChainError where a step of `chain` on `batch` does not give the model's: its loss, and
     every parameter's and input's gradient (bitwise on a CPU; to 1e-5 of the largest on a GPU,
     whose kernels need not repeat their sums), None where the model's is None. The model's step
@@ -142,26 +154,33 @@ def _same_step(model: nn.Module, chain: "Chain", batch: Sequence[torch.Tensor], 
         for p in params:
             p.grad = None
         xs = _copies(batch)
-        with _untouched(model, batch):
+        with _untouched(model, batch, written):
             value = forward(xs)
             value.backward()
         return ([value.detach()] + [p.grad for p in params]
                 + [x.grad for x in xs if x.requires_grad])
 
-    labels = ["the loss"] + [names.get(id(p), "a parameter") for p in params] + [
-        f"the gradient of input {k}" for k, x in enumerate(batch) if x.requires_grad]
+    labels = ["loss"] + [f"gradient of {names.get(id(p), 'a parameter')}" for p in params] + [
+        f"gradient of input {k}" for k, x in enumerate(batch) if x.requires_grad]
     try:
         try:
             plain = run(lambda xs: loss(model(*xs[:inputs]), *xs[inputs:]))
         except RuntimeError as e:  # no gradient to take: nothing to plan for
             raise ChainError("ckptlab.chain: the model's loss does not backpropagate on the "
                              f"example batch: {printable(str(e).splitlines()[0])}") from e
-        chained = run(lambda xs: chain(*xs))
+        try:
+            chained = run(lambda xs: chain(*xs))
+        except RuntimeError as e:
+            raise ChainError("ckptlab.chain: a step of the chain does not run as the model's: "
+                             f"{printable(str(e).splitlines()[0])}; the model does what a trace "
+                             "of its operators cannot see") from e
     finally:
         for p, grad in zip(params, before):
             p.grad = grad
     exact = not any(t.is_cuda for t in list(batch) + params)
     for label, a, b in zip(labels, plain, chained):
+        if a is not None and b is not None and (a.is_sparse or b.is_sparse):  # sparse=True
+            a, b = a.to_dense(), b.to_dense()
         if a is None or b is None:
             same = a is None and b is None
         elif exact:
@@ -170,15 +189,14 @@ def _same_step(model: nn.Module, chain: "Chain", batch: Sequence[torch.Tensor], 
             same = a.shape == b.shape and bool(
                 ((a - b).abs().max() <= 1e-5 * max(a.abs().max().item(), 1.0)).item())
         if not same:
+            apart = ("None in the model" if a is None else "None in the chain" if b is None
+                     else "shapes differ" if a.shape != b.shape
+                     else f"{(a.double() - b.double()).abs().max().item():.3g} apart")
             raise ChainError(
                 f"ckptlab.chain: a step of the chain does not give the model's {printable(label)}"
-                f" ({'None' if a is None else 'a gradient'} in the model, "
-                f"{'None' if b is None else 'a gradient'} in the chain"
-                + ("" if a is None or b is None or a.shape != b.shape else
-                   f", {(a.double() - b.double()).abs().max().item():.3g} apart")
-                + "): the model does what a trace of its operators cannot see, such as a custom "
-                "autograd.Function, a hook on a tensor or autograd.grad inside its forward; "
-                "accepted: a model whose gradients are its operators'")
+                f" ({apart}): the model does what a trace of its operators cannot see, such as "
+                "a custom autograd.Function, a hook on a tensor or autograd.grad inside its "
+                "forward; accepted: a model whose gradients are its operators'")
 
 
 def _failing_module(error: BaseException, names: Dict[int, str], model: nn.Module) -> str:
@@ -194,13 +212,20 @@ def _failing_module(error: BaseException, names: Dict[int, str], model: nn.Modul
     return f"{printable(name or 'the model')} ({printable(type(found).__name__)})"
 
 
-def _trace(model, batch, inputs, loss) -> fx.GraphModule:
+def _trace(model, batch, inputs, loss) -> Tuple[fx.GraphModule, List[torch.Tensor]]:
+    """The traced step, and the parameters its forward writes in place (Embedding's max_norm),
+    which every later run here puts back."""
     names = {id(m): name for name, m in model.named_modules()}
 
     def step(*values):
         return loss(model(*values[:inputs]), *values[inputs:])
 
-    with _untouched(model, batch):
+    # The first run restores every parameter a forward writes (a refused model is left as it
+    # was); the later ones those it wrote.
+    params = list(model.parameters())
+    versions = [p._version for p in params]
+    buffers = {name: b for name, b in model.named_buffers()}
+    with _untouched(model, batch, params):
         try:
             value = step(*_copies(batch))
         except ChainError:  # the default loss's
@@ -213,18 +238,26 @@ def _trace(model, batch, inputs, loss) -> fx.GraphModule:
                 and value.is_floating_point()):
             raise ChainError("ckptlab.chain: the loss must return a floating-point scalar tensor; "
                              f"it returned {printable(_describe(value))}")
-    with _untouched(model, batch):
+        rebound = next((name for name, b in model.named_buffers() if buffers.get(name) is not b),
+                       None)
+        if rebound is not None:
+            raise ChainError(f"ckptlab.chain: the model gives its buffer {printable(rebound)} a "
+                             "new tensor while it runs (self.x = ...), which a trace of its "
+                             "operators cannot follow; accepted: buffers updated in place "
+                             "(x.mul_(m).add_(...), x.copy_(...))")
+    written = [p for p, v in zip(params, versions) if p._version != v]
+    with _untouched(model, batch, written):
         try:
-            with _grad_mode_recorded():
+            with _grad_mode_recorded(), _reentrant_checkpoints_inlined():
                 graph_module = make_fx(step)(*_copies(batch))
         except Exception as e:
             raise ChainError(f"ckptlab.chain: {_failing_module(e, names, model)} cannot be traced "
                              f"by running it: {printable(type(e).__name__)}: "
                              f"{printable(str(e).splitlines()[0] if str(e) else '')}") from e
     _prune(graph_module.graph)
-    with _untouched(model, batch):
+    with _untouched(model, batch, written):
         _detach_what_needs_no_grad(graph_module, batch)
-    return graph_module
+    return graph_module, written
 
 
 # The grad mode each traced op ran under, in node.meta: make_fx traces below autograd and
@@ -252,6 +285,21 @@ def _grad_mode_recorded():
         yield
     finally:
         tracer.create_node = original
+
+
+@contextlib.contextmanager
+def _reentrant_checkpoints_inlined():
+    """torch.utils.checkpoint's reentrant form (1.13's default; Hugging Face's and DenseNet's
+    memory_efficient use it) called as the function it wraps: its forward runs under no_grad,
+    which the trace would take for code without gradients, where its gradients are its
+    function's. The chain's plan decides what is recomputed instead."""
+    function = torch.utils.checkpoint.CheckpointFunction
+    original = function.apply
+    function.apply = lambda run, preserve_rng_state, *args: run(*args)
+    try:
+        yield
+    finally:
+        function.apply = original
 
 
 def _detach_what_needs_no_grad(graph_module: fx.GraphModule, batch: Sequence[torch.Tensor]):
@@ -287,18 +335,11 @@ def _detach_what_needs_no_grad(graph_module: fx.GraphModule, batch: Sequence[tor
             off.add(n)
             n.meta[_GRAD] = False
     # What each op reads that requires no grad, as autograd itself says: a replay of the step
-    # under the model's grad modes, the batch requiring grad as the model's did, and every
-    # parameter requiring it (a frozen one may be unfrozen later: the chain reads it as the
-    # model does, whatever its requires_grad is then).
+    # under the model's grad modes, the batch and the parameters requiring grad as the model's
+    # do (a frozen backbone's activations need no gradient: the chain keeps none of them; it is
+    # cut for that freezing, Chain.check_frozen).
     replay = _Replay(graph_module)
-    frozen = [p for p in graph_module.parameters() if not p.requires_grad]
-    try:
-        for p in frozen:
-            p.requires_grad_(True)
-        replay.run(*_copies(batch))
-    finally:
-        for p in frozen:
-            p.requires_grad_(False)
+    replay.run(*_copies(batch))
     for n in nodes:
         if n.op != "call_function":
             continue
@@ -329,7 +370,8 @@ def _detach_what_needs_no_grad(graph_module: fx.GraphModule, batch: Sequence[tor
 
 def _refuse_parameter_writes(graph_module: fx.GraphModule, names: Dict[int, str]):
     """ChainError naming a parameter the step writes in place (a forward that scales or clamps
-    its own weight): a rerun would write it again, where state in buffers has stand-ins."""
+    its own weight; Embedding's max_norm, whose second renormalisation of a row rounds it
+    again): a rerun would write it again, where state in buffers has stand-ins."""
     nodes = list(graph_module.graph.nodes)
     base = _bases([n for n in nodes if n.op in ("placeholder", "call_function")])
     for n in nodes:
@@ -468,17 +510,17 @@ class _Trace:
         # in one stage, which a rerun runs from the stand-ins of the state it updates, reading
         # what the step's first run read (spectral_norm's power method reads v early and writes
         # u and v later; an average read, then updated).
-        first_read, last_write = {}, {}
+        first_read, last_write = {}, {}  # by the tensor's identity (read under several names)
         for n in self.ops:
-            for w in _written(n):
+            for w in _writes(n):
                 b = self.base.get(w, w)
                 if b.op == "get_attr":
-                    last_write[b.target] = index[n]
+                    last_write[id(_attribute(b))] = index[n]
         for n in self.ops:
             for a in n.all_input_nodes:
                 b = self.base.get(a, a)
-                if b.op == "get_attr" and b.target in last_write:
-                    first_read.setdefault(b.target, index[n])
+                if b.op == "get_attr" and id(_attribute(b)) in last_write:
+                    first_read.setdefault(id(_attribute(b)), index[n])
         for target, last in last_write.items():
             for p in range(first_read.get(target, last) + 1, last + 1):
                 allowed[p] = False
@@ -489,6 +531,14 @@ class _Trace:
         """The values made before ops[p] and read at or after it, in the order made."""
         return [n for n in self.placeholders + self.ops[:p]
                 if any(self.index[u] >= p for u in n.users)]
+
+
+def _attribute(node: fx.Node):
+    """What a get_attr node reads: the owning graph module's attribute at its target."""
+    value = node.graph.owning_module
+    for part in node.target.split("."):
+        value = getattr(value, part)
+    return value
 
 
 def _bases(nodes: List[fx.Node]) -> Dict[fx.Node, fx.Node]:
@@ -539,17 +589,15 @@ def _prune(graph: fx.Graph):
     nodes = list(graph.nodes)
     base = _bases([n for n in nodes if n.op in ("placeholder", "call_function")])
 
-    def key(n):  # the tensor a value views; a parameter or buffer by its name (read repeatedly)
+    def key(n):  # the tensor a value views; a module's tensor by identity (read repeatedly)
         b = base.get(n, n)
-        return ("attribute", b.target) if b.op == "get_attr" else b
+        return ("attribute", id(_attribute(b))) if b.op == "get_attr" else b
 
     needed, kept = set(), set()
     read_by_needed, read_by_kept = set(), set()  # keys of what the ops after the one looked at read
     for n in reversed(nodes):
         if n.op in ("call_function", "get_attr"):
-            writes = [base.get(w, w) for w in _written(n)] if n.op == "call_function" else []
-            if n.op == "call_function" and n.target.__name__.split(".")[0] in _UNDECLARED_WRITES:
-                writes += [a for a in n.all_input_nodes if a.op == "get_attr"]
+            writes = [base.get(w, w) for w in _writes(n)] if n.op == "call_function" else []
             is_needed = (any(u in needed for u in n.users)
                          or any(key(w) in read_by_needed for w in writes))
             is_kept = (is_needed or any(u in kept for u in n.users)
@@ -578,6 +626,19 @@ _RANDOM_WITHOUT_GENERATOR = {"dropout", "dropout_", "feature_dropout", "feature_
                              "alpha_dropout", "alpha_dropout_", "feature_alpha_dropout",
                              "feature_alpha_dropout_", "native_dropout", "rand_like",
                              "randn_like", "randint_like", "rrelu", "rrelu_"}
+
+
+def _writes(node: fx.Node) -> List[fx.Node]:
+    """What `node` writes in place: what its schema says it writes, and for the ops that update
+    buffers without saying so (_UNDECLARED_WRITES), the buffers it reads."""
+    written = _written(node)
+    if node.target.__name__.split(".")[0] in _UNDECLARED_WRITES:
+        for a in node.all_input_nodes:  # a buffer, or the detach of one it reads
+            if a.op == "call_function" and a.target is torch.ops.aten.detach.default:
+                a = a.args[0]
+            if a.op == "get_attr":
+                written.append(a)
+    return written
 
 
 def _draws_random_numbers(node: fx.Node) -> bool:
@@ -633,9 +694,12 @@ def _stage(model_names: Dict[int, str], graph_module: fx.GraphModule, ops: List[
         env[n] = graph.placeholder(n.name)
 
     def value(n: fx.Node) -> fx.Node:
-        if n not in env:  # a parameter, buffer or constant, read here
+        if n not in env:  # a parameter, buffer or constant, read here: one name per tensor
             tensor = getattr(graph_module, n.target)
-            name = model_names.get(id(tensor), f"constant{len(attributes)}")
+            name = model_names.get(id(tensor))
+            if name is None:
+                name = next((k for k, t in attributes.items() if t is tensor),
+                            f"constant{len(attributes)}")
             attributes[name] = tensor
             env[n] = graph.get_attr(name)
         return env[n]
@@ -658,9 +722,23 @@ class Chain(nn.Sequential):
     # The model's parameters and buffers that no stage reads: memory it holds all the same,
     # which save writes beside the stages for the sweep to count.
     unread = ()
+    frozen = ()  # (name, parameter, its requires_grad when the chain was cut): check_frozen
 
     def forward(self, *batch):
+        self.check_frozen()
         return _run(self, batch)
+
+    def check_frozen(self):
+        """ChainError where a parameter is frozen (or not) otherwise than when the chain was cut:
+        the chain keeps nothing for backward of what a frozen parameter's activations need no
+        gradient for, as the model then does (ckptlab.apply calls it too)."""
+        for name, p, requires_grad in self.frozen:
+            if p.requires_grad != requires_grad:
+                raise ChainError(f"ckptlab.chain: the chain was cut with {printable(name)}"
+                                 f"{' not' if requires_grad else ''} frozen, and it is"
+                                 f"{'' if requires_grad else ' not'} now; accepted: the "
+                                 "parameters frozen as when it was cut (cut it again after "
+                                 "freezing or unfreezing)")
 
     def share(self, rank: int, batch=None) -> tuple:
         """Rank `rank`'s rows of `batch` (default: the example): rows [rank b, (rank + 1) b) of
@@ -818,11 +896,15 @@ def chain(model: nn.Module, inputs, loss: Optional[Callable[..., torch.Tensor]] 
                          f"{printable(', '.join(_describe(t) for t in batch))}; accepted: a "
                          f"whole number in 1..{_MAX_RANKS} dividing every tensor's first "
                          "dimension")
-    graph_module = _trace(model, _share(batch, 0, ranks), len(batch_inputs),
-                          loss or (lambda out: mean_square(out)))
+    graph_module, written = _trace(model, _share(batch, 0, ranks), len(batch_inputs),
+                                   loss or (lambda out: mean_square(out)))
     names = {}
     for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
         names.setdefault(id(tensor), name)
+    for module_name, module in model.named_modules():  # tensors held as plain attributes
+        for key, tensor in vars(module).items():
+            if isinstance(tensor, torch.Tensor):
+                names.setdefault(id(tensor), f"{module_name}.{key}" if module_name else key)
     _refuse_parameter_writes(graph_module, names)
     trace = _Trace(graph_module)
     cuts = [0] + _cuts(trace, max_stages) + [len(trace.ops)]
@@ -839,8 +921,10 @@ def chain(model: nn.Module, inputs, loss: Optional[Callable[..., torch.Tensor]] 
     held = {id(t) for t in list(result.parameters()) + list(result.buffers())}
     result.unread = [t for _, t in list(model.named_parameters()) + list(model.named_buffers())
                      if id(t) not in held]
+    result.frozen = tuple((names.get(id(p), "a parameter"), p, p.requires_grad)
+                          for p in result.parameters())
     _same_step(model, result, _share(batch, 0, ranks), len(batch_inputs),
-               loss or (lambda out: mean_square(out)), names)
+               loss or (lambda out: mean_square(out)), names, written)
     return result
 
 

@@ -52,8 +52,10 @@ class Plan:
 
 
 def printable(text: str) -> str:
-    """`text` with control characters (C0, DEL, C1) escaped, for messages."""
+    """`text` with control characters (C0, DEL, C1) escaped, for messages; a byte that was no
+    UTF-8 (read with errors="surrogateescape") as the byte it was, \\xff."""
     return "".join(c if c == " " or (c.isprintable() and not 0x7F <= ord(c) <= 0x9F)
+                   else f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF
                    else f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
                    for c in text)
 

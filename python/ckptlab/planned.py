@@ -24,9 +24,11 @@ model does, or refuses by name:
     a stage rerun by a plan would run differently from its first run. Compare with the plain
     model run the same way.
 Which stages write their inputs or update state is learned on the first call (and again when a
-stage is replaced, or a module's training flag changes: an evaluation before training), by
-running the stages once without a graph on a copy of the inputs, the state and the random
-streams put back after.
+module in them is replaced, or its training flag changes: an evaluation before training), by
+running the stages once without a graph on a copy of the inputs, the state, the parameters and
+the random streams put back after. A stage that writes its own parameter as it runs (a max-norm
+constraint) is refused where the plan reruns it, unless a second run changes nothing
+(Embedding's max_norm).
 
 How each segment runs (ckptlab's executor does the same, core/run/checkpoint.h):
   stored         the stages plainly: autograd keeps what they save.
@@ -142,30 +144,28 @@ def _spreads(stage: nn.Module, chain: bool) -> bool:
 
 
 class _State:
-    """A stage's buffers that its forward updates, with `before` (their values when the step's
-    first run of the stage began) for reruns to start from."""
+    """A stage's buffers that the stages update (`updated`: their ids). A step's first run of
+    the stage takes a snapshot of their values as it begins, into each checkpoint running it
+    (_capturing); a rerun stands in copies of the snapshot its checkpoint took (_replaying), so
+    that it reads what that run read, also where several forwards come before one backward (a
+    GAN's real and fake batches, micro-batches summed into one loss)."""
 
-    def __init__(self, stage: nn.Module):
+    def __init__(self, stage: nn.Module, updated: set):
         self.slots = [(owner, name) for _, owner in stage.named_modules()
-                      for name, _ in owner.named_buffers(recurse=False)]
-        self.before = None
+                      for name, b in owner.named_buffers(recurse=False) if id(b) in updated]
 
-    def remember(self):
+    def snapshot(self) -> List[torch.Tensor]:
         with torch.no_grad():
-            if self.before is None:
-                self.before = [getattr(o, n).clone() for o, n in self.slots]
-            else:
-                for b, (o, n) in zip(self.before, self.slots):
-                    b.copy_(getattr(o, n))
+            return [getattr(o, n).clone() for o, n in self.slots]
 
     @contextlib.contextmanager
-    def standing_in(self):
-        """The buffers replaced by copies of `before` (which the rerun updates and its graph may
-        save), put back after."""
+    def standing_in(self, snapshot: List[torch.Tensor]):
+        """The buffers replaced by copies of `snapshot` (which the rerun updates and its graph
+        may save), put back after."""
         buffers = [getattr(o, n) for o, n in self.slots]
         try:
             with torch.no_grad():
-                for b, (o, n) in zip(self.before, self.slots):
+                for b, (o, n) in zip(snapshot, self.slots):
                     setattr(o, n, b.clone())
             yield
         finally:
@@ -173,18 +173,42 @@ class _State:
                 setattr(o, n, b)
 
 
+@contextlib.contextmanager
+def _capturing(snapshots: dict):
+    """Within it, the snapshots stages with state take on their first run go into `snapshots`
+    too (and into those of the checkpoints around it)."""
+    _local.captures = getattr(_local, "captures", []) + [snapshots]
+    try:
+        yield
+    finally:
+        _local.captures = _local.captures[:-1]
+
+
+@contextlib.contextmanager
+def _replaying(snapshots: dict):
+    """Within it, a rerun stands in the state `snapshots` hold (its checkpoint's)."""
+    outer = getattr(_local, "replay", None)
+    _local.replay = snapshots
+    try:
+        yield
+    finally:
+        _local.replay = outer
+
+
 class _Facts:
     """What a first run of the stages showed: how each takes its input, which write their
-    inputs in place, and the state of those that update it."""
+    inputs in place, and the state of those that hold a buffer some stage updates."""
 
     def __init__(self, stages: List[nn.Module], value, chain: bool):
         self.ids = [id(s) for s in stages]
-        self.modes = _modes(stages)
+        self.modules = _modules(stages)
         self.spreads = [_spreads(s, chain) for s in stages]
         self.writes = [False] * len(stages)
         self.state = [None] * len(stages)
         devices = sorted({t.device.index or 0 for t in _flatten(value)[0] if t.is_cuda})
+        self.rewrites = [None] * len(stages)  # a parameter each stage writes again each run
         saved = [(b, b.detach().clone()) for s in stages for b in s.buffers()]
+        written = set()  # the buffers (by id) the stages update
         try:
             # Without autocast: a cast made under no_grad would stay in autocast's cache of cast
             # weights, without a graph, for the real forward in the same autocast region.
@@ -199,25 +223,43 @@ class _Facts:
                     buffers = list(stage.buffers())
                     buffer_versions = [b._version for b in buffers]
                     buffer_values = [b.clone() for b in buffers]
+                    # Its parameters, put back once it has run (one stage's copies at a time).
+                    named = list(stage.named_parameters())
+                    before = [p.clone() for _, p in named]
+                    given = _copied(x) if named else None  # for a second run, if it writes one
                     x = _call(stage, x, self.spreads[i])
                     self.writes[i] = [t._version for t in inputs] != versions
-                    if [b._version for b in buffers] != buffer_versions or not all(
-                            torch.equal(b, v) for b, v in zip(buffers, buffer_values)):
-                        self.state[i] = _State(stage)
+                    if not all(torch.equal(p, v) for (_, p), v in zip(named, before)):
+                        # Written in its forward (a max-norm constraint): a rerun writes it again,
+                        # harmless only where that changes nothing (Embedding's max_norm).
+                        once = [p.clone() for _, p in named]
+                        _call(stage, given, self.spreads[i])
+                        self.rewrites[i] = next((name for (name, p), v in zip(named, once)
+                                                 if not torch.equal(p, v)), None)
+                        for (_, p), v in zip(named, before):
+                            p.copy_(v)
+                    written |= {id(b) for b, version, value in zip(buffers, buffer_versions,
+                                                                   buffer_values)
+                                if b._version != version or not torch.equal(b, value)}
+            # A stage holding a buffer any stage updates reads state: it reruns from what its
+            # first run read (a later stage reading what an earlier one updated too).
+            for i, stage in enumerate(stages):
+                if any(id(b) in written for b in stage.buffers()):
+                    self.state[i] = _State(stage, written)
         finally:
             with torch.no_grad():
                 for b, value_before in saved:
                     b.copy_(value_before)
 
 
-def _modes(stages) -> List[bool]:
-    """Every module's training flag: what a stage does to its state depends on it (BatchNorm
-    updates its statistics in training only)."""
-    return [m.training for s in stages for m in s.modules()]
+def _modules(stages) -> List[Tuple[int, bool]]:
+    """Every module the stages hold, and its training flag: what the facts depend on (a module
+    replaced inside a stage; BatchNorm updates its statistics in training only)."""
+    return [(id(m), m.training) for s in stages for m in s.modules()]
 
 
 def _call(stage, x, spreads):
-    return stage(*x) if spreads and type(x) is tuple else stage(x)
+    return stage(*x) if spreads and type(x) in (tuple, list) else stage(x)
 
 
 def _devices_rng(tensors):
@@ -305,7 +347,10 @@ class _Checkpoint(torch.autograd.Function):
             ctx.host = [x.detach().to("cpu", copy=True) for x in xs]
         else:
             ctx.save_for_backward(*xs)
-        with _autocast_as(ctx.autocast):
+        # The state its stages read: taken here on the step's first run; in a rerun (a checkpoint
+        # inside one), the enclosing rerun's.
+        ctx.snapshots = _local.replay if _in_rerun() else {}
+        with _autocast_as(ctx.autocast), _capturing(ctx.snapshots):
             ys, out[0] = _flatten(run(_unflatten(skeleton, list(xs))))
         if [x._version for x in xs] != versions:  # a stage not known to write its input
             raise RuntimeError("ckptlab.apply: a checkpointed segment wrote its input in place, "
@@ -326,7 +371,7 @@ class _Checkpoint(torch.autograd.Function):
             for d, state in zip(ctx.devices, ctx.cuda_rng):
                 torch.cuda.set_rng_state(state, d)
             with torch.enable_grad(), _autocast_as(ctx.autocast), _rerunning(), \
-                    torch.jit.optimized_execution(False):
+                    _replaying(ctx.snapshots), torch.jit.optimized_execution(False):
                 ys = _flatten(ctx.run(_unflatten(ctx.skeleton, xs)))[0]
         pairs = [(y, g) for y, g in zip(ys, grads) if y.requires_grad and g is not None]
         if pairs:
@@ -354,9 +399,13 @@ class PlannedSequential(nn.Module):
         if state is None:
             return _call(stage, x, facts.spreads[i])
         if _in_rerun():
-            with state.standing_in():
+            with state.standing_in(_local.replay[(id(self), i)]):
                 return _call(stage, x, facts.spreads[i])
-        state.remember()
+        captures = getattr(_local, "captures", [])
+        if captures:
+            snapshot = state.snapshot()
+            for snapshots in captures:
+                snapshots[(id(self), i)] = snapshot
         return _call(stage, x, facts.spreads[i])
 
     def _run(self, segments: List[Segment], x):
@@ -391,6 +440,9 @@ class PlannedSequential(nn.Module):
         return self._stage(end - 1, x)
 
     def forward(self, *inputs):
+        check_frozen = getattr(self.stages, "check_frozen", None)  # a ckptlab.Chain's
+        if check_frozen is not None:
+            check_frozen()
         self._list = list(self.stages)
         if len(self._list) != self.plan.stage_count():
             raise PlanError(f"the plan covers {self.plan.stage_count()} stages; the model has "
@@ -398,9 +450,21 @@ class PlannedSequential(nn.Module):
         x = inputs[0] if len(inputs) == 1 else inputs
         with torch.jit.optimized_execution(False):
             if (self._facts is None or self._facts.ids != [id(s) for s in self._list]
-                    or self._facts.modes != _modes(self._list)):
+                    or self._facts.modules != _modules(self._list)):
                 self._facts = _Facts(self._list, x, getattr(self.stages, "spreads_tuples", False))
+                rerun = _rerun_stages(self.plan.segments)
+                for i, name in enumerate(self._facts.rewrites):
+                    if name is not None and i in rerun:
+                        raise PlanError(
+                            f"stage {i} writes its parameter {printable(name)} in place as it "
+                            "runs, and the plan reruns it, which would write it again; "
+                            "accepted: a plan that stores that stage")
             return self._run(self.plan.segments, x)
+
+
+def _rerun_stages(segments) -> set:
+    """The stages that a plan's segments run again in backward: every one not stored at the top."""
+    return {i for s in segments if s.mode != "stored" for i in range(s.begin, s.end)}
 
 
 def _nesting(segments):
