@@ -197,7 +197,7 @@ absl::Status CheckGradients(const SweepOptions& options, const Cohort& cohort, W
     r.grad_check.clear();
     if (c.executor == nullptr) continue;  // its row says why
     if (!have_reference) {
-      r.status = "error";
+      r.status = RowStatus::kError;
       r.message = absl::StrCat("its gradients could not be compared: store_all's reference step: ",
                                no_reference.message());
       continue;
@@ -217,7 +217,7 @@ absl::Status CheckGradients(const SweepOptions& options, const Cohort& cohort, W
                      cohort.Max({std::isnan(local) ? 1.0 : 0.0, std::isnan(local) ? 0.0 : local}));
     r.max_grad_diff_vs_store_all = most[0] > 0 ? ConfigResult::kUnknown : most[1];
     if (most[0] > 0) {
-      r.status = "error";
+      r.status = RowStatus::kError;
       r.message = absl::StrCat("its gradients could not be compared with store_all's: ",
                                diff.ok() ? "on another rank" : diff.status().message());
       continue;
@@ -228,7 +228,7 @@ absl::Status CheckGradients(const SweepOptions& options, const Cohort& cohort, W
     const Plan& plan = c.executor->plan();
     if (!plan.Reassociates() || (!options.autocast && r.max_grad_diff_vs_store_all <= tolerance)) {
       if (!(r.max_grad_diff_vs_store_all <= tolerance)) {
-        r.status = "error";
+        r.status = RowStatus::kError;
         r.message = absl::StrFormat(
             "gradients differ from store_all's by %g in %s (max |grad| %g, tolerance %g relative)",
             r.max_grad_diff_vs_store_all, r.grad_check, reference_scale, kGradTolerance);
@@ -253,13 +253,13 @@ absl::Status CheckGradients(const SweepOptions& options, const Cohort& cohort, W
                                  std::isnan(twin_local) ? 0.0 : twin_local}));
     r.grad_check = "float64 twin";
     if (twin_most[0] > 0) {
-      r.status = "error";
+      r.status = RowStatus::kError;
       r.message = absl::StrCat(
           "its gradients could not be compared exactly: the plan sums in another order than "
           "store_all's, so they are compared on float64 twins, which failed: ",
           twin_diff.ok() ? "on another rank" : twin_diff.status().message());
     } else if (!(twin_most[1] <= Float64Twin::kTolerance)) {
-      r.status = "error";
+      r.status = RowStatus::kError;
       r.message = absl::StrFormat(
           "gradients differ from store_all's on the float64 twins by %g of the largest "
           "(tolerance %g): the plan changes what is computed, not only its rounding",

@@ -221,9 +221,9 @@ absl::StatusOr<bool> TrainAndWriteCurves(const SweepOptions& options,
   bool ok = true;
   for (const LossCurve& c : curves) {
     ok = ok && !c.departs;
-    if (c.strategy == "store_all" && c.status != "ok") {
-      Say(absl::StrCat("training: store_all's curve of ", c.model, " is ", c.status, " (",
-                       c.message, "); the other curves of the model were not compared"));
+    if (c.strategy == "store_all" && c.status != RowStatus::kOk) {
+      Say(absl::StrCat("training: store_all's curve of ", c.model, " is ", RowStatusName(c.status),
+                       " (", c.message, "); the other curves of the model were not compared"));
     }
   }
   return ok;

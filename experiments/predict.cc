@@ -84,7 +84,7 @@ int64_t UsableBytes(int64_t device_memory, double margin) {
 }  // namespace
 
 std::optional<bool> Prediction::Fits() const {
-  if (device_memory <= 0 || status != "ok") return std::nullopt;
+  if (device_memory <= 0 || status != RowStatus::kOk) return std::nullopt;
   return total_peak_bytes <= UsableBytes(device_memory, allocator_margin);
 }
 
@@ -201,8 +201,8 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
             p.error = std::string(why.message());
           }
           progress.Steps(1);
-          progress.Line(
-              absl::StrCat(model, " ", p.strategy, ": ", p.status == "ok" ? "predicted" : p.error));
+          progress.Line(absl::StrCat(model, " ", p.strategy, ": ",
+                                     p.status == RowStatus::kOk ? "predicted" : p.error));
         };
         for (size_t k = 0; k < options.strategies.size(); ++k) {
           // (A model that failed has no configurations: its failure is every row's.)
@@ -254,7 +254,7 @@ std::string Gib(int64_t bytes) { return absl::StrFormat("%.2f", bytes / 10737418
 // float32.
 std::string ModelHeading(const Prediction& p) {
   // A model that could not be profiled has no sizes to give (every strategy's row says why).
-  const bool profiled = p.status == "ok" || p.parameter_bytes > 0;
+  const bool profiled = p.status == RowStatus::kOk || p.parameter_bytes > 0;
   std::string out = absl::StrCat("### ", p.model, "\n\n");
   if (!profiled) {
     return absl::StrCat(out, "Not profiled: ", p.profiled, " could not be built and measured.\n\n");
@@ -311,7 +311,7 @@ std::string ModelHeading(const Prediction& p) {
 std::string GradientsSetTheTotal(const std::vector<const Prediction*>& rows) {
   const Prediction* store_all = nullptr;
   for (const Prediction* p : rows) {
-    if (p->status == "ok" && p->strategy == "store_all") store_all = p;
+    if (p->status == RowStatus::kOk && p->strategy == "store_all") store_all = p;
   }
   if (store_all == nullptr || store_all->gradient_bytes < store_all->activation_bytes) return "";
   return absl::StrCat(
@@ -343,7 +343,7 @@ std::string FitSummary(const std::vector<Prediction>& rows) {
     if (first.device_memory <= 0) continue;
     const Prediction *store_all = nullptr, *fastest = nullptr, *least = nullptr;
     for (const Prediction* p : model) {
-      if (p->status != "ok") continue;
+      if (p->status != RowStatus::kOk) continue;
       if (p->strategy == "store_all") store_all = p;
       if (least == nullptr || p->total_peak_bytes < least->total_peak_bytes) least = p;
       if (p->Fits().value_or(false) && (fastest == nullptr || p->step_ms < fastest->step_ms)) {
@@ -386,9 +386,9 @@ std::string Tables(const std::vector<Prediction>& rows) {
                     card ? " fits |\n| --- | ---: | ---: | ---: | ---: | --- |\n"
                          : "\n| --- | ---: | ---: | ---: | ---: |\n");
     for (const Prediction* p : model) {
-      if (p->status != "ok") {
-        absl::StrAppend(&out, "| ", p->strategy, " | ", p->status, ": ", p->error, " | | | |",
-                        card ? " |\n" : "\n");
+      if (p->status != RowStatus::kOk) {
+        absl::StrAppend(&out, "| ", p->strategy, " | ", RowStatusName(p->status), ": ", p->error,
+                        " | | | |", card ? " |\n" : "\n");
         continue;
       }
       absl::StrAppend(&out, "| ", p->strategy, " | ", FormatMib(p->activation_bytes, 1), " | ",
@@ -425,7 +425,8 @@ std::string SavingsBesidePublished(const std::vector<Prediction>& rows,
     const Prediction* store_all = nullptr;
     std::vector<const Prediction*> others;
     for (const Prediction& p : rows) {
-      if (p.status != "ok" || p.model.substr(0, p.model.find(':')) != figure.model) continue;
+      if (p.status != RowStatus::kOk || p.model.substr(0, p.model.find(':')) != figure.model)
+        continue;
       if (p.strategy == "store_all") {
         store_all = &p;
       } else {
@@ -500,13 +501,13 @@ std::string PredictionCsv(const std::vector<Prediction>& rows) {
   for (const Prediction& p : rows) {
     // Empty where unknown, as in results.csv: the state's sizes where the model could not be
     // profiled, the predictions where the row is not ok.
-    const bool ok = p.status == "ok";
+    const bool ok = p.status == RowStatus::kOk;
     const bool profiled = ok || p.parameter_bytes > 0;
     const auto cell = [](bool known, int64_t bytes) {
       return known ? absl::StrCat(bytes) : std::string();
     };
     absl::StrAppend(&out, CsvField(p.model), ",", CsvField(p.profiled), ",", CsvField(p.strategy),
-                    ",", p.status, ",", p.states, ",", p.world_size, ",",
+                    ",", RowStatusName(p.status), ",", p.states, ",", p.world_size, ",",
                     p.autocast.empty() ? "none" : p.autocast, ",",
                     p.collectives_timed ? "true" : "false", ",", cell(profiled, p.parameter_bytes),
                     ",", cell(profiled, p.buffer_bytes), ",", cell(profiled, p.gradient_bytes), ",",

@@ -43,10 +43,10 @@ struct Prediction {
   // Where its bytes were extrapolated from smaller sizes, the samples (ModelProfile::extrapolated:
   // its times then scaled, not measured); empty where measured at its own size.
   std::string extrapolated;
-  std::string strategy;       // resolved, as planned
-  std::string status = "ok";  // ok, oom (the model or its plan does not fit), or error
-  std::string error;          // empty, or why the model or the strategy could not be predicted
-  std::string plan;           // as text (docs/plans.md)
+  std::string strategy;  // resolved, as planned
+  RowStatus status = RowStatus::kOk;
+  std::string error;  // empty, or why the model or the strategy could not be predicted
+  std::string plan;   // as text (docs/plans.md)
   // The setting: the state's layout across world_size ranks (every byte below is one rank's),
   // the autocast dtype the profile ran under ("" for none), and whether the step time counts
   // the collectives (a collective rate was given).

@@ -212,7 +212,7 @@ absl::Status WriteReport(const std::string& dir, const std::vector<ConfigResult>
     for (const ConfigResult& r : rows) {
       if (r.model != model) continue;
       if (!r.ok()) {
-        absl::StrAppend(&md, "| ", r.strategy, " | ", r.status, " | ",
+        absl::StrAppend(&md, "| ", r.strategy, " | ", RowStatusName(r.status), " | ",
                         absl::StrReplaceAll(r.message, {{"|", "/"}}), " |||||||||||||\n");
         continue;
       }

@@ -11,6 +11,30 @@
 #include "core/base/status_macros.h"
 
 namespace ckpt {
+
+absl::string_view RowStatusName(RowStatus status) {
+  switch (status) {
+    case RowStatus::kOk:
+      return "ok";
+    case RowStatus::kOom:
+      return "oom";
+    case RowStatus::kError:
+      return "error";
+  }
+  return "error";
+}
+
+std::optional<RowStatus> ParseRowStatus(absl::string_view name) {
+  for (RowStatus status : {RowStatus::kOk, RowStatus::kOom, RowStatus::kError}) {
+    if (name == RowStatusName(status)) return status;
+  }
+  return std::nullopt;
+}
+
+RowStatus FailureStatus(const absl::Status& why) {
+  return why.code() == absl::StatusCode::kResourceExhausted ? RowStatus::kOom : RowStatus::kError;
+}
+
 namespace {
 
 using Row = ConfigResult;
@@ -92,7 +116,12 @@ const std::vector<ResultColumn>& Columns() {
       Text("model", &Row::model),
       Text("strategy", &Row::strategy),
       Text("device", &Row::device),
-      Text("status", &Row::status),
+      {"status", [](const Row& r) { return std::string(RowStatusName(r.status)); },
+       [](const std::string& cell, Row& r) {
+         const std::optional<RowStatus> status = ParseRowStatus(cell);
+         if (status.has_value()) r.status = *status;
+         return status.has_value();
+       }},
       Across(AcrossRanks::kLargest,
              Integer("baseline_bytes", &Row::baseline_bytes, /*only_ok=*/true)),
       Across(AcrossRanks::kLargest, Integer("activation_bytes", &Row::activation_bytes, true)),

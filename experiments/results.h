@@ -13,14 +13,29 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "core/plan/memory_model.h"
 #include "experiments/results_csv.h"
 
 namespace ckpt {
+
+// How a row ended: a configuration's, a prediction's, a training curve's. Its name is what
+// results.csv, predict.csv and curves.csv write.
+enum class RowStatus {
+  kOk,     // "ok"
+  kOom,    // "oom": the configuration, or its plan, does not fit
+  kError,  // "error": it failed otherwise; the row's message says why
+};
+absl::string_view RowStatusName(RowStatus status);
+// The status `name` names (RowStatusName's inverse), or nullopt.
+std::optional<RowStatus> ParseRowStatus(absl::string_view name);
+// A failure's status: kOom for ResourceExhausted, else kError.
+RowStatus FailureStatus(const absl::Status& why);
 
 // One configuration's measurements: a row of results.csv.
 struct ConfigResult {
@@ -28,7 +43,7 @@ struct ConfigResult {
   std::string model;     // canonical spec, resolved for the model (gpt2's size's shape)
   std::string strategy;  // canonical spec, parameters resolved for this model
   std::string device;
-  std::string status = "ok";  // ok, oom or error
+  RowStatus status = RowStatus::kOk;
   int64_t baseline_bytes = 0;
   int64_t activation_bytes = 0;
   int64_t peak_bytes = 0;
@@ -99,7 +114,7 @@ struct ConfigResult {
   // medians and the overheads.
   std::vector<double> step_ms;
 
-  bool ok() const { return status == "ok"; }
+  bool ok() const { return status == RowStatus::kOk; }
   double peak_above_baseline_bytes() const {
     return static_cast<double>(peak_bytes - baseline_bytes);
   }

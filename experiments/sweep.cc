@@ -243,13 +243,13 @@ absl::Status MeasureRounds(const SweepOptions& options, const Cohort& cohort, Wo
 // the rounds as results.csv holds them.
 std::vector<ConfigResult> Summarize(std::vector<Config>& configs) {
   const ConfigResult& ref = configs[0].result;
-  const bool have_ref = ref.status == "ok" && !ref.step_ms.empty();
+  const bool have_ref = ref.ok() && !ref.step_ms.empty();
   std::vector<ConfigResult> out;
   for (Config& c : configs) {
     ConfigResult& r = c.result;
     r.overhead_vs_store_all = r.activation_vs_store_all = r.peak_vs_store_all =
         ConfigResult::kUnknown;
-    if (have_ref && r.status == "ok") {
+    if (have_ref && r.ok()) {
       r.overhead_vs_store_all = OverheadRatio(r.step_ms, ref.step_ms);
       r.activation_vs_store_all =
           static_cast<double>(r.activation_bytes) / static_cast<double>(ref.activation_bytes);
@@ -258,7 +258,7 @@ std::vector<ConfigResult> Summarize(std::vector<Config>& configs) {
     }
     r.steps = static_cast<int64_t>(r.step_ms.size());
     // What the variant leaves out of the step: the median over rounds of the difference.
-    if (r.status == "ok" && !c.variant_ms.empty() && c.variant_ms.size() == r.step_ms.size()) {
+    if (r.ok() && !c.variant_ms.empty() && c.variant_ms.size() == r.step_ms.size()) {
       std::vector<double> exposed;
       for (size_t i = 0; i < r.step_ms.size(); ++i)
         exposed.push_back(r.step_ms[i] - c.variant_ms[i]);
@@ -335,7 +335,7 @@ absl::StatusOr<std::vector<ConfigResult>> RunSweep(
           progress.Steps(1);
           if (options.completed.count({r.model_spec, r.strategy_spec})) continue;
           RETURN_IF_ERROR(on_result(r));
-          progress.Line(absl::StrFormat("%s %s: %s%s", r.model, r.strategy, r.status,
+          progress.Line(absl::StrFormat("%s %s: %s%s", r.model, r.strategy, RowStatusName(r.status),
                                         r.message.empty() ? "" : " (" + r.message + ")"));
           all.push_back(std::move(r));
         }
@@ -408,20 +408,22 @@ std::string FormatTable(const std::vector<ConfigResult>& results) {
       absl::StrAppend(&out, last_model.empty() ? "" : "\n", r.model, "\n", header);
       last_model = r.model;
     }
-    if (r.status != "ok") {
-      absl::StrAppend(&out, absl::StrFormat("  %-28s %-6s %s\n", r.strategy, r.status,
-                                            Printable(r.message).substr(0, 90)));
+    if (!r.ok()) {
+      absl::StrAppend(&out,
+                      absl::StrFormat("  %-28s %-6s %s\n", r.strategy, RowStatusName(r.status),
+                                      Printable(r.message).substr(0, 90)));
       continue;
     }
     absl::StrAppend(
-        &out, absl::StrFormat(
-                  "  %-28s %-6s %12s %8s %10s %8s %10s %9s %10d %11s\n", r.strategy, r.status,
-                  FormatMib(r.activation_bytes, 2), Num(r.activation_vs_store_all, 3),
-                  FormatMib(r.peak_bytes - r.baseline_bytes, 2), Num(r.peak_vs_store_all, 3),
-                  Num(r.step_ms_median, 1), Num(r.overhead_vs_store_all, 3), r.recompute_forwards,
-                  std::isnan(r.max_grad_diff_vs_store_all)
-                      ? std::string("-")
-                      : absl::StrFormat("%.3g", r.max_grad_diff_vs_store_all)));
+        &out, absl::StrFormat("  %-28s %-6s %12s %8s %10s %8s %10s %9s %10d %11s\n", r.strategy,
+                              RowStatusName(r.status), FormatMib(r.activation_bytes, 2),
+                              Num(r.activation_vs_store_all, 3),
+                              FormatMib(r.peak_bytes - r.baseline_bytes, 2),
+                              Num(r.peak_vs_store_all, 3), Num(r.step_ms_median, 1),
+                              Num(r.overhead_vs_store_all, 3), r.recompute_forwards,
+                              std::isnan(r.max_grad_diff_vs_store_all)
+                                  ? std::string("-")
+                                  : absl::StrFormat("%.3g", r.max_grad_diff_vs_store_all)));
   }
   return out;
 }

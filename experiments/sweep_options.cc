@@ -214,10 +214,6 @@ std::vector<std::string> SpecsOf(const std::vector<BoundModel>& models) {
   return specs;
 }
 
-std::string FailureStatus(const absl::Status& status) {
-  return status.code() == absl::StatusCode::kResourceExhausted ? "oom" : "error";
-}
-
 void MarkFailed(ConfigResult& row, const absl::Status& why) {
   row.status = FailureStatus(why);
   row.message = std::string(why.message());

@@ -136,8 +136,6 @@ bool HasEveryRow(const std::string& model, const std::vector<BoundStrategy>& str
 absl::StatusOr<std::set<std::pair<std::string, std::string>>> CompletedPairs(
     const std::vector<ConfigResult>& rows);
 
-// A row's status for a failure: "oom" for ResourceExhausted, else "error".
-std::string FailureStatus(const absl::Status& status);
 // `row` failed for `why`: its status (FailureStatus) and message.
 void MarkFailed(ConfigResult& row, const absl::Status& why);
 

@@ -174,11 +174,13 @@ absl::StatusOr<std::vector<LossCurve>> RunTraining(const SweepOptions& sweep,
           }
           // Against store_all's curve (the first of this model).
           const LossCurve& reference = curves.size() > first ? curves[first] : *curve;
-          if (curve->status == "ok" && reference.status != "ok") {
+          if (curve->status == RowStatus::kOk && reference.status != RowStatus::kOk) {
             curve->max_diff_vs_store_all = std::numeric_limits<double>::quiet_NaN();
-            curve->message = absl::StrCat("not compared: store_all's curve is ", reference.status,
-                                          " (", reference.message, ")");
-          } else if (curve->status == "ok" && curve->losses.size() == reference.losses.size()) {
+            curve->message =
+                absl::StrCat("not compared: store_all's curve is ", RowStatusName(reference.status),
+                             " (", reference.message, ")");
+          } else if (curve->status == RowStatus::kOk &&
+                     curve->losses.size() == reference.losses.size()) {
             const double diff = CurveDeparture(curve->losses, reference.losses);
             double scale = 0;
             for (const double loss : reference.losses) {
@@ -189,7 +191,7 @@ absl::StatusOr<std::vector<LossCurve>> RunTraining(const SweepOptions& sweep,
                 !reassociates && !sweep.device.is_cuda();  // see RunTraining's comment
             curve->tolerance = exact ? 0.0 : (options.amp ? 2e-2 : 1e-3) * std::max(scale, 1.0);
             if (!(diff <= curve->tolerance)) {
-              curve->status = "error";
+              curve->status = RowStatus::kError;
               curve->departs = true;
               curve->message =
                   absl::StrFormat("loss curve departs from store_all's by %g (tolerance %g)", diff,
@@ -197,9 +199,10 @@ absl::StatusOr<std::vector<LossCurve>> RunTraining(const SweepOptions& sweep,
             }
           }
           lines.Steps(1);
-          lines.Line(absl::StrFormat(
-              "training %s %s: %s, final loss %s", curve->model, curve->strategy, curve->status,
-              curve->losses.empty() ? "-" : absl::StrCat(curve->losses.back())));
+          lines.Line(
+              absl::StrFormat("training %s %s: %s, final loss %s", curve->model, curve->strategy,
+                              RowStatusName(curve->status),
+                              curve->losses.empty() ? "-" : absl::StrCat(curve->losses.back())));
           curves.push_back(*std::move(curve));
         }
         return absl::OkStatus();
@@ -216,7 +219,7 @@ std::string TrainingReport(const TrainingOptions& options, const std::vector<Los
                   "| model | strategy | status | final loss | max abs departure from store_all | "
                   "tolerance | skipped steps |\n| --- | --- | --- | ---: | ---: | ---: | ---: |\n");
   for (const LossCurve& c : curves) {
-    absl::StrAppend(&md, "| ", c.model, " | ", c.strategy, " | ", c.status,
+    absl::StrAppend(&md, "| ", c.model, " | ", c.strategy, " | ", RowStatusName(c.status),
                     c.message.empty() ? "" : ": " + c.message, " | ",
                     c.losses.empty() ? "" : absl::StrFormat("%.6g", c.losses.back()), " | ",
                     std::isnan(c.max_diff_vs_store_all)
@@ -242,8 +245,9 @@ absl::Status WriteLossCurves(const std::string& dir, const std::vector<LossCurve
       models.push_back(c.model);
     }
     for (size_t i = 0; i < c.losses.size(); ++i) {
-      absl::StrAppend(&csv, CsvField(c.model), ",", CsvField(c.strategy), ",", c.status, ",", i + 1,
-                      ",", absl::StrFormat("%.9g", c.losses[i]), "\n");
+      absl::StrAppend(&csv, CsvField(c.model), ",", CsvField(c.strategy), ",",
+                      RowStatusName(c.status), ",", i + 1, ",",
+                      absl::StrFormat("%.9g", c.losses[i]), "\n");
     }
   }
   std::string gp = absl::StrCat(

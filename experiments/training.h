@@ -35,14 +35,14 @@ struct TrainingOptions {
 struct LossCurve {
   std::string model;  // canonical specs
   std::string strategy;
-  std::string status = "ok";  // ok or error (then message)
+  RowStatus status = RowStatus::kOk;  // kOk or a failure (then message)
   std::string message;
   std::vector<double> losses;        // one per optimizer step: the mean over its micro-batches
   double max_diff_vs_store_all = 0;  // max over steps of |loss - store_all's loss|, or NaN
   double tolerance = 0;              // what the comparison allowed (0: identical)
   int skipped_steps = 0;             // steps skipped for non-finite scaled gradients (loss scaling)
   bool reassociates = false;  // the plan sums in another order than store_all (Plan::Reassociates)
-  // The curve departs from store_all's beyond its tolerance (then status is "error"). A curve
+  // The curve departs from store_all's beyond its tolerance (then status is kError). A curve
   // that could not be compared (store_all's own failed, out of memory under a cap, say) does
   // not depart: its message says so, and max_diff_vs_store_all is NaN.
   bool departs = false;

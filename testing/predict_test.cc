@@ -83,7 +83,7 @@ TEST(Predict, ShallowProfilesPredictTheFullModelExactly) {
     }
     for (const Prediction& row : *rows) {
       SCOPED_TRACE(row.strategy + ": " + row.plan);
-      ASSERT_EQ(row.status, "ok") << row.error;
+      ASSERT_EQ(row.status, RowStatus::kOk) << row.error;
       EXPECT_EQ(row.parameter_bytes, parameter_bytes);
       EXPECT_EQ(row.buffer_bytes, buffer_bytes);
       EXPECT_EQ(row.batch_bytes, batch_bytes);
@@ -138,7 +138,7 @@ TEST(Predict, ADeviceMemoryAnswersWhetherEachPlanFits) {
   ASSERT_EQ(rows->size(), 4u);  // the three, then optimal at what the card leaves
   for (const Prediction& row : *rows) {
     SCOPED_TRACE(row.strategy);
-    ASSERT_EQ(row.status, "ok") << row.error;
+    ASSERT_EQ(row.status, RowStatus::kOk) << row.error;
     EXPECT_EQ(row.device_memory, card);
     EXPECT_EQ(row.Fits(), row.total_peak_bytes <= static_cast<int64_t>(card / margin));
   }
@@ -156,7 +156,7 @@ TEST(Predict, ADeviceMemoryAnswersWhetherEachPlanFits) {
   ASSERT_TRUE(tiny.ok()) << tiny.status();
   ASSERT_EQ(tiny->size(), 4u);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ((*tiny)[i].Fits(), false);
-  EXPECT_EQ((*tiny)[3].status, "oom");
+  EXPECT_EQ((*tiny)[3].status, RowStatus::kOom);
   EXPECT_NE((*tiny)[3].error.find("alone are past --device_memory"), std::string::npos)
       << (*tiny)[3].error;
   EXPECT_NE(PredictionTable(*tiny).find("**does not fit** in "), std::string::npos);
@@ -186,8 +186,8 @@ TEST(Predict, ADeviceModelsAnswerNeedsNoMeasuredTimes) {
     const Prediction& a = (*timed)[i];
     const Prediction& b = (*untimed)[i];
     SCOPED_TRACE(a.strategy);
-    ASSERT_EQ(a.status, "ok") << a.error;
-    EXPECT_EQ(b.status, "ok") << b.error;
+    ASSERT_EQ(a.status, RowStatus::kOk) << a.error;
+    EXPECT_EQ(b.status, RowStatus::kOk) << b.error;
     EXPECT_EQ(b.device_model, "h100");
     EXPECT_FALSE(b.extrapolated.empty());
     EXPECT_EQ(b.plan, a.plan);
@@ -342,7 +342,7 @@ TEST(KeptProfiles, AWarmAnswerIsTheColdOne) {
     progress_text = progress.str();
     RC_ASSERT(rows.ok());
     for (Prediction& p : *rows) {
-      if (p.status != "ok") RC_FAIL(p.strategy + ": " + p.error);
+      if (p.status != RowStatus::kOk) RC_FAIL(p.strategy + ": " + p.error);
       if (s.timed) p.step_ms = 0;  // measured anew in each run
     }
     return PredictionCsv(*rows);
@@ -401,7 +401,7 @@ TEST(Predict, SavingsBesidePublishedFigures) {
   std::vector<Prediction> rows = {row("store_all", 10 * kGiB, 4 * kGiB),
                                   row("uniform:segments=4", 4 * kGiB, kGiB),
                                   row("optimal:budget=auto", 0, 0)};
-  rows.back().status = "error";
+  rows.back().status = RowStatus::kError;
   rows.back().error = "no plan fits";
   const std::string table =
       SavingsBesidePublished(rows, {{"vit", "ViT-B/16", 12.5, 5.8}, {"llama", "LLaMA-7B", 56, 24}});

@@ -73,7 +73,7 @@ TEST(Sweep, OneRowPerConfigurationStoreAllFirst) {
   const ConfigResult& store_all = rows[0];
   EXPECT_EQ(store_all.strategy, "store_all");
   EXPECT_EQ(store_all.model, "heavy_mlp:depth=6:hidden=16:batch=4");
-  EXPECT_EQ(store_all.status, "ok");
+  EXPECT_EQ(store_all.status, RowStatus::kOk);
   EXPECT_EQ(store_all.overhead_vs_store_all, 1.0);
   EXPECT_EQ(store_all.step_ms.size(), 3u);
   // A = 4 * 16 * 4 bytes = 256; store_all keeps 6 A + the 4-byte loss.
@@ -85,7 +85,7 @@ TEST(Sweep, OneRowPerConfigurationStoreAllFirst) {
   // uniform's default for 6 stages is ceil(sqrt(6)) = 3 segments of 2: (2 + 2) A + 4.
   const ConfigResult& uniform = rows[1];
   EXPECT_EQ(uniform.strategy, "uniform:segments=3");
-  EXPECT_EQ(uniform.status, "ok");
+  EXPECT_EQ(uniform.status, RowStatus::kOk);
   EXPECT_EQ(uniform.activation_bytes, 4 * 256 + 4);
   EXPECT_DOUBLE_EQ(uniform.activation_vs_store_all, (4.0 * 256 + 4) / (6.0 * 256 + 4));
   EXPECT_EQ(uniform.recompute_forwards, 4);
@@ -93,11 +93,11 @@ TEST(Sweep, OneRowPerConfigurationStoreAllFirst) {
   EXPECT_GT(uniform.overhead_vs_store_all, 0.0);
 
   // More segments than stages: an error row naming the value; the sweep went on.
-  EXPECT_EQ(rows[2].status, "error");
+  EXPECT_EQ(rows[2].status, RowStatus::kError);
   EXPECT_THAT(rows[2].message, HasSubstr("segments=9 is more than the 6 stages"));
   // The same resolved strategy given twice (uniform = uniform:segments=3) is still measured.
   EXPECT_EQ(rows[3].strategy, "uniform:segments=3");
-  EXPECT_EQ(rows[3].status, "ok");
+  EXPECT_EQ(rows[3].status, RowStatus::kOk);
 }
 
 // An offloading plan's row has its copies: the profile's measured rates, their time alone,
@@ -134,7 +134,7 @@ TEST(Sweep, ASecondSweepPlansFromTheProfileTheFirstKept) {
     EXPECT_EQ(rows[1][k].status, rows[0][k].status);
     EXPECT_EQ(rows[1][k].plan, rows[0][k].plan);
     EXPECT_EQ(rows[1][k].predicted.activation_bytes, rows[0][k].predicted.activation_bytes);
-    if (rows[1][k].status == "ok") {
+    if (rows[1][k].status == RowStatus::kOk) {
       EXPECT_EQ(rows[1][k].activation_bytes, rows[1][k].predicted.activation_bytes);
     }
   }
@@ -149,7 +149,7 @@ TEST(Sweep, AnOffloadingRowHasItsCopiesAloneAndExposed) {
   EXPECT_TRUE(std::isnan(rows[0].copy_ms));
   EXPECT_TRUE(std::isnan(rows[0].copy_exposed_ms));
   const ConfigResult& offloading = rows[1];
-  ASSERT_EQ(offloading.status, "ok") << offloading.message;
+  ASSERT_EQ(offloading.status, RowStatus::kOk) << offloading.message;
   // [0,2) [2,4) [4,6): the middle segment's input (4 x 16 floats) goes to the host.
   EXPECT_EQ(offloading.offloaded_bytes, 256);
   EXPECT_GT(offloading.to_host_gbps, 0);
@@ -186,10 +186,10 @@ TEST(Sweep, OutOfMemoryIsARowAndTheSweepGoesOn) {
   ASSERT_TRUE(Cpu().SetCap(std::nullopt).ok());
   ASSERT_TRUE(rows.ok()) << rows.status();
   ASSERT_EQ(rows->size(), 4u);
-  EXPECT_EQ((*rows)[0].status, "oom");
+  EXPECT_EQ((*rows)[0].status, RowStatus::kOom);
   EXPECT_THAT((*rows)[0].message, HasSubstr("over the cap"));
-  EXPECT_EQ((*rows)[2].status, "ok");
-  EXPECT_EQ((*rows)[3].status, "ok");
+  EXPECT_EQ((*rows)[2].status, RowStatus::kOk);
+  EXPECT_EQ((*rows)[3].status, RowStatus::kOk);
 }
 
 // A cap between two configurations' measured peaks makes exactly those above it oom, and leaves
@@ -217,7 +217,7 @@ TEST(Sweep, ACapBetweenTwoPeaksMakesExactlyTheConfigurationsAboveItOom) {
   ASSERT_EQ(uncapped.size(), 5u);
   std::vector<int64_t> peaks;
   for (const ConfigResult& r : uncapped) {
-    ASSERT_EQ(r.status, "ok") << r.strategy << ": " << r.message;
+    ASSERT_EQ(r.status, RowStatus::kOk) << r.strategy << ": " << r.message;
     peaks.push_back(r.peak_bytes);
   }
   std::sort(peaks.begin(), peaks.end());
@@ -232,7 +232,7 @@ TEST(Sweep, ACapBetweenTwoPeaksMakesExactlyTheConfigurationsAboveItOom) {
     ASSERT_EQ(capped.size(), uncapped.size());
     for (size_t i = 0; i < capped.size(); ++i) {
       const bool above = uncapped[i].peak_bytes > cap;
-      EXPECT_EQ(capped[i].status, above ? "oom" : "ok")
+      EXPECT_EQ(capped[i].status, above ? RowStatus::kOom : RowStatus::kOk)
           << capped[i].strategy << " peaked at " << uncapped[i].peak_bytes << " uncapped; cap "
           << cap << ": " << capped[i].message;
       if (!above) {
@@ -289,7 +289,7 @@ TEST(Sweep, ReservedPeakIsEachConfigurationsOwnUnderACachingAllocator) {
   ASSERT_TRUE(rows.ok()) << rows.status();
   ASSERT_EQ(rows->size(), 4u);
   for (const ConfigResult& r : *rows) {
-    ASSERT_EQ(r.status, "ok") << r.model << " " << r.strategy << ": " << r.message;
+    ASSERT_EQ(r.status, RowStatus::kOk) << r.model << " " << r.strategy << ": " << r.message;
     // Started from an empty cache, the allocator holds at most what the step's peak needed.
     EXPECT_EQ(r.peak_reserved_bytes, r.peak_bytes) << r.model << " " << r.strategy;
   }
@@ -432,7 +432,7 @@ TEST(ResultsSchema, ReadsBackWhatItWrites) {
   ConfigResult failed;
   failed.model = "m";
   failed.strategy = "s";
-  failed.status = "oom";
+  failed.status = RowStatus::kOom;
   failed.baseline_bytes = 99;  // not written: a failed row has no bytes
   failed.message = "out of memory";
   {
@@ -460,6 +460,20 @@ TEST(ResultsSchema, ReadsBackWhatItWrites) {
   std::fclose(f);
   EXPECT_THAT(std::string(ReadResults(path).status().message()),
               HasSubstr("line 4: 'lots' is not a baseline_bytes"));
+  // A status is one of the three names, spelled as written: any other is damage, not a failure.
+  for (const std::string status : {"OK", "ok ", "skipped", ""}) {
+    const std::string other = ::testing::TempDir() + "/status.csv";
+    cells = ResultCells(ok);
+    cells[3] = status;
+    f = std::fopen(other.c_str(), "w");
+    std::fputs((CsvLine(ResultColumnNames()) + CsvLine(cells)).c_str(), f);
+    std::fclose(f);
+    EXPECT_THAT(std::string(ReadResults(other).status().message()),
+                HasSubstr(absl::StrCat("line 2: '", status, "' is not a status")));
+  }
+  for (RowStatus status : {RowStatus::kOk, RowStatus::kOom, RowStatus::kError}) {
+    EXPECT_EQ(ParseRowStatus(RowStatusName(status)), status);
+  }
 }
 
 // The one median the profiler and the sweep summarize timings with.
@@ -690,7 +704,7 @@ TEST(Sweep, ResumeSkipsCompletedModelsAndReportsOnlyMissingRows) {
   ASSERT_EQ(streamed.size(), 1u);  // the first model skipped; of the second, only uniform
   EXPECT_EQ(streamed[0].model_spec, "heavy_mlp:depth=3:hidden=4:batch=2");
   EXPECT_EQ(streamed[0].strategy_spec, "uniform:segments=auto:budget=none:offload=no");
-  EXPECT_EQ(streamed[0].status, "ok");
+  EXPECT_EQ(streamed[0].status, RowStatus::kOk);
   EXPECT_THAT(progress.str(), HasSubstr("already in results.csv, skipped"));
 }
 

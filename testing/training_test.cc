@@ -53,7 +53,7 @@ const LossCurve& StoreAllOf(const std::vector<LossCurve>& curves, const LossCurv
 std::vector<LossCurve> ExpectCurvesMatch(const TrainingOptions& training) {
   std::vector<LossCurve> curves = Train(training);
   for (const LossCurve& c : curves) {
-    EXPECT_EQ(c.status, "ok") << c.model << " " << c.strategy << ": " << c.message;
+    EXPECT_EQ(c.status, RowStatus::kOk) << c.model << " " << c.strategy << ": " << c.message;
     EXPECT_EQ(c.losses.size(), static_cast<size_t>(training.steps)) << c.strategy;
     if (!c.reassociates) {
       // Identical: the same arithmetic, the same dropout masks, the same summation order.
@@ -134,7 +134,7 @@ TEST(Training, GradientsThatNeverFitEndTheCurveWithAnError) {
   absl::StatusOr<std::vector<LossCurve>> curves = RunTraining(o, training, Cpu(), progress);
   ASSERT_TRUE(curves.ok()) << curves.status();
   for (const LossCurve& c : *curves) {
-    EXPECT_EQ(c.status, "error") << c.model << " " << c.strategy;
+    EXPECT_EQ(c.status, RowStatus::kError) << c.model << " " << c.strategy;
     EXPECT_THAT(c.message, HasSubstr("non-finite at every loss scale down to"));
     EXPECT_EQ(c.skipped_steps, 1) << c.model;  // 2^140 -> 2^139; the second overflow gives up
     EXPECT_EQ(c.losses.size(), 2u) << c.model << " " << c.strategy;
