@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/base/bytes.h"
 #include "core/base/files.h"
 #include "core/base/printable.h"
 #include "core/base/status_macros.h"
@@ -299,10 +300,10 @@ absl::Status Explain(const SweepOptions& options, MemoryMeter& meter) {
           const PlannedRun& run = *c.run;
           absl::StrAppendFormat(
               &out,
-              "  %s: %s\n    predicted: %.2f MiB of activations after forward, peak %.2f "
+              "  %s: %s\n    predicted: %s MiB of activations after forward, peak %s "
               "MiB above the baseline; %lld stage forwards rerun in backward\n",
-              run.plan.strategy, run.plan.summary, run.predicted.activation_bytes / 1048576.0,
-              run.predicted.peak_bytes / 1048576.0,
+              run.plan.strategy, run.plan.summary, FormatMib(run.predicted.activation_bytes, 2),
+              FormatMib(run.predicted.peak_bytes, 2),
               static_cast<long long>(run.executor.program().RecomputedStages()));
           // The plan as text (a plan file can hold it: docs/plans.md), then as a tree.
           absl::StrAppend(&out, "    plan: ", PlanToText(run.plan, profile.stages), "\n");

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/base/bytes.h"
 #include "core/base/status_macros.h"
 #include "core/plan/memory_model.h"
 #include "core/plan/plan_text.h"
@@ -248,8 +249,6 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
 
 namespace {
 
-std::string Gib(int64_t bytes) { return absl::StrFormat("%.2f", bytes / 1073741824.0); }
-
 // What the rows of one model share: the setting, the state per rank, what autocast left in
 // float32.
 std::string ModelHeading(const Prediction& p) {
@@ -351,12 +350,13 @@ std::string FitSummary(const std::vector<Prediction>& rows) {
       }
     }
     const std::string card = absl::StrFormat(
-        "%s GiB (%s GiB with the allocator's margin, x%.2f)", Gib(first.device_memory),
-        Gib(UsableBytes(first.device_memory, first.allocator_margin)), first.allocator_margin);
+        "%s GiB (%s GiB with the allocator's margin, x%.2f)", FormatGib(first.device_memory, 2),
+        FormatGib(UsableBytes(first.device_memory, first.allocator_margin), 2),
+        first.allocator_margin);
     absl::StrAppend(&out, "- ", first.model, ": ");
     if (fastest != nullptr) {
       absl::StrAppend(&out, "**fits** in ", card, " with ", fastest->strategy, ", ",
-                      Gib(fastest->total_peak_bytes), " GiB",
+                      FormatGib(fastest->total_peak_bytes, 2), " GiB",
                       store_all != nullptr && store_all->step_ms > 0
                           ? absl::StrFormat(", at %.2fx store_all's step (%s)",
                                             fastest->step_ms / store_all->step_ms,
@@ -367,7 +367,7 @@ std::string FitSummary(const std::vector<Prediction>& rows) {
                       ".\n");
     } else if (least != nullptr) {
       absl::StrAppend(&out, "**does not fit** in ", card, ": the least any strategy needs is ",
-                      Gib(least->total_peak_bytes), " GiB (", least->strategy, ").\n");
+                      FormatGib(least->total_peak_bytes, 2), " GiB (", least->strategy, ").\n");
     } else {
       absl::StrAppend(&out, "not answered for ", card, ": no strategy could be predicted.\n");
     }
@@ -392,8 +392,8 @@ std::string Tables(const std::vector<Prediction>& rows) {
         continue;
       }
       absl::StrAppend(&out, "| ", p->strategy, " | ", FormatMib(p->activation_bytes, 1), " | ",
-                      FormatMib(p->step_peak_bytes, 1), " | ", Gib(p->total_peak_bytes), " | ",
-                      absl::StrFormat("%.0f", p->step_ms), " |",
+                      FormatMib(p->step_peak_bytes, 1), " | ", FormatGib(p->total_peak_bytes, 2),
+                      " | ", absl::StrFormat("%.0f", p->step_ms), " |",
                       card ? (p->Fits().value_or(false) ? " yes |\n" : " no |\n") : "\n");
     }
     absl::StrAppend(&out, GradientsSetTheTotal(model));

@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "core/base/bytes.h"
 #include "core/base/files.h"
 #include "core/base/printable.h"
 #include "core/base/status_macros.h"
@@ -158,11 +159,10 @@ std::string DescribeMachine() {
   utsname u{};
   uname(&u);
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  const double mem_gib =
-      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) / (1024.0 * 1024 * 1024);
-  return absl::StrFormat("%s, %ld cores, %.1f GiB; %s %s %s",
-                         ReadFirstMatch("/proc/cpuinfo", "model name"), cores, mem_gib, u.sysname,
-                         u.release, u.machine);
+  const int64_t memory = int64_t{sysconf(_SC_PHYS_PAGES)} * sysconf(_SC_PAGESIZE);
+  return absl::StrFormat("%s, %ld cores, %s GiB; %s %s %s",
+                         ReadFirstMatch("/proc/cpuinfo", "model name"), cores, FormatGib(memory, 1),
+                         u.sysname, u.release, u.machine);
 }
 
 }  // namespace

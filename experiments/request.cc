@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/base/bytes.h"
 #include "core/base/files.h"
 #include "core/plan/spec.h"
 
@@ -58,7 +59,7 @@ std::string DescribeCaps(std::optional<int64_t> measured, std::optional<int64_t>
     if (exact != absl::StrCat(bytes)) return exact;
     return bytes < (int64_t{1} << 30)
                ? absl::StrCat(bytes, " bytes")
-               : absl::StrFormat("%d bytes (%.2f GiB)", bytes, bytes / double(1 << 30));
+               : absl::StrCat(bytes, " bytes (", FormatGib(bytes, 2), " GiB)");
   };
   std::string out = measured.has_value()
                         ? absl::StrCat("each configuration's steps capped at ", gib(*measured),

@@ -199,10 +199,6 @@ std::vector<std::string> ResultColumnNames() {
   return names;
 }
 
-std::string FormatMib(int64_t bytes, int decimals) {
-  return absl::StrFormat("%.*f", decimals, bytes / 1048576.0);
-}
-
 std::vector<std::string> ResultCells(const ConfigResult& row) {
   std::vector<std::string> cells;
   for (const ResultColumn& c : Columns()) cells.push_back(c.write(row));

@@ -147,9 +147,6 @@ std::vector<std::string> ResultColumnNames();
 // The row's cells, in column order.
 std::vector<std::string> ResultCells(const ConfigResult& row);
 
-// `bytes` in MiB with `decimals` decimals, as the tables and the prose around them print it.
-std::string FormatMib(int64_t bytes, int decimals);
-
 // OK if the first row of `csv` (read from `path`) is the columns' names. Otherwise
 // FailedPrecondition naming the file, the columns it lacks and those this version does not
 // write (a results.csv from another version of the sweep cannot be resumed), and what to do.

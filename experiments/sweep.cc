@@ -8,6 +8,7 @@
 #include "ATen/Context.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/base/bytes.h"
 #include "core/base/printable.h"
 #include "core/base/status_macros.h"
 #include "core/plan/memory_model.h"

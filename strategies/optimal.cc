@@ -40,6 +40,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/base/bytes.h"
 #include "core/base/status_macros.h"
 #include "core/plan/memory_model.h"
 #include "core/plan/schedule.h"

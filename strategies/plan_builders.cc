@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/bytes.h"
 #include "core/base/status_macros.h"
 #include "core/plan/spec.h"
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/bytes.h"
 #include "core/base/status_macros.h"
 #include "core/plan/spec.h"
 #include "core/plan/strategy.h"

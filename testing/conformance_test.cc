@@ -52,6 +52,7 @@
 #include "ATen/core/grad_mode.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/base/bytes.h"
 #include "core/base/files.h"
 #include "core/plan/memory_model.h"
 #include "core/plan/plan_text.h"

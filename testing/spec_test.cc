@@ -1,10 +1,14 @@
 // The spec grammar and parameter binding, including every error path.
 #include "core/plan/spec.h"
 
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/base/bytes.h"
 #include "core/base/printable.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -171,6 +175,27 @@ RC_GTEST_PROP(Spec, AnyTextIsAValueOrAnError, ()) {
   } else {
     RC_ASSERT(FindUnprintable(bytes.status().message()) == -1);
   }
+}
+
+// FormatByteSize writes what ParseByteSize reads back exactly, in the largest unit that divides.
+RC_GTEST_PROP(ByteSize, FormattedReadsBackExactly, ()) {
+  const int64_t small = *rc::gen::inRange<int64_t>(0, int64_t{1} << 24);
+  const int64_t bytes = *rc::gen::arbitrary<bool>()
+                            ? small << *rc::gen::element(0, 10, 20, 30)
+                            : *rc::gen::inRange<int64_t>(0, std::numeric_limits<int64_t>::max());
+  const std::string text = FormatByteSize(bytes);
+  absl::StatusOr<int64_t> back = ParseByteSize(text);
+  RC_ASSERT(back.ok());
+  RC_ASSERT(*back == bytes);
+  RC_ASSERT(DescribeBytes(bytes).rfind(absl::StrCat(bytes, " bytes ("), 0) == 0);
+}
+
+TEST(ByteSize, TablesPrintMibAndGibRounded) {
+  EXPECT_EQ(FormatByteSize(1536 << 20), "1536MiB");
+  EXPECT_EQ(FormatByteSize(1000), "1000");
+  EXPECT_EQ(FormatMib(31135616, 2), "29.69");
+  EXPECT_EQ(FormatGib(int64_t{3} << 29, 1), "1.5");
+  EXPECT_EQ(DescribeBytes(31135616), "31135616 bytes (29.69 MiB)");
 }
 
 }  // namespace

@@ -101,17 +101,8 @@ ParamDef ChoiceParam(std::string key, std::vector<std::string> choices, std::str
 // Any text the grammar allows in a value (no ':' or ','), kept as written: a file's path. An
 // empty default means the parameter must be given.
 ParamDef TextParam(std::string key, std::string default_value, std::string help);
-// A size in bytes, written as ParseByteSize accepts it.
+// A size in bytes, written as ParseByteSize (core/base/bytes.h) accepts it.
 ParamDef BytesParam(std::string key, std::string default_value, std::string help);
-
-// A size in bytes: an integer byte count, or a number with a unit B, KiB, MiB or GiB, or a
-// decimal one kB, MB or GB ("12MiB", "1.5GiB", "25GB"; rounded down to whole bytes).
-// InvalidArgument for anything else, a negative size, or one beyond int64.
-absl::StatusOr<int64_t> ParseByteSize(absl::string_view text);
-// The shortest exact writing of `bytes` in that grammar: "12MiB", "1536MiB", "1000".
-std::string FormatByteSize(int64_t bytes);
-// A byte count for a reader: "31135616 bytes (29.69 MiB)".
-std::string DescribeBytes(int64_t bytes);
 
 // Values of every declared parameter, defaults filled in, already validated.
 class ParamValues {

@@ -3,6 +3,7 @@
 // CUDA (CKPT_HAS_CUDA, set by third_party/libtorch/libtorch.bzl or the CMake build).
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/base/bytes.h"
 #include "core/run/device.h"
 #include "core/run/host_pool.h"
 #include "core/run/memory_meter.h"
@@ -60,7 +61,7 @@ class CudaMemoryMeterImpl final : public MemoryMeter {
   std::string Describe() const override {
     const cudaDeviceProp* gpu = at::cuda::getDeviceProperties(index_);
     return absl::StrCat("cuda:", index_, " ", gpu->name, ", ",
-                        absl::StrFormat("%.1f GiB", gpu->totalGlobalMem / double(1 << 30)),
+                        FormatGib(static_cast<int64_t>(gpu->totalGlobalMem), 1), " GiB",
                         " (caching allocator: ",
                         compat::kRequestedBytesExact ? "requested bytes, exact"
                                                      : "allocated bytes, in 512-byte blocks",
