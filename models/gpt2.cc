@@ -136,7 +136,7 @@ class Gpt2Model : public DecoderModel<Gpt2> {
                                                             const ModelContext& context) {
     const Size size = Resolved(params);
     const int64_t depth = size.depth, hidden = size.hidden, heads = size.heads;
-    const int64_t seq = params.Int("seq"), ctx = params.Int("context");
+    const int64_t ctx = params.Int("context");
     std::unique_ptr<Gpt2> net = InitSeeded(context.init_seed, [&] {
       return std::make_unique<Gpt2>(Gpt2Options(depth, hidden, heads)
                                         .vocab(params.Int("vocab"))
@@ -144,10 +144,8 @@ class Gpt2Model : public DecoderModel<Gpt2> {
                                         .dropout(params.Float("dropout")));
     });
     // The canonical spec names the resolved shape.
-    const std::string spec = absl::StrCat(
-        "gpt2:size=", size.name, ":depth=", depth, ":hidden=", hidden, ":heads=", heads,
-        ":seq=", seq, ":batch=", params.Int("batch"), ":vocab=", params.Int("vocab"),
-        ":context=", ctx, ":dropout=", params.Text("dropout"));
+    const std::string spec =
+        params.Canonical({{"depth", depth}, {"hidden", hidden}, {"heads", heads}});
     return std::make_shared<Gpt2Model>(params, spec, std::move(net), depth, context.device);
   }
   static std::vector<std::string> PaperSpecs() {

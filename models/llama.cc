@@ -266,10 +266,11 @@ class LlamaModel : public DecoderModel<Llama> {
     std::unique_ptr<Llama> net =
         InitSeeded(context.init_seed, [&] { return std::make_unique<Llama>(options); });
     // The canonical spec names the resolved shape.
-    const std::string spec = absl::StrCat(
-        "llama:size=", size.name, ":depth=", size.depth, ":hidden=", size.hidden,
-        ":heads=", size.heads, ":kv_heads=", size.kv_heads, ":mlp=", size.mlp,
-        ":seq=", params.Int("seq"), ":batch=", params.Int("batch"), ":vocab=", params.Int("vocab"));
+    const std::string spec = params.Canonical({{"depth", size.depth},
+                                               {"hidden", size.hidden},
+                                               {"heads", size.heads},
+                                               {"kv_heads", size.kv_heads},
+                                               {"mlp", size.mlp}});
     return std::make_shared<LlamaModel>(params, spec, std::move(net), size.depth, context.device);
   }
   // The full sizes do not fit a CPU's memory, nor a GPU's at full depth in float32: the paper

@@ -141,10 +141,7 @@ class VitModel : public HeadLossModel<Vit> {
         InitSeeded(context.init_seed, [&] { return std::make_unique<Vit>(o); });
     // The canonical spec names the resolved shape.
     const std::string spec =
-        absl::StrCat("vit:size=", params.Text("size"), ":depth=", o.depth, ":hidden=", o.hidden,
-                     ":heads=", o.heads, ":image=", o.image, ":patch=", o.patch,
-                     ":channels=", o.channels, ":classes=", o.classes,
-                     ":batch=", params.Int("batch"), ":dropout=", params.Text("dropout"));
+        params.Canonical({{"depth", o.depth}, {"hidden", o.hidden}, {"heads", o.heads}});
     return std::make_shared<VitModel>(params, spec, std::move(net), context.device);
   }
   static std::vector<std::string> PaperSpecs() { return {"vit:size=b16:batch=8"}; }

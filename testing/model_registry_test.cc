@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/run/chain_model.h"
@@ -36,6 +39,27 @@ TEST(ModelRegistry, UnknownIdListsTheKnownOnes) {
   EXPECT_EQ(stages.status().code(), absl::StatusCode::kNotFound);
   for (const std::string& id : kAggregateIds) {
     EXPECT_THAT(std::string(stages.status().message()), HasSubstr(id));
+  }
+}
+
+// A built model's spec names what it built: a size's shape resolved where the spec left it
+// "auto" (a TorchScript file's vocab=auto stays: the file decides), and building from that
+// spec builds the same spec again.
+TEST(ModelRegistry, ABuiltModelsSpecIsItsResolvedShapeAndReadsBackToItself) {
+  std::vector<std::pair<std::string, std::string>> cases = {
+      {"gpt2:size=medium:depth=1:seq=8:vocab=64:context=8", ":hidden=1024:heads=16:"},
+      {"llama:size=tiny:seq=8:vocab=64", ":depth=2:hidden=64:heads=4:kv_heads=2:mlp=172:"},
+      {"vit:size=b16:depth=1:image=32", ":hidden=768:heads=12:"}};
+  for (const std::string& id : Models().Ids()) cases.emplace_back(testing::FixedSmallSpec(id), "");
+  for (const auto& [spec, resolved] : cases) {
+    absl::StatusOr<std::shared_ptr<ChainModel>> model = CreateModel(spec, ModelContext{});
+    ASSERT_TRUE(model.ok()) << spec << ": " << model.status();
+    const std::string built = (*model)->spec();
+    EXPECT_THAT(built, HasSubstr(resolved)) << spec;
+    if (!resolved.empty()) EXPECT_THAT(built, ::testing::Not(HasSubstr("=auto"))) << spec;
+    absl::StatusOr<std::shared_ptr<ChainModel>> again = CreateModel(built, ModelContext{});
+    ASSERT_TRUE(again.ok()) << built << ": " << again.status();
+    EXPECT_EQ((*again)->spec(), built);
   }
 }
 

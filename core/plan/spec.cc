@@ -320,9 +320,14 @@ int64_t ParamValues::Bytes(absl::string_view key) const { return Int(key); }
 
 const std::string& ParamValues::Text(absl::string_view key) const { return Find(key); }
 
-std::string ParamValues::Canonical() const {
+std::string ParamValues::Canonical(
+    const std::vector<std::pair<std::string, int64_t>>& resolved) const {
   std::string out = name_;
-  for (const auto& [k, v] : values_) absl::StrAppend(&out, ":", k, "=", v);
+  for (const auto& [k, v] : values_) {
+    const auto r = std::find_if(resolved.begin(), resolved.end(),
+                                [&k = k](const auto& entry) { return entry.first == k; });
+    absl::StrAppend(&out, ":", k, "=", r == resolved.end() ? v : absl::StrCat(r->second));
+  }
   return out;
 }
 

@@ -123,8 +123,9 @@ class ParamValues {
   // InvalidArgument naming the value and what `def` accepts.
   absl::StatusOr<ParamValues> With(const ParamDef& def, std::optional<int64_t> bytes) const;
 
-  // `name:key=value:...` with every declared parameter in declaration order.
-  std::string Canonical() const;
+  // `name:key=value:...` with every declared parameter in declaration order, each key of
+  // `resolved` at its value there: a model's spec naming the shape its "auto" sizes resolved to.
+  std::string Canonical(const std::vector<std::pair<std::string, int64_t>>& resolved = {}) const;
   const std::string& name() const { return name_; }
   // Every parameter as (key, canonical value), in declaration order.
   const std::vector<std::pair<std::string, std::string>>& Entries() const { return values_; }
