@@ -12,21 +12,21 @@
 
 namespace ckpt {
 
+namespace {
+constexpr std::pair<RowStatus, absl::string_view> kRowStatusNames[] = {
+    {RowStatus::kOk, "ok"}, {RowStatus::kOom, "oom"}, {RowStatus::kError, "error"}};
+}  // namespace
+
 absl::string_view RowStatusName(RowStatus status) {
-  switch (status) {
-    case RowStatus::kOk:
-      return "ok";
-    case RowStatus::kOom:
-      return "oom";
-    case RowStatus::kError:
-      return "error";
+  for (const auto& [s, name] : kRowStatusNames) {
+    if (s == status) return name;
   }
   return "error";
 }
 
 std::optional<RowStatus> ParseRowStatus(absl::string_view name) {
-  for (RowStatus status : {RowStatus::kOk, RowStatus::kOom, RowStatus::kError}) {
-    if (name == RowStatusName(status)) return status;
+  for (const auto& [status, n] : kRowStatusNames) {
+    if (n == name) return status;
   }
   return std::nullopt;
 }
