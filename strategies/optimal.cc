@@ -1,37 +1,21 @@
 // optimal: the fastest plan whose peak fits a memory budget, from the measured stage costs:
-// Rotor's persistent dynamic programme (Beaumont et al., Inria RR-9302 / ACM TOMS), with a
-// choice of policy per stage as Rockmate extends it (store, recompute the attention core,
-// recompute the MLP's hidden activation, chunk the sequence: each stage's menu in the
-// profile). The recurrence, its chain model and its discretisation are documented in
-// docs/chain-solver.md.
+// Rotor's persistent dynamic programme (Beaumont et al., Inria RR-9302) with a policy per stage
+// as Rockmate extends it; docs/chain-solver.md documents the recurrence and its discretisation.
 //
-// Keeps, recomputes and offloads: whatever the fastest plan within the budget does; its result is
-// a plan tree, checkpoints nested in checkpoints where that is faster than recomputing more, some
-// offloaded (their inputs in host memory until their reruns) where the profile knows the copy
-// rates (measured, or a link assumed: core/plan/profile.h) and that is faster still; offload=no
-// plans keep-or-recompute alone. Host bytes do not count against the budget.
-// Memory: its peak, as the memory model predicts it, is within `budget` bytes above the
-// baseline (parameters, batch), less kBudgetSlackBytes (core/plan/memory_model.h). Compute: the
-// least predicted step time (core/plan/time_model.h, the solver's objective, so that its error is
-// this strategy's error) among the candidates that fit: the solver's plan at every budget of
-// its grid, uniform's plan with every segment count (so that where the chain model
-// misjudges a plan's peak, the answer is still never slower than that heuristic's; with
-// offload, its offloading variant too), and every other strategy's default plan (so that no
-// registered strategy's reaches a lower peak, or is faster within one).
-//
-// Precision: under autocast (a profile taken under it, the sweep's --amp) no stage is chunked
-// unless chunks_under_amp=yes: a chunk's partial weight gradient is rounded to the autocast
-// dtype before the chunks are summed (bfloat16 keeps 8 bits), which moved a tiny model's
-// gradients 23 times as far as autocast itself moves store_all's (docs/testing.md). Every other
-// policy computes what store_all computes, in the same dtype.
-//
-// budget=auto: the predicted peak of uniform's default plan (ceil(sqrt(L)) segments), plus the
-// slack, so that a sweep compares the two at equal memory. A budget below every candidate's
-// peak is an error that names the least peak among them.
-//
-// The candidates depend on the model, not on the budget (the grid is the chain model's peak
-// with every stage stored, in at most 2000 steps), so a larger budget can only widen those that
-// fit: the predicted step time never grows with the budget.
+// Contract:
+// - The plan is a tree: segments stored, checkpointed (nested where that is faster),
+//   offloaded where the profile knows the copy rates and offload=yes; host bytes do not count.
+// - Its predicted peak (core/plan/memory_model.h) is at most `budget` above the baseline less
+//   kBudgetSlackBytes; a budget below every candidate's peak is an error naming the least one.
+// - Its predicted step (core/plan/time_model.h) is the least among the candidates that fit:
+//   the solver's plan at every budget of its grid, uniform's at every segment count (with its
+//   offloading variant), and every other strategy's default plan. So it is never slower than
+//   any of them, and, the candidates depending on the model alone, never slower at a larger
+//   budget.
+// - Under autocast no stage is chunked unless chunks_under_amp=yes: chunks' partial weight
+//   gradients would be rounded to the autocast dtype before they are summed (docs/testing.md).
+// - budget=auto is uniform's default plan's predicted peak plus the slack: the two compared at
+//   equal memory.
 #include <algorithm>
 #include <memory>
 #include <optional>
