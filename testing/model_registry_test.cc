@@ -56,7 +56,9 @@ TEST(ModelRegistry, ABuiltModelsSpecIsItsResolvedShapeAndReadsBackToItself) {
     ASSERT_TRUE(model.ok()) << spec << ": " << model.status();
     const std::string built = (*model)->spec();
     EXPECT_THAT(built, HasSubstr(resolved)) << spec;
-    if (!resolved.empty()) EXPECT_THAT(built, ::testing::Not(HasSubstr("=auto"))) << spec;
+    if (!resolved.empty()) {
+      EXPECT_THAT(built, ::testing::Not(HasSubstr("=auto"))) << spec;
+    }
     absl::StatusOr<std::shared_ptr<ChainModel>> again = CreateModel(built, ModelContext{});
     ASSERT_TRUE(again.ok()) << built << ": " << again.status();
     EXPECT_EQ((*again)->spec(), built);
