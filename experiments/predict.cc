@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -491,33 +493,75 @@ std::string PredictionReport(const std::vector<Prediction>& rows,
   return out;
 }
 
+namespace {
+
+// predict.csv's columns, each a name and its cell for a row. Empty where unknown, as in
+// results.csv: the state's sizes where the model could not be profiled, the predictions where
+// the row is not ok.
+struct PredictionColumn {
+  const char* name;
+  std::function<std::string(const Prediction&)> cell;
+};
+
+bool Profiled(const Prediction& p) { return p.status == RowStatus::kOk || p.parameter_bytes > 0; }
+
+// A byte count, empty unless `known(p)`.
+PredictionColumn BytesColumn(const char* name, int64_t Prediction::*field,
+                             bool (*known)(const Prediction&)) {
+  return {name,
+          [=](const Prediction& p) { return known(p) ? absl::StrCat(p.*field) : std::string(); }};
+}
+
+bool PredictedOk(const Prediction& p) { return p.status == RowStatus::kOk; }
+
+const std::vector<PredictionColumn>& PredictionColumns() {
+  using P = Prediction;
+  static const auto* columns = new std::vector<PredictionColumn>{
+      {"model", [](const P& p) { return p.model; }},
+      {"profiled_model", [](const P& p) { return p.profiled; }},
+      {"strategy", [](const P& p) { return p.strategy; }},
+      {"status", [](const P& p) { return std::string(RowStatusName(p.status)); }},
+      {"states", [](const P& p) { return p.states; }},
+      {"world_size", [](const P& p) { return absl::StrCat(p.world_size); }},
+      {"autocast", [](const P& p) { return p.autocast.empty() ? "none" : p.autocast; }},
+      {"collectives_timed",
+       [](const P& p) { return std::string(p.collectives_timed ? "true" : "false"); }},
+      BytesColumn("parameter_bytes", &P::parameter_bytes, &Profiled),
+      BytesColumn("buffer_bytes", &P::buffer_bytes, &Profiled),
+      BytesColumn("gradient_bytes", &P::gradient_bytes, &Profiled),
+      BytesColumn("optimizer_bytes", &P::optimizer_bytes, &Profiled),
+      BytesColumn("batch_bytes", &P::batch_bytes, &Profiled),
+      BytesColumn("largest_gather_bytes", &P::largest_gather_bytes, &Profiled),
+      BytesColumn("predicted_activation_bytes", &P::activation_bytes, &PredictedOk),
+      BytesColumn("predicted_step_peak_bytes", &P::step_peak_bytes, &PredictedOk),
+      BytesColumn("predicted_total_peak_bytes", &P::total_peak_bytes, &PredictedOk),
+      {"predicted_step_ms",
+       [](const P& p) {
+         return PredictedOk(p) ? absl::StrFormat("%.3f", p.step_ms) : std::string();
+       }},
+      {"fits",
+       [](const P& p) {
+         const std::optional<bool> fits = p.Fits();
+         return std::string(!fits.has_value() ? "" : *fits ? "true" : "false");
+       }},
+      {"plan", [](const P& p) { return p.plan; }},
+      {"message", [](const P& p) { return p.error; }},
+      {"extrapolated_from", [](const P& p) { return p.extrapolated; }},
+      {"device_model", [](const P& p) { return p.device_model.empty() ? "none" : p.device_model; }},
+  };
+  return *columns;
+}
+
+}  // namespace
+
 std::string PredictionCsv(const std::vector<Prediction>& rows) {
-  std::string out =
-      "model,profiled_model,strategy,status,states,world_size,autocast,collectives_timed,"
-      "parameter_bytes,buffer_bytes,gradient_bytes,optimizer_bytes,batch_bytes,"
-      "largest_gather_bytes,"
-      "predicted_activation_bytes,predicted_step_peak_bytes,predicted_total_peak_bytes,"
-      "predicted_step_ms,fits,plan,message,extrapolated_from,device_model\n";
+  std::vector<std::string> cells;
+  for (const PredictionColumn& column : PredictionColumns()) cells.push_back(column.name);
+  std::string out = CsvLine(cells);
   for (const Prediction& p : rows) {
-    // Empty where unknown, as in results.csv: the state's sizes where the model could not be
-    // profiled, the predictions where the row is not ok.
-    const bool ok = p.status == RowStatus::kOk;
-    const bool profiled = ok || p.parameter_bytes > 0;
-    const auto cell = [](bool known, int64_t bytes) {
-      return known ? absl::StrCat(bytes) : std::string();
-    };
-    absl::StrAppend(&out, CsvField(p.model), ",", CsvField(p.profiled), ",", CsvField(p.strategy),
-                    ",", RowStatusName(p.status), ",", p.states, ",", p.world_size, ",",
-                    p.autocast.empty() ? "none" : p.autocast, ",",
-                    p.collectives_timed ? "true" : "false", ",", cell(profiled, p.parameter_bytes),
-                    ",", cell(profiled, p.buffer_bytes), ",", cell(profiled, p.gradient_bytes), ",",
-                    cell(profiled, p.optimizer_bytes), ",", cell(profiled, p.batch_bytes), ",",
-                    cell(profiled, p.largest_gather_bytes), ",", cell(ok, p.activation_bytes), ",",
-                    cell(ok, p.step_peak_bytes), ",", cell(ok, p.total_peak_bytes), ",",
-                    ok ? absl::StrFormat("%.3f", p.step_ms) : "", ",",
-                    p.Fits().has_value() ? (*p.Fits() ? "true" : "false") : "", ",",
-                    CsvField(p.plan), ",", CsvField(p.error), ",", CsvField(p.extrapolated), ",",
-                    p.device_model.empty() ? "none" : p.device_model, "\n");
+    cells.clear();
+    for (const PredictionColumn& column : PredictionColumns()) cells.push_back(column.cell(p));
+    absl::StrAppend(&out, CsvLine(cells));
   }
   return out;
 }
