@@ -9,11 +9,13 @@ Pure Python (the standard library and torch); see ckptlab.planned for how each s
 `python3 -m ckptlab.apply PLAN_FILE MODEL.pt` for a plan's segments on a file's stages.
 """
 
+__version__ = "0.1.0"  # the package's (python/pyproject.toml reads it here)
+
 from ckptlab.chains import Chain, ChainError, chain
 from ckptlab.optimized import OptimizeError, Prediction, optimize
 from ckptlab.plan import Plan, PlanError, Segment, parse_plan
 from ckptlab.planned import MAX_NESTING, PlannedSequential, apply, describe, kept_bytes
 
-__all__ = ["apply", "chain", "Chain", "ChainError", "describe", "kept_bytes", "optimize",
-           "OptimizeError", "parse_plan", "Plan", "PlanError", "Prediction", "Segment",
+__all__ = ["__version__", "apply", "chain", "Chain", "ChainError", "describe", "kept_bytes",
+           "optimize", "OptimizeError", "parse_plan", "Plan", "PlanError", "Prediction", "Segment",
            "PlannedSequential", "MAX_NESTING"]
