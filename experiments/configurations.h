@@ -22,9 +22,9 @@
 #include "core/run/chain_model.h"
 #include "core/run/memory_meter.h"
 #include "core/run/workload.h"
-#include "experiments/cohort.h"
 #include "experiments/kept_profiles.h"
 #include "experiments/progress.h"
+#include "experiments/records/cohort.h"
 
 namespace ckpt {
 

@@ -12,8 +12,8 @@
 #include "core/run/executor.h"
 #include "core/run/memory_meter.h"
 #include "core/run/workload.h"
-#include "experiments/cohort.h"
-#include "experiments/results.h"
+#include "experiments/records/cohort.h"
+#include "experiments/records/results.h"
 #include "experiments/sweep_options.h"
 
 namespace ckpt {

@@ -21,8 +21,8 @@
 #include "experiments/configurations.h"
 #include "experiments/kept_profiles.h"
 #include "experiments/progress.h"
-#include "experiments/results.h"
-#include "experiments/results_csv.h"
+#include "experiments/records/results.h"
+#include "experiments/records/results_csv.h"
 #include "experiments/sweep.h"
 
 namespace ckpt {

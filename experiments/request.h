@@ -19,10 +19,10 @@
 #include "core/plan/states.h"
 #include "core/run/device.h"
 #include "core/run/memory_meter.h"
-#include "experiments/output_folder.h"
+#include "experiments/output/output_folder.h"
+#include "experiments/output/report.h"
 #include "experiments/predict.h"
 #include "experiments/presets.h"
-#include "experiments/report.h"
 #include "experiments/sweep.h"
 #include "experiments/training.h"
 

@@ -16,12 +16,12 @@
 #include "core/plan/time_model.h"
 #include "core/run/executor.h"
 #include "core/run/workload.h"
-#include "experiments/cohort.h"
 #include "experiments/configurations.h"
 #include "experiments/gradient_check.h"
 #include "experiments/kept_profiles.h"
 #include "experiments/progress.h"
-#include "experiments/results_csv.h"
+#include "experiments/records/cohort.h"
+#include "experiments/records/results_csv.h"
 
 namespace ckpt {
 namespace {

@@ -14,8 +14,8 @@
 
 #include "absl/status/statusor.h"
 #include "core/run/memory_meter.h"
-#include "experiments/report.h"
-#include "experiments/results.h"
+#include "experiments/output/report.h"
+#include "experiments/records/results.h"
 #include "experiments/sweep_options.h"
 
 namespace ckpt {

@@ -19,7 +19,7 @@
 #include "core/run/device.h"
 #include "core/run/executor.h"
 #include "core/run/workload.h"
-#include "experiments/results.h"
+#include "experiments/records/results.h"
 
 namespace ckpt {
 

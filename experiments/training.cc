@@ -21,9 +21,9 @@
 #include "core/train/loss_scaler.h"
 #include "core/train/trainer.h"
 #include "experiments/configurations.h"
-#include "experiments/gnuplot.h"
-#include "experiments/report.h"
-#include "experiments/results_csv.h"
+#include "experiments/output/gnuplot.h"
+#include "experiments/output/report.h"
+#include "experiments/records/results_csv.h"
 
 namespace ckpt {
 namespace {

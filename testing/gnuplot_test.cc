@@ -2,7 +2,7 @@
 // string (backquoted commands, quotes of both kinds, line breaks, system(), $(...)) goes
 // through GpLiteral, GpTitle and GpDataLabel into a script that gnuplot runs; gnuplot must print
 // the text back (control characters as '?') and no command may have run.
-#include "experiments/gnuplot.h"
+#include "experiments/output/gnuplot.h"
 
 #include <filesystem>
 #include <string>

@@ -4,7 +4,8 @@
 #   core/plan   core/base: no LibTorch (planning builds and runs without it);
 #   core/run    core/plan, core/base, LibTorch: never core/train or core/dist;
 #   core/train  core/run and below: never core/dist;
-# and no strategy plugin includes another.
+# experiments/records includes nothing else of experiments/, experiments/output only the
+# records; and no strategy plugin includes another.
 # Bazel's visibility already refuses such a dependency between targets; this catches the
 # include that needs no target (LibTorch's headers sit on the system include path).
 # And a name that a source of core/ or experiments/ keeps to itself (in an anonymous namespace,
@@ -15,27 +16,30 @@
 set -uo pipefail
 root="${CKPT_SOURCE_ROOT:-$TEST_SRCDIR/ckptlab}"
 failures=0
-# Fails for each #include in the floor $1 that matches the extended regex $2 (what it names).
+# Fails for each #include in the folder $1 that matches the extended regex $2 (what it names).
 refuse() {
   local floor=$1 pattern=$2 what=$3 hits
-  [[ -d "$root/core/$floor" ]] || {
-    echo "FAIL: no folder $root/core/$floor" >&2
+  [[ -d "$root/$floor" ]] || {
+    echo "FAIL: no folder $root/$floor" >&2
     failures=$((failures + 1))
     return
   }
   hits=$(grep -nHE "^[[:space:]]*#[[:space:]]*include[[:space:]]*[<\"]($pattern)" \
-    "$root/core/$floor"/*.h "$root/core/$floor"/*.cc 2>/dev/null)
+    "$root/$floor"/*.h "$root/$floor"/*.cc 2>/dev/null)
   if [[ -n "$hits" ]]; then
-    echo "FAIL: core/$floor includes $what:" >&2
+    echo "FAIL: $floor includes $what:" >&2
     echo "${hits//$root\//}" >&2
     failures=$((failures + 1))
   fi
 }
 libtorch='ATen/|c10/|torch/|caffe2/'
-refuse base "$libtorch|core/(plan|run|train|dist)/" "LibTorch or a floor above it"
-refuse plan "$libtorch|core/(run|train|dist)/" "LibTorch or a floor above it"
-refuse run "core/(train|dist)/" "a floor above it"
-refuse train "core/dist/" "core/dist"
+refuse core/base "$libtorch|core/(plan|run|train|dist)/" "LibTorch or a floor above it"
+refuse core/plan "$libtorch|core/(run|train|dist)/" "LibTorch or a floor above it"
+refuse core/run "core/(train|dist)/" "a floor above it"
+refuse core/train "core/dist/" "core/dist"
+# experiments/: the records below what a run writes, both below the sweep's own files.
+refuse experiments/records "experiments/([a-z_]+\.h|output/)" "the rest of experiments/"
+refuse experiments/output "experiments/[a-z_]+\.h" "the sweep's own files"
 # A strategy plugin (strategies/<id>.cc) includes the libraries plugins share, never another
 # plugin; only plan_file.cc, the `plan` plugin, includes its own header.
 hits=$(grep -nHE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"strategies/' "$root"/strategies/*.cc |
@@ -51,7 +55,7 @@ fi
 # unindented, and an anonymous namespace's end is its "}  // namespace" line.
 namespace_scope_names() {
   local f
-  for f in "$root"/core/*/*.cc "$root"/experiments/*.cc; do
+  for f in "$root"/core/*/*.cc "$root"/experiments/*.cc "$root"/experiments/*/*.cc; do
     [[ $f == *_main.cc ]] && continue
     awk -v file="${f#"$root"/}" '
       /^namespace \{/ { anonymous = 1; next }

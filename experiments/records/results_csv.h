@@ -1,6 +1,6 @@
 // CSV files as the sweep writes and reads them: rows appended whole, one write(2) each, so an
-// interrupted sweep leaves a file of complete rows (results.csv: experiments/results.h); files
-// read back only when they are regular, bounded and free of control characters.
+// interrupted sweep leaves a file of complete rows (results.csv: experiments/records/results.h);
+// files read back only when they are regular, bounded and free of control characters.
 #pragma once
 
 #include <cstdint>

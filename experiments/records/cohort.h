@@ -18,7 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/dist/data_parallel.h"
-#include "experiments/results.h"
+#include "experiments/records/results.h"
 
 namespace ckpt {
 

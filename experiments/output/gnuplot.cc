@@ -1,4 +1,4 @@
-#include "experiments/gnuplot.h"
+#include "experiments/output/gnuplot.h"
 
 #include <fcntl.h>
 #include <spawn.h>

@@ -1,4 +1,4 @@
-#include "experiments/report.h"
+#include "experiments/output/report.h"
 
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -20,9 +20,9 @@
 #include "core/base/files.h"
 #include "core/base/printable.h"
 #include "core/base/status_macros.h"
-#include "experiments/gnuplot.h"
-#include "experiments/results.h"
-#include "experiments/results_csv.h"
+#include "experiments/output/gnuplot.h"
+#include "experiments/records/results.h"
+#include "experiments/records/results_csv.h"
 
 namespace ckpt {
 namespace {

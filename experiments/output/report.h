@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "experiments/results.h"
+#include "experiments/records/results.h"
 
 namespace ckpt {
 

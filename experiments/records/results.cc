@@ -1,4 +1,4 @@
-#include "experiments/results.h"
+#include "experiments/records/results.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "experiments/output_folder.h"
+#include "experiments/output/output_folder.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -16,7 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "core/base/files.h"
 #include "core/base/status_macros.h"
-#include "experiments/results_csv.h"
+#include "experiments/records/results_csv.h"
 
 namespace ckpt {
 namespace {

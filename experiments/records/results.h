@@ -20,7 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/plan/memory_model.h"
-#include "experiments/results_csv.h"
+#include "experiments/records/results_csv.h"
 
 namespace ckpt {
 
@@ -120,7 +120,8 @@ struct ConfigResult {
   }
 };
 
-// How a column's value combines across the ranks of a data-parallel run (experiments/cohort.h).
+// How a column's value combines across the ranks of a data-parallel run
+// (experiments/records/cohort.h).
 enum class AcrossRanks {
   kAlike,    // the same on every rank (a spec, a plan, a prediction from the ranks' mean
              // profile), or derived after combining (medians and ratios of the rounds)

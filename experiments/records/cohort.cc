@@ -1,4 +1,4 @@
-#include "experiments/cohort.h"
+#include "experiments/records/cohort.h"
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"

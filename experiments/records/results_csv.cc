@@ -1,4 +1,4 @@
-#include "experiments/results_csv.h"
+#include "experiments/records/results_csv.h"
 
 #include <fcntl.h>
 #include <unistd.h>
