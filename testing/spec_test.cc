@@ -190,6 +190,36 @@ RC_GTEST_PROP(ByteSize, FormattedReadsBackExactly, ()) {
   RC_ASSERT(DescribeBytes(bytes).rfind(absl::StrCat(bytes, " bytes ("), 0) == 0);
 }
 
+// Digits, one point and a unit: exact, rounded down; any other writing is refused by name.
+TEST(ByteSize, ReadsDecimalsExactlyAndNothingElse) {
+  const std::vector<std::pair<std::string, int64_t>> read = {
+      {"0", 0},
+      {"7B", 7},
+      {"1.5GiB", int64_t{3} << 29},
+      {"0.1KiB", 102},
+      {"25GB", 25000000000},
+      {"1.000000000000000001GiB", int64_t{1} << 30},
+      {"9223372036854775807", std::numeric_limits<int64_t>::max()},
+      {"7.999999999999999999GiB", (int64_t{8} << 30) - 1}};
+  for (const auto& [text, bytes] : read) {
+    absl::StatusOr<int64_t> got = ParseByteSize(text);
+    ASSERT_TRUE(got.ok()) << text << ": " << got.status();
+    EXPECT_EQ(*got, bytes) << text;
+  }
+  for (const std::string text : {"0x10", "1e3", "1.5", "1.5B", "5.GiB", ".5GiB", "+5", " 5", "5 ",
+                                 "-0", "inf", "nanGiB", "1,5GiB", "16gib", "", "GiB"}) {
+    absl::StatusOr<int64_t> got = ParseByteSize(text);
+    ASSERT_FALSE(got.ok()) << text << " read as " << *got;
+    EXPECT_THAT(std::string(got.status().message()), HasSubstr("is not a size")) << text;
+  }
+  for (const std::string text : {"9223372036854775808", "8589934592GiB", "99999999999GiB"}) {
+    EXPECT_THAT(std::string(ParseByteSize(text).status().message()), HasSubstr("(too large)"))
+        << text;
+  }
+  EXPECT_THAT(std::string(ParseByteSize("1.0000000000000000001GiB").status().message()),
+              HasSubstr("more than 18 digits"));
+}
+
 TEST(ByteSize, TablesPrintMibAndGibRounded) {
   EXPECT_EQ(FormatByteSize(1536 << 20), "1536MiB");
   EXPECT_EQ(FormatByteSize(1000), "1000");

@@ -197,7 +197,7 @@ check_bad "unknown parameter 'layers'; accepted: depth, hidden, batch" --models=
 check_bad "depth='0' is not accepted" --models=heavy_mlp:depth=0
 check_bad "steps=0 is not accepted" --steps=0
 check_bad "unknown device 'tpu'" --device=tpu
-check_bad "--memory_cap='lots' is not a size; accepted: a byte count" --memory_cap=lots
+check_bad "--memory_cap='lots' is not a size; accepted: a whole byte count" --memory_cap=lots
 check_bad "--memory_cap='nanGiB' is not a size" --memory_cap=nanGiB
 check_bad "--link_bandwidth=25GB is not a rate; accepted: a positive size per second" \
   --link_bandwidth=25GB

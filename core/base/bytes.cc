@@ -1,11 +1,11 @@
 #include "core/base/bytes.h"
 
+#include <algorithm>
 #include <limits>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
@@ -29,22 +29,40 @@ absl::StatusOr<int64_t> ParseByteSize(absl::string_view text) {
       break;
     }
   }
-  int64_t whole = 0;
-  double value = 0;
-  // An integer count is exact whatever its size; otherwise a decimal, written so that NaN
-  // (which SimpleAtod accepts) fails too.
-  if (!number.empty() && absl::ascii_isdigit(number.front()) && absl::SimpleAtoi(number, &whole) &&
-      whole <= std::numeric_limits<int64_t>::max() / unit) {
-    return whole * unit;
+  const auto refused = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", Printable(text), "' is not a size", why,
+        "; accepted: a whole byte count, or a decimal number with GiB, MiB, KiB, GB, MB or kB "
+        "(e.g. 16GiB, 1.5GiB, 512MiB, 25GB), at most 2^63 - 1 bytes"));
+  };
+  // Digits, then a point and digits: nothing else (no sign, exponent, hexadecimal or spaces).
+  const size_t point = number.find('.');
+  const absl::string_view whole = number.substr(0, point);
+  const absl::string_view fraction =
+      point == absl::string_view::npos ? absl::string_view() : number.substr(point + 1);
+  const auto digits = [](absl::string_view d) {
+    return !d.empty() && std::all_of(d.begin(), d.end(), absl::ascii_isdigit);
+  };
+  if (!digits(whole) || (point != absl::string_view::npos && !digits(fraction))) {
+    return refused("");
   }
-  if (number.empty() || !absl::ascii_isdigit(number.front()) || !absl::SimpleAtod(number, &value) ||
-      !(value >= 0 && value * unit <= 9.2e18)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", Printable(text),
-                     "' is not a size; accepted: a byte count, or a number with "
-                     "GiB, MiB, KiB, GB, MB, kB or B (e.g. 16GiB, 1.5GiB, 512MiB, 25GB)"));
+  if (point != absl::string_view::npos && unit == 1) return refused(" (a fraction of a byte)");
+  if (fraction.size() > 18) return refused(" (more than 18 digits after the point)");
+  // Exact: floor((whole + fraction) x unit), in 128 bits.
+  __int128 bytes = 0;
+  for (const char c : whole) {
+    bytes = bytes * 10 + (c - '0');
+    if (bytes > std::numeric_limits<int64_t>::max()) return refused(" (too large)");
   }
-  return static_cast<int64_t>(value * unit);
+  bytes *= unit;
+  __int128 tenths = 0, scale = 1;
+  for (const char c : fraction) {
+    tenths = tenths * 10 + (c - '0');
+    scale *= 10;
+  }
+  bytes += tenths * unit / scale;
+  if (bytes > std::numeric_limits<int64_t>::max()) return refused(" (too large)");
+  return static_cast<int64_t>(bytes);
 }
 
 std::string FormatByteSize(int64_t bytes) {

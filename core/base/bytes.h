@@ -15,9 +15,10 @@
 
 namespace ckpt {
 
-// A size in bytes: an integer byte count, or a number with a unit B, KiB, MiB or GiB, or a
-// decimal one kB, MB or GB ("12MiB", "1.5GiB", "25GB"; rounded down to whole bytes).
-// InvalidArgument for anything else, a negative size, or one beyond int64.
+// A size in bytes: a whole byte count (with or without B), or a decimal number with a unit KiB,
+// MiB or GiB, or kB, MB or GB ("12MiB", "1.5GiB", "25GB"), rounded down to whole bytes, exactly.
+// Digits and one point only: no sign, exponent, hexadecimal or spaces. InvalidArgument naming
+// the text for anything else, a fraction of a byte, or a size beyond int64.
 absl::StatusOr<int64_t> ParseByteSize(absl::string_view text);
 // The shortest exact writing of `bytes` in that grammar: "12MiB", "1536MiB", "1000".
 std::string FormatByteSize(int64_t bytes);
