@@ -459,18 +459,62 @@ TEST(ResultsSchema, ReadsBackWhatItWrites) {
   std::fputs(CsvLine(cells).c_str(), f);
   std::fclose(f);
   EXPECT_THAT(std::string(ReadResults(path).status().message()),
-              HasSubstr("line 4: 'lots' is not a baseline_bytes"));
-  // A status is one of the three names, spelled as written: any other is damage, not a failure.
-  for (const std::string status : {"OK", "ok ", "skipped", ""}) {
-    const std::string other = ::testing::TempDir() + "/status.csv";
-    cells = ResultCells(ok);
-    cells[3] = status;
-    f = std::fopen(other.c_str(), "w");
-    std::fputs((CsvLine(ResultColumnNames()) + CsvLine(cells)).c_str(), f);
-    std::fclose(f);
-    EXPECT_THAT(std::string(ReadResults(other).status().message()),
-                HasSubstr(absl::StrCat("line 2: '", status, "' is not a status")));
+              HasSubstr("line 4: column baseline_bytes holds 'lots'; accepted: a whole number of "
+                        "at least 0, empty where the row failed"));
+  // A row whose cells are each what some row could hold, but not this one, is damage too: a
+  // status not among the three names, a number not written as the columns write it, an ok row
+  // without its bytes, a configuration's second row.
+  const auto damaged = [&](const std::vector<std::vector<std::string>>& rows) {
+    const std::string other = ::testing::TempDir() + "/damaged.csv";
+    std::string text = CsvLine(ResultColumnNames());
+    for (const std::vector<std::string>& row : rows) text += CsvLine(row);
+    std::FILE* g = std::fopen(other.c_str(), "w");
+    std::fputs(text.c_str(), g);
+    std::fclose(g);
+    absl::StatusOr<std::vector<ConfigResult>> read = ReadResults(other);
+    return read.ok() ? std::string("read") : std::string(read.status().message());
+  };
+  const std::vector<std::string> names = ResultColumnNames();
+  const auto at = [&](const std::string& name) {
+    return static_cast<size_t>(std::find(names.begin(), names.end(), name) - names.begin());
+  };
+  const auto edited = [&](const ConfigResult& row, const std::string& name, std::string cell) {
+    std::vector<std::string> c = ResultCells(row);
+    c.at(at(name)) = std::move(cell);
+    return c;
+  };
+  for (const std::string status : {"OK", "ok ", " ok", "skipped", ""}) {
+    EXPECT_THAT(damaged({edited(ok, "status", status)}),
+                HasSubstr(absl::StrCat("line 2: column status holds '", status,
+                                       "'; accepted: ok, oom or error")));
   }
+  for (const auto& [name, cell] : std::vector<std::pair<std::string, std::string>>{
+           {"activation_bytes", "-5"},
+           {"activation_bytes", "+5"},
+           {"activation_bytes", " 5"},
+           {"peak_bytes", "0x10"},
+           {"predicted_peak_bytes", "3"},  // below the baseline
+           {"step_ms_median", "-1"},
+           {"step_ms_median", "inf"},
+           {"step_ms_median", "nan"},
+           {"steps", "-1"},
+           {"steps", ""},
+           {"world_size", "0"}}) {
+    EXPECT_THAT(damaged({edited(ok, name, cell)}),
+                HasSubstr(absl::StrCat("line 2: column ", name, " holds '", cell, "'")));
+  }
+  EXPECT_EQ(damaged({edited(ok, "loss", "-inf")}), "read");  // a loss may be any number
+  EXPECT_EQ(damaged({edited(ok, "copy_exposed_ms", "-0.250")}), "read");
+  ConfigResult unmeasured = failed;  // a failed row's empty bytes under an ok status
+  unmeasured.status = RowStatus::kError;
+  EXPECT_THAT(damaged({edited(unmeasured, "status", "ok")}),
+              HasSubstr("line 2: an ok row without its baseline_bytes"));
+  EXPECT_THAT(damaged({edited(ok, "activation_bytes", "")}),
+              HasSubstr("line 2: an ok row without its activation_bytes"));
+  EXPECT_THAT(damaged({ResultCells(ok), ResultCells(failed), ResultCells(ok)}),
+              HasSubstr(absl::StrCat("line 4: a second row of ", ok.model_spec, " under ",
+                                     ok.strategy_spec, " (line 2)")));
+  EXPECT_EQ(damaged({ResultCells(ok), ResultCells(failed)}), "read");
   for (RowStatus status : {RowStatus::kOk, RowStatus::kOom, RowStatus::kError}) {
     EXPECT_EQ(ParseRowStatus(RowStatusName(status)), status);
   }

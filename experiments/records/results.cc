@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -62,26 +64,38 @@ ResultColumn Across(AcrossRanks across, ResultColumn column) {
   return column;
 }
 
-// An integer column, empty where the row failed (`only_ok`) or where it is 0 (`zero_empty`).
+// A whole number of at least 0 written as the columns write it (digits only), into `v`.
+bool ReadCount(const std::string& cell, int64_t& v) {
+  return !cell.empty() && std::all_of(cell.begin(), cell.end(), absl::ascii_isdigit) &&
+         absl::SimpleAtoi(cell, &v);
+}
+
+// An integer column of values at least `least`, empty where the row failed (`only_ok`: then an
+// ok row must have it) or where it is 0 (`zero_empty`).
 template <typename Int>
-ResultColumn Integer(std::string name, Int Row::*field, bool only_ok, bool zero_empty = false) {
-  return WithNumber<Int>({std::move(name),
-                          [=](const Row& r) {
-                            return (only_ok && !r.ok()) || (zero_empty && r.*field == 0)
-                                       ? std::string()
-                                       : absl::StrCat(r.*field);
-                          },
-                          [field](const std::string& cell, Row& r) {
-                            if (cell.empty()) {
-                              r.*field = 0;
-                              return true;
-                            }
-                            int64_t v = 0;
-                            if (!absl::SimpleAtoi(cell, &v)) return false;
-                            r.*field = static_cast<Int>(v);
-                            return true;
-                          }},
-                         field);
+ResultColumn Integer(std::string name, Int Row::*field, bool only_ok, bool zero_empty = false,
+                     int64_t least = 0) {
+  ResultColumn column = WithNumber<Int>(
+      {std::move(name),
+       [=](const Row& r) {
+         return (only_ok && !r.ok()) || (zero_empty && r.*field == 0) ? std::string()
+                                                                      : absl::StrCat(r.*field);
+       },
+       [=](const std::string& cell, Row& r) {
+         int64_t v = 0;
+         if (cell.empty() ? !(only_ok || zero_empty) : !ReadCount(cell, v) || v < least) {
+           return false;
+         }
+         r.*field = static_cast<Int>(v);
+         return true;
+       }},
+      field);
+  column.accepted = absl::StrCat("a whole number of at least ", least,
+                                 only_ok      ? ", empty where the row failed"
+                                 : zero_empty ? ", empty for 0"
+                                              : "");
+  column.required_if_ok = only_ok;
+  return column;
 }
 
 // How a real number is written: with `decimals` places, or (-1) the shortest %g, or (-2) %.9g.
@@ -92,10 +106,11 @@ std::string Written(double v, int decimals) {
 }
 
 // A real column, written as Written says, empty where unknown (NaN), where the row failed
-// (`only_ok`), or where it is 0 (`zero_empty`; read back as 0).
+// (`only_ok`), or where it is 0 (`zero_empty`; read back as 0). Its values are finite and at
+// least 0, unless `any_sign` (a loss, a difference of two times): then any number.
 ResultColumn Real(std::string name, double Row::*field, int decimals, bool only_ok,
-                  bool zero_empty = false) {
-  return WithNumber<double>(
+                  bool zero_empty = false, bool any_sign = false) {
+  ResultColumn column = WithNumber<double>(
       {std::move(name),
        [=](const Row& r) {
          const double v = r.*field;
@@ -106,9 +121,21 @@ ResultColumn Real(std::string name, double Row::*field, int decimals, bool only_
        },
        [=](const std::string& cell, Row& r) {
          r.*field = zero_empty ? 0 : Row::kUnknown;
-         return cell.empty() || absl::SimpleAtod(cell, &(r.*field));
+         if (cell.empty()) return true;
+         if (any_sign && (cell == "inf" || cell == "-inf")) {  // a loss can overflow
+           r.*field = cell == "inf" ? HUGE_VAL : -HUGE_VAL;
+           return true;
+         }
+         const bool written = std::all_of(cell.begin(), cell.end(), [](char c) {
+           return absl::ascii_isdigit(c) || c == '.' || c == 'e' || c == '+' || c == '-';
+         });
+         return written && (absl::ascii_isdigit(cell[0]) || (any_sign && cell[0] == '-')) &&
+                absl::SimpleAtod(cell, &(r.*field)) && std::isfinite(r.*field);
        }},
       field);
+  column.accepted =
+      absl::StrCat("a finite number", any_sign ? "" : " of at least 0", ", or empty where unknown");
+  return column;
 }
 
 const std::vector<ResultColumn>& Columns() {
@@ -121,7 +148,8 @@ const std::vector<ResultColumn>& Columns() {
          const std::optional<RowStatus> status = ParseRowStatus(cell);
          if (status.has_value()) r.status = *status;
          return status.has_value();
-       }},
+       },
+       AcrossRanks::kAlike, nullptr, nullptr, "ok, oom or error"},
       Across(AcrossRanks::kLargest,
              Integer("baseline_bytes", &Row::baseline_bytes, /*only_ok=*/true)),
       Across(AcrossRanks::kLargest, Integer("activation_bytes", &Row::activation_bytes, true)),
@@ -133,8 +161,10 @@ const std::vector<ResultColumn>& Columns() {
       {"predicted_activation_bytes",
        [](const Row& r) { return r.ok() ? absl::StrCat(r.predicted.activation_bytes) : ""; },
        [](const std::string& cell, Row& r) {
-         return cell.empty() || absl::SimpleAtoi(cell, &r.predicted.activation_bytes);
-       }},
+         return cell.empty() || ReadCount(cell, r.predicted.activation_bytes);
+       },
+       AcrossRanks::kAlike, nullptr, nullptr, "a whole number, empty where the row failed",
+       /*required_if_ok=*/true},
       // Absolute, as peak_bytes; the row holds it above the baseline (read before it).
       {"predicted_peak_bytes",
        [](const Row& r) {
@@ -143,10 +173,13 @@ const std::vector<ResultColumn>& Columns() {
        [](const std::string& cell, Row& r) {
          int64_t absolute = 0;
          if (cell.empty()) return true;
-         if (!absl::SimpleAtoi(cell, &absolute)) return false;
+         if (!ReadCount(cell, absolute) || absolute < r.baseline_bytes) return false;
          r.predicted.peak_bytes = absolute - r.baseline_bytes;
          return true;
-       }},
+       },
+       AcrossRanks::kAlike, nullptr, nullptr,
+       "a whole number of at least baseline_bytes, empty where the row failed",
+       /*required_if_ok=*/true},
       Across(AcrossRanks::kLargest,
              Integer("peak_reserved_bytes", &Row::peak_reserved_bytes, true)),
       Real("predicted_step_ms", &Row::predicted_step_ms, 3, true),
@@ -161,25 +194,28 @@ const std::vector<ResultColumn>& Columns() {
       {"predicted_host_peak_bytes",
        [](const Row& r) { return r.ok() ? absl::StrCat(r.predicted.host_peak_bytes) : ""; },
        [](const std::string& cell, Row& r) {
-         return cell.empty() || absl::SimpleAtoi(cell, &r.predicted.host_peak_bytes);
-       }},
+         return cell.empty() || ReadCount(cell, r.predicted.host_peak_bytes);
+       },
+       AcrossRanks::kAlike, nullptr, nullptr, "a whole number, empty where the row failed",
+       /*required_if_ok=*/true},
       Across(AcrossRanks::kLargest, Integer("offloaded_bytes", &Row::offloaded_bytes, true)),
       Real("to_host_gbps", &Row::to_host_gbps, 3, true),
       Real("from_host_gbps", &Row::from_host_gbps, 3, true),
       Real("copy_ms", &Row::copy_ms, 3, true),
-      Real("predicted_copy_exposed_ms", &Row::predicted_copy_exposed_ms, 3, true),
-      Real("copy_exposed_ms", &Row::copy_exposed_ms, 3, true),
+      Real("predicted_copy_exposed_ms", &Row::predicted_copy_exposed_ms, 3, true, false,
+           /*any_sign=*/true),
+      Real("copy_exposed_ms", &Row::copy_exposed_ms, 3, true, false, /*any_sign=*/true),
       Real("max_grad_diff_vs_store_all", &Row::max_grad_diff_vs_store_all, -1, true),
       Text("grad_check", &Row::grad_check),
-      Across(AcrossRanks::kMean, Real("loss", &Row::loss, -2, true)),
+      Across(AcrossRanks::kMean, Real("loss", &Row::loss, -2, true, false, /*any_sign=*/true)),
       Integer("steps", &Row::steps, false),
       Real("step_gflop", &Row::step_gflop, 4, false, /*zero_empty=*/true),
       Real("achieved_gflops", &Row::achieved_gflops, 2, true),
       Integer("threads", &Row::threads, false),
       Integer("blas_threads", &Row::blas_threads, false, /*zero_empty=*/true),
-      Integer("world_size", &Row::world_size, false),
+      Integer("world_size", &Row::world_size, false, false, /*least=*/1),
       Text("backend", &Row::backend),
-      Real("allreduce_exposed_ms", &Row::allreduce_exposed_ms, 3, true),
+      Real("allreduce_exposed_ms", &Row::allreduce_exposed_ms, 3, true, false, /*any_sign=*/true),
       Across(AcrossRanks::kLargest, Real("allreduce_alone_ms", &Row::allreduce_alone_ms, 3, true)),
       Text("model_spec", &Row::model_spec),
       Text("strategy_spec", &Row::strategy_spec),
@@ -238,6 +274,12 @@ absl::StatusOr<std::vector<ConfigResult>> ReadResults(const std::string& path) {
   ASSIGN_OR_RETURN(const auto csv, ReadCsv(path, &lines));
   RETURN_IF_ERROR(CheckResultsHeader(path, csv));
   const std::vector<ResultColumn>& columns = Columns();
+  const auto damaged = [&](size_t i, absl::string_view what) {
+    return absl::DataLossError(absl::StrCat(path, " line ", lines[i], ": ", what,
+                                            "; the file is damaged: mend or remove that line, or "
+                                            "pass another --out"));
+  };
+  std::map<std::pair<std::string, std::string>, int> line_of;  // a configuration's row
   std::vector<ConfigResult> rows;
   for (size_t i = 1; i < csv.size(); ++i) {
     const std::vector<std::string>& cells = csv[i];
@@ -252,11 +294,20 @@ absl::StatusOr<std::vector<ConfigResult>> ReadResults(const std::string& path) {
     ConfigResult row;
     for (size_t c = 0; c < columns.size(); ++c) {
       if (!columns[c].read(cells[c], row)) {
-        return absl::DataLossError(
-            absl::StrCat(path, " line ", lines[i], ": '", cells[c], "' is not a ", columns[c].name,
-                         "; the file is damaged: mend or remove that line, or "
-                         "pass another --out"));
+        return damaged(i, absl::StrCat("column ", columns[c].name, " holds '", cells[c],
+                                       "'; accepted: ", columns[c].accepted));
       }
+    }
+    for (size_t c = 0; c < columns.size(); ++c) {
+      if (row.ok() && columns[c].required_if_ok && cells[c].empty()) {
+        return damaged(i, absl::StrCat("an ok row without its ", columns[c].name));
+      }
+    }
+    const auto [first, added] =
+        line_of.emplace(std::make_pair(row.model_spec, row.strategy_spec), lines[i]);
+    if (!added) {
+      return damaged(i, absl::StrCat("a second row of ", row.model_spec, " under ",
+                                     row.strategy_spec, " (line ", first->second, ")"));
     }
     rows.push_back(std::move(row));
   }

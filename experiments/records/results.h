@@ -139,6 +139,9 @@ struct ResultColumn {
   AcrossRanks across = AcrossRanks::kAlike;
   std::function<double(const ConfigResult&)> get = nullptr;
   std::function<void(ConfigResult&, double)> set = nullptr;
+  // What its cells hold, as a message refusing one says; and whether an ok row must have one.
+  std::string accepted = "any text";
+  bool required_if_ok = false;
 };
 
 // results.csv's columns, in order.
@@ -159,7 +162,8 @@ absl::Status CheckResultsHeader(const std::string& path,
 absl::StatusOr<CsvAppender> OpenResults(const std::string& path);
 
 // The rows of a results.csv, read back (ReadCsv's errors; CheckResultsHeader's; DataLoss naming
-// the line, and the column of a cell that is not what its column writes).
+// the line, and the column of a cell that is not what its column writes and what it accepts, an
+// ok row without its bytes, or a second row of one configuration).
 absl::StatusOr<std::vector<ConfigResult>> ReadResults(const std::string& path);
 
 }  // namespace ckpt
