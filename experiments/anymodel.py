@@ -178,12 +178,12 @@ def main():
                            f"--out={folder}-predict"], f"{name} (predicted)")
         predicted = rows_of(os.path.join(f"{folder}-predict", "predict.csv"))
         peak = int(predicted[0]["predicted_step_peak_bytes"])
-        least = re.search(r"least peak the planner reaches on [^,]*, ([0-9]+) bytes",
-                          predicted[1]["message"])
+        least = re.search(r"least peak the planner reaches on .*; accepted: a budget of at least "
+                          r"([0-9]+) bytes", predicted[1]["message"])
         if least is None:
             fail(f"{name}: no least peak in the sweep's message: "
                  f"{printable(predicted[1]['message'])}")
-        low = int(least.group(1))
+        low = int(least.group(1))  # the least budget: the least peak and the planners' slack
         sizes = [str(int(low + f * (peak - low))) for f in budgets]
         sweep(executable, [spec, "--strategies=store_all,optimal,uniform",
                            f"--budgets={','.join(sizes)}", f"--out={folder}"], name)

@@ -102,9 +102,11 @@ absl::StatusOr<BudgetChoice> FastestOrLeastPeak(const ModelProfile& profile,
   ASSIGN_OR_RETURN(std::optional<BudgetChoice> best,
                    FastestWithinBudget(profile, std::move(candidates), budget, &least));
   if (!best.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        id, ": budget=", budget_text, " is below the least peak ", what, " reaches on ",
-        profile.model, ", ", DescribeBytes(least), "; accepted: a budget of at least that"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(id, ": budget=", budget_text, " is below the least peak ", what,
+                     " reaches on ", profile.model, ", ", DescribeBytes(least - kBudgetSlackBytes),
+                     "; accepted: a budget of at least ", least, " bytes (that peak and the ",
+                     kBudgetSlackBytes, " bytes a budgeted plan leaves free)"));
   }
   best->plan.shown = {{"budget", std::string(budget_text)}};
   return *std::move(best);

@@ -56,7 +56,7 @@ absl::StatusOr<CountOrBudget> ReadCountOrBudget(const ParamValues& params, absl:
 
 // The fastest of `candidates` within `budget` (FastestWithinBudget), its Plan::shown set to
 // {budget=`budget_text`}. None fits: InvalidArgument "`id`: budget=`budget_text` is below the
-// least peak `what` reaches on MODEL, LEAST; accepted: a budget of at least that".
+// least peak `what` reaches on MODEL, PEAK; accepted: a budget of at least PEAK + 64 bytes ...".
 absl::StatusOr<BudgetChoice> FastestOrLeastPeak(const ModelProfile& profile,
                                                 std::vector<Plan> candidates, int64_t budget,
                                                 absl::string_view budget_text, absl::string_view id,

@@ -8,7 +8,8 @@
 //   - The memory and time models can predict it (every policy it uses is in the profile).
 //   - A strategy that plans to a budget (StrategyTraits::budget_param) keeps its promise: the
 //     predicted peak fits the budget less the slack (core/plan/memory_model.h), a budget that fits
-//     stays fit when it grows, and a larger budget never makes the predicted step slower.
+//     stays fit when it grows, and a larger budget never makes the predicted step slower; one it
+//     refuses names the least peak and the least budget, which plans a plan of that peak.
 //   - Where the profile knows copy rates, `optimal` with offload is never slower than without it
 //     at the same budget, and fits every budget that fits without it.
 //   - `optimal` reaches every peak a registered strategy's default plan reaches, no slower than
@@ -19,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/plan/memory_model.h"
 #include "core/plan/plan_text.h"
@@ -124,6 +127,22 @@ RC_GTEST_PROP(StrategyProperties, EveryStrategyPlansValidlyAndDeterministically,
 }
 
 // On up to 300 stages: the budget searches try many plans, each predicted over the whole chain.
+// The number that ends before the first `end` after `after` in `message` (", 1234 bytes").
+std::optional<int64_t> NumberBefore(const std::string& message, const std::string& end,
+                                    const std::string& after) {
+  const size_t from = message.find(after);
+  if (from == std::string::npos) return std::nullopt;
+  const size_t stop = message.find(end, from + after.size());
+  if (stop == std::string::npos) return std::nullopt;
+  size_t start = stop;
+  while (start > 0 && absl::ascii_isdigit(message[start - 1])) --start;
+  int64_t n = 0;
+  if (start == stop || !absl::SimpleAtoi(message.substr(start, stop - start), &n)) {
+    return std::nullopt;
+  }
+  return n;
+}
+
 RC_GTEST_PROP(StrategyProperties, BudgetStrategiesKeepTheirPromise, ()) {
   const ModelProfile profile = *GeneratedProfile(300).as("profile");
   const Plan store_all = *PlanFor("store_all", profile);
@@ -145,6 +164,17 @@ RC_GTEST_PROP(StrategyProperties, BudgetStrategiesKeepTheirPromise, ()) {
     for (size_t k = 0; k < plans.size(); ++k) {
       if (!plans[k].ok()) {
         RC_ASSERT(plans[k].status().code() == absl::StatusCode::kInvalidArgument);
+        // It names the least peak and the least budget, that peak and the slack, which plans
+        // a plan of that peak.
+        const std::string message(plans[k].status().message());
+        const std::optional<int64_t> least = NumberBefore(message, " bytes (", "reaches on ");
+        const std::optional<int64_t> accepted = NumberBefore(message, " bytes", "at least ");
+        RC_ASSERT(least.has_value() && accepted.has_value());
+        RC_ASSERT(*accepted == *least + kBudgetSlackBytes);
+        RC_ASSERT(*accepted > budgets[k]);
+        const absl::StatusOr<Plan> at_least = strategy.WithBudget(*accepted)->PlanFor(profile);
+        RC_ASSERT(at_least.ok());
+        RC_ASSERT(PredictMemory(profile, *at_least)->peak_bytes == *least);
         continue;
       }
       RC_ASSERT(PredictMemory(profile, *plans[k])->peak_bytes + kBudgetSlackBytes <= budgets[k]);
