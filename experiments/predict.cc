@@ -352,13 +352,13 @@ std::string FitSummary(const std::vector<Prediction>& rows) {
       }
     }
     const std::string card = absl::StrFormat(
-        "%s GiB (%s GiB with the allocator's margin, x%.2f)", FormatGib(first.device_memory, 2),
-        FormatGib(UsableBytes(first.device_memory, first.allocator_margin), 2),
+        "%s (%s with the allocator's margin, x%.2f)", FormatSize(first.device_memory),
+        FormatSize(UsableBytes(first.device_memory, first.allocator_margin)),
         first.allocator_margin);
     absl::StrAppend(&out, "- ", first.model, ": ");
     if (fastest != nullptr) {
       absl::StrAppend(&out, "**fits** in ", card, " with ", fastest->strategy, ", ",
-                      FormatGib(fastest->total_peak_bytes, 2), " GiB",
+                      FormatSize(fastest->total_peak_bytes),
                       store_all != nullptr && store_all->step_ms > 0
                           ? absl::StrFormat(", at %.2fx store_all's step (%s)",
                                             fastest->step_ms / store_all->step_ms,
@@ -369,7 +369,7 @@ std::string FitSummary(const std::vector<Prediction>& rows) {
                       ".\n");
     } else if (least != nullptr) {
       absl::StrAppend(&out, "**does not fit** in ", card, ": the least any strategy needs is ",
-                      FormatGib(least->total_peak_bytes, 2), " GiB (", least->strategy, ").\n");
+                      FormatSize(least->total_peak_bytes), " (", least->strategy, ").\n");
     } else {
       absl::StrAppend(&out, "not answered for ", card, ": no strategy could be predicted.\n");
     }

@@ -53,13 +53,13 @@ const std::vector<Mode>& ModesThatDoLess() {
 
 // The caps in force, in words, for the report.
 std::string DescribeCaps(std::optional<int64_t> measured, std::optional<int64_t> standing) {
-  // Exact, as --memory_cap takes it ("16GiB", "1000 bytes"), with GiB beside a count of bytes.
+  // Exact, as --memory_cap takes it ("16GiB", "1000 bytes"), and in GiB beside it past 1 GiB.
   auto gib = [](int64_t bytes) {
-    const std::string exact = FormatByteSize(bytes);
-    if (exact != absl::StrCat(bytes)) return exact;
-    return bytes < (int64_t{1} << 30)
-               ? absl::StrCat(bytes, " bytes")
-               : absl::StrCat(bytes, " bytes (", FormatGib(bytes, 2), " GiB)");
+    std::string exact = FormatByteSize(bytes);
+    if (exact == absl::StrCat(bytes)) exact += " bytes";
+    constexpr int64_t kGib = int64_t{1} << 30;
+    return bytes < kGib || bytes % kGib == 0 ? exact
+                                             : absl::StrCat(exact, " (", FormatSize(bytes), ")");
   };
   std::string out = measured.has_value()
                         ? absl::StrCat("each configuration's steps capped at ", gib(*measured),

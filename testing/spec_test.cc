@@ -226,6 +226,10 @@ TEST(ByteSize, TablesPrintMibAndGibRounded) {
   EXPECT_EQ(FormatMib(31135616, 2), "29.69");
   EXPECT_EQ(FormatGib(int64_t{3} << 29, 1), "1.5");
   EXPECT_EQ(DescribeBytes(31135616), "31135616 bytes (29.69 MiB)");
+  EXPECT_EQ(FormatSize(1000), "1000 bytes");
+  EXPECT_EQ(FormatSize(1536), "1.50 KiB");
+  EXPECT_EQ(FormatSize(31135616), "29.69 MiB");
+  EXPECT_EQ(FormatSize(int64_t{24} << 30), "24.00 GiB");
 }
 
 }  // namespace

@@ -81,6 +81,14 @@ std::string FormatGib(int64_t bytes, int decimals) {
   return absl::StrFormat("%.*f", decimals, bytes / 1073741824.0);
 }
 
+std::string FormatSize(int64_t bytes) {
+  for (const auto& [suffix, factor] : std::vector<std::pair<const char*, int64_t>>{
+           {"GiB", int64_t{1} << 30}, {"MiB", int64_t{1} << 20}, {"KiB", int64_t{1} << 10}}) {
+    if (bytes >= factor) return absl::StrFormat("%.2f %s", bytes / double(factor), suffix);
+  }
+  return absl::StrCat(bytes, " bytes");
+}
+
 std::string DescribeBytes(int64_t bytes) {
   return absl::StrCat(bytes, " bytes (", FormatMib(bytes, 2), " MiB)");
 }

@@ -27,5 +27,8 @@ std::string FormatMib(int64_t bytes, int decimals);
 std::string FormatGib(int64_t bytes, int decimals);
 // A byte count for a reader: "31135616 bytes (29.69 MiB)".
 std::string DescribeBytes(int64_t bytes);
+// A size for prose, in the largest binary unit it holds one of, two decimals: "2.41 GiB",
+// "29.69 MiB", "1.50 KiB", "1000 bytes" (never "0.00 GiB").
+std::string FormatSize(int64_t bytes);
 
 }  // namespace ckpt
