@@ -232,6 +232,20 @@ for flag in --steps=3 --warmup=1 --time_limit_s=60 --dist_backend=gloo --resume;
   check_bad "--predict runs no step, so ${flag%%=*} cannot go with it" --predict "$flag"
 done
 check_bad "--report_only runs nothing, so --seed cannot go with it" --report_only --seed=3
+# docs/sweep.md's table of the modes that do less lists the flags each accepts, as it says.
+docs="$(dirname "${BASH_SOURCE[0]}")/../docs/sweep.md"
+for mode in list predict report_only explain; do
+  documented=$(awk -v row="| \`--$mode\` | " '/^\| mode \| also takes \|$/ { table = 1 }
+    table && /^$/ { exit } table && index($0, row) == 1 { print }' "$docs" |
+    cut -d'|' -f3 | tr -d '\`' | sed 's/^ *//; s/ *$//')
+  [[ $documented == nothing ]] && documented=""
+  set +e
+  accepted=$(run_sweep "--$mode" --steps=3 2>&1 >/dev/null | sed -n "s/.*; accepted with --$mode: //p")
+  set -e
+  [[ $accepted == "no other flag" ]] && accepted=""
+  [[ "$documented" == "$(tr -d ',' <<<"$accepted")" ]] ||
+    fail "docs/sweep.md says --$mode takes '$documented'; the sweep accepts '$accepted'"
+done
 check_bad "--dist_backend=: an empty backend name cannot reduce cpu tensors in this build; accepted: auto" \
   --dist_backend=
 check_bad "--explain prints plans and exits, so --out cannot go with it" --explain
