@@ -233,7 +233,12 @@ absl::StatusOr<std::vector<Prediction>> Predict(const SweepOptions& options,
                                    "are past "
                                    "--device_memory over the allocator's margin"))
                              : strategy.WithBudget(*left);
-            const std::string spec = fitted.ok() ? fitted->spec() : strategy.spec();
+            // A re-plan that cannot run is still labelled by the budget it was for (0 where the
+            // card leaves nothing), not as the strategy's row above.
+            const absl::StatusOr<BoundStrategy> labelled =
+                fitted.ok() || !left.ok() ? fitted
+                                          : strategy.WithBudget(std::max<int64_t>(*left, 0));
+            const std::string spec = labelled.ok() ? labelled->spec() : strategy.spec();
             if (!fitted_specs.insert(spec).second) continue;
             progress.AddToTotal(1);
             predict(spec, fitted.ok() ? fitted->PlanFor(m.profile)

@@ -159,6 +159,8 @@ TEST(Predict, ADeviceMemoryAnswersWhetherEachPlanFits) {
   EXPECT_EQ((*tiny)[3].status, RowStatus::kOom);
   EXPECT_NE((*tiny)[3].error.find("alone are past --device_memory"), std::string::npos)
       << (*tiny)[3].error;
+  // Labelled by the budget it was for, the nothing the card leaves: not as optimal's row above.
+  EXPECT_NE((*tiny)[3].strategy.find(":budget=0"), std::string::npos) << (*tiny)[3].strategy;
   EXPECT_NE(PredictionTable(*tiny).find("**does not fit** in "), std::string::npos);
 }
 
