@@ -586,10 +586,11 @@ TEST(CheckResultsHeader, NamesTheColumnsThatDiffer) {
   older.push_back("gpu_name");
   const absl::Status s = CheckResultsHeader("old/results.csv", {older, {"1"}});
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(s.message()),
-              HasSubstr("old/results.csv was not written by this version of the sweep, so it "
-                        "cannot be resumed (columns missing: peak_reserved_bytes; not ours: "
-                        "gpu_name; or in another order); pass another --out"));
+  EXPECT_THAT(
+      std::string(s.message()),
+      HasSubstr("old/results.csv was not written by this version of the sweep, so it "
+                "cannot be resumed or reported (columns missing: peak_reserved_bytes; not ours: "
+                "gpu_name; or in another order); pass another --out"));
   std::vector<std::string> swapped = ResultColumnNames();
   std::swap(swapped[0], swapped[1]);
   EXPECT_THAT(std::string(CheckResultsHeader("p", {swapped}).message()),

@@ -254,7 +254,9 @@ absl::Status CheckResultsHeader(const std::string& path,
     return out.empty() ? std::string("none") : absl::StrJoin(out, ", ");
   };
   return absl::FailedPreconditionError(absl::StrCat(
-      path, " was not written by this version of the sweep, so it cannot be resumed (columns ",
+      path,
+      " was not written by this version of the sweep, so it cannot be resumed or reported "
+      "(columns ",
       "missing: ", lacking(names, header), "; not ours: ", lacking(header, names),
       header.size() == names.size() ? "; or in another order" : "", "); pass another --out"));
 }
