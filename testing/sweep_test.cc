@@ -495,7 +495,7 @@ TEST(ResultsSchema, ReadsBackWhatItWrites) {
            {"peak_bytes", "0x10"},
            {"predicted_peak_bytes", "3"},  // below the baseline
            {"step_ms_median", "-1"},
-           {"step_ms_median", "inf"},
+           {"step_ms_median", "-inf"},
            {"step_ms_median", "nan"},
            {"steps", "-1"},
            {"steps", ""},
@@ -504,6 +504,10 @@ TEST(ResultsSchema, ReadsBackWhatItWrites) {
                 HasSubstr(absl::StrCat("line 2: column ", name, " holds '", cell, "'")));
   }
   EXPECT_EQ(damaged({edited(ok, "loss", "-inf")}), "read");  // a loss may be any number
+  // What the sweep writes reads back: a gradient difference or a ratio that overflowed.
+  ConfigResult overflowed = ok;
+  overflowed.max_grad_diff_vs_store_all = overflowed.activation_vs_store_all = HUGE_VAL;
+  EXPECT_EQ(damaged({ResultCells(overflowed)}), "read");
   EXPECT_EQ(damaged({edited(ok, "copy_exposed_ms", "-0.250")}), "read");
   ConfigResult unmeasured = failed;  // a failed row's empty bytes under an ok status
   unmeasured.status = RowStatus::kError;

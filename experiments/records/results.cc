@@ -106,8 +106,8 @@ std::string Written(double v, int decimals) {
 }
 
 // A real column, written as Written says, empty where unknown (NaN), where the row failed
-// (`only_ok`), or where it is 0 (`zero_empty`; read back as 0). Its values are finite and at
-// least 0, unless `any_sign` (a loss, a difference of two times): then any number.
+// (`only_ok`), or where it is 0 (`zero_empty`; read back as 0). Its values are at least 0 (inf
+// too), unless `any_sign` (a loss, a difference of two times): then any number.
 ResultColumn Real(std::string name, double Row::*field, int decimals, bool only_ok,
                   bool zero_empty = false, bool any_sign = false) {
   ResultColumn column = WithNumber<double>(
@@ -122,7 +122,9 @@ ResultColumn Real(std::string name, double Row::*field, int decimals, bool only_
        [=](const std::string& cell, Row& r) {
          r.*field = zero_empty ? 0 : Row::kUnknown;
          if (cell.empty()) return true;
-         if (any_sign && (cell == "inf" || cell == "-inf")) {  // a loss can overflow
+         // Infinite as the sweep may write it: a loss or a gradient difference that overflowed, a
+         // ratio to a store_all of 0 bytes.
+         if (cell == "inf" || (any_sign && cell == "-inf")) {
            r.*field = cell == "inf" ? HUGE_VAL : -HUGE_VAL;
            return true;
          }
@@ -130,11 +132,12 @@ ResultColumn Real(std::string name, double Row::*field, int decimals, bool only_
            return absl::ascii_isdigit(c) || c == '.' || c == 'e' || c == '+' || c == '-';
          });
          return written && (absl::ascii_isdigit(cell[0]) || (any_sign && cell[0] == '-')) &&
-                absl::SimpleAtod(cell, &(r.*field)) && std::isfinite(r.*field);
+                absl::SimpleAtod(cell, &(r.*field)) && std::isfinite(r.*field) &&
+                (any_sign || r.*field >= 0);
        }},
       field);
-  column.accepted =
-      absl::StrCat("a finite number", any_sign ? "" : " of at least 0", ", or empty where unknown");
+  column.accepted = any_sign ? "a number (inf and -inf too), or empty where unknown"
+                             : "a number of at least 0 (inf too), or empty where unknown";
   return column;
 }
 
@@ -254,10 +257,8 @@ absl::Status CheckResultsHeader(const std::string& path,
     return out.empty() ? std::string("none") : absl::StrJoin(out, ", ");
   };
   return absl::FailedPreconditionError(absl::StrCat(
-      path,
-      " was not written by this version of the sweep, so it cannot be resumed or reported "
-      "(columns ",
-      "missing: ", lacking(names, header), "; not ours: ", lacking(header, names),
+      path, " was not written by this version of the sweep, so it cannot be resumed or ",
+      "reported (columns missing: ", lacking(names, header), "; not ours: ", lacking(header, names),
       header.size() == names.size() ? "; or in another order" : "", "); pass another --out"));
 }
 
