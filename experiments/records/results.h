@@ -153,7 +153,8 @@ std::vector<std::string> ResultCells(const ConfigResult& row);
 
 // OK if the first row of `csv` (read from `path`) is the columns' names. Otherwise
 // FailedPrecondition naming the file, the columns it lacks and those this version does not
-// write (a results.csv from another version of the sweep cannot be resumed or reported), and what to do.
+// write (a results.csv from another version of the sweep cannot be resumed or reported), and
+// what to do.
 absl::Status CheckResultsHeader(const std::string& path,
                                 const std::vector<std::vector<std::string>>& csv);
 
