@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """python/ is a package a PyTorch user installs: `pip install ./python` into a fresh virtual
-environment (offline: no index, the running Python's setuptools and torch seen through
---system-site-packages) installs ckptlab, with its version and its torch requirement, and
-`import ckptlab` then works from any folder, the checkout nowhere on the path. Needs venv,
-ensurepip and setuptools (Debian's python3-venv and python3-setuptools, which tools/bazel
-installs).
+environment (offline: no index; the setuptools venv's ensurepip brings, and the running
+Python's wheel and torch seen through --system-site-packages) installs ckptlab, with its
+version and its torch requirement, and `import ckptlab` then works from any folder, the
+checkout nowhere on the path. Needs venv's ensurepip and wheel (Debian's python3-venv and
+python3-wheel, which tools/bazel installs: without wheel, setuptools has no bdist_wheel).
 """
 
 import ast

@@ -55,12 +55,12 @@ absl::StatusOr<int64_t> ParseByteSize(absl::string_view text) {
     if (bytes > std::numeric_limits<int64_t>::max()) return refused(" (too large)");
   }
   bytes *= unit;
-  __int128 tenths = 0, scale = 1;
+  __int128 numerator = 0, scale = 1;
   for (const char c : fraction) {
-    tenths = tenths * 10 + (c - '0');
+    numerator = numerator * 10 + (c - '0');
     scale *= 10;
   }
-  bytes += tenths * unit / scale;
+  bytes += numerator * unit / scale;
   if (bytes > std::numeric_limits<int64_t>::max()) return refused(" (too large)");
   return static_cast<int64_t>(bytes);
 }
