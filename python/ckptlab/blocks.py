@@ -1,0 +1,405 @@
+"""Models that tracing cannot cut, checkpointed by their own repeated blocks, in place.
+
+    names = ckptlab.find_blocks(model)                     # ["encoder.layers.0", ...]
+    profile = ckptlab.profile_blocks(model, inputs, loss=None, targets=())
+    profile.kept_bytes(names[:4])                          # predicted, to the byte
+    applied = ckptlab.checkpoint_blocks(model, names[:4], profile)
+    loss(model(*inputs), *targets).backward()              # the plain model's gradients
+    applied.undo()                                         # the model as it was
+
+For models whose forward reads its data in Python, which ckptlab.chain refuses (a layer drop
+drawn with `.item()`, a mask sized by the batch's lengths, a router's rows per expert): the
+model's own forward runs unchanged, and only the chosen blocks' forwards are wrapped.
+
+Blocks (find_blocks): the children of an nn.ModuleList or nn.Sequential, two or more, all of one
+class and each holding parameters (a transformer's layers, a ResNet stage's blocks), outermost
+first: a container inside a found block is not searched.
+
+A profile is the model's own step (its forward and the loss, no backward) run once with every
+block stored, on the batch given, leaving the model's buffers and the random streams as they
+were. It records each call of a block (a block called twice is two calls): the storages of the
+tensors it takes (what a checkpoint keeps), those autograd saved while it ran and still keeps
+when the loss is computed, whether it drew random numbers, the buffers it updates, and its
+forward's time. `kept_bytes(names)` is then what PyTorch keeps for backward with those blocks
+checkpointed, each storage counted once, less the parameters, buffers and batch (planned.py's
+kept_bytes measures the same figure). The profile is of that step: the next step from the same
+random state draws what it drew (a layer drop's), another draw may keep more or less.
+
+A checkpointed block runs PyTorch's non-reentrant checkpoint (torch.utils.checkpoint, without
+its own random state) around the block's forward, its keyword arguments and outputs as the
+model passes them, and keeps besides its inputs:
+  - the random streams as the call found them, where the call drew (dropout, a layer drop), so
+    that the rerun draws the same; the host's generator's state (5,056 bytes) is host memory;
+  - a copy of the buffers it updates (BatchNorm's statistics), which the rerun reads and
+    updates in place of the model's, so that the model's state is updated once, as the plain
+    step updates it.
+A block that writes its input or a parameter in place, or whose calls keep nothing for backward,
+is refused by name (a rerun would read what its first run wrote; nothing would be saved).
+"""
+
+import contextlib
+import dataclasses
+import time
+import weakref
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+import torch.utils.checkpoint
+
+from ckptlab.chains import _untouched, mean_square
+from ckptlab.plan import printable
+from ckptlab.planned import _note_kept, _State, _storage
+
+__all__ = ["Applied", "BlockCall", "BlockProfile", "BlocksError", "checkpoint_blocks",
+           "find_blocks", "profile_blocks"]
+
+
+class BlocksError(ValueError):
+    """A block, a model or a batch that this path cannot take: the message names which and why."""
+
+
+def find_blocks(model: nn.Module) -> List[str]:
+    """The names of `model`'s repeated blocks (the module docstring says which), in the order
+    named_modules lists them."""
+    found: List[str] = []
+    for name, module in model.named_modules():
+        if any(name.startswith(f + ".") for f in found):
+            continue
+        if not isinstance(module, (nn.ModuleList, nn.Sequential)):
+            continue
+        children = list(module.named_children())
+        if (len(children) >= 2 and len({type(c) for _, c in children}) == 1
+                and all(next(c.parameters(), None) is not None for _, c in children)):
+            found.extend(f"{name}.{n}" if name else n for n, _ in children)
+    return found
+
+
+def _tensors(value) -> List[torch.Tensor]:
+    """The tensors in `value`: a tensor, or tuples, lists and dicts holding some, in order."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def _storages(tensors) -> Dict[tuple, int]:
+    return dict(_storage(t) for t in tensors)
+
+
+def _random_states(tensors) -> Tuple[List[int], torch.Tensor, List[torch.Tensor]]:
+    """The devices of `tensors`' CUDA streams, the host's generator's state and theirs."""
+    devices = sorted({t.device.index or 0 for t in tensors if t.is_cuda})
+    return devices, torch.get_rng_state(), [torch.cuda.get_rng_state(d) for d in devices]
+
+
+def _drew(states) -> bool:
+    devices, host, cuda = states
+    return not torch.equal(host, torch.get_rng_state()) or any(
+        not torch.equal(s, torch.cuda.get_rng_state(d)) for d, s in zip(devices, cuda))
+
+
+@dataclasses.dataclass
+class BlockCall:
+    """One call of a block in the profiled step."""
+    block: str                 # the block's name in the model
+    inputs: Dict[tuple, int]   # the storages of the tensors it took, positional and keyword
+    saved: Dict[tuple, int]    # those autograd saved while it ran, still kept at the loss
+    draws: bool                # whether it drew random numbers
+    state: Dict[str, int]      # the buffers it updated (names in the block) and their bytes
+    forward_ms: float          # its forward's time, with autograd recording
+    refused: Optional[str]     # why it cannot be checkpointed, if it cannot
+
+
+@dataclasses.dataclass
+class BlockProfile:
+    """What the step keeps for backward, by block call (profile_blocks)."""
+    blocks: List[str]           # the blocks profiled, as named
+    calls: List[BlockCall]      # in the order the step made them
+    outside: Dict[tuple, int]   # storages saved outside every block call, kept at the loss
+    excluded: Dict[tuple, int]  # the parameters', buffers' and batch's storages
+    rng_bytes: int              # the host generator's state, which a call that drew keeps
+    modules: Dict[str, weakref.ref] = dataclasses.field(repr=False, default_factory=dict)
+
+    def kept_bytes(self, checkpointed: Sequence[str] = ()) -> int:
+        """The bytes PyTorch keeps for backward when the loss is computed, with the blocks named
+        in `checkpointed` checkpointed and the others stored: BlocksError for a name not
+        profiled or a block that cannot be checkpointed."""
+        chosen = self._checked(checkpointed)
+        kept = dict(self.outside)
+        for k, call in enumerate(self.calls):
+            if call.block not in chosen:
+                kept.update(call.saved)
+                continue
+            kept.update(call.inputs)
+            if call.draws:
+                kept[("random state", k)] = self.rng_bytes
+            for name, size in call.state.items():
+                kept[("state", k, name)] = size
+        return sum(size for key, size in kept.items() if key not in self.excluded)
+
+    def _checked(self, names: Sequence[str]) -> set:
+        if isinstance(names, str):
+            raise BlocksError(f"blocks: a list of block names, not the string "
+                              f"{printable(repr(names))}")
+        chosen = set()
+        for name in names:
+            if name not in self.modules:
+                raise BlocksError(f"blocks: {printable(repr(name))} is no block profiled; "
+                                  f"accepted: {printable(', '.join(self.blocks))}")
+            chosen.add(name)
+        for call in self.calls:
+            if call.block in chosen and call.refused:
+                raise BlocksError(f"blocks: {printable(call.block)} cannot be checkpointed: "
+                                  f"{call.refused}")
+        return chosen
+
+
+def _resolve(model: nn.Module, names: Optional[Sequence[str]]) -> List[Tuple[str, nn.Module]]:
+    """(name, module) of each block: `names`, else find_blocks'. BlocksError for a name that is
+    no module of the model, a name given twice, one block inside another, or no block."""
+    if names is None:
+        names = find_blocks(model)
+        if not names:
+            raise BlocksError(f"blocks: {printable(type(model).__name__)} holds no repeated "
+                              "blocks (two or more children of one class in an nn.ModuleList "
+                              "or nn.Sequential); name them with blocks=")
+    if isinstance(names, str):
+        raise BlocksError(f"blocks: a list of block names, not the string "
+                          f"{printable(repr(names))}")
+    modules = dict(model.named_modules())
+    resolved = []
+    for name in names:
+        if not isinstance(name, str) or name not in modules or name == "":
+            raise BlocksError(f"blocks: {printable(repr(name))} is no submodule of "
+                              f"{printable(type(model).__name__)}; accepted: the names "
+                              "named_modules() lists, such as find_blocks' ")
+        resolved.append((name, modules[name]))
+    ids = [id(m) for _, m in resolved]
+    if len(set(ids)) != len(ids) or len(set(names)) != len(names):
+        raise BlocksError("blocks: a block is named twice (or one module under two names)")
+    for name, _ in resolved:
+        outer = next((o for o in names if name.startswith(o + ".")), None)
+        if outer is not None:
+            raise BlocksError(f"blocks: {printable(name)} is inside {printable(outer)}; "
+                              "accepted: blocks none of which holds another")
+    return resolved
+
+
+def _forward(block: nn.Module) -> Callable:
+    """What block(...) runs: a forward set on the instance (another wrapper's), else its class's."""
+    return vars(block).get("forward") or type(block).forward.__get__(block)
+
+
+@contextlib.contextmanager
+def _forward_replaced(blocks: List[Tuple[str, nn.Module]], make: Callable):
+    """Each block's forward replaced by make(name, block, its forward), put back after."""
+    before = [(block, vars(block).get("forward")) for _, block in blocks]
+    try:
+        for name, block in blocks:
+            block.forward = make(name, block, _forward(block))
+        yield
+    finally:
+        for block, forward in before:
+            vars(block).pop("forward", None)
+            if forward is not None:
+                block.forward = forward
+
+
+def _batch(inputs, targets) -> Tuple[tuple, dict, tuple]:
+    """(positional inputs, keyword inputs, targets) from what the user gave."""
+    if isinstance(inputs, dict):
+        args, kwargs = (), dict(inputs)
+    else:
+        args, kwargs = ((inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)), {}
+    targets = (targets,) if isinstance(targets, torch.Tensor) else tuple(targets)
+    if not _tensors((args, kwargs)):
+        raise BlocksError("blocks: inputs hold no tensor; accepted: a tensor, a tuple of the "
+                          "model's positional arguments, or a dict of its keyword arguments")
+    return args, kwargs, targets
+
+
+def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.Tensor]] = None,
+                   targets=(), blocks: Optional[Sequence[str]] = None) -> BlockProfile:
+    """The model's step profiled by block (the module docstring says what it records).
+
+    inputs: a tensor, a tuple (model(*inputs)) or a dict (model(**inputs)); targets: a tensor or
+    a tuple handed to the loss after the output, loss(output, *targets) (default: the mean of
+    the squares of the output's first floating-point tensor). blocks: the blocks' names
+    (default: find_blocks'). BlocksError naming what is wrong."""
+    args, kwargs, targets = _batch(inputs, targets)
+    resolved = _resolve(model, blocks)
+    calls: List[BlockCall] = []
+    active: List[int] = []  # the call running now, if any
+    inside: Dict[str, str] = {}  # a block called within another's call -> that other
+    saved: List[Tuple[weakref.ref, tuple, int, Optional[int]]] = []
+    # Every call's inputs, held to the end as a checkpoint would hold them, so that no storage
+    # freed in the stored step lends its address to another: keys are addresses of storages
+    # alive together.
+    held: List[torch.Tensor] = []
+
+    def pack(t):
+        t = t.detach()  # as kept_bytes holds it: no cycle through an output's own graph node
+        key, size = _storage(t)
+        saved.append((weakref.ref(t), key, size, active[-1] if active else None))
+        return t
+
+    def make(name, block, forward):
+        def profiled(*a, **k):
+            if active:  # a block inside another's call (a module reused within it)
+                inside.setdefault(name, calls[active[-1]].block)
+                return forward(*a, **k)
+            given = _tensors((a, k))
+            held.extend(given)
+            versions = [t._version for t in given]
+            parameters = list(block.named_parameters())
+            parameter_versions = [p._version for _, p in parameters]
+            buffers = list(block.named_buffers())
+            with torch.no_grad():
+                before = [(b._version, b.clone()) for _, b in buffers]
+            states = _random_states(given)
+            call = BlockCall(name, _storages(given), {}, False, {}, 0.0, None)
+            calls.append(call)
+            active.append(len(calls) - 1)
+            start = time.perf_counter()
+            try:
+                out = forward(*a, **k)
+            finally:
+                call.forward_ms = (time.perf_counter() - start) * 1e3
+                active.pop()
+            call.draws = _drew(states)
+            # A kernel may write a buffer without a new version (BatchNorm's running statistics
+            # in native_batch_norm): values are compared too.
+            call.state = {n: b.numel() * b.element_size()
+                          for (n, b), (version, value) in zip(buffers, before)
+                          if b._version != version or not torch.equal(b, value)}
+            written = [n for (n, p), v in zip(parameters, parameter_versions) if p._version != v]
+            if [t._version for t in given] != versions:
+                call.refused = "it writes its input in place, which its rerun would read changed"
+            elif written:
+                call.refused = (f"it writes its parameter {printable(written[0])} in place as it "
+                                "runs, which a rerun would write again")
+            return out
+        return profiled
+
+    parameters = list(model.parameters()) + list(model.buffers())
+    batch = _tensors((args, kwargs, targets))
+    with _untouched(model, batch), _forward_replaced(resolved, make), \
+            torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        output = model(*args, **kwargs)
+        value = loss(output, *targets) if loss is not None else mean_square(output)
+        if not isinstance(value, torch.Tensor) or value.numel() != 1 or not value.requires_grad:
+            raise BlocksError("blocks: the loss must be a one-element tensor that requires grad; "
+                              f"got {printable(type(value).__name__)}")
+        outside: Dict[tuple, int] = {}
+        for ref, key, size, k in saved:
+            if ref() is not None:  # still kept when the loss is computed
+                (outside if k is None else calls[k].saved)[key] = size
+        del output, value
+        held.clear()
+    for call in calls:
+        if call.block in inside:
+            call.refused = (f"it runs within {printable(inside[call.block])}'s call too, where a "
+                            "checkpoint of its own would nest")
+        elif not call.saved and call.refused is None:
+            call.refused = "it keeps nothing for backward, so a checkpoint would save nothing"
+    return BlockProfile(
+        blocks=[n for n, _ in resolved], calls=calls, outside=outside,
+        excluded=_storages(parameters + batch), rng_bytes=_storage(torch.get_rng_state())[1],
+        modules={n: weakref.ref(m) for n, m in resolved})
+
+
+class Applied:
+    """The checkpointed blocks of a model (checkpoint_blocks): `undo()` puts their forwards back."""
+
+    def __init__(self, model: nn.Module, blocks: List[Tuple[str, nn.Module]]):
+        self.model = model
+        self.blocks = [n for n, _ in blocks]
+        self._before = [(block, vars(block).get("forward")) for _, block in blocks]
+
+    def undo(self):
+        """The blocks' forwards as they were before (another wrapper's included); twice is once."""
+        for block, forward in self._before:
+            vars(block).pop("forward", None)
+            if forward is not None:
+                block.forward = forward
+        self._before = []
+
+
+def _checkpointed(block: nn.Module, forward: Callable) -> Callable:
+    """`forward` under a non-reentrant checkpoint, with the random streams and the state its
+    first run read replayed in its rerun (the module docstring says what it keeps)."""
+    buffers = list(block.buffers())
+
+    def wrapped(*a, **k):
+        if not torch.is_grad_enabled():
+            return forward(*a, **k)
+        given = _tensors((a, k))
+        states = [_random_states(given)]
+        # The buffers as the first run found them: those it updates are kept for the rerun (a
+        # call a profile never saw, a layer drop's, is handled as any other).
+        with torch.no_grad():
+            before = [(b._version, b.clone()) for b in buffers]
+        replay = []  # (the buffers' state, their values before the first run), once it has run
+        ran = []
+
+        def run(*ra, **rk):
+            if ran:  # a rerun: the first, the step's own, is over
+                devices, host, cuda = states[0]
+                with torch.random.fork_rng(devices=devices), contextlib.ExitStack() as stack:
+                    if host is not None:  # the first run drew: the rerun draws the same
+                        torch.set_rng_state(host)
+                        for d, s in zip(devices, cuda):
+                            torch.cuda.set_rng_state(s, d)
+                    if replay:
+                        stack.enter_context(replay[0].standing_in(replay[1]))
+                    return forward(*ra, **rk)
+            ran.append(True)
+            return forward(*ra, **rk)
+
+        out = torch.utils.checkpoint.checkpoint(run, *a, use_reentrant=False,
+                                                preserve_rng_state=False, **k)
+        # A kernel may write a buffer without a new version (BatchNorm's running statistics in
+        # native_batch_norm): values are compared too.
+        updated = [(b, value) for b, (version, value) in zip(buffers, before)
+                   if b._version != version or not torch.equal(b, value)]
+        del before
+        if updated:
+            replay[:] = [_State(block, {id(b) for b, _ in updated}), [v for _, v in updated]]
+        if not _drew(states[0]):
+            states[0] = (states[0][0], None, [])  # nothing to replay: not kept
+        _note_kept(list(given) + [v for _, v in updated]
+                   + ([states[0][1]] if states[0][1] is not None else []))
+        return out
+
+    wrapped.ckptlab_checkpointed = True
+    return wrapped
+
+
+def checkpoint_blocks(model: nn.Module, names: Sequence[str], profile: BlockProfile) -> Applied:
+    """The blocks named checkpointed in place, as `profile` (of this model, profile_blocks) saw
+    them run: the model's own forward runs unchanged, the plain model's gradients and state
+    after a step, bitwise on a CPU. BlocksError naming a block not profiled, one that cannot be
+    checkpointed, one already checkpointed, or a profile of another model."""
+    if not isinstance(profile, BlockProfile):
+        raise BlocksError(f"blocks: profile= takes profile_blocks' answer; got "
+                          f"{printable(type(profile).__name__)}")
+    chosen = profile._checked(names)
+    modules = dict(model.named_modules())
+    resolved = []
+    for name in sorted(chosen, key=profile.blocks.index):
+        block = modules.get(name)
+        if block is None or profile.modules[name]() is not block:
+            raise BlocksError(f"blocks: the profile is of another model: "
+                              f"{printable(name)} is not the module it profiled")
+        if getattr(vars(block).get("forward"), "ckptlab_checkpointed", False):
+            raise BlocksError(f"blocks: {printable(name)} is checkpointed already (by a "
+                              "checkpoint_blocks not undone)")
+        resolved.append((name, block))
+    applied = Applied(model, resolved)
+    for name, block in resolved:
+        block.forward = _checkpointed(block, _forward(block))
+    return applied

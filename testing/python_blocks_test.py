@@ -1,0 +1,328 @@
+#!/usr/bin/env python3
+"""ckptlab's blocks path (find_blocks, profile_blocks, checkpoint_blocks) against the plain model.
+
+The generated models are what tracing cannot cut: a mask sized by the batch's lengths
+(`.item()`), a layer drop drawn with `.item()` before each block and one inside a block, a router
+sending a data-dependent number of rows to each expert, blocks taking keyword arguments and
+returning tuples, BatchNorm, a counter read after its update (state), dropout, weights tied
+between two blocks, a block called twice; in float32, float64 and bfloat16. Properties, for any
+set of blocks checkpointed:
+  - find_blocks finds the model's layers and nothing else;
+  - a step gives the plain model's loss, gradients (every parameter's) and buffers bitwise, from
+    the same random state, and so does the step after it;
+  - the bytes PyTorch keeps for backward (planned.kept_bytes) equal profile.kept_bytes(names);
+  - undo() gives the plain model back.
+And on torchaudio's Conformer and wav2vec2 (which ckptlab.chain refuses), the same; and bad
+input is refused by name. Runs on the torch of the Python that runs it.
+"""
+
+import os
+import sys
+import unittest
+
+import torch
+from torch import nn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+import ckptlab  # noqa: E402
+from ckptlab import BlocksError  # noqa: E402
+
+WIDTH, EXPERTS = 6, 3
+KINDS = ["mlp", "dropout", "batch_norm", "router", "drop_inside", "counter"]
+
+
+class Block(nn.Module):
+    """A residual block of one kind, called as block(x, mask=..., scale=...) -> (x, aux)."""
+
+    def __init__(self, kind: str):
+        super().__init__()
+        self.kind = kind
+        self.fc = nn.Linear(WIDTH, WIDTH)
+        if kind == "dropout":
+            self.dropout = nn.Dropout(0.3)
+        elif kind == "batch_norm":
+            self.norm = nn.BatchNorm1d(WIDTH)
+        elif kind == "router":
+            self.router = nn.Linear(WIDTH, EXPERTS)
+            self.experts = nn.ModuleList(nn.Linear(WIDTH, WIDTH) for _ in range(EXPERTS))
+        elif kind == "counter":
+            self.register_buffer("steps", torch.zeros(()))
+
+    def forward(self, x, mask=None, scale=1.0):
+        h = torch.tanh(self.fc(x))
+        if self.kind == "dropout":
+            h = self.dropout(h)
+        elif self.kind == "batch_norm":
+            h = self.norm(h.transpose(1, 2)).transpose(1, 2)
+        elif self.kind == "router":
+            rows = h.reshape(-1, WIDTH)
+            gate = self.router(rows).softmax(-1)
+            choice = gate.argmax(-1)
+            out = torch.zeros_like(rows)
+            for e, expert in enumerate(self.experts):
+                (picked,) = (choice == e).nonzero(as_tuple=True)
+                if picked.numel():  # rows per expert: decided by the data
+                    out = out.index_put((picked,), expert(rows[picked]) * gate[picked, e:e + 1])
+            h = out.reshape(h.shape)
+        elif self.kind == "drop_inside":
+            if torch.rand(1).item() < 0.5:
+                return x, x.new_zeros(())
+        elif self.kind == "counter":
+            self.steps += 1  # read after its update: a rerun must read what the first run read
+            h = h * (1 + 0.01 * self.steps)
+        if mask is not None:
+            h = h * mask
+        return x + scale * h, h.square().mean()
+
+
+class Model(nn.Module):
+    def __init__(self, kinds, layer_drop: float, tie: bool, twice: bool):
+        super().__init__()
+        self.embed = nn.Linear(WIDTH, WIDTH)
+        self.layers = nn.ModuleList(Block(k) for k in kinds)
+        if tie:  # tied weights: two blocks hold one Linear
+            self.layers[-1].fc = self.layers[0].fc
+        self.head = nn.Linear(WIDTH, 2)
+        self.layer_drop, self.twice = layer_drop, twice
+
+    def forward(self, x, lengths):
+        n = int(lengths.max().item())  # a mask sized from the data
+        x = self.embed(x[:, :n])
+        mask = (torch.arange(n)[None, :] < lengths[:, None]).to(x.dtype)[..., None]
+        aux = x.new_zeros(())
+        for layer in self.layers:
+            if self.training and torch.rand(1).item() < self.layer_drop:
+                continue
+            x, a = layer(x, mask=mask, scale=0.5)
+            aux = aux + a
+        if self.twice:
+            x, a = self.layers[0](x, mask=mask)
+            aux = aux + a
+        return self.head(x), aux
+
+
+def loss_of(output):
+    return output[0].square().mean() + 0.1 * output[1]
+
+
+CASES = st.fixed_dictionaries({
+    "kinds": st.lists(st.sampled_from(KINDS), min_size=2, max_size=5),
+    "layer_drop": st.sampled_from([0.0, 0.3]),
+    "tie": st.booleans(),
+    "twice": st.booleans(),
+    "dtype": st.sampled_from([torch.float32, torch.float64, torch.bfloat16]),
+    "seed": st.integers(0, 2**16),
+    "chosen": st.lists(st.booleans(), min_size=5, max_size=5),
+})
+
+
+def build(case):
+    torch.manual_seed(case["seed"])
+    model = Model(case["kinds"], case["layer_drop"], case["tie"], case["twice"])
+    return model.to(case["dtype"]).train()
+
+
+def batch(case):
+    generator = torch.Generator().manual_seed(case["seed"])
+    x = torch.randn(3, 7, WIDTH, generator=generator).to(case["dtype"])
+    return x, torch.tensor([7, 4, 2])
+
+
+def step(model, inputs, seed, loss_fn=loss_of):
+    """The loss, each parameter's gradient, each buffer and the bytes kept for backward, of a
+    step from `seed`'s random state."""
+    torch.manual_seed(seed)
+    exclude = list(model.parameters()) + list(model.buffers()) + list(inputs)
+    loss, kept = ckptlab.kept_bytes(lambda: loss_fn(model(*inputs)), exclude=exclude)
+    loss.backward()
+    grads = [p.grad.clone() if p.grad is not None else None for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    return loss.detach(), grads, [b.clone() for b in model.buffers()], kept
+
+
+def assert_same(test, got, want, what):
+    test.assertTrue(torch.equal(got[0], want[0]), f"{what}: loss {got[0]} against {want[0]}")
+    for k, (g, w) in enumerate(zip(got[1], want[1])):
+        test.assertEqual(g is None, w is None, f"{what}: gradient {k}")
+        if g is not None:
+            test.assertTrue(torch.equal(g, w), f"{what}: gradient {k} differs by "
+                            f"{(g.double() - w.double()).abs().max().item()}")
+    for k, (g, w) in enumerate(zip(got[2], want[2])):
+        test.assertTrue(torch.equal(g, w), f"{what}: buffer {k}")
+
+
+class GeneratedModels(unittest.TestCase):
+    @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck),
+              derandomize=True)
+    @given(CASES)
+    def test_steps_as_the_plain_model_and_keeps_the_prediction(self, case):
+        inputs = batch(case)
+        plain = build(case)
+        model = build(case)
+        names = ckptlab.find_blocks(model)
+        self.assertEqual(names, [f"layers.{i}" for i in range(len(case["kinds"]))])
+        seed = case["seed"] + 1
+        torch.manual_seed(seed)  # the profile leaves the random state as it found it
+        profile = ckptlab.profile_blocks(model, inputs, loss=loss_of)
+        refused = {c.block for c in profile.calls if c.refused}  # a layer drop inside: nothing kept
+        for name in refused:
+            with self.assertRaises(BlocksError):
+                profile.kept_bytes([name])
+        chosen = [n for n, c in zip(names, case["chosen"]) if c and n not in refused]
+        applied = ckptlab.checkpoint_blocks(model, chosen, profile)
+        got = step(model, inputs, seed)
+        want = step(plain, inputs, seed)
+        what = f"{case['kinds']} {case['dtype']}, checkpointed {chosen}"
+        assert_same(self, got, want, what)
+        self.assertEqual(got[3], profile.kept_bytes(chosen), what)
+        assert_same(self, step(model, inputs, seed + 1), step(plain, inputs, seed + 1),
+                    what + ", second step")
+        applied.undo()
+        self.assertFalse(any("forward" in vars(m) for m in model.modules()))
+        undone = step(model, inputs, seed)  # the profiled step's draws again
+        assert_same(self, undone, step(plain, inputs, seed), what + ", undone")
+        self.assertEqual(undone[3], profile.kept_bytes([]), what + ", undone")
+
+
+class InPlace(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(WIDTH, WIDTH)
+
+    def forward(self, x):
+        return self.fc(x.mul_(1.0))
+
+
+class Refusals(unittest.TestCase):
+    def setUp(self):
+        self.case = {"kinds": ["mlp", "mlp"], "layer_drop": 0.0, "tie": False, "twice": False,
+                     "dtype": torch.float32, "seed": 3}
+        self.model = build(self.case)
+        self.inputs = batch(self.case)
+        self.profile = ckptlab.profile_blocks(self.model, self.inputs, loss=loss_of)
+
+    def refused(self, call, *words):
+        with self.assertRaises(BlocksError) as caught:
+            call()
+        message = str(caught.exception)
+        self.assertNotIn("\n", message)
+        for word in words:
+            self.assertIn(word, message)
+
+    def test_names(self):
+        self.refused(lambda: self.profile.kept_bytes(["layers.7"]), "'layers.7'", "layers.0")
+        self.refused(lambda: self.profile.kept_bytes("layers.0"), "not the string")
+        self.refused(lambda: ckptlab.profile_blocks(self.model, self.inputs,
+                                                    blocks=["layers", "layers.0"]),
+                     "layers.0 is inside layers")
+        self.refused(lambda: ckptlab.profile_blocks(self.model, self.inputs, blocks=["x\n"]),
+                     "'x\\n'")
+        self.refused(lambda: ckptlab.profile_blocks(nn.Linear(2, 2), torch.ones(1, 2)),
+                     "no repeated blocks")
+        self.refused(lambda: ckptlab.profile_blocks(self.model, (3,)), "no tensor")
+
+    def test_another_model_or_twice(self):
+        other = build(self.case)
+        self.refused(lambda: ckptlab.checkpoint_blocks(other, ["layers.0"], self.profile),
+                     "another model")
+        applied = ckptlab.checkpoint_blocks(self.model, ["layers.0"], self.profile)
+        self.refused(lambda: ckptlab.checkpoint_blocks(self.model, ["layers.0"], self.profile),
+                     "checkpointed already")
+        applied.undo()
+        applied.undo()
+        ckptlab.checkpoint_blocks(self.model, ["layers.0"], self.profile).undo()
+
+    def test_a_block_writing_its_input(self):
+        model = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Sequential(InPlace(), InPlace()))
+        profile = ckptlab.profile_blocks(model, torch.randn(2, WIDTH))
+        self.assertEqual(ckptlab.find_blocks(model), ["1.0", "1.1"])
+        self.refused(lambda: ckptlab.checkpoint_blocks(model, ["1.1"], profile), "1.1",
+                     "writes its input in place")
+
+    def test_another_wrapper_kept(self):
+        block = self.model.layers[1]
+        calls = []
+
+        def wrapper(*a, **k):
+            calls.append(1)
+            return type(block).forward(block, *a, **k)
+
+        block.forward = wrapper
+        profile = ckptlab.profile_blocks(self.model, self.inputs, loss=loss_of)
+        applied = ckptlab.checkpoint_blocks(self.model, ["layers.1"], profile)
+        loss_of(self.model(*self.inputs)).backward()
+        applied.undo()
+        self.assertIs(vars(block)["forward"], wrapper)
+        self.assertGreater(len(calls), 1)
+
+
+class TorchAudio(unittest.TestCase):
+    """torchaudio's Conformer (a padding mask sized by lengths.max().item()) and wav2vec2 (a layer
+    drop drawn with torch.rand(1).item() per layer): every block and every other one."""
+
+    def setUp(self):
+        try:
+            import torchaudio.models  # noqa: F401
+        except ImportError:
+            self.skipTest("no torchaudio (Debian: python3-torchaudio, which tools/bazel installs)")
+        # oneDNN's convolutions sum in an order that depends on where their buffers lie: the
+        # plain wav2vec2's feature extractor gives other gradients from one step to the next.
+        self.mkldnn = torch.backends.mkldnn.enabled
+        torch.backends.mkldnn.enabled = False
+
+    def tearDown(self):
+        torch.backends.mkldnn.enabled = self.mkldnn
+
+    def check(self, make, inputs):
+        def loss(output):  # (frames, lengths)
+            return output[0].square().mean()
+
+        model = make()
+        names = ckptlab.find_blocks(model)
+        for chosen in (names, names[::2]):
+            model, plain = make(), make()
+            torch.manual_seed(11)
+            profile = ckptlab.profile_blocks(model, inputs, loss=loss)
+            ckptlab.checkpoint_blocks(model, chosen, profile)
+            got, want = step(model, inputs, 11, loss), step(plain, inputs, 11, loss)
+            assert_same(self, got, want, f"{type(model).__name__}, checkpointed {chosen}")
+            self.assertEqual(got[3], profile.kept_bytes(chosen))
+            self.assertLess(got[3], profile.kept_bytes([]))
+        return names
+
+    def test_conformer(self):
+        from torchaudio.models import Conformer
+
+        def make():
+            torch.manual_seed(5)
+            return Conformer(input_dim=8, num_heads=2, ffn_dim=16, num_layers=3,
+                             depthwise_conv_kernel_size=3, dropout=0.1).train()
+
+        names = self.check(make, (torch.randn(3, 10, 8), torch.tensor([10, 7, 5])))
+        self.assertEqual(names, [f"conformer_layers.{i}" for i in range(3)])
+
+    def test_wav2vec2(self):
+        from torchaudio.models import wav2vec2_model
+
+        def make():
+            torch.manual_seed(5)
+            return wav2vec2_model(
+                extractor_mode="group_norm", extractor_conv_layer_config=[(8, 10, 5), (8, 3, 2)],
+                extractor_conv_bias=False, encoder_embed_dim=16, encoder_projection_dropout=0.1,
+                encoder_pos_conv_kernel=4, encoder_pos_conv_groups=2, encoder_num_layers=4,
+                encoder_num_heads=2, encoder_attention_dropout=0.1,
+                encoder_ff_interm_features=32, encoder_ff_interm_dropout=0.1,
+                encoder_dropout=0.1, encoder_layer_norm_first=False, encoder_layer_drop=0.25,
+                aux_num_out=None).train()
+
+        names = self.check(make, (torch.randn(2, 400), torch.tensor([400, 300])))
+        self.assertEqual(names, ["feature_extractor.conv_layers.0",
+                                 "feature_extractor.conv_layers.1"]
+                         + [f"encoder.transformer.layers.{i}" for i in range(4)])
+
+
+if __name__ == "__main__":
+    unittest.main()
