@@ -214,10 +214,22 @@ class Refusals(unittest.TestCase):
 
     def test_names(self):
         self.refused(lambda: self.profile.kept_bytes(["layers.7"]), "'layers.7'", "layers.0")
-        self.refused(lambda: self.profile.kept_bytes("layers.0"), "not the string")
+        self.refused(lambda: self.profile.kept_bytes("layers.0"), "'layers.0'",
+                     "accepted: a list of block names")
+        self.refused(lambda: self.profile.kept_bytes(["layers.0", "layers.0"]), "twice")
+        for bad in (None, 5, [["layers.0"]], b"layers.0"):
+            self.refused(lambda: self.profile.kept_bytes(bad), "accepted: a list")
+        self.refused(lambda: ckptlab.profile_blocks(self.model, self.inputs, blocks=["layers"]),
+                     "layers is a ModuleList", "never calls")
+        self.refused(lambda: ckptlab.profile_blocks(None, self.inputs), "NoneType", "nn.Module")
+        self.refused(lambda: ckptlab.profile_blocks(self.model, None), "no tensor")
+        self.refused(lambda: ckptlab.profile_blocks(self.model, self.inputs, targets=None),
+                     "targets=NoneType")
+        self.refused(lambda: ckptlab.profile_blocks(self.model, self.inputs, loss=5),
+                     "loss=int")
         self.refused(lambda: ckptlab.profile_blocks(self.model, self.inputs,
-                                                    blocks=["layers", "layers.0"]),
-                     "layers.0 is inside layers")
+                                                    blocks=["layers.0", "layers.0.fc"]),
+                     "layers.0.fc is inside layers.0")
         self.refused(lambda: ckptlab.profile_blocks(self.model, self.inputs, blocks=["x\n"]),
                      "'x\\n'")
         self.refused(lambda: ckptlab.profile_blocks(nn.Linear(2, 2), torch.ones(1, 2)),
@@ -231,9 +243,18 @@ class Refusals(unittest.TestCase):
         applied = ckptlab.checkpoint_blocks(self.model, ["layers.0"], self.profile)
         self.refused(lambda: ckptlab.checkpoint_blocks(self.model, ["layers.0"], self.profile),
                      "checkpointed already")
+        self.refused(lambda: ckptlab.profile_blocks(self.model, self.inputs), "layers.0",
+                     "checkpointed")
         applied.undo()
         applied.undo()
         ckptlab.checkpoint_blocks(self.model, ["layers.0"], self.profile).undo()
+        self.model.eval()  # a profile is of the model as it ran
+        self.refused(lambda: ckptlab.checkpoint_blocks(self.model, ["layers.0"], self.profile),
+                     "changed since it was profiled")
+        self.model.train()
+        self.model.layers[1].fc = nn.Linear(WIDTH, WIDTH)
+        self.refused(lambda: ckptlab.checkpoint_blocks(self.model, ["layers.0"], self.profile),
+                     "changed since it was profiled")
 
     def test_a_block_writing_its_input(self):
         model = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Sequential(InPlace(), InPlace()))
@@ -241,6 +262,60 @@ class Refusals(unittest.TestCase):
         self.assertEqual(ckptlab.find_blocks(model), ["1.0", "1.1"])
         self.refused(lambda: ckptlab.checkpoint_blocks(model, ["1.1"], profile), "1.1",
                      "writes its input in place")
+
+    def test_what_a_rerun_cannot_replay(self):
+        class Residual(nn.Module):  # x += block(x): the block's input written after it returns
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.ModuleList(nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh())
+                                            for _ in range(2))
+
+            def forward(self, x):
+                x = x.clone()
+                for layer in self.layers:
+                    x += layer(x)
+                return x
+
+        class Drawing(nn.Module):  # a generator of its own
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(WIDTH, WIDTH)
+                self.generator = torch.Generator().manual_seed(1)
+
+            def forward(self, x):
+                return self.fc(x) * torch.rand(x.shape, generator=self.generator)
+
+        class Normed(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(WIDTH, WIDTH)
+
+            def forward(self, x, norm):
+                return self.fc(norm(x))
+
+        class Handed(nn.Module):  # a norm the model holds, updated by each block it is handed to
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.ModuleList(Normed() for _ in range(2))
+                self.norm = nn.BatchNorm1d(WIDTH)
+
+            def forward(self, x):
+                for layer in self.layers:
+                    x = layer(x, self.norm)
+                return x
+
+        x = torch.randn(4, WIDTH)
+        cases = [(Residual(), "layers.0", "written in place after it returns"),
+                 (nn.Sequential(Drawing(), Drawing()), "1", "torch.Generator of its own"),
+                 (Handed(), "layers.1", "buffer norm.running_mean")]
+        for model, name, words in cases:
+            profile = ckptlab.profile_blocks(model, x)
+            self.refused(lambda: ckptlab.checkpoint_blocks(model, [name], profile), name, words)
+        drawing = cases[1][0]
+        self.assertEqual([d.generator.initial_seed() for d in drawing], [1, 1])
+        state = drawing[0].generator.get_state()
+        ckptlab.profile_blocks(drawing, x)
+        self.assertTrue(torch.equal(drawing[0].generator.get_state(), state))
 
     def test_another_wrapper_kept(self):
         block = self.model.layers[1]

@@ -33,8 +33,14 @@ model passes them, and keeps besides its inputs:
   - a copy of the buffers it updates (BatchNorm's statistics), which the rerun reads and
     updates in place of the model's, so that the model's state is updated once, as the plain
     step updates it.
-A block that writes its input or a parameter in place, or whose calls keep nothing for backward,
-is refused by name (a rerun would read what its first run wrote; nothing would be saved).
+Refused by name, from what the profile saw, where a rerun would not run as the first run did: a
+block that writes its input in place or whose input is written after it returns (x += block(x)),
+that writes a parameter, updates a buffer it does not hold (a norm handed to it) or draws from a
+torch.Generator of its own; a block called within another's call; and one whose calls keep
+nothing for backward. What a rerun cannot see is not replayed: a plain Python attribute a block
+updates (a counter held as an int) is updated again by its rerun; hold such state in a buffer.
+checkpoint_blocks refuses a profile of another model, or of this one before a module was
+replaced or train()/eval() switched.
 """
 
 import contextlib
@@ -63,7 +69,7 @@ def find_blocks(model: nn.Module) -> List[str]:
     """The names of `model`'s repeated blocks (the module docstring says which), in the order
     named_modules lists them."""
     found: List[str] = []
-    for name, module in model.named_modules():
+    for name, module in _model(model).named_modules():
         if any(name.startswith(f + ".") for f in found):
             continue
         if not isinstance(module, (nn.ModuleList, nn.Sequential)):
@@ -123,6 +129,7 @@ class BlockProfile:
     excluded: Dict[tuple, int]  # the parameters', buffers' and batch's storages
     rng_bytes: int              # the host generator's state, which a call that drew keeps
     modules: Dict[str, weakref.ref] = dataclasses.field(repr=False, default_factory=dict)
+    settings: List[Tuple[weakref.ref, bool]] = dataclasses.field(repr=False, default_factory=list)
 
     def kept_bytes(self, checkpointed: Sequence[str] = ()) -> int:
         """The bytes PyTorch keeps for backward when the loss is computed, with the blocks named
@@ -142,11 +149,8 @@ class BlockProfile:
         return sum(size for key, size in kept.items() if key not in self.excluded)
 
     def _checked(self, names: Sequence[str]) -> set:
-        if isinstance(names, str):
-            raise BlocksError(f"blocks: a list of block names, not the string "
-                              f"{printable(repr(names))}")
         chosen = set()
-        for name in names:
+        for name in _names(names):
             if name not in self.modules:
                 raise BlocksError(f"blocks: {printable(repr(name))} is no block profiled; "
                                   f"accepted: {printable(', '.join(self.blocks))}")
@@ -158,29 +162,50 @@ class BlockProfile:
         return chosen
 
 
+def _names(names) -> List[str]:
+    """`names` as a list: BlocksError unless it is a list or tuple of distinct strings."""
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise BlocksError(f"blocks: {printable(repr(names)[:200])}; accepted: a list of block "
+                          "names (strings, as named_modules() names them)")
+    if len(set(names)) != len(names):
+        raise BlocksError(f"blocks: a name given twice in {printable(repr(names)[:200])}")
+    return list(names)
+
+
+def _model(model) -> nn.Module:
+    if not isinstance(model, nn.Module):
+        raise BlocksError(f"blocks: the model is a {printable(type(model).__name__)}; accepted: "
+                          "an nn.Module")
+    return model
+
+
 def _resolve(model: nn.Module, names: Optional[Sequence[str]]) -> List[Tuple[str, nn.Module]]:
     """(name, module) of each block: `names`, else find_blocks'. BlocksError for a name that is
-    no module of the model, a name given twice, one block inside another, or no block."""
+    no module of the model, a container (never called), one module under two names, one block
+    inside another, or no block."""
+    found = find_blocks(model)
     if names is None:
-        names = find_blocks(model)
+        names = found
         if not names:
             raise BlocksError(f"blocks: {printable(type(model).__name__)} holds no repeated "
                               "blocks (two or more children of one class in an nn.ModuleList "
                               "or nn.Sequential); name them with blocks=")
-    if isinstance(names, str):
-        raise BlocksError(f"blocks: a list of block names, not the string "
-                          f"{printable(repr(names))}")
+    names = _names(names)
     modules = dict(model.named_modules())
     resolved = []
     for name in names:
-        if not isinstance(name, str) or name not in modules or name == "":
+        if name not in modules or name == "":
+            such = ", such as " + ", ".join(found[:8]) + (", ..." if len(found) > 8 else "")
             raise BlocksError(f"blocks: {printable(repr(name))} is no submodule of "
-                              f"{printable(type(model).__name__)}; accepted: the names "
-                              "named_modules() lists, such as find_blocks' ")
+                              f"{printable(type(model).__name__)} (a module held twice is named "
+                              "once, where named_modules() first meets it); accepted: the names "
+                              f"named_modules() lists{printable(such) if found else ''}")
+        if isinstance(modules[name], (nn.ModuleList, nn.ModuleDict)):
+            raise BlocksError(f"blocks: {printable(name)} is a {type(modules[name]).__name__}, "
+                              "which the model never calls; accepted: the modules it holds")
         resolved.append((name, modules[name]))
-    ids = [id(m) for _, m in resolved]
-    if len(set(ids)) != len(ids) or len(set(names)) != len(names):
-        raise BlocksError("blocks: a block is named twice (or one module under two names)")
+    if len({id(m) for _, m in resolved}) != len(resolved):
+        raise BlocksError("blocks: one module is named twice, under two names")
     for name, _ in resolved:
         outer = next((o for o in names if name.startswith(o + ".")), None)
         if outer is not None:
@@ -213,8 +238,13 @@ def _batch(inputs, targets) -> Tuple[tuple, dict, tuple]:
     """(positional inputs, keyword inputs, targets) from what the user gave."""
     if isinstance(inputs, dict):
         args, kwargs = (), dict(inputs)
-    else:
+    elif isinstance(inputs, (torch.Tensor, tuple, list)):
         args, kwargs = ((inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)), {}
+    else:
+        args, kwargs = (), {}
+    if not isinstance(targets, (torch.Tensor, tuple, list)):
+        raise BlocksError(f"blocks: targets={printable(type(targets).__name__)}; accepted: a "
+                          "tensor or a tuple of the loss's arguments after the output")
     targets = (targets,) if isinstance(targets, torch.Tensor) else tuple(targets)
     if not _tensors((args, kwargs)):
         raise BlocksError("blocks: inputs hold no tensor; accepted: a tensor, a tuple of the "
@@ -231,7 +261,15 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
     the squares of the output's first floating-point tensor). blocks: the blocks' names
     (default: find_blocks'). BlocksError naming what is wrong."""
     args, kwargs, targets = _batch(inputs, targets)
-    resolved = _resolve(model, blocks)
+    if loss is not None and not callable(loss):
+        raise BlocksError(f"blocks: loss={printable(type(loss).__name__)}; accepted: None or a "
+                          "function of the output and the targets")
+    resolved = _resolve(_model(model), blocks)
+    checkpointed = [n for n, m in _model(model).named_modules()
+                    if getattr(vars(m).get("forward"), "ckptlab_checkpointed", False)]
+    if checkpointed:
+        raise BlocksError(f"blocks: {printable(checkpointed[0])} is checkpointed (by a "
+                          "checkpoint_blocks not undone): a profile is of the plain model")
     calls: List[BlockCall] = []
     active: List[int] = []  # the call running now, if any
     inside: Dict[str, str] = {}  # a block called within another's call -> that other
@@ -240,6 +278,9 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
     # freed in the stored step lends its address to another: keys are addresses of storages
     # alive together.
     held: List[torch.Tensor] = []
+    ended: List[List[Tuple[torch.Tensor, int]]] = []  # per call: its inputs' versions at its end
+    model_buffers = list(model.named_buffers())
+    generators = _generators(model)
 
     def pack(t):
         t = t.detach()  # as kept_bytes holds it: no cycle through an output's own graph node
@@ -258,9 +299,14 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
             parameters = list(block.named_parameters())
             parameter_versions = [p._version for _, p in parameters]
             buffers = list(block.named_buffers())
+            own = {id(b) for _, b in buffers}
+            others = [(n, b) for n, b in model_buffers if id(b) not in own]
             with torch.no_grad():
                 before = [(b._version, b.clone()) for _, b in buffers]
+                others_before = [(b._version, b.clone()) for _, b in others]
             states = _random_states(given)
+            own_generators = [g for m, g in generators if any(m is b for b in block.modules())]
+            generator_states = [g.get_state() for g in own_generators]
             call = BlockCall(name, _storages(given), {}, False, {}, 0.0, None)
             calls.append(call)
             active.append(len(calls) - 1)
@@ -277,17 +323,29 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
                           for (n, b), (version, value) in zip(buffers, before)
                           if b._version != version or not torch.equal(b, value)}
             written = [n for (n, p), v in zip(parameters, parameter_versions) if p._version != v]
+            foreign = [n for (n, b), (version, value) in zip(others, others_before)
+                       if b._version != version or not torch.equal(b, value)]
+            ended.append([(t, t._version) for t in given])
             if [t._version for t in given] != versions:
                 call.refused = "it writes its input in place, which its rerun would read changed"
             elif written:
                 call.refused = (f"it writes its parameter {printable(written[0])} in place as it "
                                 "runs, which a rerun would write again")
+            elif foreign:
+                call.refused = (f"it updates the model's buffer {printable(foreign[0])}, which it "
+                                "does not hold (a module handed to it), so a rerun would update "
+                                "it again")
+            elif any(not torch.equal(g.get_state(), state)
+                     for g, state in zip(own_generators, generator_states)):
+                call.refused = ("it draws from a torch.Generator of its own, which a rerun "
+                                "cannot replay")
             return out
         return profiled
 
     parameters = list(model.parameters()) + list(model.buffers())
     batch = _tensors((args, kwargs, targets))
-    with _untouched(model, batch), _forward_replaced(resolved, make), \
+    with _untouched(model, batch), _generators_untouched(generators), \
+            _forward_replaced(resolved, make), \
             torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         output = model(*args, **kwargs)
         value = loss(output, *targets) if loss is not None else mean_square(output)
@@ -300,6 +358,10 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
                 (outside if k is None else calls[k].saved)[key] = size
         del output, value
         held.clear()
+    for call, inputs in zip(calls, ended):
+        if call.refused is None and any(t._version != v for t, v in inputs):
+            call.refused = ("its input is written in place after it returns (x += block(x)), "
+                            "which its rerun would read changed")
     for call in calls:
         if call.block in inside:
             call.refused = (f"it runs within {printable(inside[call.block])}'s call too, where a "
@@ -309,7 +371,29 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
     return BlockProfile(
         blocks=[n for n, _ in resolved], calls=calls, outside=outside,
         excluded=_storages(parameters + batch), rng_bytes=_storage(torch.get_rng_state())[1],
-        modules={n: weakref.ref(m) for n, m in resolved})
+        modules={n: weakref.ref(m) for n, m in resolved}, settings=_settings(model))
+
+
+def _generators(model: nn.Module) -> List[Tuple[nn.Module, torch.Generator]]:
+    """The torch.Generators the model's modules hold as attributes."""
+    return [(m, g) for m in model.modules() for g in vars(m).values()
+            if isinstance(g, torch.Generator)]
+
+
+@contextlib.contextmanager
+def _generators_untouched(generators):
+    states = [(g, g.get_state()) for _, g in generators]
+    try:
+        yield
+    finally:
+        for g, state in states:
+            g.set_state(state)
+
+
+def _settings(model: nn.Module) -> List[Tuple[weakref.ref, bool]]:
+    """What a profile depends on besides the blocks: every module the model holds, and its
+    training flag (BatchNorm and dropout run otherwise in evaluation)."""
+    return [(weakref.ref(m), m.training) for m in model.modules()]
 
 
 class Applied:
@@ -388,7 +472,8 @@ def checkpoint_blocks(model: nn.Module, names: Sequence[str], profile: BlockProf
         raise BlocksError(f"blocks: profile= takes profile_blocks' answer; got "
                           f"{printable(type(profile).__name__)}")
     chosen = profile._checked(names)
-    modules = dict(model.named_modules())
+    modules = dict(_model(model).named_modules())
+
     resolved = []
     for name in sorted(chosen, key=profile.blocks.index):
         block = modules.get(name)
@@ -399,6 +484,11 @@ def checkpoint_blocks(model: nn.Module, names: Sequence[str], profile: BlockProf
             raise BlocksError(f"blocks: {printable(name)} is checkpointed already (by a "
                               "checkpoint_blocks not undone)")
         resolved.append((name, block))
+    now = _settings(model)
+    if len(now) != len(profile.settings) or any(
+            r() is not m() or flag != was for (r, flag), (m, was) in zip(now, profile.settings)):
+        raise BlocksError("blocks: the model changed since it was profiled (a module replaced, "
+                          "added or removed, or train()/eval() switched); profile it again")
     applied = Applied(model, resolved)
     for name, block in resolved:
         block.forward = _checkpointed(block, _forward(block))
