@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""Models tracing cannot cut, checkpointed by their own blocks: docs/results/blocks-cpu.
+
+For each model (built from its config at a CPU size, random weights and batch): the blocks
+ckptlab.find_blocks finds, the profile's seconds, and steps with none of them checkpointed, every
+one, and every other one (and, for a Hugging Face model, its own gradient_checkpointing_enable,
+which checkpoints every layer): the bytes PyTorch keeps for backward (ckptlab.kept_bytes, less the
+parameters, buffers and batch) against the profile's prediction, the median step time against
+the plain model's, and whether the gradients equal the plain model's bitwise. Each step starts
+from the random state the profile started from, so that a layer drop draws as it drew there.
+A model this interpreter lacks (torchaudio, transformers) is a row saying so.
+
+  PYTHONPATH=python /usr/bin/python3 experiments/blocks.py --out=/tmp/blocks --steps=5
+
+--out is a folder this run makes (refused where it exists); it holds blocks.csv (written whole:
+a temporary, then renamed) and the table on stdout.
+"""
+
+import argparse
+import csv
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+import ckptlab  # noqa: E402
+from ckptlab.plan import printable  # noqa: E402
+
+FIELDS = ["model", "torch", "blocks", "profile_s", "checkpointed", "blocks_checkpointed",
+          "predicted_kept_bytes", "kept_bytes", "kept_vs_plain", "step_ms", "step_vs_plain",
+          "gradients_equal", "note"]
+SEED = 0
+
+
+def wav2vec2():
+    from torchaudio.models import wav2vec2_model
+    model = wav2vec2_model(  # wav2vec2 base's extractor; a 6-layer, 384-wide encoder
+        extractor_mode="group_norm", extractor_conv_layer_config=None, extractor_conv_bias=False,
+        encoder_embed_dim=384, encoder_projection_dropout=0.1, encoder_pos_conv_kernel=128,
+        encoder_pos_conv_groups=16, encoder_num_layers=6, encoder_num_heads=6,
+        encoder_attention_dropout=0.1, encoder_ff_interm_features=1536,
+        encoder_ff_interm_dropout=0.0, encoder_dropout=0.1, encoder_layer_norm_first=False,
+        encoder_layer_drop=0.1, aux_num_out=None)
+    audio = torch.randn(2, 16000)  # one second at 16 kHz
+    return model, (audio, torch.tensor([16000, 12000])), lambda out: out[0].square().mean()
+
+
+def conformer():
+    from torchaudio.models import Conformer
+    model = Conformer(input_dim=80, num_heads=4, ffn_dim=512, num_layers=6,
+                      depthwise_conv_kernel_size=31, dropout=0.1)
+    frames = torch.randn(4, 200, 80)
+    return model, (frames, torch.tensor([200, 180, 150, 90])), lambda out: out[0].square().mean()
+
+
+def gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+    config = GPT2Config(n_layer=6, n_embd=256, n_head=4, n_positions=256, vocab_size=4096)
+    model = GPT2LMHeadModel(config)
+    ids = torch.randint(4096, (4, 256))
+    return model, {"input_ids": ids, "labels": ids}, lambda out: out.loss
+
+
+def bert():
+    from transformers import BertConfig, BertForMaskedLM
+    config = BertConfig(num_hidden_layers=6, hidden_size=256, num_attention_heads=4,
+                        intermediate_size=1024, vocab_size=4096, max_position_embeddings=256)
+    model = BertForMaskedLM(config)
+    ids = torch.randint(4096, (4, 256))
+    mask = torch.ones(4, 256, dtype=torch.long)
+    mask[1, 200:] = 0
+    return model, {"input_ids": ids, "attention_mask": mask, "labels": ids}, lambda out: out.loss
+
+
+MODELS = {"wav2vec2": wav2vec2, "conformer": conformer, "gpt2": gpt2, "bert": bert}
+
+
+def fail(message):
+    print(f"blocks: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def write_csv(folder, name, fields, rows):
+    """`rows` as `folder`/`name`, whole or not at all (a temporary, then renamed)."""
+    fd, temporary = tempfile.mkstemp(prefix=f".{name}-", dir=folder)
+    try:
+        with os.fdopen(fd, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(temporary, os.path.join(folder, name))
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def call(model, inputs):
+    return model(**inputs) if isinstance(inputs, dict) else model(*inputs)
+
+
+def tensors(inputs):
+    return list(inputs.values()) if isinstance(inputs, dict) else list(inputs)
+
+
+def measure(model, inputs, loss, steps):
+    """Kept bytes of a step, its gradients, and the median of `steps` steps' times, each step
+    from SEED's random state."""
+    exclude = list(model.parameters()) + list(model.buffers()) + tensors(inputs)
+    times, kept, grads = [], None, None
+    for k in range(steps + 1):
+        torch.manual_seed(SEED)
+        start = time.perf_counter()
+        value, held = ckptlab.kept_bytes(lambda: loss(call(model, inputs)), exclude=exclude)
+        value.backward()
+        if k:
+            times.append((time.perf_counter() - start) * 1e3)
+        else:  # the first step: the one the profile predicts, and the gradients compared
+            kept = held
+            grads = [p.grad.clone() if p.grad is not None else None for p in model.parameters()]
+        model.zero_grad(set_to_none=True)
+    return kept, grads, statistics.median(times)
+
+
+def same(a, b):
+    return all((x is None and y is None) or (x is not None and y is not None and torch.equal(x, y))
+               for x, y in zip(a, b))
+
+
+def rows_of(name, make, steps):
+    """The rows of one model: none, every and every other block checkpointed, and HF's own."""
+    def build():
+        torch.manual_seed(SEED)
+        model, inputs, loss = make()
+        return model.train(), inputs, loss
+
+    plain, inputs, loss = build()
+    plain_kept, plain_grads, plain_ms = measure(plain, inputs, loss, steps)
+    names = ckptlab.find_blocks(plain)
+    row = {"model": name, "torch": torch.__version__.split("+")[0], "blocks": len(names)}
+    rows = []
+    for label, chosen in (("none", []), ("every block", names), ("every other", names[::2])):
+        model, _, _ = build()
+        torch.manual_seed(SEED)
+        start = time.perf_counter()
+        profile = ckptlab.profile_blocks(model, inputs, loss=loss)
+        seconds = time.perf_counter() - start
+        refused = {c.block: c.refused for c in profile.calls if c.refused}
+        chosen = [n for n in chosen if n not in refused]
+        applied = ckptlab.checkpoint_blocks(model, chosen, profile)
+        kept, grads, ms = measure(model, inputs, loss, steps)
+        applied.undo()
+        note = "; ".join(f"{printable(b)} not checkpointed: {r}" for b, r in refused.items())
+        rows.append(dict(row, profile_s=f"{seconds:.2f}", checkpointed=label,
+                         blocks_checkpointed=len(chosen),
+                         predicted_kept_bytes=profile.kept_bytes(chosen), kept_bytes=kept,
+                         kept_vs_plain=f"{kept / plain_kept:.3f}", step_ms=f"{ms:.1f}",
+                         step_vs_plain=f"{ms / plain_ms:.3f}",
+                         gradients_equal=same(grads, plain_grads), note=note))
+    if hasattr(plain, "gradient_checkpointing_enable"):
+        model, _, _ = build()
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        kept, grads, ms = measure(model, inputs, loss, steps)
+        rows.append(dict(row, profile_s="", checkpointed="gradient_checkpointing_enable",
+                         blocks_checkpointed=len(names), predicted_kept_bytes="",
+                         kept_bytes=kept, kept_vs_plain=f"{kept / plain_kept:.3f}",
+                         step_ms=f"{ms:.1f}", step_vs_plain=f"{ms / plain_ms:.3f}",
+                         gradients_equal=same(grads, plain_grads),
+                         note="its checkpoints' random states (5,056 bytes each) uncounted"))
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="a folder this run makes")
+    parser.add_argument("--models", default=",".join(MODELS), help=",".join(MODELS))
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per row (1 to 100)")
+    args = parser.parse_args()
+    names = args.models.split(",")
+    for name in names:
+        if name not in MODELS:
+            fail(f"--models: '{printable(name)}' is no model here; accepted: "
+                 f"{', '.join(MODELS)}")
+    if not 1 <= args.steps <= 100:
+        fail(f"--steps={args.steps}; accepted: 1 to 100")
+    try:
+        os.mkdir(args.out)
+    except OSError as e:
+        fail(f"--out={printable(args.out)}: {e.strerror}; accepted: a folder this run makes")
+    # oneDNN's convolutions sum in an order that depends on where their buffers lie: wav2vec2's
+    # plain step would not repeat its own gradients.
+    torch.backends.mkldnn.enabled = False
+    table = []
+    for name in names:
+        print(f"blocks: {name}", file=sys.stderr)
+        try:
+            table.extend(rows_of(name, MODELS[name], args.steps))
+        except ImportError as e:
+            table.append({"model": name, "torch": torch.__version__.split("+")[0],
+                          "note": f"not run: {printable(str(e))}"})
+    write_csv(args.out, "blocks.csv", FIELDS, table)
+    print("| model | torch | blocks | checkpointed | kept (predicted) | kept vs plain | "
+          "step vs plain | gradients equal |")
+    print("| --- | --- | ---: | --- | ---: | ---: | ---: | --- |")
+    for t in table:
+        if "kept_bytes" not in t:
+            print(f"| {t['model']} | {t['torch']} | | {t['note']} | | | | |")
+            continue
+        predicted = t["predicted_kept_bytes"]
+        print(f"| {t['model']} | {t['torch']} | {t['blocks']} | {t['checkpointed']} "
+              f"({t['blocks_checkpointed']}) | {t['kept_bytes']:,}"
+              f"{f' ({predicted:,})' if predicted != '' else ''} | {t['kept_vs_plain']} | "
+              f"{t['step_vs_plain']} | {'yes' if t['gradients_equal'] else 'no'} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
