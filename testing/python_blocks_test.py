@@ -317,6 +317,30 @@ class Refusals(unittest.TestCase):
         ckptlab.profile_blocks(drawing, x)
         self.assertTrue(torch.equal(drawing[0].generator.get_state(), state))
 
+    def test_a_buffer_handed_to_every_block(self):
+        class Masked(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.ModuleList(Block("batch_norm") for _ in range(3))
+                self.register_buffer("mask", torch.ones(1, 1, WIDTH))
+
+            def forward(self, x):
+                for layer in self.layers:
+                    x, _ = layer(x, mask=self.mask)
+                return x
+
+        def make():
+            torch.manual_seed(4)
+            return Masked()
+
+        x = torch.randn(3, 5, WIDTH)
+        model, plain = make(), make()
+        profile = ckptlab.profile_blocks(model, x)
+        self.assertEqual([c.refused for c in profile.calls], [None] * 3)
+        ckptlab.checkpoint_blocks(model, ["layers.0", "layers.2"], profile)
+        got = step(model, (x,), 9, lambda out: out.square().mean())
+        assert_same(self, got, step(plain, (x,), 9, lambda out: out.square().mean()), "masked")
+
     def test_another_wrapper_kept(self):
         block = self.model.layers[1]
         calls = []

@@ -342,7 +342,7 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
             return out
         return profiled
 
-    parameters = list(model.parameters()) + list(model.buffers())
+    model_tensors = list(model.parameters()) + list(model.buffers())
     batch = _tensors((args, kwargs, targets))
     with _untouched(model, batch), _generators_untouched(generators), \
             _forward_replaced(resolved, make), \
@@ -356,12 +356,15 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
         for ref, key, size, k in saved:
             if ref() is not None:  # still kept when the loss is computed
                 (outside if k is None else calls[k].saved)[key] = size
+        # (Before the model's buffers are put back, which writes them: a buffer handed to each
+        # block, a mask, is not written by the step.)
+        for call, inputs in zip(calls, ended):
+            if call.refused is None and any(t._version != v for t, v in inputs):
+                call.refused = ("its input is written in place after it returns "
+                                "(x += block(x)), which its rerun would read changed")
         del output, value
         held.clear()
-    for call, inputs in zip(calls, ended):
-        if call.refused is None and any(t._version != v for t, v in inputs):
-            call.refused = ("its input is written in place after it returns (x += block(x)), "
-                            "which its rerun would read changed")
+        ended.clear()
     for call in calls:
         if call.block in inside:
             call.refused = (f"it runs within {printable(inside[call.block])}'s call too, where a "
@@ -370,7 +373,7 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
             call.refused = "it keeps nothing for backward, so a checkpoint would save nothing"
     return BlockProfile(
         blocks=[n for n, _ in resolved], calls=calls, outside=outside,
-        excluded=_storages(parameters + batch), rng_bytes=_storage(torch.get_rng_state())[1],
+        excluded=_storages(model_tensors + batch), rng_bytes=_storage(torch.get_rng_state())[1],
         modules={n: weakref.ref(m) for n, m in resolved}, settings=_settings(model))
 
 
