@@ -341,6 +341,36 @@ class Refusals(unittest.TestCase):
         got = step(model, (x,), 9, lambda out: out.square().mean())
         assert_same(self, got, step(plain, (x,), 9, lambda out: out.square().mean()), "masked")
 
+    def test_a_buffer_under_two_names(self):
+        class Holder(nn.Module):
+            def __init__(self, steps):
+                super().__init__()
+                self.register_buffer("steps", steps)
+
+        class Shared(nn.Module):  # one counter held by two submodules, read through one
+            def __init__(self):  # before the other updates it
+                super().__init__()
+                self.fc = nn.Linear(WIDTH, WIDTH)
+                steps = torch.zeros(())
+                self.a, self.b = Holder(steps), Holder(steps)
+
+            def forward(self, x):
+                read = 1 + 0.1 * self.b.steps
+                self.a.steps += 1
+                return x + torch.tanh(self.fc(x)) * read
+
+        def make():
+            torch.manual_seed(6)
+            return nn.Sequential(Shared(), Shared())
+
+        x = torch.randn(3, WIDTH)
+        model, plain = make(), make()
+        profile = ckptlab.profile_blocks(model, x)
+        ckptlab.checkpoint_blocks(model, ["0", "1"], profile)
+        got = step(model, (x,), 2, lambda out: out.square().mean())
+        assert_same(self, got, step(plain, (x,), 2, lambda out: out.square().mean()), "shared")
+        self.assertEqual(got[3], profile.kept_bytes(["0", "1"]))
+
     def test_another_wrapper_kept(self):
         block = self.model.layers[1]
         calls = []

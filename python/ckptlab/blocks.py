@@ -455,10 +455,11 @@ def _checkpointed(block: nn.Module, forward: Callable) -> Callable:
                    if b._version != version or not torch.equal(b, value)]
         del before
         if updated:
-            replay[:] = [_State(block, {id(b) for b, _ in updated}), [v for _, v in updated]]
+            state = _State(block, {id(b) for b, _ in updated})
+            replay[:] = [state, state.taken({id(b): v for b, v in updated})]
         if not _drew(states[0]):
             states[0] = (states[0][0], None, [])  # nothing to replay: not kept
-        _note_kept(list(given) + [v for _, v in updated]
+        _note_kept(list(given) + (replay[1] if replay else [])
                    + ([states[0][1]] if states[0][1] is not None else []))
         return out
 

@@ -155,18 +155,28 @@ class _State:
                       for name, b in owner.named_buffers(recurse=False) if id(b) in updated]
 
     def snapshot(self) -> List[torch.Tensor]:
+        """A copy of each slot's buffer, one per buffer: a buffer under two names (two modules
+        holding one tensor) is one copy in both slots."""
+        return self.taken({id(b): b for b in (getattr(o, n) for o, n in self.slots)})
+
+    def taken(self, values: dict) -> List[torch.Tensor]:
+        """Each slot's value among `values` (a buffer's id -> its value), copied once per
+        buffer."""
+        copies = {}
         with torch.no_grad():
-            return [getattr(o, n).clone() for o, n in self.slots]
+            return [copies.setdefault(id(getattr(o, n)), values[id(getattr(o, n))].clone())
+                    for o, n in self.slots]
 
     @contextlib.contextmanager
     def standing_in(self, snapshot: List[torch.Tensor]):
         """The buffers replaced by copies of `snapshot` (which the rerun updates and its graph
-        may save), put back after."""
+        may save), put back after; slots holding one buffer get one copy, as they held one."""
         buffers = [getattr(o, n) for o, n in self.slots]
+        copies = {}
         try:
             with torch.no_grad():
                 for b, (o, n) in zip(snapshot, self.slots):
-                    setattr(o, n, b.clone())
+                    setattr(o, n, copies.setdefault(id(b), b.clone()))
             yield
         finally:
             for b, (o, n) in zip(buffers, self.slots):
