@@ -17,11 +17,9 @@ a temporary, then renamed) and the table on stdout.
 """
 
 import argparse
-import csv
 import os
 import statistics
 import sys
-import tempfile
 import time
 
 import torch
@@ -30,6 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 import ckptlab  # noqa: E402
 from ckptlab.plan import printable  # noqa: E402
+from anymodel import write_csv  # noqa: E402  (this folder's: the same whole-or-nothing CSV)
 
 FIELDS = ["model", "torch", "blocks", "profile_s", "checkpointed", "blocks_checkpointed",
           "predicted_kept_bytes", "kept_bytes", "kept_vs_plain", "step_ms", "step_vs_plain",
@@ -83,20 +82,6 @@ MODELS = {"wav2vec2": wav2vec2, "conformer": conformer, "gpt2": gpt2, "bert": be
 def fail(message):
     print(f"blocks: {message}", file=sys.stderr)
     sys.exit(2)
-
-
-def write_csv(folder, name, fields, rows):
-    """`rows` as `folder`/`name`, whole or not at all (a temporary, then renamed)."""
-    fd, temporary = tempfile.mkstemp(prefix=f".{name}-", dir=folder)
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=fields)
-            writer.writeheader()
-            writer.writerows(rows)
-        os.replace(temporary, os.path.join(folder, name))
-    except BaseException:
-        os.unlink(temporary)
-        raise
 
 
 def call(model, inputs):

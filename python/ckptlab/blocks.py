@@ -55,7 +55,7 @@ import torch.utils.checkpoint
 
 from ckptlab.chains import _untouched, mean_square
 from ckptlab.plan import printable
-from ckptlab.planned import _note_kept, _State, _storage
+from ckptlab.planned import _changed, _devices_rng, _note_kept, _State, _storage, _values
 
 __all__ = ["Applied", "BlockCall", "BlockProfile", "BlocksError", "checkpoint_blocks",
            "find_blocks", "profile_blocks"]
@@ -96,13 +96,8 @@ def _storages(tensors) -> Dict[tuple, int]:
     return dict(_storage(t) for t in tensors)
 
 
-def _random_states(tensors) -> Tuple[List[int], torch.Tensor, List[torch.Tensor]]:
-    """The devices of `tensors`' CUDA streams, the host's generator's state and theirs."""
-    devices = sorted({t.device.index or 0 for t in tensors if t.is_cuda})
-    return devices, torch.get_rng_state(), [torch.cuda.get_rng_state(d) for d in devices]
-
-
 def _drew(states) -> bool:
+    """Whether a random stream moved since planned._devices_rng took `states`."""
     devices, host, cuda = states
     return not torch.equal(host, torch.get_rng_state()) or any(
         not torch.equal(s, torch.cuda.get_rng_state(d)) for d, s in zip(devices, cuda))
@@ -220,18 +215,15 @@ def _forward(block: nn.Module) -> Callable:
 
 
 @contextlib.contextmanager
-def _forward_replaced(blocks: List[Tuple[str, nn.Module]], make: Callable):
+def _forward_replaced(model: nn.Module, blocks: List[Tuple[str, nn.Module]], make: Callable):
     """Each block's forward replaced by make(name, block, its forward), put back after."""
-    before = [(block, vars(block).get("forward")) for _, block in blocks]
+    applied = Applied(model, blocks)
     try:
         for name, block in blocks:
             block.forward = make(name, block, _forward(block))
         yield
     finally:
-        for block, forward in before:
-            vars(block).pop("forward", None)
-            if forward is not None:
-                block.forward = forward
+        applied.undo()
 
 
 def _batch(inputs, targets) -> Tuple[tuple, dict, tuple]:
@@ -301,10 +293,9 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
             buffers = list(block.named_buffers())
             own = {id(b) for _, b in buffers}
             others = [(n, b) for n, b in model_buffers if id(b) not in own]
-            with torch.no_grad():
-                before = [(b._version, b.clone()) for _, b in buffers]
-                others_before = [(b._version, b.clone()) for _, b in others]
-            states = _random_states(given)
+            before = _values([b for _, b in buffers])
+            others_before = _values([b for _, b in others])
+            states = _devices_rng(given)
             own_generators = [g for m, g in generators if any(m is b for b in block.modules())]
             generator_states = [g.get_state() for g in own_generators]
             call = BlockCall(name, _storages(given), {}, False, {}, 0.0, None)
@@ -317,14 +308,12 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
                 call.forward_ms = (time.perf_counter() - start) * 1e3
                 active.pop()
             call.draws = _drew(states)
-            # A kernel may write a buffer without a new version (BatchNorm's running statistics
-            # in native_batch_norm): values are compared too.
             call.state = {n: b.numel() * b.element_size()
-                          for (n, b), (version, value) in zip(buffers, before)
-                          if b._version != version or not torch.equal(b, value)}
+                          for (n, b), c in zip(buffers, _changed([b for _, b in buffers], before))
+                          if c}
             written = [n for (n, p), v in zip(parameters, parameter_versions) if p._version != v]
-            foreign = [n for (n, b), (version, value) in zip(others, others_before)
-                       if b._version != version or not torch.equal(b, value)]
+            foreign = [n for (n, _), c in zip(others, _changed([b for _, b in others],
+                                                               others_before)) if c]
             ended.append([(t, t._version) for t in given])
             if [t._version for t in given] != versions:
                 call.refused = "it writes its input in place, which its rerun would read changed"
@@ -345,7 +334,7 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
     model_tensors = list(model.parameters()) + list(model.buffers())
     batch = _tensors((args, kwargs, targets))
     with _untouched(model, batch), _generators_untouched(generators), \
-            _forward_replaced(resolved, make), \
+            _forward_replaced(model, resolved, make), \
             torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         output = model(*args, **kwargs)
         value = loss(output, *targets) if loss is not None else mean_square(output)
@@ -425,11 +414,10 @@ def _checkpointed(block: nn.Module, forward: Callable) -> Callable:
         if not torch.is_grad_enabled():
             return forward(*a, **k)
         given = _tensors((a, k))
-        states = [_random_states(given)]
+        states = [_devices_rng(given)]
         # The buffers as the first run found them: those it updates are kept for the rerun (a
         # call a profile never saw, a layer drop's, is handled as any other).
-        with torch.no_grad():
-            before = [(b._version, b.clone()) for b in buffers]
+        before = _values(buffers)
         replay = []  # (the buffers' state, their values before the first run), once it has run
         ran = []
 
@@ -449,10 +437,8 @@ def _checkpointed(block: nn.Module, forward: Callable) -> Callable:
 
         out = torch.utils.checkpoint.checkpoint(run, *a, use_reentrant=False,
                                                 preserve_rng_state=False, **k)
-        # A kernel may write a buffer without a new version (BatchNorm's running statistics in
-        # native_batch_norm): values are compared too.
-        updated = [(b, value) for b, (version, value) in zip(buffers, before)
-                   if b._version != version or not torch.equal(b, value)]
+        updated = [(b, value) for b, (_, value), c
+                   in zip(buffers, before, _changed(buffers, before)) if c]
         del before
         if updated:
             state = _State(block, {id(b) for b, _ in updated})

@@ -228,11 +228,8 @@ class _Facts:
                 for i, stage in enumerate(stages):
                     inputs = _flatten(x)[0]
                     versions = [t._version for t in inputs]
-                    # A kernel may write a buffer without a new version (BatchNorm's running
-                    # statistics in native_batch_norm): values are compared too.
                     buffers = list(stage.buffers())
-                    buffer_versions = [b._version for b in buffers]
-                    buffer_values = [b.clone() for b in buffers]
+                    buffer_values = _values(buffers)
                     # Its parameters, put back once it has run (one stage's copies at a time).
                     named = list(stage.named_parameters())
                     before = [p.clone() for _, p in named]
@@ -248,9 +245,8 @@ class _Facts:
                                                  if not torch.equal(p, v)), None)
                         for (_, p), v in zip(named, before):
                             p.copy_(v)
-                    written |= {id(b) for b, version, value in zip(buffers, buffer_versions,
-                                                                   buffer_values)
-                                if b._version != version or not torch.equal(b, value)}
+                    written |= {id(b) for b, c in zip(buffers, _changed(buffers, buffer_values))
+                                if c}
             # A stage holding a buffer any stage updates reads state: it reruns from what its
             # first run read (a later stage reading what an earlier one updated too).
             for i, stage in enumerate(stages):
@@ -270,6 +266,19 @@ def _modules(stages) -> List[Tuple[int, bool]]:
 
 def _call(stage, x, spreads):
     return stage(*x) if spreads and type(x) in (tuple, list) else stage(x)
+
+
+def _values(tensors) -> List[Tuple[int, torch.Tensor]]:
+    """Each tensor's version and a copy of its value, for _changed."""
+    with torch.no_grad():
+        return [(t._version, t.clone()) for t in tensors]
+
+
+def _changed(tensors, values) -> List[bool]:
+    """Whether each tensor was written since _values took `values`: a new version, or a new value
+    (a kernel may write a buffer without a new version: BatchNorm's running statistics in
+    native_batch_norm)."""
+    return [t._version != v or not torch.equal(t, c) for t, (v, c) in zip(tensors, values)]
 
 
 def _devices_rng(tensors):
