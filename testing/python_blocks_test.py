@@ -304,14 +304,44 @@ class Refusals(unittest.TestCase):
                     x = layer(x, self.norm)
                 return x
 
+        class Rebinding(nn.Module):  # self.ema = ...: a new tensor under the buffer's name
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(WIDTH, WIDTH)
+                self.register_buffer("ema", torch.ones(WIDTH))
+
+            def forward(self, x):
+                y = self.fc(x) * self.ema
+                with torch.no_grad():
+                    self.ema = 0.5 * self.ema + 0.5 * y.abs().mean(0)
+                return torch.tanh(y)
+
+        class Scaled(nn.Module):  # reads a buffer it shares; `update` writes it after
+            def __init__(self, scale, update):
+                super().__init__()
+                self.fc = nn.Linear(WIDTH, WIDTH)
+                self.register_buffer("scale", scale)
+                self.update = update
+
+            def forward(self, x):
+                y = torch.tanh(self.fc(x) + self.scale)
+                if self.update:
+                    with torch.no_grad():
+                        self.scale.mul_(2)
+                return y
+
+        shared = torch.ones(WIDTH)
         x = torch.randn(4, WIDTH)
         cases = [(Residual(), "layers.0", "written in place after it returns"),
+                 (nn.Sequential(Rebinding(), Rebinding()), "0", "buffer ema a new tensor"),
+                 (nn.Sequential(Scaled(shared, False), Scaled(shared, True)), "0",
+                  "buffer scale is written after it returns"),
                  (nn.Sequential(Drawing(), Drawing()), "1", "torch.Generator of its own"),
                  (Handed(), "layers.1", "buffer norm.running_mean")]
         for model, name, words in cases:
             profile = ckptlab.profile_blocks(model, x)
             self.refused(lambda: ckptlab.checkpoint_blocks(model, [name], profile), name, words)
-        drawing = cases[1][0]
+        drawing = cases[3][0]
         self.assertEqual([d.generator.initial_seed() for d in drawing], [1, 1])
         state = drawing[0].generator.get_state()
         ckptlab.profile_blocks(drawing, x)

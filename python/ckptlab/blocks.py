@@ -35,8 +35,9 @@ model passes them, and keeps besides its inputs:
     step updates it.
 Refused by name, from what the profile saw, where a rerun would not run as the first run did: a
 block that writes its input in place or whose input is written after it returns (x += block(x)),
-that writes a parameter, updates a buffer it does not hold (a norm handed to it) or draws from a
-torch.Generator of its own; a block called within another's call; and one whose calls keep
+that writes a parameter, gives a buffer a new tensor (self.x = ...), reads a buffer written after
+it returns (one it shares with a later block), updates a buffer it does not hold (a norm handed
+to it) or draws from a torch.Generator of its own; a block called within another's call; and one whose calls keep
 nothing for backward. What a rerun cannot see is not replayed: a plain Python attribute a block
 updates (a counter held as an int) is updated again by its rerun; hold such state in a buffer.
 checkpoint_blocks refuses a profile of another model, or of this one before a module was
@@ -271,6 +272,8 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
     # alive together.
     held: List[torch.Tensor] = []
     ended: List[List[Tuple[torch.Tensor, int]]] = []  # per call: its inputs' versions at its end
+    # Per call: the buffers it read but did not update, as they were at its end.
+    read: List[Tuple[List[str], List[torch.Tensor], list]] = []
     model_buffers = list(model.named_buffers())
     generators = _generators(model)
 
@@ -291,6 +294,7 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
             parameters = list(block.named_parameters())
             parameter_versions = [p._version for _, p in parameters]
             buffers = list(block.named_buffers())
+            bound = [(m, dict(m._buffers)) for m in block.modules()]
             own = {id(b) for _, b in buffers}
             others = [(n, b) for n, b in model_buffers if id(b) not in own]
             before = _values([b for _, b in buffers])
@@ -315,7 +319,15 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
             foreign = [n for (n, _), c in zip(others, _changed([b for _, b in others],
                                                                others_before)) if c]
             ended.append([(t, t._version) for t in given])
-            if [t._version for t in given] != versions:
+            kept = [(n, b) for n, b in buffers if n not in call.state]
+            read.append(([n for n, _ in kept], [b for _, b in kept],
+                         _values([b for _, b in kept])))
+            rebound = next((n for m, held in bound for n, b in m._buffers.items()
+                            if held.get(n) is not b), None)
+            if rebound is not None:
+                call.refused = (f"it gives its buffer {printable(rebound)} a new tensor as it "
+                                "runs (self.x = ...), which a rerun would do again")
+            elif [t._version for t in given] != versions:
                 call.refused = "it writes its input in place, which its rerun would read changed"
             elif written:
                 call.refused = (f"it writes its parameter {printable(written[0])} in place as it "
@@ -347,13 +359,19 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
                 (outside if k is None else calls[k].saved)[key] = size
         # (Before the model's buffers are put back, which writes them: a buffer handed to each
         # block, a mask, is not written by the step.)
-        for call, inputs in zip(calls, ended):
+        for call, inputs, (names, buffers, values) in zip(calls, ended, read):
+            written = [n for n, c in zip(names, _changed(buffers, values)) if c]
             if call.refused is None and any(t._version != v for t, v in inputs):
                 call.refused = ("its input is written in place after it returns "
                                 "(x += block(x)), which its rerun would read changed")
+            elif call.refused is None and written:
+                call.refused = (f"its buffer {printable(written[0])} is written after it "
+                                "returns (by another block or the model), which its rerun "
+                                "would read changed")
         del output, value
         held.clear()
         ended.clear()
+        read.clear()
     for call in calls:
         if call.block in inside:
             call.refused = (f"it runs within {printable(inside[call.block])}'s call too, where a "
