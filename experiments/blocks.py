@@ -62,7 +62,9 @@ def gpt2():
     config = GPT2Config(n_layer=6, n_embd=256, n_head=4, n_positions=256, vocab_size=4096)
     model = GPT2LMHeadModel(config)
     ids = torch.randint(4096, (4, 256))
-    return model, {"input_ids": ids, "labels": ids}, lambda out: out.loss
+    # No cache: a block's rerun would add its keys to it again (profile_blocks refuses it), and
+    # gradient_checkpointing_enable turns it off in training too.
+    return model, {"input_ids": ids, "labels": ids, "use_cache": False}, lambda out: out.loss
 
 
 def bert():
@@ -89,7 +91,8 @@ def call(model, inputs):
 
 
 def tensors(inputs):
-    return list(inputs.values()) if isinstance(inputs, dict) else list(inputs)
+    values = list(inputs.values()) if isinstance(inputs, dict) else list(inputs)
+    return [v for v in values if isinstance(v, torch.Tensor)]
 
 
 def measure(model, inputs, loss, steps):

@@ -252,9 +252,71 @@ class Refusals(unittest.TestCase):
         self.refused(lambda: ckptlab.checkpoint_blocks(self.model, ["layers.0"], self.profile),
                      "changed since it was profiled")
         self.model.train()
+        ckptlab.checkpoint_blocks(self.model, ["layers.0"], self.profile).undo()
+        # What the step saves depends on every parameter's dtype, device, shape and whether it
+        # takes a gradient: each change is named; put back, the profile is good again.
+        weight = self.model.layers[1].fc.weight
+        weight.requires_grad_(False)
+        self.refused(lambda: ckptlab.checkpoint_blocks(self.model, ["layers.0"], self.profile),
+                     "changed since it was profiled", "layers.1.fc.weight",
+                     "without gradient, was float32")
+        weight.requires_grad_(True)
+        self.model.double()
+        self.refused(lambda: ckptlab.checkpoint_blocks(self.model, ["layers.0"], self.profile),
+                     "float64 on cpu, shape [6, 6], was float32 on cpu")
+        self.model.float()
+        ckptlab.checkpoint_blocks(self.model, ["layers.0"], self.profile).undo()
         self.model.layers[1].fc = nn.Linear(WIDTH, WIDTH)
         self.refused(lambda: ckptlab.checkpoint_blocks(self.model, ["layers.0"], self.profile),
-                     "changed since it was profiled")
+                     "changed since it was profiled", "a module replaced")
+
+    def test_a_block_handed_a_cache(self):
+        class Layer(nn.Module):  # appends its keys to a cache, as a decoder's attention does
+            def __init__(self, index):
+                super().__init__()
+                self.fc, self.index = nn.Linear(WIDTH, WIDTH), index
+
+            def forward(self, x, cache=None, pair=()):
+                cache = pair[1][0] if pair else cache
+                if cache is not None:
+                    cache.layers.setdefault(self.index, []).append(x)
+                return torch.tanh(self.fc(x))
+
+        class Cache:
+            def __init__(self):
+                self.layers = {}  # holds no tensor until the first block adds one
+
+        class Decoder(nn.Module):
+            def __init__(self, by_keyword):
+                super().__init__()
+                self.layers = nn.ModuleList(Layer(i) for i in range(2))
+                self.by_keyword = by_keyword
+
+            def forward(self, x):
+                cache = Cache()
+                for layer in self.layers:
+                    x = layer(x, pair=(x, [cache])) if self.by_keyword else layer(x, cache)
+                return x
+
+        for by_keyword in (False, True):
+            model = Decoder(by_keyword)
+            profile = ckptlab.profile_blocks(model, torch.randn(3, WIDTH))
+            for name in ("layers.0", "layers.1"):
+                self.refused(lambda: ckptlab.checkpoint_blocks(model, [name], profile), name,
+                             "handed a Cache, an object holding tensors", "use_cache=False")
+
+        class Looped(nn.Module):  # a list holding itself, handed to a block
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.ModuleList(Layer(i) for i in range(2))
+
+            def forward(self, x):
+                loop = [x, [Cache()]]
+                loop[1].append(loop)
+                return self.layers[1](self.layers[0](x, pair=loop))
+
+        self.refused(lambda: ckptlab.profile_blocks(Looped(), torch.randn(3, WIDTH)),
+                     "nested deeper than 32")
 
     def test_a_block_writing_its_input(self):
         model = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Sequential(InPlace(), InPlace()))

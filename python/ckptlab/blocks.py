@@ -37,11 +37,15 @@ Refused by name, from what the profile saw, where a rerun would not run as the f
 block that writes its input in place or whose input is written after it returns (x += block(x)),
 that writes a parameter, gives a buffer a new tensor (self.x = ...), reads a buffer written after
 it returns (one it shares with a later block), updates a buffer it does not hold (a norm handed
-to it) or draws from a torch.Generator of its own; a block called within another's call; and one whose calls keep
-nothing for backward. What a rerun cannot see is not replayed: a plain Python attribute a block
-updates (a counter held as an int) is updated again by its rerun; hold such state in a buffer.
+to it) or draws from a torch.Generator of its own; a block handed an object holding tensors (a
+cache, such as Hugging Face's DynamicCache, which a rerun would update again: use_cache=False); a
+block called within another's call; and one whose calls keep nothing for backward. What a
+rerun cannot see is not replayed: a plain Python attribute a block updates (a counter held as an
+int) is updated again by its rerun; hold such state in a buffer.
 checkpoint_blocks refuses a profile of another model, or of this one before a module was
-replaced or train()/eval() switched.
+replaced, train()/eval() switched or a parameter's or buffer's dtype, device, shape or
+requires_grad changed. A profile's bytes are those of the batch it ran: another batch's shapes
+keep other bytes.
 """
 
 import contextlib
@@ -82,15 +86,54 @@ def find_blocks(model: nn.Module) -> List[str]:
     return found
 
 
-def _tensors(value) -> List[torch.Tensor]:
-    """The tensors in `value`: a tensor, or tuples, lists and dicts holding some, in order."""
+_DEPTH = 32  # how deep tuples, lists and dicts may nest in what a block or the model is handed
+
+
+def _tensors(value, depth: int = 0) -> List[torch.Tensor]:
+    """The tensors in `value`: a tensor, or tuples, lists and dicts holding some, in order.
+    BlocksError where they nest deeper than _DEPTH (a list holding itself)."""
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, dict):
         value = list(value.values())
     if isinstance(value, (tuple, list)):
-        return [t for v in value for t in _tensors(v)]
+        if depth >= _DEPTH:
+            raise BlocksError(f"blocks: tuples, lists or dicts nested deeper than {_DEPTH} in "
+                              "what a block or the model is handed; accepted: shallower ones")
+        return [t for v in value for t in _tensors(v, depth + 1)]
     return []
+
+
+def _holder(value) -> Optional[str]:
+    """The type's name of the first object in `value` (its tuples, lists and dicts looked into)
+    that is no tensor and no module but holds a tensor in its attributes, however nested (a
+    Hugging Face DynamicCache): None if there is none."""
+    seen = set()
+
+    def holds(v, depth) -> bool:  # whether v is or holds a tensor
+        if isinstance(v, torch.Tensor):
+            return True
+        if id(v) in seen or depth >= _DEPTH or isinstance(v, nn.Module):
+            return False
+        seen.add(id(v))
+        if isinstance(v, dict):
+            v = list(v.values())
+        if isinstance(v, (tuple, list)):
+            return any(holds(e, depth + 1) for e in v)
+        attributes = getattr(v, "__dict__", None)
+        return isinstance(attributes, dict) and any(holds(e, depth + 1)
+                                                    for e in attributes.values())
+
+    def walk(v, depth) -> Optional[str]:
+        if isinstance(v, (torch.Tensor, nn.Module)) or depth >= _DEPTH:
+            return None
+        if isinstance(v, dict):
+            v = list(v.values())
+        if isinstance(v, (tuple, list)):
+            return next((h for h in (walk(e, depth + 1) for e in v) if h is not None), None)
+        return type(v).__name__ if holds(v, depth) else None
+
+    return walk(value, 0)
 
 
 def _storages(tensors) -> Dict[tuple, int]:
@@ -125,7 +168,7 @@ class BlockProfile:
     excluded: Dict[tuple, int]  # the parameters', buffers' and batch's storages
     rng_bytes: int              # the host generator's state, which a call that drew keeps
     modules: Dict[str, weakref.ref] = dataclasses.field(repr=False, default_factory=dict)
-    settings: List[Tuple[weakref.ref, bool]] = dataclasses.field(repr=False, default_factory=list)
+    settings: List[tuple] = dataclasses.field(repr=False, default_factory=list)
 
     def kept_bytes(self, checkpointed: Sequence[str] = ()) -> int:
         """The bytes PyTorch keeps for backward when the loss is computed, with the blocks named
@@ -324,7 +367,12 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
                          _values([b for _, b in kept])))
             rebound = next((n for m, held in bound for n, b in m._buffers.items()
                             if held.get(n) is not b), None)
-            if rebound is not None:
+            holder = _holder((a, k))
+            if holder is not None:
+                call.refused = (f"it is handed a {printable(holder)}, an object holding tensors "
+                                "(a cache), which its rerun would see as the first run left it "
+                                "and update again; hand it tensors (use_cache=False)")
+            elif rebound is not None:
                 call.refused = (f"it gives its buffer {printable(rebound)} a new tensor as it "
                                 "runs (self.x = ...), which a rerun would do again")
             elif [t._version for t in given] != versions:
@@ -400,10 +448,40 @@ def _generators_untouched(generators):
             g.set_state(state)
 
 
-def _settings(model: nn.Module) -> List[Tuple[weakref.ref, bool]]:
-    """What a profile depends on besides the blocks: every module the model holds, and its
-    training flag (BatchNorm and dropout run otherwise in evaluation)."""
-    return [(weakref.ref(m), m.training) for m in model.modules()]
+def _settings(model: nn.Module) -> List[tuple]:
+    """What a profile depends on besides the blocks and the batch: every module the model holds,
+    its training flag (BatchNorm and dropout run otherwise in evaluation), and the dtype,
+    device, shape and requires_grad of each of its parameters and buffers (after model.double()
+    or with a layer frozen, the step saves other bytes)."""
+    return [(weakref.ref(m), m.training,
+             {n: (t.dtype, t.device, tuple(t.shape), t.requires_grad)
+              for n, t in list(m._parameters.items()) + list(m._buffers.items()) if t is not None})
+            for m in model.modules()]
+
+
+def _changed_since(model: nn.Module, settings: List[tuple]) -> Optional[str]:
+    """What changed in `model` since _settings took `settings`, in a few words; None if nothing."""
+    now = _settings(model)
+    if len(now) != len(settings) or any(r() is not m() for (r, *_), (m, *_) in zip(now, settings)):
+        return "a module replaced, added or removed"
+    names = [n for n, _ in model.named_modules()]
+    for name, (_, flag, tensors), (_, was, had) in zip(names, now, settings):
+        if flag != was:
+            return f"{name or 'the model'} switched to {'train' if flag else 'eval'}()"
+        for n in list(tensors) + [n for n in had if n not in tensors]:
+            if tensors.get(n) != had.get(n):
+                return (f"{name + '.' if name else ''}{n} is {_described(tensors.get(n))}, was "
+                        f"{_described(had.get(n))}")
+    return None
+
+
+def _described(signature) -> str:
+    """A tensor's (dtype, device, shape, requires_grad) in words."""
+    if signature is None:
+        return "absent"
+    dtype, device, shape, grad = signature
+    return (f"{str(dtype).replace('torch.', '')} on {device}, shape {list(shape)}"
+            f"{'' if grad else ', without gradient'}")
 
 
 class Applied:
@@ -492,11 +570,10 @@ def checkpoint_blocks(model: nn.Module, names: Sequence[str], profile: BlockProf
             raise BlocksError(f"blocks: {printable(name)} is checkpointed already (by a "
                               "checkpoint_blocks not undone)")
         resolved.append((name, block))
-    now = _settings(model)
-    if len(now) != len(profile.settings) or any(
-            r() is not m() or flag != was for (r, flag), (m, was) in zip(now, profile.settings)):
-        raise BlocksError("blocks: the model changed since it was profiled (a module replaced, "
-                          "added or removed, or train()/eval() switched); profile it again")
+    changed = _changed_since(model, profile.settings)
+    if changed is not None:
+        raise BlocksError(f"blocks: the model changed since it was profiled "
+                          f"({printable(changed)}); profile it again")
     applied = Applied(model, resolved)
     for name, block in resolved:
         block.forward = _checkpointed(block, _forward(block))
