@@ -472,7 +472,7 @@ float Solver::Value(int a, int b, bool rerun, int m, const Context& c, int16_t* 
   }
   // A checkpointed head's rerun holds this list's last backward call, and so any fetch on it.
   const Context inner{c.run_only ? 0 : c.pending, false, false};
-  for (int j = a + 1; j <= b; ++j) {
+  for (int j = a + 1; chain_.checkpoints && j <= b; ++j) {
     const size_t aj = static_cast<size_t>(a) * (n_ + 1) + j;
     if (nograd_peak_[aj] > m) continue;
     // A rerun that checkpoints its whole range again keeps x_j for nothing: never faster, and

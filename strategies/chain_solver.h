@@ -44,6 +44,10 @@ struct Chain {
   int64_t loss_backward_transient = 0;
   int64_t output_grad = 0;  // d_n, what the loss's backward leaves
   double loss_ms = 0;
+  // Whether the solver may plan checkpointed (and offloaded) segments; false: every stage is
+  // stored, under one of its options (a model whose own code runs between its stages, where
+  // each option is a way to run one stage: ckptlab's blocks path, python/ckptlab/blocks.py).
+  bool checkpoints = true;
   // Offloaded segments: whether the solver may plan them; a copy's time per byte each way (per
   // unit once quantized); whether a copy runs beside the compute op after it.
   bool offload = false;

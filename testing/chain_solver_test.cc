@@ -93,7 +93,7 @@ std::vector<Partial> Lists(const Chain& c, int a, int b, bool rerun, bool whole_
   // allows it (anywhere: where its input cannot move, it is a checkpoint).
   std::vector<SegmentMode> modes = {SegmentMode::kCheckpointed};
   if (c.offload) modes.push_back(SegmentMode::kOffloaded);
-  for (int j = a + 1; j <= b; ++j) {
+  for (int j = a + 1; c.checkpoints && j <= b; ++j) {
     if (whole_rerun && j == b) continue;
     const std::vector<Partial> inners = Lists(c, a, j, true, true);
     const std::vector<Partial> rests = Lists(c, j, b, rerun, false);
@@ -163,6 +163,21 @@ RC_GTEST_PROP(ChainSolver, FindsTheBruteForceOptimumWithinTheBudget, ()) {
   Chain c = *GeneratedChain(1, 5, 2).as("chain");
   c.offload = false;  // with offload: below (it doubles the schedules per checkpoint)
   CheckAgainstBruteForce(c);
+}
+
+// Stages stored under their options only (the blocks path's chains): the least time of every
+// choice of options, on chains long enough that the choice is a knapsack with peaks.
+RC_GTEST_PROP(ChainSolver, FindsTheBestOptionsWithoutCheckpoints, ()) {
+  Chain c = *GeneratedChain(1, 7, 3).as("chain");
+  c.checkpoints = false;
+  CheckAgainstBruteForce(c);
+  const chain::Solver solver(c, 64);
+  for (int m = 0; m <= 64; ++m) {
+    if (!solver.Feasible(m)) continue;
+    for (const Segment& s : solver.ScheduleAt(m).segments) {
+      RC_ASSERT(s.mode == SegmentMode::kStored);
+    }
+  }
 }
 
 // Offload pays where a rest is long enough to be the peak: chains of four and five stages.

@@ -5,7 +5,8 @@
 #   core/run    core/plan, core/base, LibTorch: never core/train or core/dist;
 #   core/train  core/run and below: never core/dist;
 # experiments/records includes nothing else of experiments/, experiments/output only the
-# records; and no strategy plugin includes another.
+# records; python/native (the Python package's C ABI) nothing of LibTorch; and no strategy
+# plugin includes another.
 # Bazel's visibility already refuses such a dependency between targets; this catches the
 # include that needs no target (LibTorch's headers sit on the system include path).
 # And a name that a source of core/ or experiments/ keeps to itself (in an anonymous namespace,
@@ -37,6 +38,9 @@ refuse core/base "$libtorch|core/(plan|run|train|dist)/" "LibTorch or a floor ab
 refuse core/plan "$libtorch|core/(run|train|dist)/" "LibTorch or a floor above it"
 refuse core/run "core/(train|dist)/" "a floor above it"
 refuse core/train "core/dist/" "core/dist"
+# python/native: a library any Python process loads beside its own torch, so none of LibTorch.
+refuse python/native "$libtorch|core/(run|train|dist)/|experiments/|models/" \
+  "LibTorch or what needs it"
 # experiments/: the records below what a run writes, both below the sweep's own files.
 refuse experiments/records "experiments/([a-z_]+\.h|output/)" "the rest of experiments/"
 refuse experiments/output "experiments/[a-z_]+\.h" "the sweep's own files"

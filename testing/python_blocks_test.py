@@ -16,6 +16,7 @@ And on torchaudio's Conformer and wav2vec2 (which ckptlab.chain refuses), the sa
 input is refused by name. Runs on the torch of the Python that runs it.
 """
 
+import itertools
 import os
 import sys
 import unittest
@@ -29,6 +30,11 @@ from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E
 
 import ckptlab  # noqa: E402
 from ckptlab import BlocksError  # noqa: E402
+
+# The planner library (ckptlab.native): Bazel's, in the runfiles, unless $CKPTLAB_PLANNER names one.
+if "TEST_SRCDIR" in os.environ and "CKPTLAB_PLANNER" not in os.environ:
+    os.environ["CKPTLAB_PLANNER"] = os.path.join(
+        os.environ["TEST_SRCDIR"], "ckptlab/python/native/libckptlab_planner.so")
 
 WIDTH, EXPERTS = 6, 3
 KINDS = ["mlp", "dropout", "batch_norm", "router", "drop_inside", "counter"]
@@ -187,6 +193,53 @@ class GeneratedModels(unittest.TestCase):
         self.assertEqual(undone[3], profile.kept_bytes([]), what + ", undone")
 
 
+PLANNED = st.fixed_dictionaries({
+    "kinds": st.lists(st.sampled_from(KINDS), min_size=2, max_size=6),
+    "layer_drop": st.sampled_from([0.0, 0.3]),
+    "tie": st.booleans(),
+    "twice": st.booleans(),
+    "dtype": st.sampled_from([torch.float32, torch.float64, torch.bfloat16]),
+    "seed": st.integers(0, 2**16),
+    "budget": st.floats(0.0, 1.0),  # where between the least and the most a plan keeps
+})
+
+
+class PlannedWithinBudgets(unittest.TestCase):
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck),
+              derandomize=True)
+    @given(PLANNED)
+    def test_the_fastest_plan_within_the_budget_steps_as_the_plain_model(self, case):
+        """plan_blocks against every set of blocks that can be checkpointed: within the budget,
+        and none within it repeats less forward time; its step as the plain model's, keeping
+        the bytes it says."""
+        inputs = batch(case)
+        model = build(case)
+        seed = case["seed"] + 1
+        torch.manual_seed(seed)
+        profile = ckptlab.profile_blocks(model, inputs, loss=loss_of)
+        calls = {}
+        for call in profile.calls:
+            calls.setdefault(call.block, []).append(call)
+        free = [b for b, c in calls.items() if len(c) == 1 and not c[0].refused]
+        every = [list(chosen) for r in range(len(free) + 1)
+                 for chosen in itertools.combinations(free, r)]
+        kept = [profile.kept_bytes(chosen) for chosen in every]
+        budget = int(min(kept) + case["budget"] * (max(kept) - min(kept)))
+        plan = ckptlab.plan_blocks(profile, budget)
+        what = f"{case['kinds']} {case['dtype']}, budget {budget}: {plan.checkpointed}"
+        self.assertLessEqual(plan.kept_bytes, budget, what)
+        self.assertEqual(plan.kept_bytes, profile.kept_bytes(plan.checkpointed), what)
+        self.assertEqual(plan.stored_kept_bytes, profile.kept_bytes([]), what)
+        least = min(sum(calls[b][0].forward_ms for b in chosen)
+                    for chosen, k in zip(every, kept) if k <= budget)
+        self.assertAlmostEqual(plan.recompute_ms, least, delta=1e-9, msg=what)
+        applied = ckptlab.checkpoint_blocks(model, plan.checkpointed, profile)
+        got = step(model, inputs, seed)
+        applied.undo()
+        assert_same(self, got, step(build(case), inputs, seed), what)
+        self.assertEqual(got[3], plan.kept_bytes, what)
+
+
 class InPlace(nn.Module):
     def __init__(self):
         super().__init__()
@@ -235,6 +288,24 @@ class Refusals(unittest.TestCase):
         self.refused(lambda: ckptlab.profile_blocks(nn.Linear(2, 2), torch.ones(1, 2)),
                      "no repeated blocks")
         self.refused(lambda: ckptlab.profile_blocks(self.model, (3,)), "no tensor")
+
+    def test_budgets(self):
+        stored = self.profile.kept_bytes([])
+        least = self.profile.kept_bytes(["layers.0", "layers.1"])
+        self.assertEqual(ckptlab.plan_blocks(self.profile, stored).checkpointed, [])
+        self.assertEqual(ckptlab.plan_blocks(self.profile, f"{stored}B").kept_bytes, stored)
+        self.assertEqual(ckptlab.plan_blocks(self.profile, "1GiB").checkpointed, [])
+        self.assertEqual(ckptlab.plan_blocks(self.profile, least).kept_bytes, least)
+        self.refused(lambda: ckptlab.plan_blocks(self.profile, least - 1),
+                     f"budget={least - 1} bytes", f"the least, {least} bytes",
+                     "checkpoints 2 of the 2 blocks")
+        for bad, words in (("x", "'x' is not a size"), ("1GiB\n", "'1GiB\\n'"),
+                           ("-1", "'-1'"), (-1, "budget=-1"), (True, "budget=True"),
+                           (None, "budget=None"), (1.5, "budget=1.5"), ("1\0", "accepted")):
+            self.refused(lambda: ckptlab.plan_blocks(self.profile, bad), *words)
+        self.refused(lambda: ckptlab.plan_blocks(None, "1GiB"), "profile_blocks' answer")
+        self.refused(lambda: ckptlab.plan_blocks(self.profile, "1GiB", planner="/nonexistent"),
+                     "no planner library at /nonexistent", "CKPTLAB_PLANNER")
 
     def test_another_model_or_twice(self):
         other = build(self.case)

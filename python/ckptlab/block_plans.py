@@ -1,0 +1,139 @@
+"""The fastest blocks to checkpoint within a budget, planned by ckptlab's chain solver.
+
+    profile = ckptlab.profile_blocks(model, inputs, loss, targets)
+    plan = ckptlab.plan_blocks(profile, "2GiB")
+    plan.checkpointed, plan.kept_bytes, plan.recompute_ms
+    applied = ckptlab.checkpoint_blocks(model, plan.checkpointed, profile)
+
+The budget bounds the bytes PyTorch keeps for backward when the loss is computed, as
+profile.kept_bytes counts them (exactly; the parameters, buffers and batch not counted); the
+plan is the one that repeats the least forward time within it, each checkpointed block's
+forward once more, as the profile timed it.
+
+The planner is strategies/chain_solver.h (ckptlab.native loads it), with checkpoints off: the
+step's block calls, in the order it made them, are its stages, each stored under one of two
+options, stored or (where the profile allows it) checkpointed. Between two calls x_k is what the
+later one takes; stored, a call keeps what autograd saved while it ran, checkpointed its random
+state and buffer copies, and either keeps what it returns (x_{k+1}). What the code between the
+calls keeps, and a storage handed to several calls (a mask), count once, outside the chain. A
+storage that two calls' graphs keep then counts twice: the chain's bytes are at or above the
+profile's, so, as `optimal` checks the solver's plans with the exact memory model, each budget's
+plan on the solver's grid is counted by profile.kept_bytes and the fastest within the budget is
+the answer. A block called more than once stays stored (its calls would be stages with one
+choice between them).
+"""
+
+import dataclasses
+import math
+from typing import Dict, List, Optional
+
+from ckptlab import native
+from ckptlab.blocks import BlockProfile, BlocksError
+from ckptlab.plan import printable
+
+__all__ = ["BlockPlan", "plan_blocks"]
+
+_GRID = 4096  # units on the solver's grid of budgets
+
+
+@dataclasses.dataclass
+class BlockPlan:
+    """The blocks to checkpoint (plan_blocks), and what the profile says of them."""
+    checkpointed: List[str]  # in the order the profile names its blocks
+    kept_bytes: int          # profile.kept_bytes(checkpointed): kept for backward at the loss
+    stored_kept_bytes: int   # the same with every block stored
+    recompute_ms: float      # the checkpointed blocks' forwards, which their reruns repeat
+    forward_ms: float        # every block call's forward, as the profile timed it
+    budget_bytes: int        # the budget planned for
+
+
+def budget_bytes(budget) -> int:
+    """A budget as bytes: an int, or a size as the sweep reads it ("2GiB"); BlocksError naming
+    it."""
+    if isinstance(budget, int) and not isinstance(budget, bool) and budget >= 0:
+        return budget
+    if isinstance(budget, str):
+        try:
+            return native.parse_bytes(budget)
+        except native.NativeError as e:
+            raise BlocksError(f"blocks: budget: {e}") from None
+    raise BlocksError(f"blocks: budget={printable(repr(budget)[:80])}; accepted: a number of "
+                      "bytes (0 or more) or a size such as 2GiB or 512MiB")
+
+
+def _chain(profile: BlockProfile):
+    """The profile's block calls as the solver's chain: (x_0, the stages' options, which calls
+    may be checkpointed)."""
+    calls = profile.calls
+    counts: Dict[str, int] = {}
+    for call in calls:
+        counts[call.block] = counts.get(call.block, 0) + 1
+    free = [counts[c.block] == 1 and not c.refused for c in calls]
+    handed: Dict[tuple, int] = {}
+    for call in calls:
+        for key in call.inputs:
+            handed[key] = handed.get(key, 0) + 1
+    outside = set(profile.outside) | set(profile.excluded) | {k for k, n in handed.items()
+                                                              if n > 1}
+    between = [{k: s for k, s in c.inputs.items() if k not in outside} for c in calls] + [{}]
+    x = [sum(b.values()) for b in between]
+    stages = []
+    for k, call in enumerate(calls):
+        rest = sum(s for key, s in call.saved.items()
+                   if key not in outside and key not in between[k] and key not in between[k + 1])
+        options = [native.Option(call.forward_ms, 0.0, x[k + 1] + rest)]
+        if free[k]:
+            extra = (profile.rng_bytes if call.draws else 0) + sum(call.state.values())
+            options.append(native.Option(2 * call.forward_ms, 0.0, x[k + 1] + extra))
+        stages.append(options)
+    return x, stages, free
+
+
+def plan_blocks(profile: BlockProfile, budget, planner: Optional[str] = None) -> BlockPlan:
+    """The blocks to checkpoint within `budget` (bytes kept for backward at the loss: a number
+    of bytes or a size such as "2GiB"), fastest first (the module docstring says how). BlocksError
+    naming the value where the budget is no size, or below the least any plan keeps (that figure
+    given), or where the planner library is missing (planner=, $CKPTLAB_PLANNER)."""
+    if not isinstance(profile, BlockProfile):
+        raise BlocksError(f"blocks: plan_blocks takes profile_blocks' answer; got "
+                          f"{printable(type(profile).__name__)}")
+    budget = budget_bytes(budget)
+    calls = profile.calls
+    stored = profile.kept_bytes([])
+    forward_ms = sum(c.forward_ms for c in calls)
+
+    def plan(names):
+        chosen = set(names)
+        return BlockPlan([b for b in profile.blocks if b in chosen], profile.kept_bytes(names),
+                         stored, sum(c.forward_ms for c in calls if c.block in chosen),
+                         forward_ms, budget)
+
+    candidates = [plan([])]
+    if len(calls) > 64:
+        raise BlocksError(f"blocks: the step made {len(calls)} block calls; accepted: at most 64 "
+                          "(name fewer blocks with profile_blocks' blocks=)")
+    if calls:
+        x, stages, free = _chain(profile)
+        most = sum(max(o.kept for o in options) for options in stages)
+        unit = max(1, math.ceil(most / _GRID))
+        try:
+            answers = native.plan_options(x, stages, unit, math.ceil(most / unit) + len(calls),
+                                          planner)
+        except native.NativeError as e:
+            raise BlocksError(f"blocks: {e}") from None
+        seen = set()
+        for _, options in answers:
+            if options is None:
+                continue
+            names = tuple(calls[k].block for k, o in enumerate(options) if o == 1)
+            if names not in seen:
+                seen.add(names)
+                candidates.append(plan(list(names)))
+        candidates.append(plan([c.block for c, f in zip(calls, free) if f]))
+    fitting = [p for p in candidates if p.kept_bytes <= budget]
+    if not fitting:
+        least = min(candidates, key=lambda p: (p.kept_bytes, p.recompute_ms))
+        raise BlocksError(f"blocks: budget={budget} bytes is below what every plan the planner "
+                          f"weighed keeps: the least, {least.kept_bytes} bytes, checkpoints "
+                          f"{len(least.checkpointed)} of the {len(profile.blocks)} blocks")
+    return min(fitting, key=lambda p: (p.recompute_ms, p.kept_bytes))
