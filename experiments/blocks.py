@@ -3,14 +3,18 @@
 
 For each model (built from its config at a CPU size, random weights and batch): the blocks
 ckptlab.find_blocks finds, the profile's seconds, and steps with none of them checkpointed, every
-one, and every other one (and, for a Hugging Face model, its own gradient_checkpointing_enable,
-which checkpoints every layer): the bytes PyTorch keeps for backward (ckptlab.kept_bytes, less the
-parameters, buffers and batch) against the profile's prediction, the median step time against
-the plain model's, and whether the gradients equal the plain model's bitwise. Each step starts
-from the random state the profile started from, so that a layer drop draws as it drew there.
-A model this interpreter lacks (torchaudio, transformers) is a row saying so.
+one, and every other one; for a Hugging Face model, its own gradient_checkpointing_enable (every
+layer); and ckptlab.optimize's blocks path at two budgets: halfway from every block's peak to
+the plain step's, and Hugging Face's peak (else a tenth of the way). Per row: the bytes PyTorch
+keeps for backward (ckptlab.kept_bytes, less the parameters, buffers and batch) against the
+prediction, the step's peak above its start (ckptlab.step_peak, the output held through
+backward), the median step time against the plain model's, and whether the gradients equal the
+plain model's bitwise. Each step starts from the random state the profile started from, so that
+a layer drop draws as it drew there. A model this interpreter lacks (torchaudio, transformers)
+is a row saying so.
 
-  PYTHONPATH=python /usr/bin/python3 experiments/blocks.py --out=/tmp/blocks --steps=5
+  CKPTLAB_PLANNER=bazel-bin/python/native/libckptlab_planner.so PYTHONPATH=python \
+      /usr/bin/python3 experiments/blocks.py --out=/tmp/blocks --steps=5
 
 --out is a folder this run makes (refused where it exists); it holds blocks.csv (written whole:
 a temporary, then renamed) and the table on stdout.
@@ -31,8 +35,8 @@ from ckptlab.plan import printable  # noqa: E402
 from anymodel import write_csv  # noqa: E402  (this folder's: the same whole-or-nothing CSV)
 
 FIELDS = ["model", "torch", "blocks", "profile_s", "checkpointed", "blocks_checkpointed",
-          "predicted_kept_bytes", "kept_bytes", "kept_vs_plain", "step_ms", "step_vs_plain",
-          "gradients_equal", "note"]
+          "budget_bytes", "predicted_kept_bytes", "kept_bytes", "kept_vs_plain", "peak_bytes",
+          "peak_vs_plain", "step_ms", "step_vs_plain", "gradients_equal", "note"]
 SEED = 0
 
 
@@ -96,9 +100,10 @@ def tensors(inputs):
 
 
 def measure(model, inputs, loss, steps):
-    """Kept bytes of a step, its gradients, and the median of `steps` steps' times, each step
-    from SEED's random state."""
-    exclude = list(model.parameters()) + list(model.buffers()) + tensors(inputs)
+    """Kept bytes of a step, its peak, its gradients, and the median of `steps` steps' times,
+    each step from SEED's random state."""
+    exclude = list(model.parameters()) + tensors(inputs)
+    exclude += list(model.buffers())
     times, kept, grads = [], None, None
     for k in range(steps + 1):
         torch.manual_seed(SEED)
@@ -111,7 +116,15 @@ def measure(model, inputs, loss, steps):
             kept = held
             grads = [p.grad.clone() if p.grad is not None else None for p in model.parameters()]
         model.zero_grad(set_to_none=True)
-    return kept, grads, statistics.median(times)
+    torch.manual_seed(SEED)
+
+    def step():  # the output held through backward, as a training loop holds it
+        output = call(model, inputs)
+        loss(output).backward()
+
+    peak = ckptlab.step_peak(step)
+    model.zero_grad(set_to_none=True)
+    return kept, peak, grads, statistics.median(times)
 
 
 def same(a, b):
@@ -120,45 +133,69 @@ def same(a, b):
 
 
 def rows_of(name, make, steps):
-    """The rows of one model: none, every and every other block checkpointed, and HF's own."""
+    """The rows of one model: none, every and every other block checkpointed, Hugging Face's own
+    every layer, and ckptlab.optimize at two budgets (the second Hugging Face's peak, where it
+    has one; else a tenth of the way from every block's peak to the plain step's)."""
     def build():
         torch.manual_seed(SEED)
         model, inputs, loss = make()
         return model.train(), inputs, loss
 
     plain, inputs, loss = build()
-    plain_kept, plain_grads, plain_ms = measure(plain, inputs, loss, steps)
+    plain_kept, plain_peak, plain_grads, plain_ms = measure(plain, inputs, loss, steps)
     names = ckptlab.find_blocks(plain)
     row = {"model": name, "torch": torch.__version__.split("+")[0], "blocks": len(names)}
     rows = []
+
+    def add(label, model, seconds, chosen, predicted, note, budget=""):
+        kept, peak, grads, ms = measure(model, inputs, loss, steps)
+        rows.append(dict(row, profile_s=seconds, checkpointed=label,
+                         blocks_checkpointed=len(chosen), budget_bytes=budget,
+                         predicted_kept_bytes=predicted, kept_bytes=kept,
+                         kept_vs_plain=f"{kept / plain_kept:.3f}", peak_bytes=peak,
+                         peak_vs_plain=f"{peak / plain_peak:.3f}", step_ms=f"{ms:.1f}",
+                         step_vs_plain=f"{ms / plain_ms:.3f}",
+                         gradients_equal=same(grads, plain_grads), note=note))
+        return peak
+
+    peaks = {}
     for label, chosen in (("none", []), ("every block", names), ("every other", names[::2])):
         model, _, _ = build()
         torch.manual_seed(SEED)
         start = time.perf_counter()
         profile = ckptlab.profile_blocks(model, inputs, loss=loss)
-        seconds = time.perf_counter() - start
+        seconds = f"{time.perf_counter() - start:.2f}"
         refused = {c.block: c.refused for c in profile.calls if c.refused}
         chosen = [n for n in chosen if n not in refused]
         applied = ckptlab.checkpoint_blocks(model, chosen, profile)
-        kept, grads, ms = measure(model, inputs, loss, steps)
-        applied.undo()
         note = "; ".join(f"{printable(b)} not checkpointed: {r}" for b, r in refused.items())
-        rows.append(dict(row, profile_s=f"{seconds:.2f}", checkpointed=label,
-                         blocks_checkpointed=len(chosen),
-                         predicted_kept_bytes=profile.kept_bytes(chosen), kept_bytes=kept,
-                         kept_vs_plain=f"{kept / plain_kept:.3f}", step_ms=f"{ms:.1f}",
-                         step_vs_plain=f"{ms / plain_ms:.3f}",
-                         gradients_equal=same(grads, plain_grads), note=note))
+        peaks[label] = add(label, model, seconds, chosen, profile.kept_bytes(chosen), note)
+        applied.undo()
+    budgets = [(peaks["every block"] + peaks["none"]) // 2]
     if hasattr(plain, "gradient_checkpointing_enable"):
         model, _, _ = build()
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        kept, grads, ms = measure(model, inputs, loss, steps)
-        rows.append(dict(row, profile_s="", checkpointed="gradient_checkpointing_enable",
-                         blocks_checkpointed=len(names), predicted_kept_bytes="",
-                         kept_bytes=kept, kept_vs_plain=f"{kept / plain_kept:.3f}",
-                         step_ms=f"{ms:.1f}", step_vs_plain=f"{ms / plain_ms:.3f}",
-                         gradients_equal=same(grads, plain_grads),
-                         note="its checkpoints' random states (5,056 bytes each) uncounted"))
+        budgets.append(add("gradient_checkpointing_enable", model, "", names, "",
+                           "its checkpoints' random states (5,056 bytes each) uncounted"))
+    else:
+        budgets.append(peaks["every block"] + (peaks["none"] - peaks["every block"]) // 10)
+    for budget in budgets:
+        model, _, _ = build()
+        torch.manual_seed(SEED)
+        start = time.perf_counter()
+        try:
+            applied = ckptlab.optimize(model, inputs, budget, loss=loss, granularity="blocks",
+                                       progress=False)
+        except ckptlab.OptimizeError as e:
+            rows.append(dict(row, checkpointed="optimize", budget_bytes=budget,
+                             note=printable(str(e))))
+            continue
+        seconds = f"{time.perf_counter() - start:.2f}"
+        answer = applied.predicted
+        add("optimize", model, seconds, answer.plan.checkpointed, answer.plan.kept_bytes,
+            f"measured peak {answer.step_peak_bytes}; checkpointed "
+            f"{' '.join(answer.plan.checkpointed) or 'none'}", budget)
+        applied.undo()
     return rows
 
 
@@ -191,18 +228,21 @@ def main():
             table.append({"model": name, "torch": torch.__version__.split("+")[0],
                           "note": f"not run: {printable(str(e))}"})
     write_csv(args.out, "blocks.csv", FIELDS, table)
-    print("| model | torch | blocks | checkpointed | kept (predicted) | kept vs plain | "
-          "step vs plain | gradients equal |")
-    print("| --- | --- | ---: | --- | ---: | ---: | ---: | --- |")
+    print("| model | torch | checkpointed | budget | kept (predicted) | kept vs plain | peak | "
+          "peak vs plain | step vs plain | gradients equal |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for t in table:
         if "kept_bytes" not in t:
-            print(f"| {t['model']} | {t['torch']} | | {t['note']} | | | | |")
+            print(f"| {t['model']} | {t['torch']} | {t.get('checkpointed', '')} | "
+                  f"{t.get('budget_bytes', '')} | {t['note']} | | | | | |")
             continue
         predicted = t["predicted_kept_bytes"]
-        print(f"| {t['model']} | {t['torch']} | {t['blocks']} | {t['checkpointed']} "
-              f"({t['blocks_checkpointed']}) | {t['kept_bytes']:,}"
+        budget = t["budget_bytes"]
+        print(f"| {t['model']} | {t['torch']} | {t['checkpointed']} ({t['blocks_checkpointed']} "
+              f"of {t['blocks']}) | {f'{budget:,}' if budget != '' else ''} | {t['kept_bytes']:,}"
               f"{f' ({predicted:,})' if predicted != '' else ''} | {t['kept_vs_plain']} | "
-              f"{t['step_vs_plain']} | {'yes' if t['gradients_equal'] else 'no'} |")
+              f"{t['peak_bytes']:,} | {t['peak_vs_plain']} | {t['step_vs_plain']} | "
+              f"{'yes' if t['gradients_equal'] else 'no'} |")
     return 0
 
 

@@ -10,7 +10,8 @@ chooses what to recompute so that the saved activations fit that fraction of its
 For each: the median step time over rounds, the bytes kept for backward when forward and loss
 return (ckptlab.kept_bytes: autograd's saved tensors, which a compiled graph saves through its
 autograd function too, each storage once, less parameters and batch), and the step's peak above
-what was allocated before it (memory_of: every allocation and free PyTorch's profiler records).
+what was allocated before it (ckptlab.step_peak: every allocation and free PyTorch's profiler
+records).
 ckptlab's side is its sweep of the same model exported (docs/results/compile-cpu and
 docs/results/anymodel-cpu have both and the commands).
 
@@ -36,6 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 import ckptlab  # noqa: E402
+from ckptlab.peaks import step_peak  # noqa: E402
 from ckptlab.plan import printable  # noqa: E402
 from export_cnn import positive  # noqa: E402
 from export_decoder import make_decoder  # noqa: E402
@@ -49,26 +51,6 @@ def budget_list(text):
     if not values or any(not 0 < v <= 1 for v in values):
         raise argparse.ArgumentTypeError(f"{text!r}: accepted: fractions in (0, 1] joined by ','")
     return values
-
-
-def memory_of(step) -> int:
-    """The highest bytes allocated while `step` runs, above what was allocated before it: the
-    allocator's own records from PyTorch's profiler (profile_memory), each allocation and free
-    at its own time. (Not each op's net bytes in the order the ops began, as the profiler's op
-    table gives them: an op's own frees would count at its start, before its children allocate,
-    and a compiled backward, one op freeing what its kernels allocated, would seem to peak low.)"""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                profile_memory=True) as prof:
-        step()
-    records = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
-    # In time order (1.13 has microseconds only); the sort is stable: records alike in time stay
-    # in the order they were made.
-    records.sort(key=lambda e: e.start_ns() if hasattr(e, "start_ns") else e.start_us() * 1000)
-    live = peak = 0
-    for e in records:
-        live += e.nbytes()
-        peak = max(peak, live)
-    return peak
 
 
 def workload(args):
@@ -141,7 +123,7 @@ def main():
             clear()
             step()
         clear()
-        peak = memory_of(step)
+        peak = step_peak(step)
         clear()
         torch.manual_seed(1)
         loss, kept = ckptlab.kept_bytes(lambda: loss_of(run(x)),

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""experiments/compare_compile.py's peak reader (memory_of) against the allocations it is shown.
+"""ckptlab.step_peak (the peak reader of experiments/compare_compile.py and ckptlab.optimize's
+blocks path) against the allocations it is shown.
 
 Property (Hypothesis): for generated programs of allocations and frees, some inside profiled
 ops nested in one another (as a compiled backward is one op freeing what its kernels
-allocated), memory_of returns the highest bytes the program holds, counted from its own
+allocated), step_peak returns the highest bytes the program holds, counted from its own
 allocations (and what entering an op allocates, measured alone): to the byte. (Each op's own
 bytes summed in the order the ops began, the profiler's op table, fail it: an op that frees what
 it allocated reads as if it freed first.)
@@ -17,8 +18,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "experiments"))
-from compare_compile import memory_of  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+from ckptlab.peaks import step_peak  # noqa: E402
 
 # An action: ("alloc", floats), ("free", which of the tensors alive), or ("op", actions) run
 # inside a profiled op of its own.
@@ -41,7 +42,7 @@ def entering_bytes():
         with enter_op():
             pass
 
-    return memory_of(step)
+    return step_peak(step)
 
 
 def run(program, alive, entering):
@@ -78,7 +79,7 @@ class MemoryOfTest(unittest.TestCase):
             expected.append(run(program, alive, self.entering))
             alive.clear()
 
-        self.assertEqual(memory_of(step), expected[0])
+        self.assertEqual(step_peak(step), expected[0])
 
     def test_an_op_freeing_what_it_allocated_peaks_at_both(self):
         def step():
@@ -87,7 +88,7 @@ class MemoryOfTest(unittest.TestCase):
                 y = torch.empty(1000)
                 del x, y
 
-        self.assertEqual(memory_of(step), max(8000, self.entering))
+        self.assertEqual(step_peak(step), max(8000, self.entering))
 
 
 if __name__ == "__main__":

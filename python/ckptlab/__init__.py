@@ -20,10 +20,12 @@ from ckptlab.blocks import (Applied, BlockProfile, BlocksError, checkpoint_block
                             profile_blocks)
 from ckptlab.chains import Chain, ChainError, chain
 from ckptlab.optimized import OptimizeError, Prediction, optimize
+from ckptlab.peaks import step_peak
 from ckptlab.plan import Plan, PlanError, Segment, parse_plan
 from ckptlab.planned import MAX_NESTING, PlannedSequential, apply, describe, kept_bytes
 
 __all__ = ["__version__", "Applied", "apply", "BlockPlan", "BlockProfile", "BlocksError", "Chain",
            "chain", "ChainError", "checkpoint_blocks", "describe", "find_blocks", "kept_bytes",
            "MAX_NESTING", "optimize", "OptimizeError", "parse_plan", "Plan", "PlanError",
-           "plan_blocks", "PlannedSequential", "Prediction", "profile_blocks", "Segment"]
+           "plan_blocks", "PlannedSequential", "Prediction", "profile_blocks", "Segment",
+           "step_peak"]

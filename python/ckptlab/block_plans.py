@@ -31,7 +31,7 @@ from ckptlab import native
 from ckptlab.blocks import BlockProfile, BlocksError
 from ckptlab.plan import printable
 
-__all__ = ["BlockPlan", "plan_blocks"]
+__all__ = ["BlockPlan", "plan_blocks", "plan_of"]
 
 _GRID = 4096  # units on the solver's grid of budgets
 
@@ -61,9 +61,9 @@ def budget_bytes(budget) -> int:
                       "bytes (0 or more) or a size such as 2GiB or 512MiB")
 
 
-def _chain(profile: BlockProfile):
-    """The profile's block calls as the solver's chain: (x_0, the stages' options, which calls
-    may be checkpointed)."""
+def _chain(profile: BlockProfile, reruns: bool):
+    """The profile's block calls as the solver's chain: (x_0 .. x_n, the stages' options, which
+    calls may be checkpointed, the bytes kept outside the chain)."""
     calls = profile.calls
     counts: Dict[str, int] = {}
     for call in calls:
@@ -73,8 +73,10 @@ def _chain(profile: BlockProfile):
     for call in calls:
         for key in call.inputs:
             handed[key] = handed.get(key, 0) + 1
-    outside = set(profile.outside) | set(profile.excluded) | {k for k, n in handed.items()
-                                                              if n > 1}
+    shared = {k: s for c in calls for k, s in c.inputs.items() if handed[k] > 1}
+    fixed = {k: s for k, s in list(profile.outside.items()) + list(shared.items())
+             if k not in profile.excluded}
+    outside = set(fixed) | set(profile.excluded)
     between = [{k: s for k, s in c.inputs.items() if k not in outside} for c in calls] + [{}]
     x = [sum(b.values()) for b in between]
     stages = []
@@ -84,41 +86,52 @@ def _chain(profile: BlockProfile):
         options = [native.Option(call.forward_ms, 0.0, x[k + 1] + rest)]
         if free[k]:
             extra = (profile.rng_bytes if call.draws else 0) + sum(call.state.values())
-            options.append(native.Option(2 * call.forward_ms, 0.0, x[k + 1] + extra))
+            options.append(native.Option(2 * call.forward_ms, 0.0, x[k + 1] + extra,
+                                         backward_transient=rest if reruns else 0))
         stages.append(options)
-    return x, stages, free
+    return x, stages, free, sum(fixed.values())
 
 
-def plan_blocks(profile: BlockProfile, budget, planner: Optional[str] = None) -> BlockPlan:
+def plan_of(profile: BlockProfile, names, budget: int) -> BlockPlan:
+    """The plan that checkpoints the blocks `names` (a list), as the profile counts it."""
+    chosen = set(names)
+    return BlockPlan([b for b in profile.blocks if b in chosen], profile.kept_bytes(list(names)),
+                     profile.kept_bytes([]),
+                     sum(c.forward_ms for c in profile.calls if c.block in chosen),
+                     sum(c.forward_ms for c in profile.calls), budget)
+
+
+def plan_blocks(profile: BlockProfile, budget, planner: Optional[str] = None,
+                reruns: bool = False) -> BlockPlan:
     """The blocks to checkpoint within `budget` (bytes kept for backward at the loss: a number
-    of bytes or a size such as "2GiB"), fastest first (the module docstring says how). BlocksError
-    naming the value where the budget is no size, or below the least any plan keeps (that figure
-    given), or where the planner library is missing (planner=, $CKPTLAB_PLANNER)."""
+    of bytes or a size such as "2GiB"), fastest first (the module docstring says how). With
+    `reruns`, the budget bounds each checkpointed block's rerun in backward too, as the chain
+    counts it: what the calls before it keep and what it recomputes. BlocksError naming the
+    value where the budget is no size, or below the least any plan keeps (that figure given), or
+    where the planner library is missing (planner=, $CKPTLAB_PLANNER)."""
     if not isinstance(profile, BlockProfile):
         raise BlocksError(f"blocks: plan_blocks takes profile_blocks' answer; got "
                           f"{printable(type(profile).__name__)}")
     budget = budget_bytes(budget)
     calls = profile.calls
-    stored = profile.kept_bytes([])
-    forward_ms = sum(c.forward_ms for c in calls)
 
     def plan(names):
-        chosen = set(names)
-        return BlockPlan([b for b in profile.blocks if b in chosen], profile.kept_bytes(names),
-                         stored, sum(c.forward_ms for c in calls if c.block in chosen),
-                         forward_ms, budget)
+        return plan_of(profile, names, budget)
 
-    candidates = [plan([])]
+    candidates = [] if reruns and calls else [plan([])]
     if len(calls) > 64:
         raise BlocksError(f"blocks: the step made {len(calls)} block calls; accepted: at most 64 "
                           "(name fewer blocks with profile_blocks' blocks=)")
     if calls:
-        x, stages, free = _chain(profile)
-        most = sum(max(o.kept for o in options) for options in stages)
+        x, stages, free, fixed = _chain(profile, reruns)
+        most = sum(max(o.kept for o in options) for options in stages) + max(
+            o.backward_transient for options in stages for o in options)
         unit = max(1, math.ceil(most / _GRID))
+        grid = math.ceil(most / unit) + len(calls)
+        # With reruns, only the plans the chain fits in the budget: it alone counts reruns.
+        top = min(grid, (budget - fixed - x[0]) // unit) if reruns else grid
         try:
-            answers = native.plan_options(x, stages, unit, math.ceil(most / unit) + len(calls),
-                                          planner)
+            answers = native.plan_options(x, stages, unit, top, planner) if top >= 0 else []
         except native.NativeError as e:
             raise BlocksError(f"blocks: {e}") from None
         seen = set()
@@ -129,7 +142,11 @@ def plan_blocks(profile: BlockProfile, budget, planner: Optional[str] = None) ->
             if names not in seen:
                 seen.add(names)
                 candidates.append(plan(list(names)))
-        candidates.append(plan([c.block for c, f in zip(calls, free) if f]))
+        if not reruns:
+            candidates.append(plan([c.block for c, f in zip(calls, free) if f]))
+    if not candidates:
+        raise BlocksError(f"blocks: budget={budget} bytes is below what every plan keeps at the "
+                          "loss and in its reruns, as the chain counts them")
     fitting = [p for p in candidates if p.kept_bytes <= budget]
     if not fitting:
         least = min(candidates, key=lambda p: (p.kept_bytes, p.recompute_ms))

@@ -490,6 +490,7 @@ class Applied:
     def __init__(self, model: nn.Module, blocks: List[Tuple[str, nn.Module]]):
         self.model = model
         self.blocks = [n for n, _ in blocks]
+        self.predicted = None  # what ckptlab.optimize found (a BlocksAnswer), where it applied it
         self._before = [(block, vars(block).get("forward")) for _, block in blocks]
 
     def undo(self):

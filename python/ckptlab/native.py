@@ -16,7 +16,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from ckptlab.plan import printable
 
-__all__ = ["NativeError", "Option", "library_path", "parse_bytes", "plan_options"]
+__all__ = ["NativeError", "Option", "library_path", "load", "parse_bytes", "plan_options"]
 
 _REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _LOADED = {}  # path -> the loaded library (a process loads a path's library once)
@@ -39,7 +39,9 @@ def library_path(path: Optional[str] = None) -> str:
     return path
 
 
-def _library(path: Optional[str]):
+def load(path: Optional[str] = None):
+    """The library (library_path's), loaded once per process: NativeError where it is missing
+    or does not load."""
     path = os.path.realpath(library_path(path))
     if path not in _LOADED:
         try:
@@ -71,7 +73,7 @@ def parse_bytes(text: str, path: Optional[str] = None) -> int:
     if b"\0" in encoded:
         raise NativeError(f"{printable(repr(text)[:80])}; accepted: a size such as 8GiB")
     value, message = ctypes.c_int64(0), ctypes.create_string_buffer(512)
-    if _library(path).ckptlab_parse_bytes(encoded, ctypes.byref(value), message, 512) != 0:
+    if load(path).ckptlab_parse_bytes(encoded, ctypes.byref(value), message, 512) != 0:
         raise NativeError(printable(message.value.decode("utf-8", "replace")))
     return value.value
 
@@ -100,7 +102,7 @@ def plan_options(boundaries: Sequence[int], stages: Sequence[Sequence[Option]], 
     chosen = (ctypes.c_int * ((max_units + 1) * max(n, 1)))()
     times = (ctypes.c_double * (max_units + 1))()
     message = ctypes.create_string_buffer(512)
-    status = _library(path).ckptlab_plan_options(
+    status = load(path).ckptlab_plan_options(
         n, as_i64(boundaries), (ctypes.c_int * max(1, n))(*[len(s) for s in stages]),
         as_f64([o.forward_ms for o in flat]), as_f64([o.backward_ms for o in flat]),
         as_i64([o.kept for o in flat]), as_i64([o.forward_transient for o in flat]),

@@ -4,6 +4,22 @@
     planned.predicted        # the plan text, its predicted bytes and step ratio (a Prediction)
     loss = planned(*inputs, *targets); loss.backward()
 
+    applied = ckptlab.optimize(model, inputs, "8GiB", granularity="blocks")  # the model's blocks
+    applied.predicted        # the blocks checkpointed, and the step's peak measured (BlocksAnswer)
+    loss(model(*inputs), *targets).backward()   # the model itself, checkpointed in place
+
+Blocks: for a model tracing cannot cut (ckptlab.chain refuses it, and optimize then says so in
+a line and takes this path), or when asked. The model's own repeated blocks are profiled
+(ckptlab.profile_blocks) and planned (ckptlab.plan_blocks: kept bytes within a target, least
+forward time repeated), and the step's peak is measured, not predicted: a step of the model (its
+buffers, random state and gradients put back after) under the plan, its peak above what was
+allocated before it (ckptlab.step_peak), as the chain path's budget counts it; the step holds
+the model's output through backward, as a training loop's `out = model(x)` does. The target starts
+at the budget less what the stored step holds above its kept bytes, and is lowered by what a
+plan's measured peak is over the budget, four times at most; where none of those fits, the plan
+that checkpoints every block it can is measured too. The answer is the fastest plan measured
+within the budget; the peak is of this batch, as the profile is.
+
 The model is cut (ckptlab.chain), saved with its batch to a temporary folder, profiled and
 planned by ckptlab's sweep (`--predict`, `optimal` at the budget, store_all beside it for the
 ratio), and the plan is applied to the chain (ckptlab.apply): the returned module trains the
@@ -24,11 +40,15 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
-from ckptlab.chains import chain
+from ckptlab.block_plans import BlockPlan, plan_blocks, plan_of
+from ckptlab import native
+from ckptlab.blocks import BlocksError, _batch, _tensors, checkpoint_blocks, profile_blocks
+from ckptlab.chains import ChainError, _untouched, chain, mean_square
+from ckptlab.peaks import step_peak
 from ckptlab.plan import printable
 from ckptlab.planned import PlannedSequential, apply
 
-__all__ = ["OptimizeError", "Prediction", "optimize", "sweep_path"]
+__all__ = ["BlocksAnswer", "OptimizeError", "Prediction", "optimize", "sweep_path"]
 
 _REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # What a budget may hold before the sweep parses it (the sizes of docs/sweep.md): nothing that
@@ -88,22 +108,49 @@ def _run_sweep(argv, progress: bool):
                             f"{printable(last)}")
 
 
+@dataclasses.dataclass
+class BlocksAnswer:
+    """What optimize's blocks path found: the plan, and the step's peaks as measured."""
+    plan: BlockPlan               # the blocks checkpointed, their kept bytes (predicted exactly)
+    step_peak_bytes: int          # the planned step's peak above what it began with, measured
+    stored_step_peak_bytes: int   # the same with every block stored
+    budget_bytes: int
+
+
+_GRANULARITIES = ("stages", "blocks")
+
+
 def optimize(model: nn.Module, inputs, budget, loss: Optional[Callable[..., torch.Tensor]] = None,
              targets=(), max_stages: Optional[int] = None, sweep: Optional[str] = None,
-             progress: bool = True) -> PlannedSequential:
+             progress: bool = True, granularity: str = "stages",
+             blocks: Optional[list] = None, planner: Optional[str] = None):
     """The fastest plan ckptlab finds for `model` whose step peaks at most `budget` above the
     parameters and the batch (optimal's budget: a number of bytes, or "8GiB", "512MiB"),
     applied. `inputs`, `loss`, `targets` and `max_stages` are ckptlab.chain's. The returned
     module holds `predicted` (a Prediction) and `stages` (the Chain); called with the batch it
     returns the loss. OptimizeError naming the value where the budget is not a size or nothing
-    fits it (with the least peak any plan reaches), or where the sweep is missing or fails;
-    ChainError where the model cannot be cut."""
+    fits it (with the least peak any plan reaches), or where the sweep is missing or fails.
+
+    granularity="blocks", or a model ckptlab.chain cannot cut (said in one line on stderr): the
+    model's blocks (`blocks`, default ckptlab.find_blocks') checkpointed in place, the module
+    docstring says how; an Applied is returned, its `predicted` a BlocksAnswer, and the model
+    trains as before. `planner` names ckptlab's planner library (ckptlab.native)."""
+    if granularity not in _GRANULARITIES:
+        raise OptimizeError(f"ckptlab.optimize: granularity={printable(repr(granularity))}; "
+                            f"accepted: {', '.join(_GRANULARITIES)}")
     text = str(budget) if isinstance(budget, int) and not isinstance(budget, bool) else budget
     if not isinstance(text, str) or not _BUDGET.fullmatch(text):
         raise OptimizeError(f"ckptlab.optimize: budget={printable(repr(budget))}; accepted: a "
                             "number of bytes, or a size such as 8GiB or 512MiB")
+    if granularity == "blocks":
+        return _optimize_blocks(model, inputs, text, loss, targets, blocks, planner, progress)
+    try:
+        cut = chain(model, inputs, loss=loss, targets=targets, max_stages=max_stages)
+    except ChainError as e:
+        print(f"ckptlab.optimize: {printable(str(e))}; planning its blocks instead "
+              "(granularity='blocks': the model checkpointed in place)", file=sys.stderr)
+        return _optimize_blocks(model, inputs, text, loss, targets, blocks, planner, progress)
     executable = sweep_path(sweep)
-    cut = chain(model, inputs, loss=loss, targets=targets, max_stages=max_stages)
     with tempfile.TemporaryDirectory(prefix="ckptlab-optimize-") as folder:
         path = os.path.join(folder, "chain.pt")
         cut.save(path)
@@ -128,3 +175,81 @@ def optimize(model: nn.Module, inputs, budget, loss: Optional[Callable[..., torc
     planned = apply(cut, prediction.plan)
     planned.predicted = prediction
     return planned
+
+
+def _optimize_blocks(model, inputs, budget: str, loss, targets, blocks, planner, progress):
+    """optimize's blocks path (the module docstring)."""
+    try:
+        native.load(planner)
+    except native.NativeError as e:
+        raise OptimizeError(f"ckptlab.optimize: {printable(str(e))}") from None
+    try:
+        limit = native.parse_bytes(budget, planner)
+    except native.NativeError as e:
+        raise OptimizeError(f"ckptlab.optimize: budget: {printable(str(e))}") from None
+    try:
+        profile = profile_blocks(model, inputs, loss=loss, targets=targets, blocks=blocks)
+    except BlocksError as e:
+        raise OptimizeError(f"ckptlab.optimize: {printable(str(e))}") from None
+    args, kwargs, targets = _batch(inputs, targets)
+    parameters = list(model.parameters())
+    device = next((t.device for t in parameters + _tensors((args, kwargs)) if t.is_cuda), None)
+
+    peaks = {}  # by the blocks checkpointed: a plan's step is measured once in this call
+
+    def measured(names) -> int:
+        """The peak of a step with `names` checkpointed, the model as it was after."""
+        if tuple(names) in peaks:
+            return peaks[tuple(names)]
+        grads = [p.grad for p in parameters]
+        applied = checkpoint_blocks(model, names, profile)
+        try:
+            with _untouched(model, _tensors((args, kwargs, targets))):
+                for p in parameters:
+                    p.grad = None
+
+                def step():
+                    output = model(*args, **kwargs)
+                    value = loss(output, *targets) if loss is not None else mean_square(output)
+                    value.backward()
+
+                peak = step_peak(step, device)
+        finally:
+            applied.undo()
+            for p, g in zip(parameters, grads):
+                p.grad = g
+        if progress:
+            print(f"ckptlab.optimize: {len(names)} of {len(profile.blocks)} blocks "
+                  f"checkpointed: the step peaks at {peak} bytes", file=sys.stderr)
+        peaks[tuple(names)] = peak
+        return peak
+
+    stored = measured([])
+    target = limit - (stored - profile.kept_bytes([]))
+    free = [c.block for c in profile.calls if not c.refused
+            and sum(d.block == c.block for d in profile.calls) == 1]
+    plans = [plan_of(profile, [], limit)]  # every block stored
+    for _ in range(4):
+        try:
+            plans.append(plan_blocks(profile, max(target, 0), planner, reruns=True))
+        except BlocksError:  # below what any plan keeps
+            break
+        overshoot = measured(plans[-1].checkpointed) - limit
+        if overshoot <= 0:
+            break
+        target = min(target - overshoot, plans[-1].kept_bytes - 1)
+    if all(measured(p.checkpointed) > limit for p in plans):  # every block that can be, too
+        plans.append(plan_of(profile, free, limit))
+    plan = min((p for p in plans if measured(p.checkpointed) <= limit),
+               key=lambda p: (p.recompute_ms, measured(p.checkpointed)), default=None)
+    if plan is None:
+        lowest = min(plans, key=lambda p: measured(p.checkpointed))
+        raise OptimizeError(
+            f"ckptlab.optimize: budget={budget} is below the peaks of every plan of its blocks "
+            f"it measured: the lowest, {measured(lowest.checkpointed)} bytes, with "
+            f"{len(lowest.checkpointed)} of {len(profile.blocks)} blocks checkpointed (every "
+            f"block stored: {stored})")
+    peak = measured(plan.checkpointed)
+    applied = checkpoint_blocks(model, plan.checkpointed, profile)
+    applied.predicted = BlocksAnswer(plan, peak, stored, limit)
+    return applied
