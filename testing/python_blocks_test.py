@@ -258,12 +258,6 @@ def peak_of(model, inputs, seed, loss_fn=loss_of):
     return peak
 
 
-def free_blocks(profile):
-    """The blocks profile_blocks lets checkpoint, each called once (those plan_blocks plans)."""
-    calls = [c.block for c in profile.calls]
-    return [c.block for c in profile.calls if not c.refused and calls.count(c.block) == 1]
-
-
 def check_optimized(test, make, inputs, seed, loss_fn, fractions):
     """ckptlab.optimize's blocks path at budgets `fractions` of the way from the least peak its
     blocks reach to the stored step's (both measured here, each on a model of its own): the
@@ -275,7 +269,7 @@ def check_optimized(test, make, inputs, seed, loss_fn, fractions):
     torch.manual_seed(seed)
     profile = ckptlab.profile_blocks(model, inputs, loss=loss_fn)
     stored = peak_of(make(), inputs, seed, loss_fn)
-    ckptlab.checkpoint_blocks(model, free_blocks(profile), profile)
+    ckptlab.checkpoint_blocks(model, ckptlab.block_plans.checkpointable(profile), profile)
     least = peak_of(model, inputs, seed, loss_fn)
     want = step(make(), inputs, seed, loss_fn)
     for fraction in fractions:

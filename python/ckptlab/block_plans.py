@@ -31,7 +31,7 @@ from ckptlab import native
 from ckptlab.blocks import BlockProfile, BlocksError
 from ckptlab.plan import printable
 
-__all__ = ["BlockPlan", "plan_blocks", "plan_of"]
+__all__ = ["BlockPlan", "checkpointable", "plan_blocks", "plan_of"]
 
 _GRID = 4096  # units on the solver's grid of budgets
 
@@ -44,7 +44,6 @@ class BlockPlan:
     stored_kept_bytes: int   # the same with every block stored
     recompute_ms: float      # the checkpointed blocks' forwards, which their reruns repeat
     forward_ms: float        # every block call's forward, as the profile timed it
-    budget_bytes: int        # the budget planned for
 
 
 def budget_bytes(budget) -> int:
@@ -61,14 +60,19 @@ def budget_bytes(budget) -> int:
                       "bytes (0 or more) or a size such as 2GiB or 512MiB")
 
 
-def _chain(profile: BlockProfile, reruns: bool):
-    """The profile's block calls as the solver's chain: (x_0 .. x_n, the stages' options, which
-    calls may be checkpointed, the bytes kept outside the chain)."""
-    calls = profile.calls
+def checkpointable(profile: BlockProfile) -> List[str]:
+    """The blocks plan_blocks may checkpoint: called once in the profiled step, and not refused."""
     counts: Dict[str, int] = {}
-    for call in calls:
+    for call in profile.calls:
         counts[call.block] = counts.get(call.block, 0) + 1
-    free = [counts[c.block] == 1 and not c.refused for c in calls]
+    return [c.block for c in profile.calls if counts[c.block] == 1 and not c.refused]
+
+
+def _chain(profile: BlockProfile, reruns: bool):
+    """The profile's block calls as the solver's chain: (x_0 .. x_n, the stages' options, the
+    bytes kept outside the chain)."""
+    calls = profile.calls
+    free = set(checkpointable(profile))
     handed: Dict[tuple, int] = {}
     for call in calls:
         for key in call.inputs:
@@ -84,21 +88,21 @@ def _chain(profile: BlockProfile, reruns: bool):
         rest = sum(s for key, s in call.saved.items()
                    if key not in outside and key not in between[k] and key not in between[k + 1])
         options = [native.Option(call.forward_ms, 0.0, x[k + 1] + rest)]
-        if free[k]:
+        if call.block in free:
             extra = (profile.rng_bytes if call.draws else 0) + sum(call.state.values())
             options.append(native.Option(2 * call.forward_ms, 0.0, x[k + 1] + extra,
                                          backward_transient=rest if reruns else 0))
         stages.append(options)
-    return x, stages, free, sum(fixed.values())
+    return x, stages, sum(fixed.values())
 
 
-def plan_of(profile: BlockProfile, names, budget: int) -> BlockPlan:
+def plan_of(profile: BlockProfile, names) -> BlockPlan:
     """The plan that checkpoints the blocks `names` (a list), as the profile counts it."""
     chosen = set(names)
     return BlockPlan([b for b in profile.blocks if b in chosen], profile.kept_bytes(list(names)),
                      profile.kept_bytes([]),
                      sum(c.forward_ms for c in profile.calls if c.block in chosen),
-                     sum(c.forward_ms for c in profile.calls), budget)
+                     sum(c.forward_ms for c in profile.calls))
 
 
 def plan_blocks(profile: BlockProfile, budget, planner: Optional[str] = None,
@@ -116,14 +120,14 @@ def plan_blocks(profile: BlockProfile, budget, planner: Optional[str] = None,
     calls = profile.calls
 
     def plan(names):
-        return plan_of(profile, names, budget)
+        return plan_of(profile, names)
 
     candidates = [] if reruns and calls else [plan([])]
     if len(calls) > 64:
         raise BlocksError(f"blocks: the step made {len(calls)} block calls; accepted: at most 64 "
                           "(name fewer blocks with profile_blocks' blocks=)")
     if calls:
-        x, stages, free, fixed = _chain(profile, reruns)
+        x, stages, fixed = _chain(profile, reruns)
         most = sum(max(o.kept for o in options) for options in stages) + max(
             o.backward_transient for options in stages for o in options)
         unit = max(1, math.ceil(most / _GRID))
@@ -143,7 +147,7 @@ def plan_blocks(profile: BlockProfile, budget, planner: Optional[str] = None,
                 seen.add(names)
                 candidates.append(plan(list(names)))
         if not reruns:
-            candidates.append(plan([c.block for c, f in zip(calls, free) if f]))
+            candidates.append(plan(checkpointable(profile)))
     if not candidates:
         raise BlocksError(f"blocks: budget={budget} bytes is below what every plan keeps at the "
                           "loss and in its reruns, as the chain counts them")

@@ -4,6 +4,13 @@
     planned.predicted        # the plan text, its predicted bytes and step ratio (a Prediction)
     loss = planned(*inputs, *targets); loss.backward()
 
+The model is cut (ckptlab.chain), saved with its batch to a temporary folder, profiled and
+planned by ckptlab's sweep (`--predict`, `optimal` at the budget, store_all beside it for the
+ratio), and the plan is applied to the chain (ckptlab.apply): the returned module trains the
+model's own parameters. The sweep is $CKPTLAB_SWEEP, else this checkout's
+bazel-bin/experiments/sweep (`tools/bazel build //experiments:sweep`); it starts without a
+shell, and its progress lines are shown while it profiles.
+
     applied = ckptlab.optimize(model, inputs, "8GiB", granularity="blocks")  # the model's blocks
     applied.predicted        # the blocks checkpointed, and the step's peak measured (BlocksAnswer)
     loss(model(*inputs), *targets).backward()   # the model itself, checkpointed in place
@@ -19,13 +26,6 @@ at the budget less what the stored step holds above its kept bytes, and is lower
 plan's measured peak is over the budget, four times at most; where none of those fits, the plan
 that checkpoints every block it can is measured too. The answer is the fastest plan measured
 within the budget; the peak is of this batch, as the profile is.
-
-The model is cut (ckptlab.chain), saved with its batch to a temporary folder, profiled and
-planned by ckptlab's sweep (`--predict`, `optimal` at the budget, store_all beside it for the
-ratio), and the plan is applied to the chain (ckptlab.apply): the returned module trains the
-model's own parameters. The sweep is $CKPTLAB_SWEEP, else this checkout's
-bazel-bin/experiments/sweep (`tools/bazel build //experiments:sweep`); it starts without a
-shell, and its progress lines are shown while it profiles.
 """
 
 import csv
@@ -40,8 +40,8 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
-from ckptlab.block_plans import BlockPlan, plan_blocks, plan_of
 from ckptlab import native
+from ckptlab.block_plans import BlockPlan, checkpointable, plan_blocks, plan_of
 from ckptlab.blocks import BlocksError, _batch, _tensors, checkpoint_blocks, profile_blocks
 from ckptlab.chains import ChainError, _untouched, chain, mean_square
 from ckptlab.peaks import step_peak
@@ -226,9 +226,7 @@ def _optimize_blocks(model, inputs, budget: str, loss, targets, blocks, planner,
 
     stored = measured([])
     target = limit - (stored - profile.kept_bytes([]))
-    free = [c.block for c in profile.calls if not c.refused
-            and sum(d.block == c.block for d in profile.calls) == 1]
-    plans = [plan_of(profile, [], limit)]  # every block stored
+    plans = [plan_of(profile, [])]  # every block stored
     for _ in range(4):
         try:
             plans.append(plan_blocks(profile, max(target, 0), planner, reruns=True))
@@ -239,7 +237,7 @@ def _optimize_blocks(model, inputs, budget: str, loss, targets, blocks, planner,
             break
         target = min(target - overshoot, plans[-1].kept_bytes - 1)
     if all(measured(p.checkpointed) > limit for p in plans):  # every block that can be, too
-        plans.append(plan_of(profile, free, limit))
+        plans.append(plan_of(profile, checkpointable(profile)))
     plan = min((p for p in plans if measured(p.checkpointed) <= limit),
                key=lambda p: (p.recompute_ms, measured(p.checkpointed)), default=None)
     if plan is None:
