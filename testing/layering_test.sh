@@ -9,11 +9,11 @@
 # plugin includes another.
 # Bazel's visibility already refuses such a dependency between targets; this catches the
 # include that needs no target (LibTorch's headers sit on the system include path).
-# And a name that a source of core/ or experiments/ keeps to itself (in an anonymous namespace,
-# or static) is defined at namespace scope by no other of those sources: CMake compiles them in
-# unity batches (CMakeLists.txt), where two such functions would clash or, as overloads, call
-# each other's without a word from the compiler. Under Bazel
-# the sources are in the runfiles; under CMake's ctest, $CKPT_SOURCE_ROOT names the checkout.
+# And a name that a source of core/, experiments/ or python/native keeps to itself (in an
+# anonymous namespace, or static) is defined at namespace scope by no other of those sources:
+# CMake compiles them in unity batches (CMakeLists.txt), where two such functions would clash
+# or, as overloads, call each other's without a word from the compiler. Under Bazel the sources
+# are in the runfiles; under CMake's ctest, $CKPT_SOURCE_ROOT names the checkout.
 set -uo pipefail
 root="${CKPT_SOURCE_ROOT:-$TEST_SRCDIR/ckptlab}"
 failures=0
@@ -59,7 +59,8 @@ fi
 # unindented, and an anonymous namespace's end is its "}  // namespace" line.
 namespace_scope_names() {
   local f
-  for f in "$root"/core/*/*.cc "$root"/experiments/*.cc "$root"/experiments/*/*.cc; do
+  for f in "$root"/core/*/*.cc "$root"/experiments/*.cc "$root"/experiments/*/*.cc \
+    "$root"/python/native/*.cc; do
     [[ $f == *_main.cc ]] && continue
     awk -v file="${f#"$root"/}" '
       /^namespace \{/ { anonymous = 1; next }
