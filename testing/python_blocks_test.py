@@ -322,6 +322,20 @@ class OptimizeBlocks(unittest.TestCase):
                 ckptlab.optimize(model, inputs, loss=loss_of, progress=False, **arguments)
             self.assertIn(words, str(caught.exception))
             self.assertNotIn("\n", str(caught.exception))
+        with self.assertRaises(ckptlab.OptimizeError) as caught:
+            ckptlab.optimize(model, inputs, "9" * 10000, loss=loss_of, granularity="blocks")
+        self.assertLess(len(str(caught.exception)), 300)
+        leaf = inputs[0].clone().requires_grad_()
+        applied = ckptlab.optimize(model, (leaf, inputs[1]), "1GiB", loss=loss_of,
+                                   granularity="blocks", progress=False)
+        applied.undo()
+        self.assertIsNone(leaf.grad)  # the measured steps' gradients are put back
+        self.assertTrue(all(p.grad is None for p in model.parameters()))
+        many = nn.Sequential(*[nn.Linear(2, 2) for _ in range(65)])
+        with self.assertRaises(ckptlab.OptimizeError) as caught:
+            ckptlab.optimize(many, torch.randn(3, 2), "1GiB", granularity="blocks",
+                             progress=False)
+        self.assertIn("the step made 65 block calls; accepted: at most 64", str(caught.exception))
         # Its mask is sized by .item(): ckptlab.chain refuses it, and optimize says so and plans
         # its blocks, with no sweep.
         stderr, sys.stderr = sys.stderr, io.StringIO()
@@ -560,9 +574,29 @@ class Refusals(unittest.TestCase):
                         self.scale.mul_(2)
                 return y
 
+        class Drawn(nn.Module):  # draws from a generator the model hands it
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(WIDTH, WIDTH)
+
+            def forward(self, x, generator):
+                return x + torch.tanh(self.fc(x)) * torch.rand(x.shape, generator=generator)
+
+        class Handing(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.ModuleList(Drawn() for _ in range(2))
+                self.generator = torch.Generator().manual_seed(1)
+
+            def forward(self, x):
+                for layer in self.layers:
+                    x = layer(x, self.generator)
+                return x
+
         shared = torch.ones(WIDTH)
         x = torch.randn(4, WIDTH)
         cases = [(Residual(), "layers.0", "written in place after it returns"),
+                 (Handing(), "layers.1", "torch.Generator of its own or one it is handed"),
                  (nn.Sequential(Rebinding(), Rebinding()), "0", "buffer ema a new tensor"),
                  (nn.Sequential(Scaled(shared, False), Scaled(shared, True)), "0",
                   "buffer scale is written after it returns"),
@@ -571,11 +605,70 @@ class Refusals(unittest.TestCase):
         for model, name, words in cases:
             profile = ckptlab.profile_blocks(model, x)
             self.refused(lambda: ckptlab.checkpoint_blocks(model, [name], profile), name, words)
-        drawing = cases[3][0]
+        drawing = cases[4][0]
         self.assertEqual([d.generator.initial_seed() for d in drawing], [1, 1])
         state = drawing[0].generator.get_state()
         ckptlab.profile_blocks(drawing, x)
         self.assertTrue(torch.equal(drawing[0].generator.get_state(), state))
+
+    def test_what_a_block_is_handed(self):
+        class Keyed(nn.Module):  # keywords that checkpoint() takes too, meant for the block
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(WIDTH, WIDTH)
+
+            def forward(self, x, debug=False, preserve_rng_state=0.0, context_fn=None,
+                        use_reentrant=None):
+                y = torch.tanh(self.fc(x)) * (2 if debug else 1) + preserve_rng_state
+                return y + (context_fn if context_fn is not None else 0)
+
+        class Keying(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.ModuleList(Keyed() for _ in range(2))
+
+            def forward(self, x):
+                for layer in self.layers:
+                    x = layer(x, debug=True, preserve_rng_state=0.5, context_fn=3.0,
+                              use_reentrant=1)
+                return x
+
+        def make():
+            torch.manual_seed(8)
+            return Keying()
+
+        x = torch.randn(3, WIDTH)
+        model, plain = make(), make()
+        profile = ckptlab.profile_blocks(model, x)
+        ckptlab.checkpoint_blocks(model, ["layers.0", "layers.1"], profile)
+        got = step(model, (x,), 3, lambda out: out.square().mean())
+        assert_same(self, got, step(plain, (x,), 3, lambda out: out.square().mean()), "keyed")
+
+        class Sparse(nn.Module):  # a graph convolution over a sparse adjacency
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.ModuleList(nn.Linear(WIDTH, WIDTH) for _ in range(2))
+
+            def forward(self, x, adjacency):
+                for layer in self.layers:
+                    x = torch.sparse.mm(adjacency, layer(x))
+                return x
+
+        indices = torch.tensor([[0, 1, 2], [1, 2, 0]])
+        adjacency = torch.sparse_coo_tensor(indices, torch.ones(3), (3, 3))
+        self.refused(lambda: ckptlab.profile_blocks(Sparse(), (x, adjacency)),
+                     "torch.sparse_coo tensor", "accepted: strided")
+        with self.assertRaises(ckptlab.ChainError) as caught:
+            ckptlab.chain(Sparse(), (x, adjacency))
+        self.assertIn("torch.sparse_coo tensor", str(caught.exception))
+        self.refused(lambda: ckptlab.profile_blocks(self.model, self.inputs, blocks=[]),
+                     "blocks=[] names no block")
+        evil = type("Ev\x1bil\n", (nn.ModuleList,), {})
+        model = nn.Sequential(nn.Linear(WIDTH, WIDTH))
+        model.layers = evil([nn.Linear(WIDTH, WIDTH)])
+        self.refused(lambda: ckptlab.profile_blocks(model, x, blocks=["layers"]), "Ev\\x1bil\\x0a")
+        self.refused(lambda: ckptlab.plan_blocks(self.profile, 2**63), "budget=9223372036854775808")
+        self.assertEqual(ckptlab.plan_blocks(self.profile, 2**63 - 1).checkpointed, [])
 
     def test_a_buffer_handed_to_every_block(self):
         class Masked(nn.Module):

@@ -7,8 +7,9 @@
 
 The budget bounds the bytes PyTorch keeps for backward when the loss is computed, as
 profile.kept_bytes counts them (exactly; the parameters, buffers and batch not counted); the
-plan is the one that repeats the least forward time within it, each checkpointed block's
-forward once more, as the profile timed it.
+plan is the fastest the solver finds within it (the least forward time repeated, each
+checkpointed block's forward once more, as the profile timed it), and the fastest of all where
+the chain counts every plan's bytes exactly (below).
 
 The planner is strategies/chain_solver.h (ckptlab.native loads it), with checkpoints off: the
 step's block calls, in the order it made them, are its stages, each stored under one of two
@@ -16,10 +17,12 @@ options, stored or (where the profile allows it) checkpointed. Between two calls
 later one takes; stored, a call keeps what autograd saved while it ran, checkpointed its random
 state and buffer copies, and either keeps what it returns (x_{k+1}). What the code between the
 calls keeps, and a storage handed to several calls (a mask), count once, outside the chain. A
-storage that two calls' graphs keep then counts twice: the chain's bytes are at or above the
-profile's, so, as `optimal` checks the solver's plans with the exact memory model, each budget's
-plan on the solver's grid is counted by profile.kept_bytes and the fastest within the budget is
-the answer. A block called more than once stays stored (its calls would be stages with one
+storage that two calls' graphs keep, or one handed to several that a checkpoint would free
+(a DenseNet's concatenated outputs), is counted as always kept: the chain's bytes are at or above
+the profile's, so, as `optimal` checks the solver's plans with the exact memory model, each
+budget's plan on the solver's grid is counted by profile.kept_bytes and the fastest within the
+budget is the answer. Where the chain over-counts, a faster plan may fit that no budget's plan
+is. A block called more than once stays stored (its calls would be stages with one
 choice between them).
 """
 
@@ -31,7 +34,7 @@ from ckptlab import native
 from ckptlab.blocks import BlockProfile, BlocksError
 from ckptlab.plan import printable
 
-__all__ = ["BlockPlan", "checkpointable", "plan_blocks", "plan_of"]
+__all__ = ["BlockPlan", "BudgetError", "checkpointable", "plan_blocks", "plan_of"]
 
 _GRID = 4096  # units on the solver's grid of budgets
 
@@ -46,10 +49,14 @@ class BlockPlan:
     forward_ms: float        # every block call's forward, as the profile timed it
 
 
+class BudgetError(BlocksError):
+    """A budget below what every plan the planner weighed keeps: the message gives the least."""
+
+
 def budget_bytes(budget) -> int:
     """A budget as bytes: an int, or a size as the sweep reads it ("2GiB"); BlocksError naming
     it."""
-    if isinstance(budget, int) and not isinstance(budget, bool) and budget >= 0:
+    if isinstance(budget, int) and not isinstance(budget, bool) and 0 <= budget < 2**63:
         return budget
     if isinstance(budget, str):
         try:
@@ -57,7 +64,7 @@ def budget_bytes(budget) -> int:
         except native.NativeError as e:
             raise BlocksError(f"blocks: budget: {e}") from None
     raise BlocksError(f"blocks: budget={printable(repr(budget)[:80])}; accepted: a number of "
-                      "bytes (0 or more) or a size such as 2GiB or 512MiB")
+                      "bytes (0 to 2^63 - 1) or a size such as 2GiB or 512MiB")
 
 
 def checkpointable(profile: BlockProfile) -> List[str]:
@@ -111,8 +118,9 @@ def plan_blocks(profile: BlockProfile, budget, planner: Optional[str] = None,
     of bytes or a size such as "2GiB"), fastest first (the module docstring says how). With
     `reruns`, the budget bounds each checkpointed block's rerun in backward too, as the chain
     counts it: what the calls before it keep and what it recomputes. BlocksError naming the
-    value where the budget is no size, or below the least any plan keeps (that figure given), or
-    where the planner library is missing (planner=, $CKPTLAB_PLANNER)."""
+    value where the budget is no size, or where the planner library is missing (planner=,
+    $CKPTLAB_PLANNER); BudgetError where it is below what every plan weighed keeps (the least
+    given)."""
     if not isinstance(profile, BlockProfile):
         raise BlocksError(f"blocks: plan_blocks takes profile_blocks' answer; got "
                           f"{printable(type(profile).__name__)}")
@@ -149,12 +157,12 @@ def plan_blocks(profile: BlockProfile, budget, planner: Optional[str] = None,
         if not reruns:
             candidates.append(plan(checkpointable(profile)))
     if not candidates:
-        raise BlocksError(f"blocks: budget={budget} bytes is below what every plan keeps at the "
+        raise BudgetError(f"blocks: budget={budget} bytes is below what every plan keeps at the "
                           "loss and in its reruns, as the chain counts them")
     fitting = [p for p in candidates if p.kept_bytes <= budget]
     if not fitting:
         least = min(candidates, key=lambda p: (p.kept_bytes, p.recompute_ms))
-        raise BlocksError(f"blocks: budget={budget} bytes is below what every plan the planner "
+        raise BudgetError(f"blocks: budget={budget} bytes is below what every plan the planner "
                           f"weighed keeps: the least, {least.kept_bytes} bytes, checkpoints "
                           f"{len(least.checkpointed)} of the {len(profile.blocks)} blocks")
     return min(fitting, key=lambda p: (p.recompute_ms, p.kept_bytes))

@@ -104,6 +104,15 @@ def _tensors(value, depth: int = 0) -> List[torch.Tensor]:
     return []
 
 
+def _leaves(value, depth: int = 0) -> list:
+    """What tuples, lists and dicts in `value` hold that is none of them (bounded as _tensors)."""
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (tuple, list)):
+        return [] if depth >= _DEPTH else [x for v in value for x in _leaves(v, depth + 1)]
+    return [value]
+
+
 def _holder(value) -> Optional[str]:
     """The type's name of the first object in `value` (its tuples, lists and dicts looked into)
     that is no tensor and no module but holds a tensor in its attributes, however nested (a
@@ -136,7 +145,16 @@ def _holder(value) -> Optional[str]:
     return walk(value, 0)
 
 
+def _no_storage(layout) -> BlocksError:
+    return BlocksError(f"blocks: a {printable(str(layout))} tensor is in the batch, handed to a "
+                       "block or saved; accepted: strided (dense) tensors, which have a storage")
+
+
 def _storages(tensors) -> Dict[tuple, int]:
+    """Each tensor's storage and its bytes: BlocksError for a tensor without one (sparse)."""
+    for t in tensors:
+        if t.layout != torch.strided:
+            raise _no_storage(t.layout)
     return dict(_storage(t) for t in tensors)
 
 
@@ -230,6 +248,9 @@ def _resolve(model: nn.Module, names: Optional[Sequence[str]]) -> List[Tuple[str
                               "blocks (two or more children of one class in an nn.ModuleList "
                               "or nn.Sequential); name them with blocks=")
     names = _names(names)
+    if not names:
+        raise BlocksError("blocks: blocks=[] names no block; accepted: the names of one or more "
+                          "of the model's modules (default: find_blocks')")
     modules = dict(model.named_modules())
     resolved = []
     for name in names:
@@ -240,7 +261,8 @@ def _resolve(model: nn.Module, names: Optional[Sequence[str]]) -> List[Tuple[str
                               "once, where named_modules() first meets it); accepted: the names "
                               f"named_modules() lists{printable(such) if found else ''}")
         if isinstance(modules[name], (nn.ModuleList, nn.ModuleDict)):
-            raise BlocksError(f"blocks: {printable(name)} is a {type(modules[name]).__name__}, "
+            raise BlocksError(f"blocks: {printable(name)} is a "
+                              f"{printable(type(modules[name]).__name__)}, "
                               "which the model never calls; accepted: the modules it holds")
         resolved.append((name, modules[name]))
     if len({id(m) for _, m in resolved}) != len(resolved):
@@ -285,6 +307,7 @@ def _batch(inputs, targets) -> Tuple[tuple, dict, tuple]:
     if not _tensors((args, kwargs)):
         raise BlocksError("blocks: inputs hold no tensor; accepted: a tensor, a tuple of the "
                           "model's positional arguments, or a dict of its keyword arguments")
+    _storages(_tensors((args, kwargs, targets)))  # each with a storage: BlocksError for sparse
     return args, kwargs, targets
 
 
@@ -310,6 +333,7 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
     active: List[int] = []  # the call running now, if any
     inside: Dict[str, str] = {}  # a block called within another's call -> that other
     saved: List[Tuple[weakref.ref, tuple, int, Optional[int]]] = []
+    unstrided: List[torch.layout] = []  # the layouts of saved tensors without a storage
     # Every call's inputs, held to the end as a checkpoint would hold them, so that no storage
     # freed in the stored step lends its address to another: keys are addresses of storages
     # alive together.
@@ -322,6 +346,9 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
 
     def pack(t):
         t = t.detach()  # as kept_bytes holds it: no cycle through an output's own graph node
+        if t.layout != torch.strided:  # refused once the forward is over (a hook's error
+            unstrided.append(t.layout)  # would reach the caller as autograd's RuntimeError)
+            return t
         key, size = _storage(t)
         saved.append((weakref.ref(t), key, size, active[-1] if active else None))
         return t
@@ -343,7 +370,8 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
             before = _values([b for _, b in buffers])
             others_before = _values([b for _, b in others])
             states = _devices_rng(given)
-            own_generators = [g for m, g in generators if any(m is b for b in block.modules())]
+            handed = [g for g in _leaves((a, k)) if isinstance(g, torch.Generator)]
+            own_generators = [g for _, g in generators] + handed
             generator_states = [g.get_state() for g in own_generators]
             call = BlockCall(name, _storages(given), {}, False, {}, 0.0, None)
             calls.append(call)
@@ -386,8 +414,8 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
                                 "it again")
             elif any(not torch.equal(g.get_state(), state)
                      for g, state in zip(own_generators, generator_states)):
-                call.refused = ("it draws from a torch.Generator of its own, which a rerun "
-                                "cannot replay")
+                call.refused = ("it draws from a torch.Generator of its own or one it is "
+                                "handed, which a rerun cannot replay")
             return out
         return profiled
 
@@ -401,6 +429,8 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
         if not isinstance(value, torch.Tensor) or value.numel() != 1 or not value.requires_grad:
             raise BlocksError("blocks: the loss must be a one-element tensor that requires grad; "
                               f"got {printable(type(value).__name__)}")
+        if unstrided:
+            raise _no_storage(unstrided[0])
         outside: Dict[tuple, int] = {}
         for ref, key, size, k in saved:
             if ref() is not None:  # still kept when the loss is computed
@@ -518,7 +548,7 @@ def _checkpointed(block: nn.Module, forward: Callable) -> Callable:
         replay = []  # (the buffers' state, their values before the first run), once it has run
         ran = []
 
-        def run(*ra, **rk):
+        def run(*ra):  # the keyword arguments are the block's, never checkpoint()'s
             if ran:  # a rerun: the first, the step's own, is over
                 devices, host, cuda = states[0]
                 with torch.random.fork_rng(devices=devices), contextlib.ExitStack() as stack:
@@ -528,12 +558,12 @@ def _checkpointed(block: nn.Module, forward: Callable) -> Callable:
                             torch.cuda.set_rng_state(s, d)
                     if replay:
                         stack.enter_context(replay[0].standing_in(replay[1]))
-                    return forward(*ra, **rk)
+                    return forward(*ra, **k)
             ran.append(True)
-            return forward(*ra, **rk)
+            return forward(*ra, **k)
 
         out = torch.utils.checkpoint.checkpoint(run, *a, use_reentrant=False,
-                                                preserve_rng_state=False, **k)
+                                                preserve_rng_state=False)
         updated = [(b, value) for b, (_, value), c
                    in zip(buffers, before, _changed(buffers, before)) if c]
         del before

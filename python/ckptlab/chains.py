@@ -486,6 +486,9 @@ def chain(model: nn.Module, inputs, loss: Optional[Callable[..., torch.Tensor]] 
                          "None or a whole number of at least 1")
     batch = batch_inputs + batch_targets
     for t in batch:
+        if t.layout != torch.strided:
+            raise ChainError(f"ckptlab.chain: the batch holds a {printable(str(t.layout))} "
+                             "tensor; accepted: strided (dense) tensors")
         if t.dim() == 0 or t.shape[0] == 0:
             raise ChainError(f"ckptlab.chain: the batch holds {printable(_describe(t))}, which "
                              "has no rows; accepted: tensors of one row or more (their first "

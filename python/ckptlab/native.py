@@ -49,10 +49,16 @@ def load(path: Optional[str] = None):
         except OSError as e:
             raise NativeError(f"the planner library {printable(path)} does not load: "
                               f"{printable(str(e))}") from None
-        lib.ckptlab_parse_bytes.restype = ctypes.c_int
-        lib.ckptlab_parse_bytes.argtypes = [ctypes.c_char_p, _I64, ctypes.c_char_p, ctypes.c_int]
-        lib.ckptlab_plan_options.restype = ctypes.c_int
-        lib.ckptlab_plan_options.argtypes = (
+        try:
+            parse, plan = lib.ckptlab_parse_bytes, lib.ckptlab_plan_options
+        except AttributeError:
+            raise NativeError(f"the planner library {printable(path)} does not load: it is no "
+                              "ckptlab planner (no ckptlab_parse_bytes, ckptlab_plan_options)"
+                              ) from None
+        parse.restype = ctypes.c_int
+        parse.argtypes = [ctypes.c_char_p, _I64, ctypes.c_char_p, ctypes.c_int]
+        plan.restype = ctypes.c_int
+        plan.argtypes = (
             [ctypes.c_int, _I64, ctypes.POINTER(ctypes.c_int)]
             + [ctypes.POINTER(ctypes.c_double)] * 2 + [_I64] * 3
             + [ctypes.c_int64, ctypes.c_int, ctypes.POINTER(ctypes.c_int),

@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from ckptlab import native
-from ckptlab.block_plans import BlockPlan, checkpointable, plan_blocks, plan_of
+from ckptlab.block_plans import BlockPlan, BudgetError, checkpointable, plan_blocks, plan_of
 from ckptlab.blocks import BlocksError, _batch, _tensors, checkpoint_blocks, profile_blocks
 from ckptlab.chains import ChainError, _untouched, chain, mean_square
 from ckptlab.peaks import step_peak
@@ -140,7 +140,7 @@ def optimize(model: nn.Module, inputs, budget, loss: Optional[Callable[..., torc
                             f"accepted: {', '.join(_GRANULARITIES)}")
     text = str(budget) if isinstance(budget, int) and not isinstance(budget, bool) else budget
     if not isinstance(text, str) or not _BUDGET.fullmatch(text):
-        raise OptimizeError(f"ckptlab.optimize: budget={printable(repr(budget))}; accepted: a "
+        raise OptimizeError(f"ckptlab.optimize: budget={printable(repr(budget)[:80])}; accepted: a "
                             "number of bytes, or a size such as 8GiB or 512MiB")
     if granularity == "blocks":
         return _optimize_blocks(model, inputs, text, loss, targets, blocks, planner, progress)
@@ -194,6 +194,10 @@ def _optimize_blocks(model, inputs, budget: str, loss, targets, blocks, planner,
     args, kwargs, targets = _batch(inputs, targets)
     parameters = list(model.parameters())
     device = next((t.device for t in parameters + _tensors((args, kwargs)) if t.is_cuda), None)
+    # Every leaf a measured step's backward may give a gradient: put back after each.
+    leaves = [t for t in parameters + _tensors((args, kwargs, targets)) + [
+        v for m in model.modules() for v in vars(m).values() if isinstance(v, torch.Tensor)]
+        if t.requires_grad and t.is_leaf]
 
     peaks = {}  # by the blocks checkpointed: a plan's step is measured once in this call
 
@@ -201,12 +205,12 @@ def _optimize_blocks(model, inputs, budget: str, loss, targets, blocks, planner,
         """The peak of a step with `names` checkpointed, the model as it was after."""
         if tuple(names) in peaks:
             return peaks[tuple(names)]
-        grads = [p.grad for p in parameters]
+        grads = [t.grad for t in leaves]
         applied = checkpoint_blocks(model, names, profile)
         try:
             with _untouched(model, _tensors((args, kwargs, targets))):
-                for p in parameters:
-                    p.grad = None
+                for t in leaves:
+                    t.grad = None
 
                 def step():
                     output = model(*args, **kwargs)
@@ -216,8 +220,8 @@ def _optimize_blocks(model, inputs, budget: str, loss, targets, blocks, planner,
                 peak = step_peak(step, device)
         finally:
             applied.undo()
-            for p, g in zip(parameters, grads):
-                p.grad = g
+            for t, g in zip(leaves, grads):
+                t.grad = g
         if progress:
             print(f"ckptlab.optimize: {len(names)} of {len(profile.blocks)} blocks "
                   f"checkpointed: the step peaks at {peak} bytes", file=sys.stderr)
@@ -230,8 +234,10 @@ def _optimize_blocks(model, inputs, budget: str, loss, targets, blocks, planner,
     for _ in range(4):
         try:
             plans.append(plan_blocks(profile, max(target, 0), planner, reruns=True))
-        except BlocksError:  # below what any plan keeps
+        except BudgetError:  # below what any plan keeps
             break
+        except BlocksError as e:  # more block calls than the planner takes
+            raise OptimizeError(f"ckptlab.optimize: {printable(str(e))}") from None
         overshoot = measured(plans[-1].checkpointed) - limit
         if overshoot <= 0:
             break
