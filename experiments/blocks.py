@@ -13,8 +13,12 @@ plain model's bitwise. Each step starts from the random state the profile starte
 a layer drop draws as it drew there. A model this interpreter lacks (torchaudio, transformers)
 is a row saying so.
 
-  CKPTLAB_PLANNER=bazel-bin/python/native/libckptlab_planner.so PYTHONPATH=python \
+  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 PYTHONPATH=python \
+      CKPTLAB_PLANNER=bazel-bin/python/native/libckptlab_planner.so \
       /usr/bin/python3 experiments/blocks.py --out=/tmp/blocks --steps=5
+
+(One thread of each pool, as the tests run: two LibTorch threads on these 2 cores spread a
+Conformer step's median of 5 over 410 to 541 ms in four runs, one over 461 to 493 ms.)
 
 --out is a folder this run makes (refused where it exists); it holds blocks.csv (written whole:
 a temporary, then renamed) and the table on stdout.
@@ -142,6 +146,7 @@ def rows_of(name, make, steps):
         return model.train(), inputs, loss
 
     plain, inputs, loss = build()
+    measure(plain, inputs, loss, 1)  # warm-up: the process's first steps run slower
     plain_kept, plain_peak, plain_grads, plain_ms = measure(plain, inputs, loss, steps)
     names = ckptlab.find_blocks(plain)
     row = {"model": name, "torch": torch.__version__.split("+")[0], "blocks": len(names)}

@@ -37,11 +37,11 @@ Refused by name, from what the profile saw, where a rerun would not run as the f
 block that writes its input in place or whose input is written after it returns (x += block(x)),
 that writes a parameter, gives a buffer a new tensor (self.x = ...), reads a buffer written after
 it returns (one it shares with a later block), updates a buffer it does not hold (a norm handed
-to it) or draws from a torch.Generator of its own; a block handed an object holding tensors (a
-cache, such as Hugging Face's DynamicCache, which a rerun would update again: use_cache=False); a
-block called within another's call; and one whose calls keep nothing for backward. What a
-rerun cannot see is not replayed: a plain Python attribute a block updates (a counter held as an
-int) is updated again by its rerun; hold such state in a buffer.
+to it) or draws from a torch.Generator of its own or one it is handed; a block handed an object
+holding tensors (a cache, such as Hugging Face's DynamicCache, which a rerun would update again:
+use_cache=False); a block called within another's call; and one whose calls keep nothing for
+backward. What a rerun cannot see is not replayed: a plain Python attribute a block updates (a
+counter held as an int) is updated again by its rerun; hold such state in a buffer.
 checkpoint_blocks refuses a profile of another model, or of this one before a module was
 replaced, train()/eval() switched or a parameter's or buffer's dtype, device, shape or
 requires_grad changed. A profile's bytes are those of the batch it ran: another batch's shapes
@@ -59,6 +59,7 @@ from torch import nn
 import torch.utils.checkpoint
 
 from ckptlab.chains import _untouched, mean_square
+from ckptlab.model_settings import changed_since, settings_of
 from ckptlab.plan import printable
 from ckptlab.planned import _changed, _devices_rng, _note_kept, _State, _storage, _values
 
@@ -459,7 +460,7 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
     return BlockProfile(
         blocks=[n for n, _ in resolved], calls=calls, outside=outside,
         excluded=_storages(model_tensors + batch), rng_bytes=_storage(torch.get_rng_state())[1],
-        modules={n: weakref.ref(m) for n, m in resolved}, settings=_settings(model))
+        modules={n: weakref.ref(m) for n, m in resolved}, settings=settings_of(model))
 
 
 def _generators(model: nn.Module) -> List[Tuple[nn.Module, torch.Generator]]:
@@ -476,42 +477,6 @@ def _generators_untouched(generators):
     finally:
         for g, state in states:
             g.set_state(state)
-
-
-def _settings(model: nn.Module) -> List[tuple]:
-    """What a profile depends on besides the blocks and the batch: every module the model holds,
-    its training flag (BatchNorm and dropout run otherwise in evaluation), and the dtype,
-    device, shape and requires_grad of each of its parameters and buffers (after model.double()
-    or with a layer frozen, the step saves other bytes)."""
-    return [(weakref.ref(m), m.training,
-             {n: (t.dtype, t.device, tuple(t.shape), t.requires_grad)
-              for n, t in list(m._parameters.items()) + list(m._buffers.items()) if t is not None})
-            for m in model.modules()]
-
-
-def _changed_since(model: nn.Module, settings: List[tuple]) -> Optional[str]:
-    """What changed in `model` since _settings took `settings`, in a few words; None if nothing."""
-    now = _settings(model)
-    if len(now) != len(settings) or any(r() is not m() for (r, *_), (m, *_) in zip(now, settings)):
-        return "a module replaced, added or removed"
-    names = [n for n, _ in model.named_modules()]
-    for name, (_, flag, tensors), (_, was, had) in zip(names, now, settings):
-        if flag != was:
-            return f"{name or 'the model'} switched to {'train' if flag else 'eval'}()"
-        for n in list(tensors) + [n for n in had if n not in tensors]:
-            if tensors.get(n) != had.get(n):
-                return (f"{name + '.' if name else ''}{n} is {_described(tensors.get(n))}, was "
-                        f"{_described(had.get(n))}")
-    return None
-
-
-def _described(signature) -> str:
-    """A tensor's (dtype, device, shape, requires_grad) in words."""
-    if signature is None:
-        return "absent"
-    dtype, device, shape, grad = signature
-    return (f"{str(dtype).replace('torch.', '')} on {device}, shape {list(shape)}"
-            f"{'' if grad else ', without gradient'}")
 
 
 class Applied:
@@ -601,7 +566,7 @@ def checkpoint_blocks(model: nn.Module, names: Sequence[str], profile: BlockProf
             raise BlocksError(f"blocks: {printable(name)} is checkpointed already (by a "
                               "checkpoint_blocks not undone)")
         resolved.append((name, block))
-    changed = _changed_since(model, profile.settings)
+    changed = changed_since(model, profile.settings)
     if changed is not None:
         raise BlocksError(f"blocks: the model changed since it was profiled "
                           f"({printable(changed)}); profile it again")

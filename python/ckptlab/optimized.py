@@ -35,14 +35,15 @@ import re
 import subprocess
 import sys
 import tempfile
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import torch
 from torch import nn
 
 from ckptlab import native
 from ckptlab.block_plans import BlockPlan, BudgetError, checkpointable, plan_blocks, plan_of
-from ckptlab.blocks import BlocksError, _batch, _tensors, checkpoint_blocks, profile_blocks
+from ckptlab.blocks import (Applied, BlocksError, _batch, _tensors, checkpoint_blocks,
+                            profile_blocks)
 from ckptlab.chains import ChainError, _untouched, chain, mean_square
 from ckptlab.peaks import step_peak
 from ckptlab.plan import printable
@@ -123,7 +124,8 @@ _GRANULARITIES = ("stages", "blocks")
 def optimize(model: nn.Module, inputs, budget, loss: Optional[Callable[..., torch.Tensor]] = None,
              targets=(), max_stages: Optional[int] = None, sweep: Optional[str] = None,
              progress: bool = True, granularity: str = "stages",
-             blocks: Optional[list] = None, planner: Optional[str] = None):
+             blocks: Optional[list] = None,
+             planner: Optional[str] = None) -> Union[PlannedSequential, Applied]:
     """The fastest plan ckptlab finds for `model` whose step peaks at most `budget` above the
     parameters and the batch (optimal's budget: a number of bytes, or "8GiB", "512MiB"),
     applied. `inputs`, `loss`, `targets` and `max_stages` are ckptlab.chain's. The returned
