@@ -262,9 +262,9 @@ def check_optimized(test, make, inputs, seed, loss_fn, fractions):
     """ckptlab.optimize's blocks path at budgets `fractions` of the way from the least peak its
     blocks reach to the stored step's (both measured here, each on a model of its own): the
     plain model's step bitwise, the kept bytes predicted, the peak of the step after within the
-    budget; and below every plan's, refused with the lowest it measured. (optimize measures with the model's
-    tensor attributes held to be put back, a weight weight_norm recomputes in each forward: its
-    figure is at or above a later step's by those.)"""
+    budget; and below every plan's, refused with the lowest it measured. (optimize measures with
+    the model's tensor attributes held to be put back, a weight weight_norm recomputes in each
+    forward: its figure is at or above a later step's by those.)"""
     model = make()
     torch.manual_seed(seed)
     profile = ckptlab.profile_blocks(model, inputs, loss=loss_fn)
@@ -415,6 +415,14 @@ class Refusals(unittest.TestCase):
                            (None, "budget=None"), (1.5, "budget=1.5"), ("1\0", "accepted")):
             self.refused(lambda: ckptlab.plan_blocks(self.profile, bad), *words)
         self.refused(lambda: ckptlab.plan_blocks(None, "1GiB"), "profile_blocks' answer")
+        option = ckptlab.native.Option(1.0, 1.0, 8)
+        for boundaries, stages, words in (([1], [[option]], "1 boundaries for 1 stages"),
+                                          ([1] * 66, [[option]] * 65, "stages=65"),
+                                          ([1, -1], [[option]], "a negative boundary"),
+                                          ([1, 1], [[]], "has 0 options")):
+            with self.assertRaises(ckptlab.native.NativeError) as caught:
+                ckptlab.native.plan_options(boundaries, stages, 1, 8)
+            self.assertIn(words, str(caught.exception))
         self.refused(lambda: ckptlab.plan_blocks(self.profile, "1GiB", planner="/nonexistent"),
                      "no planner library at /nonexistent", "CKPTLAB_PLANNER")
 

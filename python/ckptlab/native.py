@@ -102,6 +102,8 @@ def plan_options(boundaries: Sequence[int], stages: Sequence[Sequence[Option]], 
     `unit` bytes: (the chain model's least time, the option per stage) at each, (inf, None)
     where nothing fits."""
     n = len(stages)
+    if len(boundaries) != n + 1:  # the library reads x_0 .. x_n
+        raise NativeError(f"{len(boundaries)} boundaries for {n} stages; accepted: {n + 1}")
     flat = [o for options in stages for o in options]
     as_i64 = lambda values: (ctypes.c_int64 * max(1, len(values)))(*values)  # noqa: E731
     as_f64 = lambda values: (ctypes.c_double * max(1, len(values)))(*values)  # noqa: E731
