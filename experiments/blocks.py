@@ -106,8 +106,7 @@ def tensors(inputs):
 def measure(model, inputs, loss, steps):
     """Kept bytes of a step, its peak, its gradients, and the median of `steps` steps' times,
     each step from SEED's random state."""
-    exclude = list(model.parameters()) + tensors(inputs)
-    exclude += list(model.buffers())
+    exclude = list(model.parameters()) + list(model.buffers()) + tensors(inputs)
     times, kept, grads = [], None, None
     for k in range(steps + 1):
         torch.manual_seed(SEED)
