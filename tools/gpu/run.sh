@@ -150,9 +150,10 @@ if [[ "$steps" == *" build "* ]]; then
     keep_going=(-- -k 0)
   fi
   log "configuring $build"
-  # The programs find the bundle's shared libraries through their RPATH. --disable-new-dtags
-  # makes it DT_RPATH, which also serves the libraries' own dependencies (libabsl_* load one
-  # another); DT_RUNPATH, the default, serves only the program's direct ones.
+  # The programs and the planner library (which Python loads) find the bundle's shared
+  # libraries through their RPATH. --disable-new-dtags makes it DT_RPATH, which also serves the
+  # libraries' own dependencies (libabsl_* load one another); DT_RUNPATH, the default, serves
+  # only the program's direct ones.
   cmake_lib="$bundle/lib/x86_64-linux-gnu/cmake"
   cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$torch_cmake;$bundle" \
@@ -160,6 +161,7 @@ if [[ "$steps" == *" build "* ]]; then
     -Drapidcheck_DIR="$cmake_lib/rapidcheck" -Dbenchmark_DIR="$cmake_lib/benchmark" \
     -DCMAKE_BUILD_RPATH="$bundle/lib/x86_64-linux-gnu" \
     -DCMAKE_EXE_LINKER_FLAGS="-Wl,--disable-new-dtags" \
+    -DCMAKE_SHARED_LINKER_FLAGS="-Wl,--disable-new-dtags" \
     >"$out/configure.log" 2>&1 || {
     tail -30 "$out/configure.log" >&2
     die "cmake configure failed (configure.log)"
