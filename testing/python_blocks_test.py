@@ -12,8 +12,13 @@ set of blocks checkpointed:
     the same random state, and so does the step after it;
   - the bytes PyTorch keeps for backward (planned.kept_bytes) equal profile.kept_bytes(names);
   - undo() gives the plain model back.
-And on torchaudio's Conformer and wav2vec2 (which ckptlab.chain refuses), the same; and bad
-input is refused by name. Runs on the torch of the Python that runs it.
+plan_blocks, for any budget between the least and the most a plan keeps: within it, the least
+forward time repeated of every set of blocks (brute force), stepping as the plain model and
+keeping the bytes it says. optimize(granularity="blocks") at budgets between the least and the
+stored step's measured peak: the next step's peak within the budget, the plain model's
+gradients, the predicted kept bytes. And on torchaudio's Conformer and wav2vec2 (which
+ckptlab.chain refuses), the same, optimize at two budgets; bad input is refused by name. Runs on
+the torch of the Python that runs it, with the planner library of $CKPTLAB_PLANNER or Bazel's.
 """
 
 import io
