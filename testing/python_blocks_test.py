@@ -121,15 +121,19 @@ def loss_of(output):
     return output[0].square().mean() + 0.1 * output[1]
 
 
-CASES = st.fixed_dictionaries({
-    "kinds": st.lists(st.sampled_from(KINDS), min_size=2, max_size=5),
-    "layer_drop": st.sampled_from([0.0, 0.3]),
-    "tie": st.booleans(),
-    "twice": st.booleans(),
-    "dtype": st.sampled_from([torch.float32, torch.float64, torch.bfloat16]),
-    "seed": st.integers(0, 2**16),
-    "chosen": st.lists(st.booleans(), min_size=5, max_size=5),
-})
+def models(max_blocks, **extra):
+    """Generated models (build's cases) of 2 to `max_blocks` blocks, with `extra` fields."""
+    return st.fixed_dictionaries(dict({
+        "kinds": st.lists(st.sampled_from(KINDS), min_size=2, max_size=max_blocks),
+        "layer_drop": st.sampled_from([0.0, 0.3]),
+        "tie": st.booleans(),
+        "twice": st.booleans(),
+        "dtype": st.sampled_from([torch.float32, torch.float64, torch.bfloat16]),
+        "seed": st.integers(0, 2**16),
+    }, **extra))
+
+
+CASES = models(5, chosen=st.lists(st.booleans(), min_size=5, max_size=5))
 
 
 def build(case):
@@ -200,15 +204,8 @@ class GeneratedModels(unittest.TestCase):
         self.assertEqual(undone[3], profile.kept_bytes([]), what + ", undone")
 
 
-PLANNED = st.fixed_dictionaries({
-    "kinds": st.lists(st.sampled_from(KINDS), min_size=2, max_size=6),
-    "layer_drop": st.sampled_from([0.0, 0.3]),
-    "tie": st.booleans(),
-    "twice": st.booleans(),
-    "dtype": st.sampled_from([torch.float32, torch.float64, torch.bfloat16]),
-    "seed": st.integers(0, 2**16),
-    "budget": st.floats(0.0, 1.0),  # where between the least and the most a plan keeps
-})
+# budget: where between the least and the most a plan keeps.
+PLANNED = models(6, budget=st.floats(0.0, 1.0))
 
 
 class PlannedWithinBudgets(unittest.TestCase):

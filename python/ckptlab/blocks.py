@@ -90,28 +90,23 @@ def find_blocks(model: nn.Module) -> List[str]:
 _DEPTH = 32  # how deep tuples, lists and dicts may nest in what a block or the model is handed
 
 
-def _tensors(value, depth: int = 0) -> List[torch.Tensor]:
-    """The tensors in `value`: a tensor, or tuples, lists and dicts holding some, in order.
-    BlocksError where they nest deeper than _DEPTH (a list holding itself)."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, (tuple, list)):
-        if depth >= _DEPTH:
-            raise BlocksError(f"blocks: tuples, lists or dicts nested deeper than {_DEPTH} in "
-                              "what a block or the model is handed; accepted: shallower ones")
-        return [t for v in value for t in _tensors(v, depth + 1)]
-    return []
-
-
 def _leaves(value, depth: int = 0) -> list:
-    """What tuples, lists and dicts in `value` hold that is none of them (bounded as _tensors)."""
+    """What the tuples, lists and dicts in `value` hold that is none of them, in order (`value`
+    itself where it is none). BlocksError where they nest deeper than _DEPTH (a list holding
+    itself)."""
     if isinstance(value, dict):
         value = list(value.values())
-    if isinstance(value, (tuple, list)):
-        return [] if depth >= _DEPTH else [x for v in value for x in _leaves(v, depth + 1)]
-    return [value]
+    if not isinstance(value, (tuple, list)):
+        return [value]
+    if depth >= _DEPTH:
+        raise BlocksError(f"blocks: tuples, lists or dicts nested deeper than {_DEPTH} in what a "
+                          "block or the model is handed; accepted: shallower ones")
+    return [x for v in value for x in _leaves(v, depth + 1)]
+
+
+def _tensors(value) -> List[torch.Tensor]:
+    """The tensors among _leaves(value), in order."""
+    return [t for t in _leaves(value) if isinstance(t, torch.Tensor)]
 
 
 def _holder(value) -> Optional[str]:
