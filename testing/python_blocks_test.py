@@ -458,6 +458,11 @@ class Refusals(unittest.TestCase):
                      "float64 on cpu, shape [6, 6], was float32 on cpu")
         self.model.float()
         ckptlab.checkpoint_blocks(self.model, ["layers.0"], self.profile).undo()
+        hook = self.model.layers[1].register_forward_hook(lambda m, i, o: (o[0] * 2, o[1]))
+        self.refused(lambda: ckptlab.checkpoint_blocks(self.model, ["layers.0"], self.profile),
+                     "layers.1's forward hooks added or removed")
+        hook.remove()
+        ckptlab.checkpoint_blocks(self.model, ["layers.0"], self.profile).undo()
         self.model.layers[1].fc = nn.Linear(WIDTH, WIDTH)
         self.refused(lambda: ckptlab.checkpoint_blocks(self.model, ["layers.0"], self.profile),
                      "changed since it was profiled", "a module replaced")

@@ -43,8 +43,9 @@ use_cache=False); a block called within another's call; and one whose calls keep
 backward. What a rerun cannot see is not replayed: a plain Python attribute a block updates (a
 counter held as an int) is updated again by its rerun; hold such state in a buffer.
 checkpoint_blocks refuses a profile of another model, or of this one before a module was
-replaced, train()/eval() switched or a parameter's or buffer's dtype, device, shape or
-requires_grad changed. A profile's bytes are those of the batch it ran: another batch's shapes
+replaced, train()/eval() switched, a forward hook added or removed, or a parameter's or
+buffer's dtype, device, shape or requires_grad changed (a plain attribute changed, such as
+BatchNorm's track_running_stats, is not seen). A profile's bytes are those of the batch it ran: another batch's shapes
 keep other bytes.
 """
 

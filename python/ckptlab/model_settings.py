@@ -16,10 +16,12 @@ def settings_of(model: nn.Module) -> List[tuple]:
     """What a profile depends on besides the blocks and the batch: every module the model holds,
     its training flag (BatchNorm and dropout run otherwise in evaluation), and the dtype,
     device, shape and requires_grad of each of its parameters and buffers (after model.double()
-    or with a layer frozen, the step saves other bytes)."""
+    or with a layer frozen, the step saves other bytes), and its forward hooks (a hook added
+    after the profile runs code it did not see). Plain attributes are not compared."""
     return [(weakref.ref(m), m.training,
              {n: (t.dtype, t.device, tuple(t.shape), t.requires_grad)
-              for n, t in list(m._parameters.items()) + list(m._buffers.items()) if t is not None})
+              for n, t in list(m._parameters.items()) + list(m._buffers.items()) if t is not None},
+             (tuple(m._forward_pre_hooks), tuple(m._forward_hooks)))
             for m in model.modules()]
 
 
@@ -30,9 +32,11 @@ def changed_since(model: nn.Module, settings: List[tuple]) -> Optional[str]:
     if len(now) != len(settings) or any(r() is not m() for (r, *_), (m, *_) in zip(now, settings)):
         return "a module replaced, added or removed"
     names = [n for n, _ in model.named_modules()]
-    for name, (_, flag, tensors), (_, was, had) in zip(names, now, settings):
+    for name, (_, flag, tensors, hooks), (_, was, had, hooked) in zip(names, now, settings):
         if flag != was:
             return f"{name or 'the model'} switched to {'train' if flag else 'eval'}()"
+        if hooks != hooked:
+            return f"{name or 'the model'}'s forward hooks added or removed"
         for n in list(tensors) + [n for n in had if n not in tensors]:
             if tensors.get(n) != had.get(n):
                 return (f"{name + '.' if name else ''}{n} is {_described(tensors.get(n))}, was "
