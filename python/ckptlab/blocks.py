@@ -45,8 +45,8 @@ counter held as an int) is updated again by its rerun; hold such state in a buff
 checkpoint_blocks refuses a profile of another model, or of this one before a module was
 replaced, train()/eval() switched, a forward hook added or removed, or a parameter's or
 buffer's dtype, device, shape or requires_grad changed (a plain attribute changed, such as
-BatchNorm's track_running_stats, is not seen). A profile's bytes are those of the batch it ran: another batch's shapes
-keep other bytes.
+BatchNorm's track_running_stats, is not seen). A profile's bytes are those of the batch it
+ran: another batch's shapes keep other bytes.
 """
 
 import contextlib
