@@ -3,7 +3,8 @@
 
 For each model (built from its config at a CPU size, random weights and batch): the blocks
 ckptlab.find_blocks finds, the profile's seconds, and steps with none of them checkpointed, every
-one, and every other one; for a Hugging Face model, its own gradient_checkpointing_enable (every
+one, every other one, and every one selectively (ckptlab.selective, where this torch has it);
+for a Hugging Face model, its own gradient_checkpointing_enable (every
 layer); and ckptlab.optimize's blocks path at two budgets: halfway from every block's peak to
 the plain step's, and Hugging Face's peak (else a tenth of the way). Per row: the bytes PyTorch
 keeps for backward (ckptlab.kept_bytes, less the parameters, buffers and batch) against the
@@ -39,7 +40,7 @@ from ckptlab.plan import printable  # noqa: E402
 from anymodel import write_csv  # noqa: E402  (this folder's: the same whole-or-nothing CSV)
 
 FIELDS = ["model", "torch", "blocks", "profile_s", "checkpointed", "blocks_checkpointed",
-          "budget_bytes", "predicted_kept_bytes", "kept_bytes", "kept_vs_plain", "peak_bytes",
+          "blocks_selective", "budget_bytes", "predicted_kept_bytes", "kept_bytes", "kept_vs_plain", "peak_bytes",
           "peak_vs_plain", "step_ms", "step_vs_plain", "gradients_equal", "note"]
 SEED = 0
 
@@ -151,10 +152,11 @@ def rows_of(name, make, steps):
     row = {"model": name, "torch": torch.__version__.split("+")[0], "blocks": len(names)}
     rows = []
 
-    def add(label, model, seconds, chosen, predicted, note, budget=""):
+    def add(label, model, seconds, chosen, predicted, note, budget="", selective=()):
         kept, peak, grads, ms = measure(model, inputs, loss, steps)
         rows.append(dict(row, profile_s=seconds, checkpointed=label,
-                         blocks_checkpointed=len(chosen), budget_bytes=budget,
+                         blocks_checkpointed=len(chosen), blocks_selective=len(selective),
+                         budget_bytes=budget,
                          predicted_kept_bytes=predicted, kept_bytes=kept,
                          kept_vs_plain=f"{kept / plain_kept:.3f}", peak_bytes=peak,
                          peak_vs_plain=f"{peak / plain_peak:.3f}", step_ms=f"{ms:.1f}",
@@ -163,17 +165,25 @@ def rows_of(name, make, steps):
         return peak
 
     peaks = {}
-    for label, chosen in (("none", []), ("every block", names), ("every other", names[::2])):
+    policies = [("none", [], ()), ("every block", names, ()), ("every other", names[::2], ())]
+    if ckptlab.selective.available() is None:
+        policies.append(("every block, selectively", [], names))
+    for label, chosen, selective in policies:
         model, _, _ = build()
         torch.manual_seed(SEED)
         start = time.perf_counter()
         profile = ckptlab.profile_blocks(model, inputs, loss=loss)
         seconds = f"{time.perf_counter() - start:.2f}"
-        refused = {c.block: c.refused for c in profile.calls if c.refused}
-        chosen = [n for n in chosen if n not in refused]
-        applied = ckptlab.checkpoint_blocks(model, chosen, profile)
-        note = "; ".join(f"{printable(b)} not checkpointed: {r}" for b, r in refused.items())
-        peaks[label] = add(label, model, seconds, chosen, profile.kept_bytes(chosen), note)
+        ran = {c.block for c in profile.calls}  # (a layer drop's draw leaves some out)
+        policy = "selective" if selective else "checkpointed"
+        refused = {c.block: c.refused if not selective else c.selective_refused
+                   for c in profile.calls if (c.selective_refused if selective else c.refused)}
+        chosen = [n for n in chosen if n not in refused and n in ran]
+        selective = [n for n in selective if n not in refused and n in ran]
+        applied = ckptlab.checkpoint_blocks(model, chosen, profile, selective)
+        note = "; ".join(f"{printable(b)} not {policy}: {r}" for b, r in refused.items())
+        peaks[label] = add(label, model, seconds, chosen, profile.kept_bytes(chosen, selective),
+                           note, selective=selective)
         applied.undo()
     budgets = [(peaks["every block"] + peaks["none"]) // 2]
     if hasattr(plain, "gradient_checkpointing_enable"):
@@ -196,9 +206,12 @@ def rows_of(name, make, steps):
             continue
         seconds = f"{time.perf_counter() - start:.2f}"
         answer = applied.predicted
-        add("optimize", model, seconds, answer.plan.checkpointed, answer.plan.kept_bytes,
+        plan = answer.plan
+        add("optimize", model, seconds, plan.checkpointed, plan.kept_bytes,
             f"measured peak {answer.step_peak_bytes}; checkpointed "
-            f"{' '.join(answer.plan.checkpointed) or 'none'}", budget)
+            f"{' '.join(plan.checkpointed) or 'none'}"
+            + (f"; selectively {' '.join(plan.selective)}" if plan.selective else ""), budget,
+            plan.selective)
         applied.undo()
     return rows
 
@@ -242,8 +255,9 @@ def main():
             continue
         predicted = t["predicted_kept_bytes"]
         budget = t["budget_bytes"]
+        selective = t["blocks_selective"]
         print(f"| {t['model']} | {t['torch']} | {t['checkpointed']} ({t['blocks_checkpointed']} "
-              f"of {t['blocks']}) | {f'{budget:,}' if budget != '' else ''} | {t['kept_bytes']:,}"
+              f"of {t['blocks']}{f', {selective} selectively' if selective else ''}) | {f'{budget:,}' if budget != '' else ''} | {t['kept_bytes']:,}"
               f"{f' ({predicted:,})' if predicted != '' else ''} | {t['kept_vs_plain']} | "
               f"{t['peak_bytes']:,} | {t['peak_vs_plain']} | {t['step_vs_plain']} | "
               f"{'yes' if t['gradients_equal'] else 'no'} |")

@@ -5,15 +5,16 @@ The generated models are what tracing cannot cut: a mask sized by the batch's le
 (`.item()`), a layer drop drawn with `.item()` before each block and one inside a block, a router
 sending a data-dependent number of rows to each expert, blocks taking keyword arguments and
 returning tuples, BatchNorm, a counter read after its update (state), dropout, weights tied
-between two blocks, a block called twice; in float32, float64 and bfloat16. Properties, for any
-set of blocks checkpointed:
+between two blocks, a block called twice, a product's output written in place; in float32,
+float64 and bfloat16. Properties, for any policy per block (stored, checkpointed, and where this
+torch has it selective, ckptlab.selective):
   - find_blocks finds the model's layers and nothing else;
   - a step gives the plain model's loss, gradients (every parameter's) and buffers bitwise, from
     the same random state, and so does the step after it;
   - the bytes PyTorch keeps for backward (planned.kept_bytes) equal profile.kept_bytes(names);
   - undo() gives the plain model back.
 plan_blocks, for any budget between the least and the most a plan keeps: within it, the least
-forward time repeated of every set of blocks (brute force), stepping as the plain model and
+time repeated of every policy per block (brute force), stepping as the plain model and
 keeping the bytes it says. optimize(granularity="blocks") at budgets between the least and the
 stored step's measured peak: the next step's peak within the budget, the plain model's
 gradients, the predicted kept bytes. And on torchaudio's Conformer and wav2vec2 (which
@@ -44,7 +45,10 @@ if "TEST_SRCDIR" in os.environ and "CKPTLAB_PLANNER" not in os.environ:
         os.environ["TEST_SRCDIR"], "ckptlab/python/native/libckptlab_planner.so")
 
 WIDTH, EXPERTS = 6, 3
-KINDS = ["mlp", "dropout", "batch_norm", "router", "drop_inside", "counter"]
+KINDS = ["mlp", "dropout", "batch_norm", "router", "drop_inside", "counter", "written_in_place"]
+# The policies a block may have on this torch (ckptlab.selective: torch's selective checkpoint).
+SELECTIVE = ckptlab.selective.available() is None
+POLICIES = ["stored", "checkpointed"] + (["selective"] if SELECTIVE else [])
 
 
 class Block(nn.Module):
@@ -65,7 +69,10 @@ class Block(nn.Module):
             self.register_buffer("steps", torch.zeros(()))
 
     def forward(self, x, mask=None, scale=1.0):
-        h = torch.tanh(self.fc(x))
+        if self.kind == "written_in_place":  # a product's output written: no selective policy
+            h = torch.tanh(self.fc(x).mul_(0.5))
+        else:
+            h = torch.tanh(self.fc(x))
         if self.kind == "dropout":
             h = self.dropout(h)
         elif self.kind == "batch_norm":
@@ -133,7 +140,7 @@ def models(max_blocks, **extra):
     }, **extra))
 
 
-CASES = models(5, chosen=st.lists(st.booleans(), min_size=5, max_size=5))
+CASES = models(5, policies=st.lists(st.sampled_from(POLICIES), min_size=5, max_size=5))
 
 
 def build(case):
@@ -184,17 +191,32 @@ class GeneratedModels(unittest.TestCase):
         seed = case["seed"] + 1
         torch.manual_seed(seed)  # the profile leaves the random state as it found it
         profile = ckptlab.profile_blocks(model, inputs, loss=loss_of)
-        refused = {c.block for c in profile.calls if c.refused}  # a layer drop inside: nothing kept
+        # A layer drop inside keeps nothing; one before a block: the profile never saw it.
+        refused = {c.block for c in profile.calls if c.refused} | (
+            set(names) - {c.block for c in profile.calls})
+        partly = {c.block for c in profile.calls if c.selective_refused} | refused
+        self.assertLessEqual(refused, partly)
         for name in refused:
             with self.assertRaises(BlocksError):
                 profile.kept_bytes([name])
-        chosen = [n for n, c in zip(names, case["chosen"]) if c and n not in refused]
-        applied = ckptlab.checkpoint_blocks(model, chosen, profile)
+        for name in partly:
+            with self.assertRaises(BlocksError):
+                profile.kept_bytes(selective=[name])
+        if SELECTIVE:  # a product's output written in place, and nothing else, is refused
+            kinds = dict(zip(names, case["kinds"]))
+            self.assertEqual(partly - refused, {c.block for c in profile.calls
+                                                if kinds[c.block] == "written_in_place"} - refused)
+        chosen = [n for n, p in zip(names, case["policies"]) if p == "checkpointed"
+                  and n not in refused]
+        kept_outputs = [n for n, p in zip(names, case["policies"]) if p == "selective"
+                        and n not in partly]
+        applied = ckptlab.checkpoint_blocks(model, chosen, profile, selective=kept_outputs)
         got = step(model, inputs, seed)
         want = step(plain, inputs, seed)
-        what = f"{case['kinds']} {case['dtype']}, checkpointed {chosen}"
+        what = (f"{case['kinds']} {case['dtype']}, checkpointed {chosen}, selectively "
+                f"{kept_outputs}")
         assert_same(self, got, want, what)
-        self.assertEqual(got[3], profile.kept_bytes(chosen), what)
+        self.assertEqual(got[3], profile.kept_bytes(chosen, kept_outputs), what)
         assert_same(self, step(model, inputs, seed + 1), step(plain, inputs, seed + 1),
                     what + ", second step")
         applied.undo()
@@ -225,20 +247,27 @@ class PlannedWithinBudgets(unittest.TestCase):
         for call in profile.calls:
             calls.setdefault(call.block, []).append(call)
         free = [b for b, c in calls.items() if len(c) == 1 and not c[0].refused]
-        every = [list(chosen) for r in range(len(free) + 1)
-                 for chosen in itertools.combinations(free, r)]
-        kept = [profile.kept_bytes(chosen) for chosen in every]
+        every = []  # (checkpointed, selective, what their reruns repeat) of every plan
+        for policies in itertools.product(POLICIES, repeat=len(free)):
+            chosen = [b for b, p in zip(free, policies) if p == "checkpointed"]
+            kept_outputs = [b for b, p in zip(free, policies) if p == "selective"]
+            if not any(calls[b][0].selective_refused for b in kept_outputs):
+                every.append((chosen, kept_outputs,
+                              sum(calls[b][0].forward_ms for b in chosen)
+                              + sum(calls[b][0].selective_ms for b in kept_outputs)))
+        kept = [profile.kept_bytes(chosen, kept_outputs) for chosen, kept_outputs, _ in every]
         budget = int(min(kept) + case["budget"] * (max(kept) - min(kept)))
         plan = ckptlab.plan_blocks(profile, budget)
-        what = f"{case['kinds']} {case['dtype']}, budget {budget}: {plan.checkpointed}"
+        what = (f"{case['kinds']} {case['dtype']}, budget {budget}: {plan.checkpointed}, "
+                f"selectively {plan.selective}")
         self.assertLessEqual(plan.kept_bytes, budget, what)
-        self.assertEqual(plan.kept_bytes, profile.kept_bytes(plan.checkpointed), what)
+        self.assertEqual(plan.kept_bytes, profile.kept_bytes(plan.checkpointed, plan.selective),
+                         what)
         self.assertEqual(plan.stored_kept_bytes, profile.kept_bytes([]), what)
-        least = min(sum(calls[b][0].forward_ms for b in chosen)
-                    for chosen, k in zip(every, kept) if k <= budget)
+        least = min(ms for (_, _, ms), k in zip(every, kept) if k <= budget)
         # (The solver sums times in float: within its rounding of the least.)
         self.assertLessEqual(plan.recompute_ms, least * (1 + 1e-5) + 1e-9, what)
-        applied = ckptlab.checkpoint_blocks(model, plan.checkpointed, profile)
+        applied = ckptlab.checkpoint_blocks(model, plan.checkpointed, profile, plan.selective)
         got = step(model, inputs, seed)
         applied.undo()
         assert_same(self, got, step(build(case), inputs, seed), what)
@@ -281,7 +310,8 @@ def check_optimized(test, make, inputs, seed, loss_fn, fractions):
         applied = ckptlab.optimize(model, inputs, budget, loss=loss_fn, granularity="blocks",
                                    progress=False)
         answer = applied.predicted
-        what = f"{type(model).__name__} at {budget} bytes: {answer.plan.checkpointed}"
+        what = (f"{type(model).__name__} at {budget} bytes: {answer.plan.checkpointed}, "
+                f"selectively {answer.plan.selective}")
         test.assertLessEqual(answer.step_peak_bytes, budget, what)
         test.assertGreaterEqual(answer.stored_step_peak_bytes, stored, what)
         got = step(model, inputs, seed, loss_fn)
@@ -401,6 +431,41 @@ class Refusals(unittest.TestCase):
         self.refused(lambda: ckptlab.profile_blocks(nn.Linear(2, 2), torch.ones(1, 2)),
                      "no repeated blocks")
         self.refused(lambda: ckptlab.profile_blocks(self.model, (3,)), "no tensor")
+
+    def test_selective(self):
+        """A block under two policies, a selective policy on a torch without it, and a kept
+        output written in place (which torch's own check misses, giving other gradients)."""
+        self.refused(lambda: ckptlab.checkpoint_blocks(self.model, ["layers.0"], self.profile,
+                                                       selective=["layers.0"]),
+                     "layers.0 is named both checkpointed and selective")
+        self.refused(lambda: self.profile.kept_bytes(selective="layers.1"), "accepted: a list")
+        if not SELECTIVE:
+            self.refused(lambda: self.profile.kept_bytes(selective=["layers.1"]),
+                         "cannot be selectively checkpointed", f"torch {torch.__version__}")
+            return
+        case = dict(self.case, kinds=["written_in_place", "mlp"])
+        model = build(case)
+        profile = ckptlab.profile_blocks(model, self.inputs, loss=loss_of)
+        self.refused(lambda: ckptlab.checkpoint_blocks(model, [], profile,
+                                                       selective=["layers.0"]),
+                     "layers.0 cannot be selectively checkpointed", "written in place")
+        self.assertGreater(profile.kept_bytes(selective=["layers.1"]), profile.kept_bytes(
+            ["layers.1"]))  # its kept products, and no more: the prediction property's
+        self.assertEqual(ckptlab.plan_blocks(profile, "1GiB").selective, [])
+
+        class Written(nn.Module):  # a block's product, its output, written after it returns
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.ModuleList(nn.Linear(WIDTH, WIDTH) for _ in range(2))
+
+            def forward(self, x):
+                for layer in self.layers:
+                    x = layer(x).mul_(2).sin()
+                return x
+
+        profile = ckptlab.profile_blocks(Written(), torch.randn(3, 4, WIDTH))
+        self.assertEqual([c.selective_refused is not None for c in profile.calls], [True, True])
+        self.assertIn("written in place", profile.calls[0].selective_refused)
 
     def test_budgets(self):
         stored = self.profile.kept_bytes([])
@@ -779,10 +844,11 @@ class TorchAudio(unittest.TestCase):
 
         model = make()
         names = ckptlab.find_blocks(model)
-        for chosen in (names, names[::2]):
+        for every in (1, 2):  # of the blocks the profiled step ran (a layer drop's draw)
             model, plain = make(), make()
             torch.manual_seed(11)
             profile = ckptlab.profile_blocks(model, inputs, loss=loss)
+            chosen = [n for n in names if n in {c.block for c in profile.calls}][::every]
             ckptlab.checkpoint_blocks(model, chosen, profile)
             got, want = step(model, inputs, 11, loss), step(plain, inputs, 11, loss)
             assert_same(self, got, want, f"{type(model).__name__}, checkpointed {chosen}")

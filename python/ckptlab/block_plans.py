@@ -2,8 +2,8 @@
 
     profile = ckptlab.profile_blocks(model, inputs, loss, targets)
     plan = ckptlab.plan_blocks(profile, "2GiB")
-    plan.checkpointed, plan.kept_bytes, plan.recompute_ms
-    applied = ckptlab.checkpoint_blocks(model, plan.checkpointed, profile)
+    plan.checkpointed, plan.selective, plan.kept_bytes, plan.recompute_ms
+    applied = ckptlab.checkpoint_blocks(model, plan.checkpointed, profile, plan.selective)
 
 The budget bounds the bytes PyTorch keeps for backward when the loss is computed, as
 profile.kept_bytes counts them (exactly; the parameters, buffers and batch not counted); the
@@ -12,10 +12,12 @@ checkpointed block's forward once more, as the profile timed it), and the fastes
 the chain counts every plan's bytes exactly (below).
 
 The planner is strategies/chain_solver.h (ckptlab.native loads it), with checkpoints off: the
-step's block calls, in the order it made them, are its stages, each stored under one of two
-options, stored or (where the profile allows it) checkpointed. Between two calls x_k is what the
-later one takes; stored, a call keeps what autograd saved while it ran, checkpointed its random
-state and buffer copies, and either keeps what it returns (x_{k+1}). What the code between the
+step's block calls, in the order it made them, are its stages, each stored under one of three
+options, stored or (where the profile allows it) checkpointed or selectively checkpointed.
+Between two calls x_k is what the later one takes; stored, a call keeps what autograd saved while
+it ran, checkpointed its random state and buffer copies, selectively those and the outputs the
+policy keeps (its rerun's time the profile's share of the others), and each keeps what it
+returns (x_{k+1}). What the code between the
 calls keeps, and a storage handed to several calls (a mask), count once, outside the chain. A
 storage that two calls' graphs keep, or one handed to several that a checkpoint would free
 (a DenseNet's concatenated outputs), is counted as always kept: the chain's bytes are at or above
@@ -43,9 +45,10 @@ _GRID = 4096  # units on the solver's grid of budgets
 class BlockPlan:
     """The blocks to checkpoint (plan_blocks), and what the profile says of them."""
     checkpointed: List[str]  # in the order the profile names its blocks
-    kept_bytes: int          # profile.kept_bytes(checkpointed): kept for backward at the loss
+    selective: List[str]     # those selectively checkpointed (ckptlab.selective), in that order
+    kept_bytes: int          # profile.kept_bytes(checkpointed, selective): kept at the loss
     stored_kept_bytes: int   # the same with every block stored
-    recompute_ms: float      # the checkpointed blocks' forwards, which their reruns repeat
+    recompute_ms: float      # what the reruns repeat: the forwards (selective: their shares)
     forward_ms: float        # every block call's forward, as the profile timed it
 
 
@@ -94,21 +97,31 @@ def _chain(profile: BlockProfile, reruns: bool):
     for k, call in enumerate(calls):
         rest = sum(s for key, s in call.saved.items()
                    if key not in outside and key not in between[k] and key not in between[k + 1])
-        options = [native.Option(call.forward_ms, 0.0, x[k + 1] + rest)]
+        options = [(None, native.Option(call.forward_ms, 0.0, x[k + 1] + rest))]
         if call.block in free:
             extra = (profile.rng_bytes if call.draws else 0) + sum(call.state.values())
-            options.append(native.Option(2 * call.forward_ms, 0.0, x[k + 1] + extra,
-                                         backward_transient=rest if reruns else 0))
+            transient = rest if reruns else 0
+            options.append(("checkpointed", native.Option(
+                2 * call.forward_ms, 0.0, x[k + 1] + extra, backward_transient=transient)))
+            if not call.selective_refused:
+                cached = sum(s for key, s in call.cached.items()
+                             if key not in outside and key not in between[k + 1])
+                options.append(("selective", native.Option(
+                    call.forward_ms + call.selective_ms, 0.0, x[k + 1] + extra + cached,
+                    backward_transient=transient)))
         stages.append(options)
     return x, stages, sum(fixed.values())
 
 
-def plan_of(profile: BlockProfile, names) -> BlockPlan:
-    """The plan that checkpoints the blocks `names` (a list), as the profile counts it."""
-    chosen = set(names)
-    return BlockPlan([b for b in profile.blocks if b in chosen], profile.kept_bytes(list(names)),
-                     profile.kept_bytes([]),
-                     sum(c.forward_ms for c in profile.calls if c.block in chosen),
+def plan_of(profile: BlockProfile, names, selective=()) -> BlockPlan:
+    """The plan that checkpoints the blocks `names` (a list) and `selective` selectively, as the
+    profile counts it."""
+    chosen, kept_outputs = set(names), set(selective)
+    return BlockPlan([b for b in profile.blocks if b in chosen],
+                     [b for b in profile.blocks if b in kept_outputs],
+                     profile.kept_bytes(list(names), list(selective)), profile.kept_bytes([]),
+                     sum(c.forward_ms for c in profile.calls if c.block in chosen)
+                     + sum(c.selective_ms for c in profile.calls if c.block in kept_outputs),
                      sum(c.forward_ms for c in profile.calls))
 
 
@@ -127,8 +140,8 @@ def plan_blocks(profile: BlockProfile, budget, planner: Optional[str] = None,
     budget = budget_bytes(budget)
     calls = profile.calls
 
-    def plan(names):
-        return plan_of(profile, names)
+    def plan(names, kept_outputs=()):
+        return plan_of(profile, names, kept_outputs)
 
     candidates = [] if reruns and calls else [plan([])]
     if len(calls) > 64:
@@ -136,24 +149,27 @@ def plan_blocks(profile: BlockProfile, budget, planner: Optional[str] = None,
                           "(name fewer blocks with profile_blocks' blocks=)")
     if calls:
         x, stages, fixed = _chain(profile, reruns)
-        most = sum(max(o.kept for o in options) for options in stages) + max(
-            o.backward_transient for options in stages for o in options)
+        most = sum(max(o.kept for _, o in options) for options in stages) + max(
+            o.backward_transient for options in stages for _, o in options)
         unit = max(1, math.ceil(most / _GRID))
         grid = math.ceil(most / unit) + len(calls)
         # With reruns, only the plans the chain fits in the budget: it alone counts reruns.
         top = min(grid, (budget - fixed - x[0]) // unit) if reruns else grid
         try:
-            answers = native.plan_options(x, stages, unit, top, planner) if top >= 0 else []
+            answers = native.plan_options(x, [[o for _, o in options] for options in stages],
+                                          unit, top, planner) if top >= 0 else []
         except native.NativeError as e:
             raise BlocksError(f"blocks: {e}") from None
         seen = set()
-        for _, options in answers:
-            if options is None:
+        for _, chosen in answers:
+            if chosen is None:
                 continue
-            names = tuple(calls[k].block for k, o in enumerate(options) if o == 1)
-            if names not in seen:
-                seen.add(names)
-                candidates.append(plan(list(names)))
+            policies = [stages[k][o][0] for k, o in enumerate(chosen)]
+            names = tuple(calls[k].block for k, p in enumerate(policies) if p == "checkpointed")
+            kept_outputs = tuple(calls[k].block for k, p in enumerate(policies) if p == "selective")
+            if (names, kept_outputs) not in seen:
+                seen.add((names, kept_outputs))
+                candidates.append(plan(list(names), list(kept_outputs)))
         if not reruns:
             candidates.append(plan(checkpointable(profile)))
     if not candidates:
@@ -164,5 +180,7 @@ def plan_blocks(profile: BlockProfile, budget, planner: Optional[str] = None,
         least = min(candidates, key=lambda p: (p.kept_bytes, p.recompute_ms))
         raise BudgetError(f"blocks: budget={budget} bytes is below what every plan the planner "
                           f"weighed keeps: the least, {least.kept_bytes} bytes, checkpoints "
-                          f"{len(least.checkpointed)} of the {len(profile.blocks)} blocks")
+                          f"{len(least.checkpointed)} of the {len(profile.blocks)} blocks"
+                          + (f" and {len(least.selective)} more selectively"
+                             if least.selective else ""))
     return min(fitting, key=lambda p: (p.recompute_ms, p.kept_bytes))

@@ -2,8 +2,8 @@
 
     names = ckptlab.find_blocks(model)                     # ["encoder.layers.0", ...]
     profile = ckptlab.profile_blocks(model, inputs, loss=None, targets=())
-    profile.kept_bytes(names[:4])                          # predicted, to the byte
-    applied = ckptlab.checkpoint_blocks(model, names[:4], profile)
+    profile.kept_bytes(names[:4], selective=names[4:6])    # predicted, to the byte
+    applied = ckptlab.checkpoint_blocks(model, names[:4], profile, selective=names[4:6])
     loss(model(*inputs), *targets).backward()              # the plain model's gradients
     applied.undo()                                         # the model as it was
 
@@ -33,14 +33,20 @@ model passes them, and keeps besides its inputs:
   - a copy of the buffers it updates (BatchNorm's statistics), which the rerun reads and
     updates in place of the model's, so that the model's state is updated once, as the plain
     step updates it.
+A block checkpointed selectively (ckptlab.selective: PyTorch's selective checkpoint, where
+this torch runs it) keeps the outputs of its matrix products, convolutions and attention too, and
+its rerun runs only the other operators; the profile runs the step a second time to see those
+outputs (its `cached` storages) and the share of the block's time they took (its
+`selective_ms`), and refuses the policy for a block one of whose kept outputs is written in
+place (a Linear's output under .relu_()), whose rerun would read what was written.
 Refused by name, from what the profile saw, where a rerun would not run as the first run did: a
 block that writes its input in place or whose input is written after it returns (x += block(x)),
 that writes a parameter, gives a buffer a new tensor (self.x = ...), reads a buffer written after
 it returns (one it shares with a later block), updates a buffer it does not hold (a norm handed
 to it) or draws from a torch.Generator of its own or one it is handed; a block handed an object
 holding tensors (a cache, such as Hugging Face's DynamicCache, which a rerun would update again:
-use_cache=False); a block called within another's call; and one whose calls keep nothing for
-backward. What a rerun cannot see is not replayed: a plain Python attribute a block updates (a
+use_cache=False); a block called within another's call; one whose calls keep nothing for
+backward; and one the profiled step did not run (a layer drop's), of which it knows nothing. What a rerun cannot see is not replayed: a plain Python attribute a block updates (a
 counter held as an int) is updated again by its rerun; hold such state in a buffer.
 checkpoint_blocks refuses a profile of another model, or of this one before a module was
 replaced, train()/eval() switched, a forward hook added or removed, or a parameter's or
@@ -59,6 +65,7 @@ import torch
 from torch import nn
 import torch.utils.checkpoint
 
+from ckptlab import selective
 from ckptlab.chains import _untouched, mean_square
 from ckptlab.model_settings import changed_since, settings_of
 from ckptlab.plan import printable
@@ -172,6 +179,12 @@ class BlockCall:
     state: Dict[str, int]      # the buffers it updated (names in the block) and their bytes
     forward_ms: float          # its forward's time, with autograd recording
     refused: Optional[str]     # why it cannot be checkpointed, if it cannot
+    # Selectively checkpointed (ckptlab.selective): the storages it keeps besides its inputs,
+    # its rerun's time (its forward's, less the share of the operators whose outputs it keeps),
+    # and why it cannot be, if it cannot (then `cached` is empty).
+    cached: Dict[tuple, int] = dataclasses.field(default_factory=dict)
+    selective_ms: float = 0.0
+    selective_refused: Optional[str] = None
 
 
 @dataclasses.dataclass
@@ -185,22 +198,38 @@ class BlockProfile:
     modules: Dict[str, weakref.ref] = dataclasses.field(repr=False, default_factory=dict)
     settings: List[tuple] = dataclasses.field(repr=False, default_factory=list)
 
-    def kept_bytes(self, checkpointed: Sequence[str] = ()) -> int:
+    def kept_bytes(self, checkpointed: Sequence[str] = (), selective: Sequence[str] = ()) -> int:
         """The bytes PyTorch keeps for backward when the loss is computed, with the blocks named
-        in `checkpointed` checkpointed and the others stored: BlocksError for a name not
-        profiled or a block that cannot be checkpointed."""
-        chosen = self._checked(checkpointed)
+        in `checkpointed` checkpointed, those in `selective` selectively checkpointed and the
+        others stored: BlocksError for a name not profiled, named in both, or a block that
+        cannot be checkpointed so."""
+        chosen, kept_outputs = self._policies(checkpointed, selective)
         kept = dict(self.outside)
         for k, call in enumerate(self.calls):
-            if call.block not in chosen:
+            if call.block not in chosen and call.block not in kept_outputs:
                 kept.update(call.saved)
                 continue
             kept.update(call.inputs)
+            if call.block in kept_outputs:
+                kept.update(call.cached)
             if call.draws:
                 kept[("random state", k)] = self.rng_bytes
             for name, size in call.state.items():
                 kept[("state", k, name)] = size
         return sum(size for key, size in kept.items() if key not in self.excluded)
+
+    def _policies(self, checkpointed: Sequence[str], selective: Sequence[str]):
+        """(the blocks checkpointed, those selectively), checked."""
+        chosen, kept_outputs = self._checked(checkpointed), self._checked(selective)
+        both = [n for n in self.blocks if n in chosen and n in kept_outputs]
+        if both:
+            raise BlocksError(f"blocks: {printable(both[0])} is named both checkpointed and "
+                              "selective; accepted: one policy a block")
+        for call in self.calls:
+            if call.block in kept_outputs and call.selective_refused:
+                raise BlocksError(f"blocks: {printable(call.block)} cannot be selectively "
+                                  f"checkpointed: {call.selective_refused}")
+        return chosen, kept_outputs
 
     def _checked(self, names: Sequence[str]) -> set:
         chosen = set()
@@ -209,6 +238,12 @@ class BlockProfile:
                 raise BlocksError(f"blocks: {printable(repr(name))} is no block profiled; "
                                   f"accepted: {printable(', '.join(self.blocks))}")
             chosen.add(name)
+        missed = chosen - {call.block for call in self.calls}
+        if missed:
+            name = next(n for n in self.blocks if n in missed)
+            raise BlocksError(f"blocks: {printable(name)} did not run in the profiled step (a "
+                              "layer drop's draw), so the profile knows nothing of it; accepted: "
+                              "the blocks it ran (profile a step that runs this one)")
         for call in self.calls:
             if call.block in chosen and call.refused:
                 raise BlocksError(f"blocks: {printable(call.block)} cannot be checkpointed: "
@@ -334,7 +369,8 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
     # Every call's inputs, held to the end as a checkpoint would hold them, so that no storage
     # freed in the stored step lends its address to another: keys are addresses of storages
     # alive together.
-    held: List[torch.Tensor] = []
+    held: List[torch.Tensor] = []  # and their outputs, which a selective policy may keep
+    order: List[Tuple[list, list]] = []  # per call: its inputs' and outputs' storages, in order
     ended: List[List[Tuple[torch.Tensor, int]]] = []  # per call: its inputs' versions at its end
     # Per call: the buffers it read but did not update, as they were at its end.
     read: List[Tuple[List[str], List[torch.Tensor], list]] = []
@@ -357,6 +393,7 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
                 return forward(*a, **k)
             given = _tensors((a, k))
             held.extend(given)
+            order.append(([_storage(t)[0] for t in given], []))
             versions = [t._version for t in given]
             parameters = list(block.named_parameters())
             parameter_versions = [p._version for _, p in parameters]
@@ -379,6 +416,9 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
             finally:
                 call.forward_ms = (time.perf_counter() - start) * 1e3
                 active.pop()
+            returned = _tensors(out)
+            held.extend(returned)
+            order[-1][1].extend(_storage(t)[0] for t in returned)
             call.draws = _drew(states)
             call.state = {n: b.numel() * b.element_size()
                           for (n, b), c in zip(buffers, _changed([b for _, b in buffers], before))
@@ -453,10 +493,67 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
                             "checkpoint of its own would nest")
         elif not call.saved and call.refused is None:
             call.refused = "it keeps nothing for backward, so a checkpoint would save nothing"
+    _profile_selective(model, resolved, (args, kwargs, targets), loss, generators, calls, order)
     return BlockProfile(
         blocks=[n for n, _ in resolved], calls=calls, outside=outside,
         excluded=_storages(model_tensors + batch), rng_bytes=_storage(torch.get_rng_state())[1],
         modules={n: weakref.ref(m) for n, m in resolved}, settings=settings_of(model))
+
+
+def _profile_selective(model, resolved, batch, loss, generators, calls, order):
+    """Fills each call's selective fields from a second run of the step (forward and loss)
+    under selective.Recorder: the outputs the policy keeps, as the first run's storages where
+    they are a call's inputs or outputs (which other calls or the code between them may keep
+    too), the share of its forward's time in those operators, and whether one is written."""
+    why = selective.available()
+    if why is None and any(c.refused is None for c in calls):
+        args, kwargs, targets = batch
+        recorder = selective.Recorder()
+        records = []  # per call: its block, its inputs' and outputs' storages
+
+        def make(name, block, forward):
+            def recorded(*a, **k):
+                if recorder.call is not None:
+                    return forward(*a, **k)
+                recorder.call = len(records)
+                try:
+                    out = forward(*a, **k)
+                finally:
+                    recorder.call = None
+                records.append((name, [_storage(t)[0] for t in _tensors((a, k))],
+                                [_storage(t)[0] for t in _tensors(out)]))
+                return out
+            return recorded
+
+        with _untouched(model, _tensors(batch)), _generators_untouched(generators), \
+                _forward_replaced(model, resolved, make), recorder:
+            output = model(*args, **kwargs)  # and its loss, which may write a kept output
+            if loss is not None:
+                loss(output, *targets)
+            else:
+                mean_square(output)
+            del output
+        if [r[0] for r in records] != [c.block for c in calls]:
+            why = "the step called other blocks when run again (what it draws is not replayed)"
+    for k, call in enumerate(calls):
+        if call.refused is not None or why is not None:
+            call.selective_refused = call.refused or why
+            continue
+        _, given, returned = records[k]
+        first = dict(zip(given, order[k][0]))
+        first.update(zip(returned, order[k][1]))
+        kept = dict(_storage(t) for t in recorder.outputs.get(k, []))
+        call.cached = {first.get(key, ("selective", k, key)): size for key, size in kept.items()}
+        ops_ms = recorder.ops_ms.get(k, 0.0)
+        share = recorder.saved_ms.get(k, 0.0) / ops_ms if ops_ms > 0 else 0.0
+        call.selective_ms = call.forward_ms * (1 - share)
+        if any(key in recorder.written for key in kept):
+            call.cached = {}
+            call.selective_refused = ("an output it would keep is written in place after it is "
+                                      "made, which a selective checkpoint would not see")
+        elif not call.cached:
+            call.selective_refused = ("it runs none of the operators whose outputs the policy "
+                                      "keeps (ckptlab.selective.SAVED): it is checkpointed")
 
 
 def _generators(model: nn.Module) -> List[Tuple[nn.Module, torch.Generator]]:
@@ -480,7 +577,7 @@ class Applied:
 
     def __init__(self, model: nn.Module, blocks: List[Tuple[str, nn.Module]]):
         self.model = model
-        self.blocks = [n for n, _ in blocks]
+        self.blocks = [n for n, _ in blocks]  # those checkpointed, selectively or not
         self.predicted = None  # what ckptlab.optimize found (a BlocksAnswer), where it applied it
         self._before = [(block, vars(block).get("forward")) for _, block in blocks]
 
@@ -493,10 +590,13 @@ class Applied:
         self._before = []
 
 
-def _checkpointed(block: nn.Module, forward: Callable) -> Callable:
-    """`forward` under a non-reentrant checkpoint, with the random streams and the state its
-    first run read replayed in its rerun (the module docstring says what it keeps)."""
+def _checkpointed(block: nn.Module, forward: Callable, policy: str) -> Callable:
+    """`forward` under a non-reentrant checkpoint ("selective": ckptlab.selective's), with the
+    random streams and the state its first run read replayed in its rerun (the module docstring
+    says what it keeps)."""
     buffers = list(block.buffers())
+    options = dict(selective.CHECKPOINT, context_fn=selective.contexts) if (
+        policy == "selective") else {}
 
     def wrapped(*a, **k):
         if not torch.is_grad_enabled():
@@ -517,14 +617,15 @@ def _checkpointed(block: nn.Module, forward: Callable) -> Callable:
                         torch.set_rng_state(host)
                         for d, s in zip(devices, cuda):
                             torch.cuda.set_rng_state(s, d)
-                    if replay:
-                        stack.enter_context(replay[0].standing_in(replay[1]))
+                    if replay:  # (its copies are not the block's: unseen by a selective one)
+                        with selective.unseen() if options else contextlib.nullcontext():
+                            stack.enter_context(replay[0].standing_in(replay[1]))
                     return forward(*ra, **k)
             ran.append(True)
             return forward(*ra, **k)
 
         out = torch.utils.checkpoint.checkpoint(run, *a, use_reentrant=False,
-                                                preserve_rng_state=False)
+                                                preserve_rng_state=False, **options)
         updated = [(b, value) for b, (_, value), c
                    in zip(buffers, before, _changed(buffers, before)) if c]
         del before
@@ -541,19 +642,21 @@ def _checkpointed(block: nn.Module, forward: Callable) -> Callable:
     return wrapped
 
 
-def checkpoint_blocks(model: nn.Module, names: Sequence[str], profile: BlockProfile) -> Applied:
-    """The blocks named checkpointed in place, as `profile` (of this model, profile_blocks) saw
-    them run: the model's own forward runs unchanged, the plain model's gradients and state
-    after a step, bitwise on a CPU. BlocksError naming a block not profiled, one that cannot be
-    checkpointed, one already checkpointed, or a profile of another model."""
+def checkpoint_blocks(model: nn.Module, names: Sequence[str], profile: BlockProfile,
+                      selective: Sequence[str] = ()) -> Applied:
+    """The blocks `names` checkpointed in place, and those in `selective` selectively
+    (ckptlab.selective), as `profile` (of this model, profile_blocks) saw them run: the model's
+    own forward runs unchanged, the plain model's gradients and state after a step, bitwise on a
+    CPU. BlocksError naming a block not profiled, one that cannot be checkpointed so, one
+    already checkpointed, or a profile of another model."""
     if not isinstance(profile, BlockProfile):
         raise BlocksError(f"blocks: profile= takes profile_blocks' answer; got "
                           f"{printable(type(profile).__name__)}")
-    chosen = profile._checked(names)
+    chosen, kept_outputs = profile._policies(names, selective)
     modules = dict(_model(model).named_modules())
 
     resolved = []
-    for name in sorted(chosen, key=profile.blocks.index):
+    for name in sorted(chosen | kept_outputs, key=profile.blocks.index):
         block = modules.get(name)
         if block is None or profile.modules[name]() is not block:
             raise BlocksError(f"blocks: the profile is of another model: "
@@ -568,5 +671,6 @@ def checkpoint_blocks(model: nn.Module, names: Sequence[str], profile: BlockProf
                           f"({printable(changed)}); profile it again")
     applied = Applied(model, resolved)
     for name, block in resolved:
-        block.forward = _checkpointed(block, _forward(block))
+        block.forward = _checkpointed(block, _forward(block),
+                                      "selective" if name in kept_outputs else "checkpointed")
     return applied

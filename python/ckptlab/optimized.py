@@ -179,6 +179,12 @@ def optimize(model: nn.Module, inputs, budget, loss: Optional[Callable[..., torc
     return planned
 
 
+def _described(plan: BlockPlan, profile) -> str:
+    """A plan in a few words: "2 of 6 blocks checkpointed, 1 more selectively"."""
+    words = f"{len(plan.checkpointed)} of {len(profile.blocks)} blocks checkpointed"
+    return words + (f", {len(plan.selective)} more selectively" if plan.selective else "")
+
+
 def _optimize_blocks(model, inputs, budget: str, loss, targets, blocks, planner, progress):
     """optimize's blocks path (the module docstring)."""
     try:
@@ -203,12 +209,13 @@ def _optimize_blocks(model, inputs, budget: str, loss, targets, blocks, planner,
 
     peaks = {}  # by the blocks checkpointed: a plan's step is measured once in this call
 
-    def measured(names) -> int:
-        """The peak of a step with `names` checkpointed, the model as it was after."""
-        if tuple(names) in peaks:
-            return peaks[tuple(names)]
+    def measured(plan: BlockPlan) -> int:
+        """The peak of a step under `plan`, the model as it was after."""
+        key = (tuple(plan.checkpointed), tuple(plan.selective))
+        if key in peaks:
+            return peaks[key]
         grads = [t.grad for t in leaves]
-        applied = checkpoint_blocks(model, names, profile)
+        applied = checkpoint_blocks(model, plan.checkpointed, profile, plan.selective)
         try:
             with _untouched(model, _tensors((args, kwargs, targets))):
                 for t in leaves:
@@ -225,14 +232,14 @@ def _optimize_blocks(model, inputs, budget: str, loss, targets, blocks, planner,
             for t, g in zip(leaves, grads):
                 t.grad = g
         if progress:
-            print(f"ckptlab.optimize: {len(names)} of {len(profile.blocks)} blocks "
-                  f"checkpointed: the step peaks at {peak} bytes", file=sys.stderr)
-        peaks[tuple(names)] = peak
+            print(f"ckptlab.optimize: {_described(plan, profile)}: the step peaks at {peak} "
+                  "bytes", file=sys.stderr)
+        peaks[key] = peak
         return peak
 
-    stored = measured([])
-    target = limit - (stored - profile.kept_bytes([]))
     plans = [plan_of(profile, [])]  # every block stored
+    stored = measured(plans[0])
+    target = limit - (stored - profile.kept_bytes([]))
     for _ in range(4):
         try:
             plans.append(plan_blocks(profile, max(target, 0), planner, reruns=True))
@@ -240,22 +247,21 @@ def _optimize_blocks(model, inputs, budget: str, loss, targets, blocks, planner,
             break
         except BlocksError as e:  # more block calls than the planner takes
             raise OptimizeError(f"ckptlab.optimize: {printable(str(e))}") from None
-        overshoot = measured(plans[-1].checkpointed) - limit
+        overshoot = measured(plans[-1]) - limit
         if overshoot <= 0:
             break
         target = min(target - overshoot, plans[-1].kept_bytes - 1)
-    if all(measured(p.checkpointed) > limit for p in plans):  # every block that can be, too
+    if all(measured(p) > limit for p in plans):  # every block that can be, too
         plans.append(plan_of(profile, checkpointable(profile)))
-    plan = min((p for p in plans if measured(p.checkpointed) <= limit),
-               key=lambda p: (p.recompute_ms, measured(p.checkpointed)), default=None)
+    plan = min((p for p in plans if measured(p) <= limit),
+               key=lambda p: (p.recompute_ms, measured(p)), default=None)
     if plan is None:
-        lowest = min(plans, key=lambda p: measured(p.checkpointed))
+        lowest = min(plans, key=measured)
         raise OptimizeError(
             f"ckptlab.optimize: budget={budget} is below the peaks of every plan of its blocks "
-            f"it measured: the lowest, {measured(lowest.checkpointed)} bytes, with "
-            f"{len(lowest.checkpointed)} of {len(profile.blocks)} blocks checkpointed (every "
-            f"block stored: {stored})")
-    peak = measured(plan.checkpointed)
-    applied = checkpoint_blocks(model, plan.checkpointed, profile)
+            f"it measured: the lowest, {measured(lowest)} bytes, with "
+            f"{_described(lowest, profile)} (every block stored: {stored})")
+    peak = measured(plan)
+    applied = checkpoint_blocks(model, plan.checkpointed, profile, plan.selective)
     applied.predicted = BlocksAnswer(plan, peak, stored, limit)
     return applied
