@@ -40,8 +40,9 @@ from ckptlab.plan import printable  # noqa: E402
 from anymodel import write_csv  # noqa: E402  (this folder's: the same whole-or-nothing CSV)
 
 FIELDS = ["model", "torch", "blocks", "profile_s", "checkpointed", "blocks_checkpointed",
-          "blocks_selective", "budget_bytes", "predicted_kept_bytes", "kept_bytes", "kept_vs_plain", "peak_bytes",
-          "peak_vs_plain", "step_ms", "step_vs_plain", "gradients_equal", "note"]
+          "blocks_selective", "budget_bytes", "predicted_kept_bytes", "kept_bytes",
+          "kept_vs_plain", "peak_bytes", "peak_vs_plain", "step_ms", "step_vs_plain",
+          "gradients_equal", "note"]
 SEED = 0
 
 
@@ -257,7 +258,8 @@ def main():
         budget = t["budget_bytes"]
         selective = t["blocks_selective"]
         print(f"| {t['model']} | {t['torch']} | {t['checkpointed']} ({t['blocks_checkpointed']} "
-              f"of {t['blocks']}{f', {selective} selectively' if selective else ''}) | {f'{budget:,}' if budget != '' else ''} | {t['kept_bytes']:,}"
+              f"of {t['blocks']}{f', {selective} selectively' if selective else ''}) | "
+              f"{f'{budget:,}' if budget != '' else ''} | {t['kept_bytes']:,}"
               f"{f' ({predicted:,})' if predicted != '' else ''} | {t['kept_vs_plain']} | "
               f"{t['peak_bytes']:,} | {t['peak_vs_plain']} | {t['step_vs_plain']} | "
               f"{'yes' if t['gradients_equal'] else 'no'} |")

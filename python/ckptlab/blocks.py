@@ -46,8 +46,9 @@ it returns (one it shares with a later block), updates a buffer it does not hold
 to it) or draws from a torch.Generator of its own or one it is handed; a block handed an object
 holding tensors (a cache, such as Hugging Face's DynamicCache, which a rerun would update again:
 use_cache=False); a block called within another's call; one whose calls keep nothing for
-backward; and one the profiled step did not run (a layer drop's), of which it knows nothing. What a rerun cannot see is not replayed: a plain Python attribute a block updates (a
-counter held as an int) is updated again by its rerun; hold such state in a buffer.
+backward; and one the profiled step did not run (a layer drop's), of which it knows nothing.
+What a rerun cannot see is not replayed: a plain Python attribute a block updates (a counter
+held as an int) is updated again by its rerun; hold such state in a buffer.
 checkpoint_blocks refuses a profile of another model, or of this one before a module was
 replaced, train()/eval() switched, a forward hook added or removed, or a parameter's or
 buffer's dtype, device, shape or requires_grad changed (a plain attribute changed, such as
