@@ -431,6 +431,11 @@ class Refusals(unittest.TestCase):
         self.refused(lambda: ckptlab.profile_blocks(nn.Linear(2, 2), torch.ones(1, 2)),
                      "no repeated blocks")
         self.refused(lambda: ckptlab.profile_blocks(self.model, (3,)), "no tensor")
+        with torch.inference_mode():
+            self.refused(lambda: ckptlab.profile_blocks(self.model, self.inputs),
+                         "torch.inference_mode() is on")
+            frozen = tuple(t.clone() for t in self.inputs)
+        self.refused(lambda: ckptlab.profile_blocks(self.model, frozen), "an inference tensor")
 
     def test_selective(self):
         """A block under two policies, a selective policy on a torch without it, and a kept

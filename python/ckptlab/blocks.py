@@ -36,8 +36,8 @@ model passes them, and keeps besides its inputs:
 A block checkpointed selectively (ckptlab.selective: PyTorch's selective checkpoint, where
 this torch runs it) keeps the outputs of its matrix products, convolutions and attention too, and
 its rerun runs only the other operators; the profile runs the step a second time to see those
-outputs (its `cached` storages) and the share of the block's time they took (its
-`selective_ms`), and refuses the policy for a block one of whose kept outputs is written in
+outputs (its `cached` storages) and what the policy costs in time (its `selective_ms`: PyTorch
+runs every operator of the block through a Python dispatch mode, twice), and refuses the policy for a block one of whose kept outputs is written in
 place (a Linear's output under .relu_()), whose rerun would read what was written.
 Refused by name, from what the profile saw, where a rerun would not run as the first run did: a
 block that writes its input in place or whose input is written after it returns (x += block(x)),
@@ -181,8 +181,9 @@ class BlockCall:
     forward_ms: float          # its forward's time, with autograd recording
     refused: Optional[str]     # why it cannot be checkpointed, if it cannot
     # Selectively checkpointed (ckptlab.selective): the storages it keeps besides its inputs,
-    # its rerun's time (its forward's, less the share of the operators whose outputs it keeps),
-    # and why it cannot be, if it cannot (then `cached` is empty).
+    # the time it costs over being stored (its forward and its rerun under the policy's dispatch
+    # mode, as the profile's second run timed its operators under one, the rerun without the
+    # kept ones), and why it cannot be, if it cannot (then `cached` is empty).
     cached: Dict[tuple, int] = dataclasses.field(default_factory=dict)
     selective_ms: float = 0.0
     selective_refused: Optional[str] = None
@@ -341,6 +342,13 @@ def _batch(inputs, targets) -> Tuple[tuple, dict, tuple]:
         raise BlocksError("blocks: inputs hold no tensor; accepted: a tensor, a tuple of the "
                           "model's positional arguments, or a dict of its keyword arguments")
     _storages(_tensors((args, kwargs, targets)))  # each with a storage: BlocksError for sparse
+    if torch.is_inference_mode_enabled():
+        raise BlocksError("blocks: torch.inference_mode() is on; a profile is of a training "
+                          "step: profile outside it")
+    if any(t.is_inference() for t in _tensors((args, kwargs, targets))):
+        raise BlocksError("blocks: the batch holds an inference tensor (made under "
+                          "torch.inference_mode()), which autograd cannot save; accepted: "
+                          "tensors made outside it (t.clone() outside makes one)")
     return args, kwargs, targets
 
 
@@ -505,7 +513,7 @@ def _profile_selective(model, resolved, batch, loss, generators, calls, order):
     """Fills each call's selective fields from a second run of the step (forward and loss)
     under selective.Recorder: the outputs the policy keeps, as the first run's storages where
     they are a call's inputs or outputs (which other calls or the code between them may keep
-    too), the share of its forward's time in those operators, and whether one is written."""
+    too), its time under the mode and in those operators, and whether one is written."""
     why = selective.available()
     if why is None and any(c.refused is None for c in calls):
         args, kwargs, targets = batch
@@ -517,12 +525,14 @@ def _profile_selective(model, resolved, batch, loss, generators, calls, order):
                 if recorder.call is not None:
                     return forward(*a, **k)
                 recorder.call = len(records)
+                start = time.perf_counter()
                 try:
                     out = forward(*a, **k)
                 finally:
                     recorder.call = None
                 records.append((name, [_storage(t)[0] for t in _tensors((a, k))],
-                                [_storage(t)[0] for t in _tensors(out)]))
+                                [_storage(t)[0] for t in _tensors(out)],
+                                (time.perf_counter() - start) * 1e3))
                 return out
             return recorded
 
@@ -540,14 +550,15 @@ def _profile_selective(model, resolved, batch, loss, generators, calls, order):
         if call.refused is not None or why is not None:
             call.selective_refused = call.refused or why
             continue
-        _, given, returned = records[k]
+        _, given, returned, recorded_ms = records[k]
         first = dict(zip(given, order[k][0]))
         first.update(zip(returned, order[k][1]))
         kept = dict(_storage(t) for t in recorder.outputs.get(k, []))
         call.cached = {first.get(key, ("selective", k, key)): size for key, size in kept.items()}
-        ops_ms = recorder.ops_ms.get(k, 0.0)
-        share = recorder.saved_ms.get(k, 0.0) / ops_ms if ops_ms > 0 else 0.0
-        call.selective_ms = call.forward_ms * (1 - share)
+        # Its forward and its rerun both run every operator through a dispatch mode, as the
+        # recorder's did; the rerun skips the kept ones.
+        call.selective_ms = max(0.0, 2 * recorded_ms - recorder.saved_ms.get(k, 0.0)
+                                - call.forward_ms)
         if any(key in recorder.written for key in kept):
             call.cached = {}
             call.selective_refused = ("an output it would keep is written in place after it is "

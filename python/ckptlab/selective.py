@@ -13,8 +13,8 @@ block (respect_saved_tensors_hooks), so kept_bytes sees them as it sees what aut
 a torch without that option is refused (`available`).
 
 Recorder is the profile's view of the same policy, from the same SAVED: a dispatch mode that
-records each output the policy would keep, the time of the operators it would not rerun against
-that of all operators, and what is written in place.
+records each output the policy would keep, the time of the operators it would not rerun, and
+what is written in place.
 """
 
 import inspect
@@ -85,7 +85,7 @@ def _base():
 class Recorder(_base()):
     """A dispatch mode recording, for the operators run under it while `call` names a block
     call, the outputs the policy keeps (`outputs[call]`: the tensors, held) and the milliseconds
-    spent in those operators and in all (`saved_ms[call]`, `ops_ms[call]`); and, whenever it
+    spent in those operators (`saved_ms[call]`); and, whenever it
     runs, the storages an operator writes in place (`written`: what a selective checkpoint
     would replay with the values written, not those it kept; torch's own check misses a
     product's output written through a reshape, as a 3-d Linear's is)."""
@@ -95,7 +95,6 @@ class Recorder(_base()):
         self.call: Optional[int] = None
         self.outputs: Dict[int, List[torch.Tensor]] = {}
         self.saved_ms: Dict[int, float] = {}
-        self.ops_ms: Dict[int, float] = {}
         self.written: Set[tuple] = set()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -104,17 +103,15 @@ class Recorder(_base()):
             for t in value if isinstance(value, (tuple, list)) else [value]:
                 if isinstance(t, torch.Tensor) and t.layout == torch.strided:
                     self.written.add(_storage(t)[0])
+        k = self.call
+        if k is None or not saves(func):
+            return func(*args, **kwargs)
         start = time.perf_counter()
         out = func(*args, **kwargs)
-        ms = (time.perf_counter() - start) * 1e3
-        k = self.call
-        if k is not None:
-            self.ops_ms[k] = self.ops_ms.get(k, 0.0) + ms
-            if saves(func):
-                self.saved_ms[k] = self.saved_ms.get(k, 0.0) + ms
-                self.outputs.setdefault(k, []).extend(
-                    t for t in (out if isinstance(out, (tuple, list)) else [out])
-                    if isinstance(t, torch.Tensor))
+        self.saved_ms[k] = self.saved_ms.get(k, 0.0) + (time.perf_counter() - start) * 1e3
+        self.outputs.setdefault(k, []).extend(
+            t for t in (out if isinstance(out, (tuple, list)) else [out])
+            if isinstance(t, torch.Tensor))
         return out
 
 
