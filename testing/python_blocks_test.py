@@ -202,10 +202,11 @@ class GeneratedModels(unittest.TestCase):
         for name in partly:
             with self.assertRaises(BlocksError):
                 profile.kept_bytes(selective=[name])
-        if SELECTIVE:  # a product's output written in place, and nothing else, is refused
+        if SELECTIVE:  # a product's output written in place or a draw read, and nothing else
             kinds = dict(zip(names, case["kinds"]))
-            self.assertEqual(partly - refused, {c.block for c in profile.calls
-                                                if kinds[c.block] == "written_in_place"} - refused)
+            self.assertEqual(partly - refused, {
+                c.block for c in profile.calls
+                if kinds[c.block] in ("written_in_place", "drop_inside")} - refused)
         chosen = [n for n, p in zip(names, case["policies"]) if p == "checkpointed"
                   and n not in refused]
         kept_outputs = [n for n, p in zip(names, case["policies"]) if p == "selective"
@@ -471,6 +472,90 @@ class Refusals(unittest.TestCase):
         profile = ckptlab.profile_blocks(Written(), torch.randn(3, 4, WIDTH))
         self.assertEqual([c.selective_refused is not None for c in profile.calls], [True, True])
         self.assertIn("written in place", profile.calls[0].selective_refused)
+
+    def test_selective_where_kept_outputs_leave_the_block(self):
+        """A product's output kept by the code after the blocks (a router's logits, stashed for
+        a z-loss) or handed to the next block inside an object: counted once, exactly; a
+        scratch tensor written and freed before a product does not refuse it; a block reading
+        a draw into Python is refused (another step may write what it keeps)."""
+        if not SELECTIVE:
+            self.skipTest(ckptlab.selective.available())
+
+        class Stashed(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.router, self.fc = nn.Linear(WIDTH, 3), nn.Linear(WIDTH, WIDTH)
+
+            def forward(self, x):
+                scratch = torch.empty_like(x)
+                scratch.fill_(1)  # written, freed: its address may be a kept output's next
+                del scratch
+                self.logits = self.router(x)
+                return {"h": x + self.fc(torch.tanh(x)) * self.logits.softmax(-1)[..., :1]}
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.ModuleList(Stashed() for _ in range(3))
+
+            def forward(self, x):
+                for layer in self.layers:
+                    x = layer(x)["h"]
+                return x, sum(torch.logsumexp(l.logits, -1).square().mean() for l in self.layers)
+
+        x = torch.randn(3, 5, WIDTH)
+        for names in (["layers.1"], ["layers.0", "layers.1", "layers.2"]):
+            torch.manual_seed(0)
+            model, plain = Model(), Model()
+            plain.load_state_dict(model.state_dict())
+            profile = ckptlab.profile_blocks(model, (x,), loss=loss_of)
+            self.assertEqual([c.selective_refused for c in profile.calls], [None] * 3)
+            applied = ckptlab.checkpoint_blocks(model, [], profile, selective=names)
+            got, want = step(model, (x,), 1), step(plain, (x,), 1)
+            assert_same(self, got, want, f"selectively {names}")
+            self.assertEqual(got[3], profile.kept_bytes(selective=names), names)
+            applied.undo()
+
+        class Drawn(nn.Module):  # a product's output, the block's, written on some steps
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.ModuleList(Reading() for _ in range(2))
+
+            def forward(self, x, write):
+                for layer in self.layers:
+                    h = layer(x)
+                    if write:
+                        h.mul_(0.5)
+                    x = x + h.sin()
+                return x
+
+        class Reading(nn.Linear):  # reads a draw into Python: refused where it does
+            reads = False
+
+            def __init__(self):
+                super().__init__(WIDTH, WIDTH)
+
+            def forward(self, x):
+                if self.reads and torch.rand(()) < 0.5:
+                    x = x * 2
+                return super().forward(x)
+
+        model, x = Drawn(), torch.randn(3, 4, WIDTH)
+        profile = ckptlab.profile_blocks(model, (x, True))
+        self.assertIn("written in place", profile.calls[0].selective_refused)
+        profile = ckptlab.profile_blocks(model, (x, False))
+        self.assertEqual([c.selective_refused for c in profile.calls], [None, None])
+        applied = ckptlab.checkpoint_blocks(model, [], profile, selective=["layers.0"])
+        model(x, False).square().mean().backward()
+        with self.assertRaises(BlocksError) as caught:  # written on this step: never silently
+            model(x, True).square().mean().backward()
+        self.assertIn("layers.0: an output its selective checkpoint kept was written in place",
+                      str(caught.exception))
+        applied.undo()
+        model.layers[1].reads = True
+        profile = ckptlab.profile_blocks(model, (x, False))
+        self.assertIn("reads a tensor's value", profile.calls[1].selective_refused)
+        self.assertIsNone(profile.calls[0].selective_refused)
 
     def test_budgets(self):
         stored = self.profile.kept_bytes([])

@@ -21,9 +21,12 @@ were. It records each call of a block (a block called twice is two calls): the s
 tensors it takes (what a checkpoint keeps), those autograd saved while it ran and still keeps
 when the loss is computed, whether it drew random numbers, the buffers it updates, and its
 forward's time. `kept_bytes(names)` is then what PyTorch keeps for backward with those blocks
-checkpointed, each storage counted once, less the parameters, buffers and batch (planned.py's
-kept_bytes measures the same figure). The profile is of that step: the next step from the same
-random state draws what it drew (a layer drop's), another draw may keep more or less.
+checkpointed, each storage counted once, less the parameters, buffers and batch, with the
+model's output held as a training loop holds it (`out = model(x)`: a graph only the output
+reaches, a pooler the loss does not read, counts; planned.py's kept_bytes measures the same
+figure where its forward returns the output beside the loss). The profile is of that step: the
+next step from the same random state draws what it drew (a layer drop's), another draw may keep
+more or less.
 
 A checkpointed block runs PyTorch's non-reentrant checkpoint (torch.utils.checkpoint, without
 its own random state) around the block's forward, its keyword arguments and outputs as the
@@ -35,10 +38,14 @@ model passes them, and keeps besides its inputs:
     step updates it.
 A block checkpointed selectively (ckptlab.selective: PyTorch's selective checkpoint, where
 this torch runs it) keeps the outputs of its matrix products, convolutions and attention too, and
-its rerun runs only the other operators; the profile runs the step a second time to see those
-outputs (its `cached` storages) and what the policy costs in time (its `selective_ms`: PyTorch
-runs every operator of the block through a Python dispatch mode, twice), and refuses the policy for a block one of whose kept outputs is written in
-place (a Linear's output under .relu_()), whose rerun would read what was written.
+its rerun runs only the other operators; the profile runs the step once more, first, to see
+those outputs (its `cached` storages) and what the policy costs in time (its `selective_ms`:
+PyTorch runs every operator of the block through a Python dispatch mode, twice), and refuses the
+policy for a block one of whose kept outputs is written in place (a Linear's output under
+.mul_()), whose rerun would read what was written, and for one that reads a tensor's value into
+Python (.item(), a tensor in an `if`), where another step may run, and write, otherwise. Its graph
+runs backward once: a second backward through it (retain_graph=True) or a double backward
+(create_graph=True) raises PyTorch's error; checkpoint such a block instead.
 Refused by name, from what the profile saw, where a rerun would not run as the first run did: a
 block that writes its input in place or whose input is written after it returns (x += block(x)),
 that writes a parameter, gives a buffer a new tensor (self.x = ...), reads a buffer written after
@@ -379,7 +386,9 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
     # freed in the stored step lends its address to another: keys are addresses of storages
     # alive together.
     held: List[torch.Tensor] = []  # and their outputs, which a selective policy may keep
-    order: List[Tuple[list, list]] = []  # per call: its inputs' and outputs' storages, in order
+    # The storages the calls took and returned, and autograd saved, in the order met (as
+    # _record_selective's run lists its own).
+    order: List[Optional[tuple]] = []
     ended: List[List[Tuple[torch.Tensor, int]]] = []  # per call: its inputs' versions at its end
     # Per call: the buffers it read but did not update, as they were at its end.
     read: List[Tuple[List[str], List[torch.Tensor], list]] = []
@@ -390,9 +399,11 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
         t = t.detach()  # as kept_bytes holds it: no cycle through an output's own graph node
         if t.layout != torch.strided:  # refused once the forward is over (a hook's error
             unstrided.append(t.layout)  # would reach the caller as autograd's RuntimeError)
+            order.append(None)
             return t
         key, size = _storage(t)
         saved.append((weakref.ref(t), key, size, active[-1] if active else None))
+        order.append(key)
         return t
 
     def make(name, block, forward):
@@ -402,7 +413,7 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
                 return forward(*a, **k)
             given = _tensors((a, k))
             held.extend(given)
-            order.append(([_storage(t)[0] for t in given], []))
+            order.extend(_storage(t)[0] for t in given if t.layout == torch.strided)
             versions = [t._version for t in given]
             parameters = list(block.named_parameters())
             parameter_versions = [p._version for _, p in parameters]
@@ -427,7 +438,7 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
                 active.pop()
             returned = _tensors(out)
             held.extend(returned)
-            order[-1][1].extend(_storage(t)[0] for t in returned)
+            order.extend(_storage(t)[0] for t in returned if t.layout == torch.strided)
             call.draws = _drew(states)
             call.state = {n: b.numel() * b.element_size()
                           for (n, b), c in zip(buffers, _changed([b for _, b in buffers], before))
@@ -465,6 +476,9 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
             return out
         return profiled
 
+    why = selective.available()  # else the policy's records, from a run before this one
+    recorded = _record_selective(model, resolved, (args, kwargs, targets), loss,
+                                 generators) if why is None else None
     model_tensors = list(model.parameters()) + list(model.buffers())
     batch = _tensors((args, kwargs, targets))
     with _untouched(model, batch), _generators_untouched(generators), \
@@ -502,70 +516,102 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
                             "checkpoint of its own would nest")
         elif not call.saved and call.refused is None:
             call.refused = "it keeps nothing for backward, so a checkpoint would save nothing"
-    _profile_selective(model, resolved, (args, kwargs, targets), loss, generators, calls, order)
+    _fill_selective(calls, order, recorded, why)
     return BlockProfile(
         blocks=[n for n, _ in resolved], calls=calls, outside=outside,
         excluded=_storages(model_tensors + batch), rng_bytes=_storage(torch.get_rng_state())[1],
         modules={n: weakref.ref(m) for n, m in resolved}, settings=settings_of(model))
 
 
-def _profile_selective(model, resolved, batch, loss, generators, calls, order):
-    """Fills each call's selective fields from a second run of the step (forward and loss)
-    under selective.Recorder: the outputs the policy keeps, as the first run's storages where
-    they are a call's inputs or outputs (which other calls or the code between them may keep
-    too), its time under the mode and in those operators, and whether one is written."""
-    why = selective.available()
-    if why is None and any(c.refused is None for c in calls):
-        args, kwargs, targets = batch
-        recorder = selective.Recorder()
-        records = []  # per call: its block, its inputs' and outputs' storages
+@dataclasses.dataclass
+class _Recorded:
+    """A run of the step under selective.Recorder (_record_selective)."""
+    calls: List[tuple]  # per block call: (its block, its milliseconds, its kept outputs'
+    #                     storages and bytes, the milliseconds that made them, whether it read a
+    #                     value into Python, whether a kept output is written in place)
+    order: List[tuple]  # every storage the calls took or returned, and autograd saved, in order
 
-        def make(name, block, forward):
-            def recorded(*a, **k):
-                if recorder.call is not None:
-                    return forward(*a, **k)
-                recorder.call = len(records)
-                start = time.perf_counter()
-                try:
-                    out = forward(*a, **k)
-                finally:
-                    recorder.call = None
-                records.append((name, [_storage(t)[0] for t in _tensors((a, k))],
-                                [_storage(t)[0] for t in _tensors(out)],
-                                (time.perf_counter() - start) * 1e3))
-                return out
-            return recorded
 
-        with _untouched(model, _tensors(batch)), _generators_untouched(generators), \
-                _forward_replaced(model, resolved, make), recorder:
-            output = model(*args, **kwargs)  # and its loss, which may write a kept output
-            if loss is not None:
-                loss(output, *targets)
-            else:
-                mean_square(output)
-            del output
-        if [r[0] for r in records] != [c.block for c in calls]:
-            why = "the step called other blocks when run again (what it draws is not replayed)"
+def _record_selective(model, resolved, batch, loss, generators) -> _Recorded:
+    """A run of the step (forward and loss) under selective.Recorder, before the profile's own
+    (which it warms, so that both time warm runs). Its storages are its own: `order` lists them
+    as the profile's `order` and pack hook meet theirs, so that zipped the two name one
+    storage."""
+    args, kwargs, targets = batch
+    selective.warm()
+    recorder = selective.Recorder()
+    calls, order, held = [], [], []
+
+    def pack(t):
+        held.append(t)  # alive to the end: its address names it alone
+        order.append(_storage(t)[0] if t.layout == torch.strided else None)
+        return t
+
+    def make(name, block, forward):
+        def recorded(*a, **k):
+            if recorder.call is not None:
+                return forward(*a, **k)
+            given = _tensors((a, k))
+            held.extend(given)
+            order.extend(_storage(t)[0] for t in given if t.layout == torch.strided)
+            recorder.call = len(calls)
+            start = time.perf_counter()
+            try:
+                out = forward(*a, **k)
+            finally:
+                recorder.call = None
+            calls.append((name, (time.perf_counter() - start) * 1e3))
+            returned = _tensors(out)
+            held.extend(returned)
+            order.extend(_storage(t)[0] for t in returned if t.layout == torch.strided)
+            return out
+        return recorded
+
+    with _untouched(model, _tensors(batch)), _generators_untouched(generators), \
+            _forward_replaced(model, resolved, make), recorder, \
+            torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        output = model(*args, **kwargs)  # and its loss, which may write a kept output
+        if loss is not None:
+            loss(output, *targets)
+        else:
+            mean_square(output)
+        del output
+    for k, (name, ms) in enumerate(calls):
+        kept = dict(_storage(t) for t in recorder.outputs.get(k, []))
+        calls[k] = (name, ms, kept, recorder.saved_ms.get(k, 0.0), k in recorder.reads,
+                    any(key in recorder.written for key in kept))
+    held.clear()
+    return _Recorded(calls, order)  # (the recorder's tensors freed: their keys and sizes kept)
+
+
+def _fill_selective(calls, order, recorded: Optional[_Recorded], why: Optional[str]):
+    """Each call's selective fields, from _record_selective's run (None: `why` not), its kept
+    storages named as the profile's `order` names them where the profile met them too (a call's
+    input or output, or saved by autograd: what other calls or the code between them keep)."""
+    if why is None and ([r[0] for r in recorded.calls] != [c.block for c in calls]
+                        or len(recorded.order) != len(order)):
+        why = "the step ran other blocks or saved other tensors when run again"
+    first = {} if why else {k: f for k, f in zip(recorded.order, order) if k is not None}
     for k, call in enumerate(calls):
         if call.refused is not None or why is not None:
             call.selective_refused = call.refused or why
             continue
-        _, given, returned, recorded_ms = records[k]
-        first = dict(zip(given, order[k][0]))
-        first.update(zip(returned, order[k][1]))
-        kept = dict(_storage(t) for t in recorder.outputs.get(k, []))
+        _, recorded_ms, kept, saved_ms, reads, written = recorded.calls[k]
         call.cached = {first.get(key, ("selective", k, key)): size for key, size in kept.items()}
         # Its forward and its rerun both run every operator through a dispatch mode, as the
         # recorder's did; the rerun skips the kept ones.
-        call.selective_ms = max(0.0, 2 * recorded_ms - recorder.saved_ms.get(k, 0.0)
-                                - call.forward_ms)
-        if any(key in recorder.written for key in kept):
-            call.cached = {}
+        call.selective_ms = max(0.0, 2 * recorded_ms - saved_ms - call.forward_ms)
+        if written:
             call.selective_refused = ("an output it would keep is written in place after it is "
                                       "made, which a selective checkpoint would not see")
+        elif reads:
+            call.selective_refused = ("it reads a tensor's value into Python (.item(), a tensor "
+                                      "in an if), so another step may write what it keeps")
         elif not call.cached:
             call.selective_refused = ("it runs none of the operators whose outputs the policy "
                                       "keeps (ckptlab.selective.SAVED): it is checkpointed")
+        if call.selective_refused:
+            call.cached = {}
 
 
 def _generators(model: nn.Module) -> List[Tuple[nn.Module, torch.Generator]]:
@@ -602,17 +648,17 @@ class Applied:
         self._before = []
 
 
-def _checkpointed(block: nn.Module, forward: Callable, policy: str) -> Callable:
+def _checkpointed(name: str, block: nn.Module, forward: Callable, policy: str) -> Callable:
     """`forward` under a non-reentrant checkpoint ("selective": ckptlab.selective's), with the
     random streams and the state its first run read replayed in its rerun (the module docstring
     says what it keeps)."""
     buffers = list(block.buffers())
-    options = dict(selective.CHECKPOINT, context_fn=selective.contexts) if (
-        policy == "selective") else {}
 
     def wrapped(*a, **k):
         if not torch.is_grad_enabled():
             return forward(*a, **k)
+        guard = selective.Guard() if policy == "selective" else None
+        options = dict(selective.CHECKPOINT, context_fn=guard.contexts) if guard else {}
         given = _tensors((a, k))
         states = [_devices_rng(given)]
         # The buffers as the first run found them: those it updates are kept for the rerun (a
@@ -623,6 +669,11 @@ def _checkpointed(block: nn.Module, forward: Callable, policy: str) -> Callable:
 
         def run(*ra):  # the keyword arguments are the block's, never checkpoint()'s
             if ran:  # a rerun: the first, the step's own, is over
+                if guard is not None and not guard.check():
+                    raise BlocksError(f"blocks: {printable(name)}: an output its selective "
+                                      "checkpoint kept was written in place after (not in the "
+                                      "profiled step), and its rerun would read what was "
+                                      "written: checkpoint it instead")
                 devices, host, cuda = states[0]
                 with torch.random.fork_rng(devices=devices), contextlib.ExitStack() as stack:
                     if host is not None:  # the first run drew: the rerun draws the same
@@ -683,6 +734,6 @@ def checkpoint_blocks(model: nn.Module, names: Sequence[str], profile: BlockProf
                           f"({printable(changed)}); profile it again")
     applied = Applied(model, resolved)
     for name, block in resolved:
-        block.forward = _checkpointed(block, _forward(block),
+        block.forward = _checkpointed(name, block, _forward(block),
                                       "selective" if name in kept_outputs else "checkpointed")
     return applied
