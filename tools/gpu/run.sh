@@ -154,9 +154,11 @@ if [[ "$steps" == *" build "* ]]; then
   # libraries through their RPATH. --disable-new-dtags makes it DT_RPATH, which also serves the
   # libraries' own dependencies (libabsl_* load one another); DT_RUNPATH, the default, serves
   # only the program's direct ones.
+  # LibTorch's own folder too (two above its CMake files), so that its libraries are found before
+  # another LibTorch on the system's paths (CMakeLists.txt refuses such a mixed build).
   cmake_lib="$bundle/lib/x86_64-linux-gnu/cmake"
   cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PREFIX_PATH="$torch_cmake;$bundle" \
+    -DCMAKE_PREFIX_PATH="$torch_cmake;$torch_cmake/../..;$bundle" \
     -Dabsl_DIR="$cmake_lib/absl" -DGTest_DIR="$cmake_lib/GTest" \
     -Drapidcheck_DIR="$cmake_lib/rapidcheck" -Dbenchmark_DIR="$cmake_lib/benchmark" \
     -DCMAKE_BUILD_RPATH="$bundle/lib/x86_64-linux-gnu" \
