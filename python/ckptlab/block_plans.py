@@ -7,17 +7,17 @@
 
 The budget bounds the bytes PyTorch keeps for backward when the loss is computed, as
 profile.kept_bytes counts them (exactly; the parameters, buffers and batch not counted); the
-plan is the fastest the solver finds within it (the least forward time repeated, each
-checkpointed block's forward once more, as the profile timed it), and the fastest of all where
-the chain counts every plan's bytes exactly (below).
+plan is the fastest the solver finds within it (the least time added: each checkpointed block's
+forward once more, as the profile timed it, and each selective block's selective_ms), and the
+fastest of all where the chain counts every plan's bytes exactly (below).
 
 The planner is strategies/chain_solver.h (ckptlab.native loads it), with checkpoints off: the
 step's block calls, in the order it made them, are its stages, each stored under one of three
 options, stored or (where the profile allows it) checkpointed or selectively checkpointed.
 Between two calls x_k is what the later one takes; stored, a call keeps what autograd saved while
 it ran, checkpointed its random state and buffer copies, selectively those and the outputs the
-policy keeps (its rerun's time the profile's share of the others), and each keeps what it
-returns (x_{k+1}). What the code between the
+policy keeps (its time what the profile measured the policy to cost over storing it), and each
+keeps what it returns (x_{k+1}). What the code between the
 calls keeps, and a storage handed to several calls (a mask), count once, outside the chain. A
 storage that two calls' graphs keep, or one handed to several that a checkpoint would free
 (a DenseNet's concatenated outputs), is counted as always kept: the chain's bytes are at or above
@@ -48,7 +48,7 @@ class BlockPlan:
     selective: List[str]     # those selectively checkpointed (ckptlab.selective), in that order
     kept_bytes: int          # profile.kept_bytes(checkpointed, selective): kept at the loss
     stored_kept_bytes: int   # the same with every block stored
-    recompute_ms: float      # what the reruns repeat: the forwards (selective: their shares)
+    recompute_ms: float      # the reruns' forwards, and what the selective blocks cost
     forward_ms: float        # every block call's forward, as the profile timed it
 
 

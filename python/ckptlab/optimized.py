@@ -18,7 +18,7 @@ shell, and its progress lines are shown while it profiles.
 Blocks: for a model tracing cannot cut (ckptlab.chain refuses it, and optimize then says so in
 a line and takes this path), or when asked. The model's own repeated blocks are profiled
 (ckptlab.profile_blocks) and planned (ckptlab.plan_blocks: kept bytes within a target, least
-forward time repeated), and the step's peak is measured, not predicted: a step of the model (its
+time added), and the step's peak is measured, not predicted: a step of the model (its
 buffers, random state and gradients put back after) under the plan, its peak above what was
 allocated before it (ckptlab.step_peak), as the chain path's budget counts it; the step holds
 the model's output through backward, as a training loop's `out = model(x)` does. The target starts
