@@ -6,7 +6,8 @@ ckptlab.find_blocks finds, the profile's seconds, and steps with none of them ch
 one, every other one, and every one selectively (ckptlab.selective, where this torch has it);
 for a Hugging Face model, its own gradient_checkpointing_enable (every
 layer); and ckptlab.optimize's blocks path at two budgets: halfway from every block's peak to
-the plain step's, and Hugging Face's peak (else a tenth of the way). Per row: the bytes PyTorch
+the plain step's, and Hugging Face's peak (else a tenth of the way), and at the first with
+selective blocks allowed. Per row: the bytes PyTorch
 keeps for backward (ckptlab.kept_bytes, less the parameters, buffers and batch) against the
 prediction, the step's peak above its start (ckptlab.step_peak, the output held through
 backward), the median step time against the plain model's, and whether the gradients equal the
@@ -194,21 +195,25 @@ def rows_of(name, make, steps):
                            "its checkpoints' random states (5,056 bytes each) uncounted"))
     else:
         budgets.append(peaks["every block"] + (peaks["none"] - peaks["every block"]) // 10)
-    for budget in budgets:
+    runs = [(budget, False) for budget in budgets]
+    if ckptlab.selective.available() is None:  # the planner allowed selective blocks too
+        runs.append((budgets[0], True))
+    for budget, selective in runs:
         model, _, _ = build()
         torch.manual_seed(SEED)
+        label = "optimize, selective allowed" if selective else "optimize"
         start = time.perf_counter()
         try:
             applied = ckptlab.optimize(model, inputs, budget, loss=loss, granularity="blocks",
-                                       progress=False)
+                                       progress=False, selective=selective)
         except ckptlab.OptimizeError as e:
-            rows.append(dict(row, checkpointed="optimize", budget_bytes=budget,
+            rows.append(dict(row, checkpointed=label, budget_bytes=budget,
                              note=printable(str(e))))
             continue
         seconds = f"{time.perf_counter() - start:.2f}"
         answer = applied.predicted
         plan = answer.plan
-        add("optimize", model, seconds, plan.checkpointed, plan.kept_bytes,
+        add(label, model, seconds, plan.checkpointed, plan.kept_bytes,
             f"measured peak {answer.step_peak_bytes}; checkpointed "
             f"{' '.join(plan.checkpointed) or 'none'}"
             + (f"; selectively {' '.join(plan.selective)}" if plan.selective else ""), budget,

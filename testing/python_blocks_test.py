@@ -258,7 +258,8 @@ class PlannedWithinBudgets(unittest.TestCase):
                               + sum(calls[b][0].selective_ms for b in kept_outputs)))
         kept = [profile.kept_bytes(chosen, kept_outputs) for chosen, kept_outputs, _ in every]
         budget = int(min(kept) + case["budget"] * (max(kept) - min(kept)))
-        plan = ckptlab.plan_blocks(profile, budget)
+        plan = ckptlab.plan_blocks(profile, budget, selective=SELECTIVE)
+        self.assertEqual(ckptlab.plan_blocks(profile, budget).selective, [])  # unless asked
         what = (f"{case['kinds']} {case['dtype']}, budget {budget}: {plan.checkpointed}, "
                 f"selectively {plan.selective}")
         self.assertLessEqual(plan.kept_bytes, budget, what)
@@ -290,7 +291,7 @@ def peak_of(model, inputs, seed, loss_fn=loss_of):
     return peak
 
 
-def check_optimized(test, make, inputs, seed, loss_fn, fractions):
+def check_optimized(test, make, inputs, seed, loss_fn, fractions, selective=False):
     """ckptlab.optimize's blocks path at budgets `fractions` of the way from the least peak its
     blocks reach to the stored step's (both measured here, each on a model of its own): the
     plain model's step bitwise, the kept bytes predicted, the peak of the step after within the
@@ -309,8 +310,10 @@ def check_optimized(test, make, inputs, seed, loss_fn, fractions):
         model = make()
         torch.manual_seed(seed)
         applied = ckptlab.optimize(model, inputs, budget, loss=loss_fn, granularity="blocks",
-                                   progress=False)
+                                   progress=False, selective=selective)
         answer = applied.predicted
+        if not selective:
+            test.assertEqual(answer.plan.selective, [])
         what = (f"{type(model).__name__} at {budget} bytes: {answer.plan.checkpointed}, "
                 f"selectively {answer.plan.selective}")
         test.assertLessEqual(answer.step_peak_bytes, budget, what)
@@ -339,7 +342,7 @@ class OptimizeBlocks(unittest.TestCase):
     def test_within_the_budget_as_measured(self, case):
         inputs = batch(case)
         check_optimized(self, lambda: build(case), inputs, case["seed"] + 1, loss_of,
-                        [case["budget"]])
+                        [case["budget"]], selective=SELECTIVE and case["seed"] % 2 == 1)
 
     def test_bad_input_and_the_traced_path_refused(self):
         case = {"kinds": ["mlp", "router"], "layer_drop": 0.3, "tie": False, "twice": False,
@@ -349,7 +352,10 @@ class OptimizeBlocks(unittest.TestCase):
                                "stages, blocks"),
                               ({"budget": "x"}, "budget: 'x' is not a size"),
                               ({"planner": "/nonexistent"}, "no planner library at /nonexistent"),
-                              ({"blocks": ["layers"]}, "layers is a ModuleList")):
+                              ({"blocks": ["layers"]}, "layers is a ModuleList"),
+                              ({"selective": "yes"}, "selective='yes'; accepted: True or False"),
+                              ({"selective": True, "granularity": "stages"},
+                               "selective=True is a policy of blocks")):
             arguments = dict({"budget": "1GiB", "granularity": "blocks"}, **kwargs)
             with self.assertRaises(ckptlab.OptimizeError) as caught:
                 ckptlab.optimize(model, inputs, loss=loss_of, progress=False, **arguments)
@@ -445,9 +451,17 @@ class Refusals(unittest.TestCase):
                                                        selective=["layers.0"]),
                      "layers.0 is named both checkpointed and selective")
         self.refused(lambda: self.profile.kept_bytes(selective="layers.1"), "accepted: a list")
+        self.refused(lambda: ckptlab.plan_blocks(self.profile, "1GiB", selective=1),
+                     "selective=1; accepted: True or False")
         if not SELECTIVE:
             self.refused(lambda: self.profile.kept_bytes(selective=["layers.1"]),
                          "cannot be selectively checkpointed", f"torch {torch.__version__}")
+            self.refused(lambda: ckptlab.plan_blocks(self.profile, "1GiB", selective=True),
+                         f"selective=True: torch {torch.__version__}")
+            with self.assertRaises(ckptlab.OptimizeError) as caught:
+                ckptlab.optimize(self.model, self.inputs, "1GiB", granularity="blocks",
+                                 selective=True, progress=False)
+            self.assertIn(f"selective=True: torch {torch.__version__}", str(caught.exception))
             return
         case = dict(self.case, kinds=["written_in_place", "mlp"])
         model = build(case)
@@ -457,7 +471,7 @@ class Refusals(unittest.TestCase):
                      "layers.0 cannot be selectively checkpointed", "written in place")
         self.assertGreater(profile.kept_bytes(selective=["layers.1"]), profile.kept_bytes(
             ["layers.1"]))  # its kept products, and no more: the prediction property's
-        self.assertEqual(ckptlab.plan_blocks(profile, "1GiB").selective, [])
+        self.assertEqual(ckptlab.plan_blocks(profile, "1GiB", selective=True).selective, [])
 
         class Written(nn.Module):  # a block's product, its output, written after it returns
             def __init__(self):
@@ -618,9 +632,35 @@ class Refusals(unittest.TestCase):
                      "layers.1's forward hooks added or removed")
         hook.remove()
         ckptlab.checkpoint_blocks(self.model, ["layers.0"], self.profile).undo()
+        self.model.layers[0].kind = "dropout"  # a plain attribute: what the block runs
+        self.refused(lambda: ckptlab.checkpoint_blocks(self.model, ["layers.0"], self.profile),
+                     "layers.0.kind is 'dropout', was 'mlp'")
+        self.model.layers[0].kind = "mlp"
+        ckptlab.checkpoint_blocks(self.model, ["layers.0"], self.profile).undo()
         self.model.layers[1].fc = nn.Linear(WIDTH, WIDTH)
         self.refused(lambda: ckptlab.checkpoint_blocks(self.model, ["layers.0"], self.profile),
                      "changed since it was profiled", "a module replaced")
+
+    def test_a_counter_the_step_updates(self):
+        """A plain attribute the step itself updates (a counter) is the model's state: the
+        profile stays good after further steps; a flag flipped after it is not."""
+        class Counting(nn.Linear):
+            def __init__(self):
+                super().__init__(WIDTH, WIDTH)
+                self.calls, self.scaled = 0, False
+
+            def forward(self, x):
+                self.calls += 1
+                return super().forward(x) * (2.0 if self.scaled else 1.0)
+
+        model = nn.Sequential(Counting(), nn.Tanh(), Counting())
+        x = torch.randn(3, WIDTH)
+        profile = ckptlab.profile_blocks(model, x, blocks=["0", "2"])
+        model(x)
+        ckptlab.checkpoint_blocks(model, ["0"], profile).undo()
+        model[2].scaled = True
+        self.refused(lambda: ckptlab.checkpoint_blocks(model, ["0"], profile),
+                     "2.scaled is True, was False")
 
     def test_a_block_handed_a_cache(self):
         class Layer(nn.Module):  # appends its keys to a cache, as a decoder's attention does

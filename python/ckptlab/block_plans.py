@@ -13,7 +13,7 @@ fastest of all where the chain counts every plan's bytes exactly (below).
 
 The planner is strategies/chain_solver.h (ckptlab.native loads it), with checkpoints off: the
 step's block calls, in the order it made them, are its stages, each stored under one of three
-options, stored or (where the profile allows it) checkpointed or selectively checkpointed.
+options, stored or (where the profile allows it) checkpointed or, asked, selectively.
 Between two calls x_k is what the later one takes; stored, a call keeps what autograd saved while
 it ran, checkpointed its random state and buffer copies, selectively those and the outputs the
 policy keeps (its time what the profile measured the policy to cost over storing it), and each
@@ -33,6 +33,7 @@ import math
 from typing import Dict, List, Optional
 
 from ckptlab import native
+from ckptlab import selective as selective_module
 from ckptlab.blocks import BlockProfile, BlocksError
 from ckptlab.plan import printable
 
@@ -78,7 +79,7 @@ def checkpointable(profile: BlockProfile) -> List[str]:
     return [c.block for c in profile.calls if counts[c.block] == 1 and not c.refused]
 
 
-def _chain(profile: BlockProfile, reruns: bool):
+def _chain(profile: BlockProfile, reruns: bool, selective: bool):
     """The profile's block calls as the solver's chain: (x_0 .. x_n, the stages' options, the
     bytes kept outside the chain)."""
     calls = profile.calls
@@ -103,7 +104,7 @@ def _chain(profile: BlockProfile, reruns: bool):
             transient = rest if reruns else 0
             options.append(("checkpointed", native.Option(
                 2 * call.forward_ms, 0.0, x[k + 1] + extra, backward_transient=transient)))
-            if not call.selective_refused:
+            if selective and not call.selective_refused:
                 cached = sum(s for key, s in call.cached.items()
                              if key not in outside and key not in between[k + 1])
                 options.append(("selective", native.Option(
@@ -126,17 +127,24 @@ def plan_of(profile: BlockProfile, names, selective=()) -> BlockPlan:
 
 
 def plan_blocks(profile: BlockProfile, budget, planner: Optional[str] = None,
-                reruns: bool = False) -> BlockPlan:
+                reruns: bool = False, selective: bool = False) -> BlockPlan:
     """The blocks to checkpoint within `budget` (bytes kept for backward at the loss: a number
     of bytes or a size such as "2GiB"), fastest first (the module docstring says how). With
     `reruns`, the budget bounds each checkpointed block's rerun in backward too, as the chain
-    counts it: what the calls before it keep and what it recomputes. BlocksError naming the
-    value where the budget is no size, or where the planner library is missing (planner=,
-    $CKPTLAB_PLANNER); BudgetError where it is below what every plan weighed keeps (the least
-    given)."""
+    counts it: what the calls before it keep and what it recomputes. With `selective`, blocks
+    may be checkpointed selectively too (ckptlab.selective; its time is an estimate, which on
+    a CPU can be well under what the policy's dispatch modes cost: docs/results/blocks-cpu).
+    BlocksError naming the value where the budget is no size, `selective` is set on a torch
+    without the policy, or the planner library is missing (planner=, $CKPTLAB_PLANNER);
+    BudgetError where it is below what every plan weighed keeps (the least given)."""
     if not isinstance(profile, BlockProfile):
         raise BlocksError(f"blocks: plan_blocks takes profile_blocks' answer; got "
                           f"{printable(type(profile).__name__)}")
+    if not isinstance(selective, bool):
+        raise BlocksError(f"blocks: selective={printable(repr(selective)[:40])}; accepted: "
+                          "True or False")
+    if selective and selective_module.available() is not None:
+        raise BlocksError(f"blocks: selective=True: {selective_module.available()}")
     budget = budget_bytes(budget)
     calls = profile.calls
 
@@ -148,7 +156,7 @@ def plan_blocks(profile: BlockProfile, budget, planner: Optional[str] = None,
         raise BlocksError(f"blocks: the step made {len(calls)} block calls; accepted: at most 64 "
                           "(name fewer blocks with profile_blocks' blocks=)")
     if calls:
-        x, stages, fixed = _chain(profile, reruns)
+        x, stages, fixed = _chain(profile, reruns, selective)
         most = sum(max(o.kept for _, o in options) for options in stages) + max(
             o.backward_transient for options in stages for _, o in options)
         unit = max(1, math.ceil(most / _GRID))

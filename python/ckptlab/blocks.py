@@ -57,10 +57,11 @@ backward; and one the profiled step did not run (a layer drop's), of which it kn
 What a rerun cannot see is not replayed: a plain Python attribute a block updates (a counter
 held as an int) is updated again by its rerun; hold such state in a buffer.
 checkpoint_blocks refuses a profile of another model, or of this one before a module was
-replaced, train()/eval() switched, a forward hook added or removed, or a parameter's or
-buffer's dtype, device, shape or requires_grad changed (a plain attribute changed, such as
-BatchNorm's track_running_stats, is not seen). A profile's bytes are those of the batch it
-ran: another batch's shapes keep other bytes.
+replaced, train()/eval() switched, a forward hook added or removed, a parameter's or buffer's
+dtype, device, shape or requires_grad changed, or a module's plain attribute (a number, string
+or flag: BatchNorm's track_running_stats) changed, but for those the profiled step itself
+changes (a counter). A profile's bytes are those of the batch it ran: another batch's shapes
+keep other bytes.
 """
 
 import contextlib
@@ -75,7 +76,7 @@ import torch.utils.checkpoint
 
 from ckptlab import selective
 from ckptlab.chains import _untouched, mean_square
-from ckptlab.model_settings import changed_since, settings_of
+from ckptlab.model_settings import changed_since, settings_of, settled
 from ckptlab.plan import printable
 from ckptlab.planned import _changed, _devices_rng, _note_kept, _State, _storage, _values
 
@@ -476,6 +477,7 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
             return out
         return profiled
 
+    settings = settings_of(model)  # before the runs: what they change is state, not settings
     why = selective.available()  # else the policy's records, from a run before this one
     recorded = _record_selective(model, resolved, (args, kwargs, targets), loss,
                                  generators) if why is None else None
@@ -520,7 +522,8 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
     return BlockProfile(
         blocks=[n for n, _ in resolved], calls=calls, outside=outside,
         excluded=_storages(model_tensors + batch), rng_bytes=_storage(torch.get_rng_state())[1],
-        modules={n: weakref.ref(m) for n, m in resolved}, settings=settings_of(model))
+        modules={n: weakref.ref(m) for n, m in resolved},
+        settings=settled(settings, settings_of(model)))
 
 
 @dataclasses.dataclass

@@ -1,6 +1,7 @@
 """What a blocks profile depends on besides the blocks and the batch, and what changed since.
 
-    settings = settings_of(model)          # kept with the profile
+    before = settings_of(model)            # as the profile begins
+    settings = settled(before, settings_of(model))   # kept with the profile
     changed_since(model, settings)         # "layers.1.fc.weight is float64 ..., was float32 ..."
 """
 
@@ -9,20 +10,35 @@ from typing import List, Optional
 
 from torch import nn
 
-__all__ = ["changed_since", "settings_of"]
+__all__ = ["changed_since", "settings_of", "settled"]
+
+_PLAIN = (bool, int, float, str, type(None))
 
 
 def settings_of(model: nn.Module) -> List[tuple]:
     """What a profile depends on besides the blocks and the batch: every module the model holds,
-    its training flag (BatchNorm and dropout run otherwise in evaluation), and the dtype,
-    device, shape and requires_grad of each of its parameters and buffers (after model.double()
-    or with a layer frozen, the step saves other bytes), and its forward hooks (a hook added
-    after the profile runs code it did not see). Plain attributes are not compared."""
+    its training flag (BatchNorm and dropout run otherwise in evaluation), the dtype, device,
+    shape and requires_grad of each of its parameters and buffers (after model.double() or with
+    a layer frozen, the step saves other bytes), its forward hooks (a hook added after the
+    profile runs code it did not see), and its plain attributes (numbers, strings, flags:
+    BatchNorm's track_running_stats, a dropout's p)."""
     return [(weakref.ref(m), m.training,
              {n: (t.dtype, t.device, tuple(t.shape), t.requires_grad)
               for n, t in list(m._parameters.items()) + list(m._buffers.items()) if t is not None},
-             (tuple(m._forward_pre_hooks), tuple(m._forward_hooks)))
+             (tuple(m._forward_pre_hooks), tuple(m._forward_hooks)),
+             {n: (type(v), repr(v)) for n, v in vars(m).items()
+              if isinstance(v, _PLAIN) and n != "training" and not n.startswith("__")})
             for m in model.modules()]
+
+
+def settled(before: List[tuple], after: List[tuple]) -> List[tuple]:
+    """`after` less the plain attributes that differ from `before`: those the profiled step
+    itself updates (a counter held as an int) are its state, not its settings."""
+    if len(before) != len(after):
+        return after
+    return [(ref, flag, tensors, hooks,
+             {n: v for n, v in attributes.items() if had[4].get(n) == v})
+            for (ref, flag, tensors, hooks, attributes), had in zip(after, before)]
 
 
 def changed_since(model: nn.Module, settings: List[tuple]) -> Optional[str]:
@@ -32,7 +48,8 @@ def changed_since(model: nn.Module, settings: List[tuple]) -> Optional[str]:
     if len(now) != len(settings) or any(r() is not m() for (r, *_), (m, *_) in zip(now, settings)):
         return "a module replaced, added or removed"
     names = [n for n, _ in model.named_modules()]
-    for name, (_, flag, tensors, hooks), (_, was, had, hooked) in zip(names, now, settings):
+    for name, (_, flag, tensors, hooks, attributes), (_, was, had, hooked, plain) in zip(
+            names, now, settings):
         if flag != was:
             return f"{name or 'the model'} switched to {'train' if flag else 'eval'}()"
         if hooks != hooked:
@@ -41,6 +58,10 @@ def changed_since(model: nn.Module, settings: List[tuple]) -> Optional[str]:
             if tensors.get(n) != had.get(n):
                 return (f"{name + '.' if name else ''}{n} is {_described(tensors.get(n))}, was "
                         f"{_described(had.get(n))}")
+        for n, value in plain.items():
+            if attributes.get(n) != value:
+                now_value = attributes[n][1] if n in attributes else "absent"
+                return f"{name + '.' if name else ''}{n} is {now_value[:40]}, was {value[1][:40]}"
     return None
 
 

@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from ckptlab import native
+from ckptlab import selective as selective_policy
 from ckptlab.block_plans import BlockPlan, BudgetError, checkpointable, plan_blocks, plan_of
 from ckptlab.blocks import (Applied, BlocksError, _batch, _tensors, checkpoint_blocks,
                             profile_blocks)
@@ -124,8 +125,8 @@ _GRANULARITIES = ("stages", "blocks")
 def optimize(model: nn.Module, inputs, budget, loss: Optional[Callable[..., torch.Tensor]] = None,
              targets=(), max_stages: Optional[int] = None, sweep: Optional[str] = None,
              progress: bool = True, granularity: str = "stages",
-             blocks: Optional[list] = None,
-             planner: Optional[str] = None) -> Union[PlannedSequential, Applied]:
+             blocks: Optional[list] = None, planner: Optional[str] = None,
+             selective: bool = False) -> Union[PlannedSequential, Applied]:
     """The fastest plan ckptlab finds for `model` whose step peaks at most `budget` above the
     parameters and the batch (optimal's budget: a number of bytes, or "8GiB", "512MiB"),
     applied. `inputs`, `loss`, `targets` and `max_stages` are ckptlab.chain's. The returned
@@ -136,7 +137,8 @@ def optimize(model: nn.Module, inputs, budget, loss: Optional[Callable[..., torc
     granularity="blocks", or a model ckptlab.chain cannot cut (said in one line on stderr): the
     model's blocks (`blocks`, default ckptlab.find_blocks') checkpointed in place, the module
     docstring says how; an Applied is returned, its `predicted` a BlocksAnswer, and the model
-    trains as before. `planner` names ckptlab's planner library (ckptlab.native)."""
+    trains as before. `planner` names ckptlab's planner library (ckptlab.native); `selective`
+    lets it checkpoint blocks selectively too (ckptlab.plan_blocks says at what estimate)."""
     if granularity not in _GRANULARITIES:
         raise OptimizeError(f"ckptlab.optimize: granularity={printable(repr(granularity))}; "
                             f"accepted: {', '.join(_GRANULARITIES)}")
@@ -144,14 +146,24 @@ def optimize(model: nn.Module, inputs, budget, loss: Optional[Callable[..., torc
     if not isinstance(text, str) or not _BUDGET.fullmatch(text):
         raise OptimizeError(f"ckptlab.optimize: budget={printable(repr(budget)[:80])}; accepted: a "
                             "number of bytes, or a size such as 8GiB or 512MiB")
+    if not isinstance(selective, bool):
+        raise OptimizeError(f"ckptlab.optimize: selective={printable(repr(selective)[:40])}; "
+                            "accepted: True or False")
+    if selective and granularity != "blocks":
+        raise OptimizeError("ckptlab.optimize: selective=True is a policy of blocks; accepted: "
+                            "with granularity='blocks'")
+    if selective and selective_policy.available() is not None:
+        raise OptimizeError(f"ckptlab.optimize: selective=True: {selective_policy.available()}")
     if granularity == "blocks":
-        return _optimize_blocks(model, inputs, text, loss, targets, blocks, planner, progress)
+        return _optimize_blocks(model, inputs, text, loss, targets, blocks, planner, progress,
+                                selective)
     try:
         cut = chain(model, inputs, loss=loss, targets=targets, max_stages=max_stages)
     except ChainError as e:
         print(f"ckptlab.optimize: {printable(str(e))}; planning its blocks instead "
               "(granularity='blocks': the model checkpointed in place)", file=sys.stderr)
-        return _optimize_blocks(model, inputs, text, loss, targets, blocks, planner, progress)
+        return _optimize_blocks(model, inputs, text, loss, targets, blocks, planner, progress,
+                                False)
     executable = sweep_path(sweep)
     with tempfile.TemporaryDirectory(prefix="ckptlab-optimize-") as folder:
         path = os.path.join(folder, "chain.pt")
@@ -185,7 +197,8 @@ def _described(plan: BlockPlan, profile) -> str:
     return words + (f", {len(plan.selective)} more selectively" if plan.selective else "")
 
 
-def _optimize_blocks(model, inputs, budget: str, loss, targets, blocks, planner, progress):
+def _optimize_blocks(model, inputs, budget: str, loss, targets, blocks, planner, progress,
+                     selective: bool):
     """optimize's blocks path (the module docstring)."""
     try:
         native.load(planner)
@@ -242,7 +255,8 @@ def _optimize_blocks(model, inputs, budget: str, loss, targets, blocks, planner,
     target = limit - (stored - profile.kept_bytes([]))
     for _ in range(4):
         try:
-            plans.append(plan_blocks(profile, max(target, 0), planner, reruns=True))
+            plans.append(plan_blocks(profile, max(target, 0), planner, reruns=True,
+                                     selective=selective))
         except BudgetError:  # below what any plan keeps
             break
         except BlocksError as e:  # more block calls than the planner takes
