@@ -10,8 +10,8 @@ the plain step's, and Hugging Face's peak (else a tenth of the way), and at the 
 selective blocks allowed. Per row: the bytes PyTorch
 keeps for backward (ckptlab.kept_bytes, less the parameters, buffers and batch) against the
 prediction, the step's peak above its start (ckptlab.step_peak, the output held through
-backward), the median step time against the plain model's, and whether the gradients equal the
-plain model's bitwise. Each step starts from the random state the profile started from, so that
+backward), the median step time against the plain model's (its steps taken in between), and
+whether the gradients equal the plain model's bitwise. Each step starts from the random state the profile started from, so that
 a layer drop draws as it drew there. A model this interpreter lacks (torchaudio, transformers)
 is a row saying so.
 
@@ -106,22 +106,32 @@ def tensors(inputs):
     return [v for v in values if isinstance(v, torch.Tensor)]
 
 
-def measure(model, inputs, loss, steps):
-    """Kept bytes of a step, its peak, its gradients, and the median of `steps` steps' times,
-    each step from SEED's random state."""
+def timed(model, inputs, loss) -> float:
+    """One step's milliseconds, from SEED's random state, as measure runs it."""
     exclude = list(model.parameters()) + list(model.buffers()) + tensors(inputs)
-    times, kept, grads = [], None, None
-    for k in range(steps + 1):
-        torch.manual_seed(SEED)
-        start = time.perf_counter()
-        value, held = ckptlab.kept_bytes(lambda: loss(call(model, inputs)), exclude=exclude)
-        value.backward()
-        if k:
-            times.append((time.perf_counter() - start) * 1e3)
-        else:  # the first step: the one the profile predicts, and the gradients compared
-            kept = held
-            grads = [p.grad.clone() if p.grad is not None else None for p in model.parameters()]
-        model.zero_grad(set_to_none=True)
+    torch.manual_seed(SEED)
+    start = time.perf_counter()
+    value, _ = ckptlab.kept_bytes(lambda: loss(call(model, inputs)), exclude=exclude)
+    value.backward()
+    ms = (time.perf_counter() - start) * 1e3
+    model.zero_grad(set_to_none=True)
+    return ms
+
+
+def measure(model, inputs, loss, steps, plain=None):
+    """Kept bytes of a step, its peak, its gradients, the median of `steps` steps' times, and
+    that over the median of as many steps of `plain` taken between them (the machine's drift over a
+    run, up to 0.7x to 1.4x here, cancels within a row), each step from SEED's random state."""
+    exclude = list(model.parameters()) + list(model.buffers()) + tensors(inputs)
+    torch.manual_seed(SEED)
+    value, kept = ckptlab.kept_bytes(lambda: loss(call(model, inputs)), exclude=exclude)
+    value.backward()  # the step the profile predicts, and the gradients compared
+    grads = [p.grad.clone() if p.grad is not None else None for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    times, plain_times = [], []
+    for _ in range(steps):
+        times.append(timed(model, inputs, loss))
+        plain_times.append(timed(plain if plain is not None else model, inputs, loss))
     torch.manual_seed(SEED)
 
     def step():  # the output held through backward, as a training loop holds it
@@ -130,7 +140,8 @@ def measure(model, inputs, loss, steps):
 
     peak = ckptlab.step_peak(step)
     model.zero_grad(set_to_none=True)
-    return kept, peak, grads, statistics.median(times)
+    ms = statistics.median(times)
+    return kept, peak, grads, ms, ms / statistics.median(plain_times)
 
 
 def same(a, b):
@@ -149,20 +160,20 @@ def rows_of(name, make, steps):
 
     plain, inputs, loss = build()
     measure(plain, inputs, loss, 1)  # warm-up: the process's first steps run slower
-    plain_kept, plain_peak, plain_grads, plain_ms = measure(plain, inputs, loss, steps)
+    plain_kept, plain_peak, plain_grads, _, _ = measure(plain, inputs, loss, steps)
     names = ckptlab.find_blocks(plain)
     row = {"model": name, "torch": torch.__version__.split("+")[0], "blocks": len(names)}
     rows = []
 
     def add(label, model, seconds, chosen, predicted, note, budget="", selective=()):
-        kept, peak, grads, ms = measure(model, inputs, loss, steps)
+        kept, peak, grads, ms, ratio = measure(model, inputs, loss, steps, plain)
         rows.append(dict(row, profile_s=seconds, checkpointed=label,
                          blocks_checkpointed=len(chosen), blocks_selective=len(selective),
                          budget_bytes=budget,
                          predicted_kept_bytes=predicted, kept_bytes=kept,
                          kept_vs_plain=f"{kept / plain_kept:.3f}", peak_bytes=peak,
                          peak_vs_plain=f"{peak / plain_peak:.3f}", step_ms=f"{ms:.1f}",
-                         step_vs_plain=f"{ms / plain_ms:.3f}",
+                         step_vs_plain=f"{ratio:.3f}",
                          gradients_equal=same(grads, plain_grads), note=note))
         return peak
 
