@@ -33,7 +33,7 @@ import math
 from typing import Dict, List, Optional
 
 from ckptlab import native
-from ckptlab import selective as selective_module
+from ckptlab import selective as selective_policy
 from ckptlab.blocks import BlockProfile, BlocksError
 from ckptlab.plan import printable
 
@@ -143,8 +143,8 @@ def plan_blocks(profile: BlockProfile, budget, planner: Optional[str] = None,
     if not isinstance(selective, bool):
         raise BlocksError(f"blocks: selective={printable(repr(selective)[:40])}; accepted: "
                           "True or False")
-    if selective and selective_module.available() is not None:
-        raise BlocksError(f"blocks: selective=True: {selective_module.available()}")
+    if selective and selective_policy.available() is not None:
+        raise BlocksError(f"blocks: selective=True: {selective_policy.available()}")
     budget = budget_bytes(budget)
     calls = profile.calls
 

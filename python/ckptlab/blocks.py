@@ -360,6 +360,11 @@ def _batch(inputs, targets) -> Tuple[tuple, dict, tuple]:
     return args, kwargs, targets
 
 
+def _loss_of(loss: Optional[Callable[..., torch.Tensor]], output, targets: tuple):
+    """The step's loss: loss(output, *targets), or the mean square of the output by default."""
+    return loss(output, *targets) if loss is not None else mean_square(output)
+
+
 def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.Tensor]] = None,
                    targets=(), blocks: Optional[Sequence[str]] = None) -> BlockProfile:
     """The model's step profiled by block (the module docstring says what it records).
@@ -487,7 +492,7 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
             _forward_replaced(model, resolved, make), \
             torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         output = model(*args, **kwargs)
-        value = loss(output, *targets) if loss is not None else mean_square(output)
+        value = _loss_of(loss, output, targets)
         if not isinstance(value, torch.Tensor) or value.numel() != 1 or not value.requires_grad:
             raise BlocksError("blocks: the loss must be a one-element tensor that requires grad; "
                               f"got {printable(type(value).__name__)}")
@@ -573,12 +578,7 @@ def _record_selective(model, resolved, batch, loss, generators) -> _Recorded:
     with _untouched(model, _tensors(batch)), _generators_untouched(generators), \
             _forward_replaced(model, resolved, make), recorder, \
             torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        output = model(*args, **kwargs)  # and its loss, which may write a kept output
-        if loss is not None:
-            loss(output, *targets)
-        else:
-            mean_square(output)
-        del output
+        _loss_of(loss, model(*args, **kwargs), targets)  # which may write a kept output
     for k, (name, ms) in enumerate(calls):
         kept = dict(_storage(t) for t in recorder.outputs.get(k, []))
         calls[k] = (name, ms, kept, recorder.saved_ms.get(k, 0.0), k in recorder.reads,

@@ -43,9 +43,9 @@ from torch import nn
 from ckptlab import native
 from ckptlab import selective as selective_policy
 from ckptlab.block_plans import BlockPlan, BudgetError, checkpointable, plan_blocks, plan_of
-from ckptlab.blocks import (Applied, BlocksError, _batch, _tensors, checkpoint_blocks,
-                            profile_blocks)
-from ckptlab.chains import ChainError, _untouched, chain, mean_square
+from ckptlab.blocks import (Applied, BlocksError, _batch, _loss_of, _tensors,
+                            checkpoint_blocks, profile_blocks)
+from ckptlab.chains import ChainError, _untouched, chain
 from ckptlab.peaks import step_peak
 from ckptlab.plan import printable
 from ckptlab.planned import PlannedSequential, apply
@@ -236,7 +236,7 @@ def _optimize_blocks(model, inputs, budget: str, loss, targets, blocks, planner,
 
                 def step():
                     output = model(*args, **kwargs)
-                    value = loss(output, *targets) if loss is not None else mean_square(output)
+                    value = _loss_of(loss, output, targets)
                     value.backward()
 
                 peak = step_peak(step, device)
