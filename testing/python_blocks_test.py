@@ -661,6 +661,16 @@ class Refusals(unittest.TestCase):
         model[2].scaled = True
         self.refused(lambda: ckptlab.checkpoint_blocks(model, ["0"], profile),
                      "2.scaled is True, was False")
+        model[2].scaled = False
+        model[2].extra = 1  # an attribute the forward may read, added since
+        self.refused(lambda: ckptlab.checkpoint_blocks(model, ["0"], profile),
+                     "2.extra is 1, was absent")
+        del model[2].extra
+        model[0].shape = (3, 4)  # a tuple of numbers, as a convolution's padding
+        profile = ckptlab.profile_blocks(model, x, blocks=["0", "2"])
+        model[0].shape = (3, 5)
+        self.refused(lambda: ckptlab.checkpoint_blocks(model, ["0"], profile),
+                     "0.shape is (3, 5), was (3, 4)")
 
     def test_a_block_handed_a_cache(self):
         class Layer(nn.Module):  # appends its keys to a cache, as a decoder's attention does

@@ -15,29 +15,37 @@ __all__ = ["changed_since", "settings_of", "settled"]
 _PLAIN = (bool, int, float, str, type(None))
 
 
+def _plain(value) -> bool:
+    """A number, string, flag or None, or a tuple of them (a convolution's padding)."""
+    return isinstance(value, _PLAIN) or (
+        isinstance(value, tuple) and all(isinstance(v, _PLAIN) for v in value))
+
+
 def settings_of(model: nn.Module) -> List[tuple]:
     """What a profile depends on besides the blocks and the batch: every module the model holds,
     its training flag (BatchNorm and dropout run otherwise in evaluation), the dtype, device,
     shape and requires_grad of each of its parameters and buffers (after model.double() or with
     a layer frozen, the step saves other bytes), its forward hooks (a hook added after the
-    profile runs code it did not see), and its plain attributes (numbers, strings, flags:
-    BatchNorm's track_running_stats, a dropout's p)."""
+    profile runs code it did not see), and its plain attributes (numbers, strings, flags and
+    tuples of them: BatchNorm's track_running_stats, a dropout's p, a convolution's padding)."""
     return [(weakref.ref(m), m.training,
              {n: (t.dtype, t.device, tuple(t.shape), t.requires_grad)
               for n, t in list(m._parameters.items()) + list(m._buffers.items()) if t is not None},
              (tuple(m._forward_pre_hooks), tuple(m._forward_hooks)),
              {n: (type(v), repr(v)) for n, v in vars(m).items()
-              if isinstance(v, _PLAIN) and n != "training" and not n.startswith("__")})
+              if _plain(v) and n != "training" and not n.startswith("__")})
             for m in model.modules()]
 
 
 def settled(before: List[tuple], after: List[tuple]) -> List[tuple]:
-    """`after` less the plain attributes that differ from `before`: those the profiled step
-    itself updates (a counter held as an int) are its state, not its settings."""
+    """`after`, its plain attributes parted into settings and state: those the profiled step
+    itself updates (a counter held as an int, one it adds) are its state, named only, and
+    changed_since compares the others and refuses any attribute added since."""
     if len(before) != len(after):
         return after
     return [(ref, flag, tensors, hooks,
-             {n: v for n, v in attributes.items() if had[4].get(n) == v})
+             {n: v for n, v in attributes.items() if had[4].get(n) == v},
+             {n for n, v in attributes.items() if had[4].get(n) != v})
             for (ref, flag, tensors, hooks, attributes), had in zip(after, before)]
 
 
@@ -48,7 +56,7 @@ def changed_since(model: nn.Module, settings: List[tuple]) -> Optional[str]:
     if len(now) != len(settings) or any(r() is not m() for (r, *_), (m, *_) in zip(now, settings)):
         return "a module replaced, added or removed"
     names = [n for n, _ in model.named_modules()]
-    for name, (_, flag, tensors, hooks, attributes), (_, was, had, hooked, plain) in zip(
+    for name, (_, flag, tensors, hooks, attributes), (_, was, had, hooked, plain, *state) in zip(
             names, now, settings):
         if flag != was:
             return f"{name or 'the model'} switched to {'train' if flag else 'eval'}()"
@@ -62,6 +70,10 @@ def changed_since(model: nn.Module, settings: List[tuple]) -> Optional[str]:
             if attributes.get(n) != value:
                 now_value = attributes[n][1] if n in attributes else "absent"
                 return f"{name + '.' if name else ''}{n} is {now_value[:40]}, was {value[1][:40]}"
+        added = [n for n in attributes if n not in plain and n not in (state[0] if state else ())]
+        if added:
+            return (f"{name + '.' if name else ''}{added[0]} is {attributes[added[0]][1][:40]}, "
+                    "was absent")
     return None
 
 
