@@ -67,7 +67,8 @@ class Model {
     return peak;
   }
   int64_t LossPeak() const {
-    return chain_.loss_kept + std::max<int64_t>(0, chain_.loss_backward_transient);
+    return chain_.loss_kept +
+           std::max<int64_t>({0, chain_.loss_forward_transient, chain_.loss_backward_transient});
   }
   int64_t StoredForwardPeak(int a, const Option& o) const { return o.kept + o.forward_transient; }
   // A tied parameter's two gradients are summed where both arrive in one backward pass: the
@@ -231,6 +232,7 @@ Chain FromProfile(const ModelProfile& profile) {
     }
   }
   chain.loss_kept = profile.loss.retained_bytes + profile.loss.output_bytes;
+  chain.loss_forward_transient = profile.loss.forward_transient_bytes;
   chain.loss_backward_transient = profile.loss.backward_transient_bytes;
   chain.output_grad = profile.loss.input_grad_bytes;
   chain.loss_ms = profile.loss.forward_ms + profile.loss.backward_ms;
@@ -295,7 +297,7 @@ Chain Quantize(const Chain& chain, int64_t unit) {
       u(o.kept), u(o.forward_transient), u(o.backward_transient), u(o.held_backward_transient);
     }
   }
-  u(q.loss_kept), u(q.loss_backward_transient), u(q.output_grad);
+  u(q.loss_kept), u(q.loss_forward_transient), u(q.loss_backward_transient), u(q.output_grad);
   q.to_host_ms *= static_cast<double>(unit);
   q.from_host_ms *= static_cast<double>(unit);
   return q;

@@ -41,6 +41,7 @@ struct Stage {
 struct Chain {
   std::vector<Stage> stages;
   int64_t loss_kept = 0;
+  int64_t loss_forward_transient = 0;  // above loss_kept, as loss_backward_transient is
   int64_t loss_backward_transient = 0;
   int64_t output_grad = 0;  // d_n, what the loss's backward leaves
   double loss_ms = 0;

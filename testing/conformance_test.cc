@@ -45,6 +45,7 @@
 #include "rapidcheck.h"
 #include "rapidcheck/gtest.h"
 #include "testing/model_cases.h"
+#include "testing/torchscript_chains.h"
 
 namespace ckpt {
 namespace {
@@ -466,6 +467,43 @@ TEST(Conformance, TiedGradientsSumAsTheEngineSumsThem) {
     EXPECT_GE(std::abs(other->peak_bytes - measured), tied_bytes - tolerance)
         << "predicted the other way " << other->peak_bytes << ", measured " << measured;
   }
+}
+
+// The loss's forward peak is in the step's: under bfloat16 autocast a cross-entropy casts the
+// head's bfloat16 logits to float32 for its log-softmax and frees the copy before it returns.
+// With the stage before the head checkpointed, the step peaks there (its output, which the
+// head's graph does not keep, is alive until the loss is computed). Predicted as measured, and
+// 72 bytes short without the loss's forward transient.
+TEST(Conformance, TheLossForwardPeakUnderAutocast) {
+  testing::ChainDescription chain;
+  chain.tokens = true;
+  chain.input = 3;
+  chain.vocab = 6;
+  chain.stages = {{testing::StageKind::kEmbedding, 1},
+                  {testing::StageKind::kLinear, 1},
+                  {testing::StageKind::kLinear, 5},
+                  {testing::StageKind::kHead, 0}};
+  absl::StatusOr<ScratchFolder> folder = ScratchFolder::Make(::testing::TempDir(), "loss_peak_");
+  ASSERT_TRUE(folder.ok()) << folder.status();
+  const std::string path = folder->Path("chain.pt");
+  ASSERT_TRUE(testing::WriteChain(chain, 0, path).ok());
+  absl::StatusOr<testing::Case> c =
+      testing::BuildCase(absl::StrCat("torchscript:file=", path, ":tokens=3:vocab=6:batch=3"), 1,
+                         true, true, false, at::kBFloat16);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_GT(c->profile.loss.forward_transient_bytes, 0);
+  absl::StatusOr<Plan> plan =
+      ParsePlan("[0,2) stored, [2,3) checkpointed, [3,4) stored", c->profile.stages, "text");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  absl::StatusOr<testing::Run> run = StepUnder(*c, *plan, 3);
+  ASSERT_TRUE(run.ok()) << run.status();
+  const int64_t measured = run->step.peak_bytes - run->step.baseline_bytes;
+  EXPECT_EQ(run->predicted.peak_bytes, measured);
+  ModelProfile without = c->profile;
+  without.loss.forward_transient_bytes = 0;
+  absl::StatusOr<MemoryPrediction> short_of = PredictMemory(without, *plan);
+  ASSERT_TRUE(short_of.ok()) << short_of.status();
+  EXPECT_EQ(measured - short_of->peak_bytes, 72);
 }
 
 // 30 cases a model, fewer than the float32 properties' 100: each case runs every strategy.

@@ -68,6 +68,7 @@ rc::Gen<ModelProfile> GeneratedProfile(int max_stages) {
     p.loss.backward_net_bytes = x[n];
     p.loss.input_grad_bytes = x[n];
     p.loss.backward_transient_bytes = x[n] + 4;
+    p.loss.forward_transient_bytes = *rc::gen::inRange<int64_t>(0, 3) * x[n];
     p.loss.forward_ms = 0.1;
     p.loss.backward_ms = 0.1;
     // A quarter of the profiles know copy rates (optimal then solves twice, once with offload's

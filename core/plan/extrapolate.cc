@@ -89,6 +89,8 @@ std::vector<Count> CountsOf(ModelProfile& p, std::string& shape) {
   absl::StrAppend(&shape, "loss:", absl::StrJoin(l.kept_inputs, ","), "\n");
   add(l.retained_bytes, "the loss's retained bytes");
   add(l.output_bytes, "the loss's output");
+  add(l.forward_transient_bytes, "the loss's forward transient",
+      PeakKey{-1, 0, Transient::kLossForward});
   add(l.backward_transient_bytes, "the loss's backward transient",
       PeakKey{-1, 0, Transient::kLossBackward});
   add(l.backward_net_bytes, "the loss's backward net bytes");

@@ -67,6 +67,7 @@ enum class Transient {
   kBackwardInputHeld,
   kBackwardInputOutputHeld,
   kBackwardHeld,
+  kLossForward,
   kLossBackward,
 };
 

@@ -279,6 +279,7 @@ class StepReplay {
     if (!op.loss) return;
     const LossProfile& loss = profile_.loss;
     Boundary& last = At(r, op.end);
+    Touch(loss.retained_bytes + loss.output_bytes + loss.forward_transient_bytes);
     Add(loss.retained_bytes + loss.output_bytes);
     RefSome(last, loss.kept_inputs, true);
     if (op.begin < op.end) Release(last);  // the loop's; a value (a loss alone) is the table's

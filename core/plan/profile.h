@@ -131,9 +131,12 @@ struct StageProfile {
 
 // The loss, profiled like a stage (its input is the last stage's output).
 struct LossProfile {
-  int64_t retained_bytes = 0;            // besides its input and the scalar
-  std::vector<int> kept_inputs;          // its input's storages its graph (or the scalar) keeps
-  int64_t output_bytes = 0;              // the scalar, unless it is its input's
+  int64_t retained_bytes = 0;    // besides its input and the scalar
+  std::vector<int> kept_inputs;  // its input's storages its graph (or the scalar) keeps
+  int64_t output_bytes = 0;      // the scalar, unless it is its input's
+  // Its forward's peak above (input + retained + output): what it frees before it ends (under
+  // autocast, the float32 copy of bfloat16 logits a log-softmax reads).
+  int64_t forward_transient_bytes = 0;
   int64_t backward_transient_bytes = 0;  // above its start; includes the input's gradient
   // Live bytes after its backward minus before: its input's gradient and the seed gradient
   // LibTorch allocates, less what its graph retained.

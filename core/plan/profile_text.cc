@@ -421,6 +421,7 @@ void WalkProfile(Io& io, ModelProfile& p) {
   Bytes(io, "loss.retained_bytes", loss.retained_bytes);
   Indices(io, "loss.kept_inputs", loss.kept_inputs);
   Bytes(io, "loss.output_bytes", loss.output_bytes);
+  Bytes(io, "loss.forward_transient_bytes", loss.forward_transient_bytes);
   Bytes(io, "loss.backward_transient_bytes", loss.backward_transient_bytes);
   Bytes(io, "loss.backward_net_bytes", loss.backward_net_bytes, -kMaxBytes);
   Bytes(io, "loss.input_grad_bytes", loss.input_grad_bytes);

@@ -30,7 +30,7 @@
 namespace ckpt {
 
 // The format's version: changed whenever the walk changes, so that an older text is refused.
-inline constexpr int kProfileFormat = 5;
+inline constexpr int kProfileFormat = 6;
 inline constexpr int kMaxProfileStages = 16384;
 
 // Profiles, each under a key (what it was measured for; keys need not be distinct), in one

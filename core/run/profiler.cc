@@ -637,6 +637,7 @@ class Profiler {
     std::vector<at::Tensor> xs, leaves;
     PrepareInputs(given, /*batch=*/stages_.empty(), xs, leaves);
     const int64_t start = meter_.Stats().live_bytes;
+    meter_.ResetPeak();
     timer_->Start();
     at::Tensor loss = Loss(xs);
     p.forward_ms = timer_->StopMs();
@@ -645,6 +646,8 @@ class Profiler {
         loss.has_storage() && in.Find(loss.storage().unsafeGetStorageImpl()) >= 0;
     p.output_bytes = aliases_input ? 0 : StorageBytes(loss);
     p.retained_bytes = meter_.Stats().live_bytes - start - p.output_bytes;
+    p.forward_transient_bytes =
+        PeakAbove(start + p.retained_bytes + p.output_bytes, Transient::kLossForward);
     // The input's storages its graph (or the scalar itself) keeps.
     xs.clear();
     for (size_t k = 0; !stages_.empty() && k < in.ids.size(); ++k) {
