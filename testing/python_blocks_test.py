@@ -444,6 +444,18 @@ class Refusals(unittest.TestCase):
             frozen = tuple(t.clone() for t in self.inputs)
         self.refused(lambda: ckptlab.profile_blocks(self.model, frozen), "an inference tensor")
 
+    def test_nested_blocks_found_outermost(self):
+        """Stages of repeated blocks (an EfficientNet's): the stages are the blocks, and the
+        blocks inside them are not searched."""
+        def stage(n):
+            return nn.Sequential(*(nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh())
+                                   for _ in range(n)))
+
+        model = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Sequential(stage(1), stage(2), stage(3)))
+        self.assertEqual(ckptlab.find_blocks(model), ["1.0", "1.1", "1.2"])
+        profile = ckptlab.profile_blocks(model, torch.randn(2, WIDTH))
+        self.assertEqual(profile.blocks, ["1.0", "1.1", "1.2"])
+
     def test_selective(self):
         """A block under two policies, a selective policy on a torch without it, and a kept
         output written in place (which torch's own check misses, giving other gradients)."""
@@ -641,36 +653,73 @@ class Refusals(unittest.TestCase):
         self.refused(lambda: ckptlab.checkpoint_blocks(self.model, ["layers.0"], self.profile),
                      "changed since it was profiled", "a module replaced")
 
-    def test_a_counter_the_step_updates(self):
-        """A plain attribute the step itself updates (a counter) is the model's state: the
-        profile stays good after further steps; a flag flipped after it is not."""
-        class Counting(nn.Linear):
+    def test_plain_attributes_the_step_sets(self):
+        """The model's plain attributes are put back after the profile, as its buffers are: a
+        model that flips a flag every step is profiled for its next step, and the profile stays
+        good after further steps; a flag set by hand after it is not, nor an attribute added. A
+        block that sets its own is refused by name."""
+        class Flipping(nn.Module):  # a flag outside the blocks, flipped by every forward
             def __init__(self):
-                super().__init__(WIDTH, WIDTH)
-                self.calls, self.scaled = 0, False
+                super().__init__()
+                self.layers = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh(),
+                                            nn.Linear(WIDTH, WIDTH))
+                self.odd, self.calls, self.scaled = False, 0, False
 
             def forward(self, x):
-                self.calls += 1
-                return super().forward(x) * (2.0 if self.scaled else 1.0)
+                self.odd, self.calls = not self.odd, self.calls + 1
+                x = self.layers[0](x)
+                if self.odd:  # odd steps keep one more tensor for backward
+                    x = x * torch.sigmoid(x)
+                return self.layers[2](self.layers[1](x)) * (2.0 if self.scaled else 1.0)
+
+        model, x = Flipping(), torch.randn(3, WIDTH)
+        for steps in range(3):
+            profile = ckptlab.profile_blocks(model, x, blocks=["layers.0", "layers.2"])
+            self.assertEqual((model.odd, model.calls), (steps % 2 == 1, steps))
+            _, kept = ckptlab.kept_bytes(lambda: model(x).square().mean(),
+                                         exclude=list(model.parameters()) + [x])
+            self.assertEqual(profile.kept_bytes(), kept, f"step {steps}")
+        model(x)  # steps after the profile: its state, not its settings
+        ckptlab.checkpoint_blocks(model, ["layers.0"], profile).undo()
+        model.scaled = True
+        self.refused(lambda: ckptlab.checkpoint_blocks(model, ["layers.0"], profile),
+                     "scaled is True, was False")
+        model.scaled = False
+        model.layers[2].extra = 1  # an attribute the forward may read, added since
+        self.refused(lambda: ckptlab.checkpoint_blocks(model, ["layers.0"], profile),
+                     "layers.2.extra is 1, was absent")
+        del model.layers[2].extra
+        model.layers[0].shape = (3, 4)  # a tuple of numbers, as a convolution's padding
+        profile = ckptlab.profile_blocks(model, x, blocks=["layers.0", "layers.2"])
+        model.layers[0].shape = (3, 5)
+        self.refused(lambda: ckptlab.checkpoint_blocks(model, ["layers.0"], profile),
+                     "layers.0.shape is (3, 5), was (3, 4)")
+        del model.layers[0].shape
+        # A hook every module runs, registered after the profile.
+        profile = ckptlab.profile_blocks(model, x, blocks=["layers.0", "layers.2"])
+        hook = nn.modules.module.register_module_forward_hook(lambda m, i, o: o)
+        try:
+            self.refused(lambda: ckptlab.checkpoint_blocks(model, ["layers.0"], profile),
+                         "a global forward hook")
+        finally:
+            hook.remove()
+        ckptlab.checkpoint_blocks(model, ["layers.0"], profile).undo()
+
+        class Counting(nn.Linear):  # a block with a counter and a flag of its own
+            def __init__(self):
+                super().__init__(WIDTH, WIDTH)
+                self.inner = nn.Identity()
+                self.inner.flag = False
+
+            def forward(self, x):
+                self.inner.flag = not self.inner.flag
+                return super().forward(x) if self.inner.flag else torch.tanh(super().forward(x))
 
         model = nn.Sequential(Counting(), nn.Tanh(), Counting())
-        x = torch.randn(3, WIDTH)
         profile = ckptlab.profile_blocks(model, x, blocks=["0", "2"])
-        model(x)
-        ckptlab.checkpoint_blocks(model, ["0"], profile).undo()
-        model[2].scaled = True
-        self.refused(lambda: ckptlab.checkpoint_blocks(model, ["0"], profile),
-                     "2.scaled is True, was False")
-        model[2].scaled = False
-        model[2].extra = 1  # an attribute the forward may read, added since
-        self.refused(lambda: ckptlab.checkpoint_blocks(model, ["0"], profile),
-                     "2.extra is 1, was absent")
-        del model[2].extra
-        model[0].shape = (3, 4)  # a tuple of numbers, as a convolution's padding
-        profile = ckptlab.profile_blocks(model, x, blocks=["0", "2"])
-        model[0].shape = (3, 5)
-        self.refused(lambda: ckptlab.checkpoint_blocks(model, ["0"], profile),
-                     "0.shape is (3, 5), was (3, 4)")
+        self.assertFalse(model[0].inner.flag)
+        self.refused(lambda: ckptlab.checkpoint_blocks(model, ["2"], profile),
+                     "2 cannot be checkpointed", "sets its plain attribute inner.flag")
 
     def test_a_block_handed_a_cache(self):
         class Layer(nn.Module):  # appends its keys to a cache, as a decoder's attention does

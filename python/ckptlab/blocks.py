@@ -54,8 +54,10 @@ to it) or draws from a torch.Generator of its own or one it is handed; a block h
 holding tensors (a cache, such as Hugging Face's DynamicCache, which a rerun would update again:
 use_cache=False); a block called within another's call; one whose calls keep nothing for
 backward; and one the profiled step did not run (a layer drop's), of which it knows nothing.
-What a rerun cannot see is not replayed: a plain Python attribute a block updates (a counter
-held as an int) is updated again by its rerun; hold such state in a buffer.
+The model's plain attributes (a step counter held as an int, a flag its forward flips) are put
+back after the profile's runs, as its buffers are: the profile is of the next step. A block that
+sets one of its own as it runs is refused (its rerun would set it again, and may run otherwise);
+hold such state in a buffer.
 checkpoint_blocks refuses a profile of another model, or of this one before a module was
 replaced, train()/eval() switched, a forward hook added or removed, a parameter's or buffer's
 dtype, device, shape or requires_grad changed, or a module's plain attribute (a number, string
@@ -76,7 +78,8 @@ import torch.utils.checkpoint
 
 from ckptlab import selective
 from ckptlab.chains import _untouched, mean_square
-from ckptlab.model_settings import changed_since, settings_of, settled
+from ckptlab.model_settings import (attributes_set, changed_since, plain_attributes,
+                                    settings_of, settled)
 from ckptlab.plan import printable
 from ckptlab.planned import _changed, _devices_rng, _note_kept, _State, _storage, _values
 
@@ -93,7 +96,7 @@ def find_blocks(model: nn.Module) -> List[str]:
     named_modules lists them."""
     found: List[str] = []
     for name, module in _model(model).named_modules():
-        if any(name.startswith(f + ".") for f in found):
+        if any(name == f or name.startswith(f + ".") for f in found):
             continue
         if not isinstance(module, (nn.ModuleList, nn.Sequential)):
             continue
@@ -425,6 +428,7 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
             parameter_versions = [p._version for _, p in parameters]
             buffers = list(block.named_buffers())
             bound = [(m, dict(m._buffers)) for m in block.modules()]
+            plain = [(name, m, plain_attributes(m)) for name, m in block.named_modules()]
             own = {id(b) for _, b in buffers}
             others = [(n, b) for n, b in model_buffers if id(b) not in own]
             before = _values([b for _, b in buffers])
@@ -458,11 +462,17 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
                          _values([b for _, b in kept])))
             rebound = next((n for m, held in bound for n, b in m._buffers.items()
                             if held.get(n) is not b), None)
+            flipped = next((f"{n + '.' if n else ''}{attr}" for n, m, was in plain
+                            for attr in attributes_set(was, m)), None)
             holder = _holder((a, k))
             if holder is not None:
                 call.refused = (f"it is handed a {printable(holder)}, an object holding tensors "
                                 "(a cache), which its rerun would see as the first run left it "
                                 "and update again; hand it tensors (use_cache=False)")
+            elif flipped is not None:
+                call.refused = (f"it sets its plain attribute {printable(flipped)} as it runs (a "
+                                "counter or a flag), which its rerun would set again and run "
+                                "otherwise; hold such state in a buffer")
             elif rebound is not None:
                 call.refused = (f"it gives its buffer {printable(rebound)} a new tensor as it "
                                 "runs (self.x = ...), which a rerun would do again")
@@ -514,6 +524,7 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
                                 "returns (by another block or the model), which its rerun "
                                 "would read changed")
         del output, value
+        after = settings_of(model)  # the step's own, before _untouched puts the model back
         held.clear()
         ended.clear()
         read.clear()
@@ -528,7 +539,7 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
         blocks=[n for n, _ in resolved], calls=calls, outside=outside,
         excluded=_storages(model_tensors + batch), rng_bytes=_storage(torch.get_rng_state())[1],
         modules={n: weakref.ref(m) for n, m in resolved},
-        settings=settled(settings, settings_of(model)))
+        settings=settled(settings, after))
 
 
 @dataclasses.dataclass

@@ -45,6 +45,7 @@ import torch
 from torch import fx, nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from ckptlab.model_settings import plain_attributes
 from ckptlab.plan import printable
 from ckptlab.planned import _storage
 from ckptlab.trace import (_bases, _copies, _cuts, _detach_what_needs_no_grad,
@@ -97,9 +98,10 @@ def _untouched(model: nn.Module, batch: Sequence[torch.Tensor],
                parameters: Sequence[torch.Tensor] = ()):
     """The model's buffers (the tensors its modules hold and their values), its modules' other
     tensor attributes (what a forward pre-hook sets: the old spectral_norm's weight, which a trace
-    would leave a traced tensor; a tensor a forward updates in place), `parameters`' values (a
-    copy on the host while inside) and the random streams as they were before, whatever ran
-    inside."""
+    would leave a traced tensor; a tensor a forward updates in place), their plain attributes (a
+    step counter held as an int, a flag the forward flips: those it adds removed), `parameters`'
+    values (a copy on the host while inside) and the random streams as they were before,
+    whatever ran inside."""
     devices = sorted({t.device.index or 0 for t in batch if t.is_cuda})
     with torch.no_grad():
         saved = [(b, b.clone()) for b in model.buffers()]
@@ -107,6 +109,7 @@ def _untouched(model: nn.Module, batch: Sequence[torch.Tensor],
                                        if isinstance(v, torch.Tensor)})
                 for m in model.modules()]
         values = [(p, p.detach().to("cpu", copy=True)) for p in parameters]
+    plain = [(m, plain_attributes(m)) for m in model.modules()]
     # What a tensor object carries besides its data: 1.13's make_fx notes its proxies there,
     # which would stay (copy.deepcopy of the model then fails on them).
     tensors = list(model.parameters()) + list(model.buffers())
@@ -132,6 +135,10 @@ def _untouched(model: nn.Module, batch: Sequence[torch.Tensor],
         for t, before in notes:
             for k in set(vars(t)) - before:
                 del vars(t)[k]
+        for m, before in plain:
+            for k in plain_attributes(m).keys() - before.keys():
+                del vars(m)[k]
+            vars(m).update(before)
 
 
 def _same_step(model: nn.Module, chain: "Chain", batch: Sequence[torch.Tensor], inputs: int,

@@ -1,16 +1,16 @@
 """What a blocks profile depends on besides the blocks and the batch, and what changed since.
 
     before = settings_of(model)            # as the profile begins
-    settings = settled(before, settings_of(model))   # kept with the profile
+    settings = settled(before, settings_of(model))   # after the step, kept with the profile
     changed_since(model, settings)         # "layers.1.fc.weight is float64 ..., was float32 ..."
 """
 
 import weakref
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from torch import nn
 
-__all__ = ["changed_since", "settings_of", "settled"]
+__all__ = ["attributes_set", "changed_since", "plain_attributes", "settings_of", "settled"]
 
 _PLAIN = (bool, int, float, str, type(None))
 
@@ -21,20 +21,42 @@ def _plain(value) -> bool:
         isinstance(value, tuple) and all(isinstance(v, _PLAIN) for v in value))
 
 
+def plain_attributes(module: nn.Module) -> Dict[str, object]:
+    """The module's plain attributes (numbers, strings, flags, None and tuples of them) but its
+    training flag, by name."""
+    return {n: v for n, v in vars(module).items()
+            if _plain(v) and n != "training" and not n.startswith("__")}
+
+
+def attributes_set(before: Dict[str, object], module: nn.Module) -> List[str]:
+    """The plain attributes of `module` added or given another value since `before` (its
+    plain_attributes then)."""
+    return [n for n, v in plain_attributes(module).items()
+            if n not in before or (type(v), repr(v)) != (type(before[n]), repr(before[n]))]
+
+
+def _global_hooks() -> tuple:
+    """The forward hooks every module runs (nn.modules.module.register_module_forward_hook's)."""
+    module = nn.modules.module
+    return (tuple(getattr(module, "_global_forward_pre_hooks", {})),
+            tuple(getattr(module, "_global_forward_hooks", {})))
+
+
 def settings_of(model: nn.Module) -> List[tuple]:
     """What a profile depends on besides the blocks and the batch: every module the model holds,
     its training flag (BatchNorm and dropout run otherwise in evaluation), the dtype, device,
     shape and requires_grad of each of its parameters and buffers (after model.double() or with
-    a layer frozen, the step saves other bytes), its forward hooks (a hook added after the
-    profile runs code it did not see), and its plain attributes (numbers, strings, flags and
-    tuples of them: BatchNorm's track_running_stats, a dropout's p, a convolution's padding)."""
+    a layer frozen, the step saves other bytes), its forward hooks and, with the model's, the
+    global ones (a hook added after the profile runs code it did not see), and its plain
+    attributes (plain_attributes: BatchNorm's track_running_stats, a dropout's p, a
+    convolution's padding)."""
     return [(weakref.ref(m), m.training,
              {n: (t.dtype, t.device, tuple(t.shape), t.requires_grad)
               for n, t in list(m._parameters.items()) + list(m._buffers.items()) if t is not None},
-             (tuple(m._forward_pre_hooks), tuple(m._forward_hooks)),
-             {n: (type(v), repr(v)) for n, v in vars(m).items()
-              if _plain(v) and n != "training" and not n.startswith("__")})
-            for m in model.modules()]
+             (tuple(m._forward_pre_hooks), tuple(m._forward_hooks))
+             + (_global_hooks() if k == 0 else ()),
+             {n: (type(v), repr(v)) for n, v in plain_attributes(m).items()})
+            for k, m in enumerate(model.modules())]
 
 
 def settled(before: List[tuple], after: List[tuple]) -> List[tuple]:
@@ -60,6 +82,8 @@ def changed_since(model: nn.Module, settings: List[tuple]) -> Optional[str]:
             names, now, settings):
         if flag != was:
             return f"{name or 'the model'} switched to {'train' if flag else 'eval'}()"
+        if hooks[2:] != hooked[2:]:
+            return "a global forward hook (register_module_forward_hook) added or removed"
         if hooks != hooked:
             return f"{name or 'the model'}'s forward hooks added or removed"
         for n in list(tensors) + [n for n in had if n not in tensors]:

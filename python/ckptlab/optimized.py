@@ -160,8 +160,10 @@ def optimize(model: nn.Module, inputs, budget, loss: Optional[Callable[..., torc
     try:
         cut = chain(model, inputs, loss=loss, targets=targets, max_stages=max_stages)
     except ChainError as e:
+        cut = None  # (the blocks path runs outside this handler: its errors are its own)
         print(f"ckptlab.optimize: {printable(str(e))}; planning its blocks instead "
               "(granularity='blocks': the model checkpointed in place)", file=sys.stderr)
+    if cut is None:
         return _optimize_blocks(model, inputs, text, loss, targets, blocks, planner, progress,
                                 False)
     executable = sweep_path(sweep)
