@@ -641,7 +641,7 @@ class Refusals(unittest.TestCase):
         ckptlab.checkpoint_blocks(self.model, ["layers.0"], self.profile).undo()
         hook = self.model.layers[1].register_forward_hook(lambda m, i, o: (o[0] * 2, o[1]))
         self.refused(lambda: ckptlab.checkpoint_blocks(self.model, ["layers.0"], self.profile),
-                     "layers.1's forward hooks added or removed")
+                     "layers.1's hooks added or removed")
         hook.remove()
         ckptlab.checkpoint_blocks(self.model, ["layers.0"], self.profile).undo()
         self.model.layers[0].kind = "dropout"  # a plain attribute: what the block runs
@@ -700,7 +700,7 @@ class Refusals(unittest.TestCase):
         hook = nn.modules.module.register_module_forward_hook(lambda m, i, o: o)
         try:
             self.refused(lambda: ckptlab.checkpoint_blocks(model, ["layers.0"], profile),
-                         "a global forward hook")
+                         "a global hook")
         finally:
             hook.remove()
         ckptlab.checkpoint_blocks(model, ["layers.0"], profile).undo()
@@ -720,6 +720,101 @@ class Refusals(unittest.TestCase):
         self.assertFalse(model[0].inner.flag)
         self.refused(lambda: ckptlab.checkpoint_blocks(model, ["2"], profile),
                      "2 cannot be checkpointed", "sets its plain attribute inner.flag")
+
+    def test_plain_attributes_around_a_call(self):
+        """What the model does to plain attributes around a block's call, and what a block does
+        to those of others: the plain step's gradients where it can be replayed, a refusal by
+        name where it cannot, the profile good where the step only changes state."""
+        class Scaled(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc, self.active = nn.Linear(WIDTH, WIDTH), False
+
+            def forward(self, x, owner=None):
+                if owner is not None:
+                    owner.calls += 1
+                return torch.tanh(self.fc(x) * (3.0 if self.active else 1.0))
+
+        class Around(nn.Module):  # sets each layer's flag for its call only
+            def __init__(self, hand_over=False):
+                super().__init__()
+                self.layers = nn.ModuleList(Scaled() for _ in range(2))
+                self.hand_over, self.calls, self.history, self.aux = hand_over, 0, [], None
+                self.steps = 0
+
+            def forward(self, x):
+                self.steps += 1
+                for layer in self.layers:
+                    layer.active = True
+                    x = layer(x, self if self.hand_over else None)
+                    layer.active = False
+                self.history, self.aux = None, x.abs().mean()  # a list, then none; a tensor
+                return x
+
+        torch.manual_seed(0)
+        model, x = Around(), torch.randn(3, WIDTH)
+        names = ["layers.0", "layers.1"]
+        profile = ckptlab.profile_blocks(model, x)
+        # Put back as they were: a list that became None, None that became a tensor.
+        self.assertEqual((model.history, model.aux), ([], None))
+        want = step(model, (x,), 1, lambda out: out.square().mean())
+        applied = ckptlab.checkpoint_blocks(model, names, profile)
+        got = step(model, (x,), 1, lambda out: out.square().mean())
+        applied.undo()
+        assert_same(self, got, want, "flags set around the calls")
+        self.assertEqual(got[3], profile.kept_bytes(names))
+        model.layers[0].forward = model.layers[0].forward  # a forward on the instance
+        self.refused(lambda: ckptlab.checkpoint_blocks(model, names, profile),
+                     "layers.0's forward replaced on the instance")
+        del model.layers[0].forward
+        model.steps = "many"  # a state of another type
+        self.refused(lambda: ckptlab.checkpoint_blocks(model, names, profile),
+                     "steps is 'many', a str, where the profiled step held a int")
+        model.steps = 0
+        if hasattr(nn.modules.module, "register_module_full_backward_hook"):
+            hook = nn.modules.module.register_module_full_backward_hook(lambda m, gi, go: None)
+            try:
+                self.refused(lambda: ckptlab.checkpoint_blocks(model, names, profile),
+                             "a global hook")
+            finally:
+                hook.remove()
+        handing = Around(hand_over=True)
+        profile = ckptlab.profile_blocks(handing, x)
+        self.assertEqual(handing.calls, 0)
+        self.refused(lambda: ckptlab.checkpoint_blocks(handing, ["layers.1"], profile),
+                     "sets the plain attribute calls of a module it does not hold")
+
+        class Once(Scaled):  # deletes its own attribute
+            def forward(self, x):
+                if hasattr(self, "first"):
+                    del self.first
+                return super().forward(x)
+
+        once = nn.Sequential(Once(), Once())
+        for layer in once:
+            layer.first = True
+        profile = ckptlab.profile_blocks(once, x)
+        self.assertTrue(once[0].first)
+        self.refused(lambda: ckptlab.checkpoint_blocks(once, ["0"], profile),
+                     "sets its plain attribute first")
+        self.refused(lambda: ckptlab.profile_blocks(
+            nn.Sequential(nn.LazyLinear(WIDTH), nn.LazyLinear(WIDTH)), x),
+            "0.weight is not initialized yet")
+
+        class Stages(nn.Module):  # stages held as ModuleLists, which no forward calls
+            def __init__(self):
+                super().__init__()
+                self.stages = nn.ModuleList(nn.ModuleList(Scaled() for _ in range(2))
+                                            for _ in range(2))
+
+            def forward(self, x):
+                for stage in self.stages:
+                    for block in stage:
+                        x = block(x)
+                return x
+
+        self.assertEqual(ckptlab.find_blocks(Stages()),
+                         ["stages.0.0", "stages.0.1", "stages.1.0", "stages.1.1"])
 
     def test_a_block_handed_a_cache(self):
         class Layer(nn.Module):  # appends its keys to a cache, as a decoder's attention does

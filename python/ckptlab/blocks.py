@@ -13,7 +13,8 @@ model's own forward runs unchanged, and only the chosen blocks' forwards are wra
 
 Blocks (find_blocks): the children of an nn.ModuleList or nn.Sequential, two or more, all of one
 class and each holding parameters (a transformer's layers, a ResNet stage's blocks), outermost
-first: a container inside a found block is not searched.
+first: a container inside a found block is not searched. ModuleLists (which no forward calls) are
+no blocks: the search goes on inside them.
 
 A profile is the model's own step (its forward and the loss, no backward) run once with every
 block stored, on the batch given, leaving the model's buffers and the random streams as they
@@ -55,15 +56,19 @@ holding tensors (a cache, such as Hugging Face's DynamicCache, which a rerun wou
 use_cache=False); a block called within another's call; one whose calls keep nothing for
 backward; and one the profiled step did not run (a layer drop's), of which it knows nothing.
 The model's plain attributes (a step counter held as an int, a flag its forward flips) are put
-back after the profile's runs, as its buffers are: the profile is of the next step. A block that
-sets one of its own as it runs is refused (its rerun would set it again, and may run otherwise);
-hold such state in a buffer.
+back after the profile's runs, as its buffers are: the profile is of the next step. A
+checkpointed block's rerun reads its plain attributes as its call found them (the model may set
+them around the call: layer.active = True, then False). A block that sets, adds or deletes one
+of its own as it runs, or one of a module it does not hold, is refused (its rerun would do it
+again, and may run otherwise); hold such state in a buffer. State held in a list or a dict is
+neither followed nor put back.
 checkpoint_blocks refuses a profile of another model, or of this one before a module was
-replaced, train()/eval() switched, a forward hook added or removed, a parameter's or buffer's
-dtype, device, shape or requires_grad changed, or a module's plain attribute (a number, string
-or flag: BatchNorm's track_running_stats) changed, but for those the profiled step itself
-changes (a counter). A profile's bytes are those of the batch it ran: another batch's shapes
-keep other bytes.
+replaced, train()/eval() switched, a hook (a module's or a global one) added or removed, a
+forward set on an instance, a parameter's or buffer's dtype, device, shape or requires_grad
+changed, or a module's plain attribute (a number, string or flag: BatchNorm's
+track_running_stats) changed or added, but for those the profiled step itself changes (a
+counter), which only keep their types. A model with a lazy module not yet run is refused. A
+profile's bytes are those of the batch it ran: another batch's shapes keep other bytes.
 """
 
 import contextlib
@@ -78,7 +83,7 @@ import torch.utils.checkpoint
 
 from ckptlab import selective
 from ckptlab.chains import _untouched, mean_square
-from ckptlab.model_settings import (attributes_set, changed_since, plain_attributes,
+from ckptlab.model_settings import (attributes_set, changed_since, has_lazy, plain_attributes,
                                     settings_of, settled)
 from ckptlab.plan import printable
 from ckptlab.planned import _changed, _devices_rng, _note_kept, _State, _storage, _values
@@ -102,6 +107,7 @@ def find_blocks(model: nn.Module) -> List[str]:
             continue
         children = list(module.named_children())
         if (len(children) >= 2 and len({type(c) for _, c in children}) == 1
+                and not isinstance(children[0][1], (nn.ModuleList, nn.ModuleDict))  # never called
                 and all(next(c.parameters(), None) is not None for _, c in children)):
             found.extend(f"{name}.{n}" if name else n for n, _ in children)
     return found
@@ -381,6 +387,10 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
         raise BlocksError(f"blocks: loss={printable(type(loss).__name__)}; accepted: None or a "
                           "function of the output and the targets")
     resolved = _resolve(_model(model), blocks)
+    lazy = has_lazy(model)
+    if lazy is not None:
+        raise BlocksError(f"blocks: {printable(lazy)} is not initialized yet (a lazy module's, "
+                          "its shape unknown): run the model once first, then profile it")
     checkpointed = [n for n, m in _model(model).named_modules()
                     if getattr(vars(m).get("forward"), "ckptlab_checkpointed", False)]
     if checkpointed:
@@ -402,6 +412,7 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
     # Per call: the buffers it read but did not update, as they were at its end.
     read: List[Tuple[List[str], List[torch.Tensor], list]] = []
     model_buffers = list(model.named_buffers())
+    model_modules = list(model.named_modules())
     generators = _generators(model)
 
     def pack(t):
@@ -429,6 +440,9 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
             buffers = list(block.named_buffers())
             bound = [(m, dict(m._buffers)) for m in block.modules()]
             plain = [(name, m, plain_attributes(m)) for name, m in block.named_modules()]
+            held_modules = {id(m) for m in block.modules()}
+            others_plain = [(n, m, plain_attributes(m)) for n, m in model_modules
+                            if id(m) not in held_modules]
             own = {id(b) for _, b in buffers}
             others = [(n, b) for n, b in model_buffers if id(b) not in own]
             before = _values([b for _, b in buffers])
@@ -464,6 +478,8 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
                             if held.get(n) is not b), None)
             flipped = next((f"{n + '.' if n else ''}{attr}" for n, m, was in plain
                             for attr in attributes_set(was, m)), None)
+            foreign_set = next((f"{n + '.' if n else ''}{attr}" for n, m, was in others_plain
+                                for attr in attributes_set(was, m)), None)
             holder = _holder((a, k))
             if holder is not None:
                 call.refused = (f"it is handed a {printable(holder)}, an object holding tensors "
@@ -473,6 +489,10 @@ def profile_blocks(model: nn.Module, inputs, loss: Optional[Callable[..., torch.
                 call.refused = (f"it sets its plain attribute {printable(flipped)} as it runs (a "
                                 "counter or a flag), which its rerun would set again and run "
                                 "otherwise; hold such state in a buffer")
+            elif foreign_set is not None:
+                call.refused = (f"it sets the plain attribute {printable(foreign_set)} of a "
+                                "module it does not hold (one handed to it), which its rerun "
+                                "would set again")
             elif rebound is not None:
                 call.refused = (f"it gives its buffer {printable(rebound)} a new tensor as it "
                                 "runs (self.x = ...), which a rerun would do again")
@@ -667,10 +687,14 @@ def _checkpointed(name: str, block: nn.Module, forward: Callable, policy: str) -
     random streams and the state its first run read replayed in its rerun (the module docstring
     says what it keeps)."""
     buffers = list(block.buffers())
+    modules = list(block.modules())
 
     def wrapped(*a, **k):
         if not torch.is_grad_enabled():
             return forward(*a, **k)
+        # Its plain attributes as its first run reads them, read so by its rerun too (the model
+        # may set them around the call: layer.active = True, then False after it).
+        seen = [plain_attributes(m) for m in modules]
         guard = selective.Guard() if policy == "selective" else None
         options = dict(selective.CHECKPOINT, context_fn=guard.contexts) if guard else {}
         given = _tensors((a, k))
@@ -697,6 +721,7 @@ def _checkpointed(name: str, block: nn.Module, forward: Callable, policy: str) -
                     if replay:  # (its copies are not the block's: unseen by a selective one)
                         with selective.unseen() if options else contextlib.nullcontext():
                             stack.enter_context(replay[0].standing_in(replay[1]))
+                    stack.enter_context(_attributes_as(modules, seen))
                     return forward(*ra, **k)
             ran.append(True)
             return forward(*ra, **k)
@@ -717,6 +742,23 @@ def _checkpointed(name: str, block: nn.Module, forward: Callable, policy: str) -
 
     wrapped.ckptlab_checkpointed = True
     return wrapped
+
+
+@contextlib.contextmanager
+def _attributes_as(modules: List[nn.Module], seen: List[dict]):
+    """The modules' plain attributes set to `seen` (plain_attributes of each), and put back."""
+    now = [plain_attributes(m) for m in modules]
+    try:
+        for m, attributes, current in zip(modules, seen, now):
+            for n in current.keys() - attributes.keys():
+                del vars(m)[n]
+            vars(m).update(attributes)
+        yield
+    finally:
+        for m, attributes, current in zip(modules, seen, now):
+            for n in attributes.keys() - current.keys():
+                vars(m).pop(n, None)
+            vars(m).update(current)
 
 
 def checkpoint_blocks(model: nn.Module, names: Sequence[str], profile: BlockProfile,

@@ -99,9 +99,10 @@ def _untouched(model: nn.Module, batch: Sequence[torch.Tensor],
     """The model's buffers (the tensors its modules hold and their values), its modules' other
     tensor attributes (what a forward pre-hook sets: the old spectral_norm's weight, which a trace
     would leave a traced tensor; a tensor a forward updates in place), their plain attributes (a
-    step counter held as an int, a flag the forward flips: those it adds removed), `parameters`'
-    values (a copy on the host while inside) and the random streams as they were before,
-    whatever ran inside."""
+    step counter held as an int, a flag the forward flips: those it adds removed, and whatever
+    an attribute held before it held a plain value), `parameters`' values (a copy on the host
+    while inside) and the random streams as they were before, whatever ran inside. (A tensor
+    is written back only where it changed: an expanded one cannot be written, nor was.)"""
     devices = sorted({t.device.index or 0 for t in batch if t.is_cuda})
     with torch.no_grad():
         saved = [(b, b.clone()) for b in model.buffers()]
@@ -109,7 +110,7 @@ def _untouched(model: nn.Module, batch: Sequence[torch.Tensor],
                                        if isinstance(v, torch.Tensor)})
                 for m in model.modules()]
         values = [(p, p.detach().to("cpu", copy=True)) for p in parameters]
-    plain = [(m, plain_attributes(m)) for m in model.modules()]
+    plain = [(m, dict(vars(m)), set(plain_attributes(m))) for m in model.modules()]
     # What a tensor object carries besides its data: 1.13's make_fx notes its proxies there,
     # which would stay (copy.deepcopy of the model then fails on them).
     tensors = list(model.parameters()) + list(model.buffers())
@@ -120,7 +121,8 @@ def _untouched(model: nn.Module, batch: Sequence[torch.Tensor],
     finally:
         with torch.no_grad():
             for b, before in saved:
-                b.copy_(before)
+                if not torch.equal(b, before):
+                    b.copy_(before)
             for p, before in values:
                 p.copy_(before)
             for m, buffers, attributes in held:
@@ -131,14 +133,17 @@ def _untouched(model: nn.Module, batch: Sequence[torch.Tensor],
                         delattr(m, k)
                 for k, (v, before) in attributes.items():
                     vars(m)[k] = v
-                    v.copy_(before)
+                    if not torch.equal(v, before):
+                        v.copy_(before)
         for t, before in notes:
             for k in set(vars(t)) - before:
                 del vars(t)[k]
-        for m, before in plain:
-            for k in plain_attributes(m).keys() - before.keys():
-                del vars(m)[k]
-            vars(m).update(before)
+        for m, before, was_plain in plain:
+            for k in set(plain_attributes(m)) | was_plain:
+                if k in before:
+                    vars(m)[k] = before[k]
+                else:
+                    del vars(m)[k]
 
 
 def _same_step(model: nn.Module, chain: "Chain", batch: Sequence[torch.Tensor], inputs: int,
