@@ -15,9 +15,9 @@ Python (the standard library and torch), and for plan_blocks ckptlab's planner i
 
 __version__ = "0.1.0"  # the package's (python/pyproject.toml reads it here)
 
+from ckptlab.block_checkpoints import checkpoint_blocks
 from ckptlab.block_plans import BlockPlan, plan_blocks
-from ckptlab.blocks import (Applied, BlockProfile, BlocksError, checkpoint_blocks, find_blocks,
-                            profile_blocks)
+from ckptlab.blocks import Applied, BlockProfile, BlocksError, find_blocks, profile_blocks
 from ckptlab.chains import Chain, ChainError, chain
 from ckptlab.optimized import OptimizeError, Prediction, optimize
 from ckptlab.peaks import step_peak

@@ -29,24 +29,7 @@ figure where its forward returns the output beside the loss). The profile is of 
 next step from the same random state draws what it drew (a layer drop's), another draw may keep
 more or less.
 
-A checkpointed block runs PyTorch's non-reentrant checkpoint (torch.utils.checkpoint, without
-its own random state) around the block's forward, its keyword arguments and outputs as the
-model passes them, and keeps besides its inputs:
-  - the random streams as the call found them, where the call drew (dropout, a layer drop), so
-    that the rerun draws the same; the host's generator's state (5,056 bytes) is host memory;
-  - a copy of the buffers it updates (BatchNorm's statistics), which the rerun reads and
-    updates in place of the model's, so that the model's state is updated once, as the plain
-    step updates it.
-A block checkpointed selectively (ckptlab.selective: PyTorch's selective checkpoint, where
-this torch runs it) keeps the outputs of its matrix products, convolutions and attention too, and
-its rerun runs only the other operators; the profile runs the step once more, first, to see
-those outputs (its `cached` storages) and what the policy costs in time (its `selective_ms`:
-PyTorch runs every operator of the block through a Python dispatch mode, twice), and refuses the
-policy for a block one of whose kept outputs is written in place (a Linear's output under
-.mul_()), whose rerun would read what was written, and for one that reads a tensor's value into
-Python (.item(), a tensor in an `if`), where another step may run, and write, otherwise. Its graph
-runs backward once: a second backward through it (retain_graph=True) or a double backward
-(create_graph=True) raises PyTorch's error; checkpoint such a block instead.
+How a checkpointed block runs, selectively or not, and what it keeps: ckptlab.block_checkpoints.
 Refused by name, from what the profile saw, where a rerun would not run as the first run did: a
 block that writes its input in place or whose input is written after it returns (x += block(x)),
 that writes a parameter, gives a buffer a new tensor (self.x = ...), reads a buffer written after
@@ -62,13 +45,7 @@ them around the call: layer.active = True, then False). A block that sets, adds 
 of its own as it runs, or one of a module it does not hold, is refused (its rerun would do it
 again, and may run otherwise); hold such state in a buffer. State held in a list or a dict is
 neither followed nor put back.
-checkpoint_blocks refuses a profile of another model, or of this one before a module was
-replaced, train()/eval() switched, a hook (a module's or a global one) added or removed, a
-forward set on an instance, a parameter's or buffer's dtype, device, shape or requires_grad
-changed, or a module's plain attribute (a number, string or flag: BatchNorm's
-track_running_stats) changed or added, but for those the profiled step itself changes (a
-counter), which only keep their types. A model with a lazy module not yet run is refused. A
-profile's bytes are those of the batch it ran: another batch's shapes keep other bytes.
+A profile's bytes are those of the batch it ran: another batch's shapes keep other bytes.
 """
 
 import contextlib
@@ -79,21 +56,18 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
-import torch.utils.checkpoint
 
 from ckptlab import selective
+from ckptlab.block_values import (BlocksError, _drew, _holder, _leaves, _no_storage, _storages,
+                                  _tensors)
 from ckptlab.chains import _untouched, mean_square
-from ckptlab.model_settings import (attributes_set, changed_since, has_lazy, plain_attributes,
-                                    settings_of, settled)
+from ckptlab.model_settings import (attributes_set, has_lazy, plain_attributes, settings_of,
+                                    settled)
 from ckptlab.plan import printable
-from ckptlab.planned import _changed, _devices_rng, _note_kept, _State, _storage, _values
+from ckptlab.planned import _changed, _devices_rng, _storage, _values
 
-__all__ = ["Applied", "BlockCall", "BlockProfile", "BlocksError", "checkpoint_blocks",
-           "find_blocks", "profile_blocks"]
-
-
-class BlocksError(ValueError):
-    """A block, a model or a batch that this path cannot take: the message names which and why."""
+__all__ = ["Applied", "BlockCall", "BlockProfile", "BlocksError", "find_blocks",
+           "profile_blocks"]  # (checkpoint_blocks: ckptlab.block_checkpoints)
 
 
 def find_blocks(model: nn.Module) -> List[str]:
@@ -111,80 +85,6 @@ def find_blocks(model: nn.Module) -> List[str]:
                 and all(next(c.parameters(), None) is not None for _, c in children)):
             found.extend(f"{name}.{n}" if name else n for n, _ in children)
     return found
-
-
-_DEPTH = 32  # how deep tuples, lists and dicts may nest in what a block or the model is handed
-
-
-def _leaves(value, depth: int = 0) -> list:
-    """What the tuples, lists and dicts in `value` hold that is none of them, in order (`value`
-    itself where it is none). BlocksError where they nest deeper than _DEPTH (a list holding
-    itself)."""
-    if isinstance(value, dict):
-        value = list(value.values())
-    if not isinstance(value, (tuple, list)):
-        return [value]
-    if depth >= _DEPTH:
-        raise BlocksError(f"blocks: tuples, lists or dicts nested deeper than {_DEPTH} in what a "
-                          "block or the model is handed; accepted: shallower ones")
-    return [x for v in value for x in _leaves(v, depth + 1)]
-
-
-def _tensors(value) -> List[torch.Tensor]:
-    """The tensors among _leaves(value), in order."""
-    return [t for t in _leaves(value) if isinstance(t, torch.Tensor)]
-
-
-def _holder(value) -> Optional[str]:
-    """The type's name of the first object in `value` (its tuples, lists and dicts looked into)
-    that is no tensor and no module but holds a tensor in its attributes, however nested (a
-    Hugging Face DynamicCache): None if there is none."""
-    seen = set()
-
-    def holds(v, depth) -> bool:  # whether v is or holds a tensor
-        if isinstance(v, torch.Tensor):
-            return True
-        if id(v) in seen or depth >= _DEPTH or isinstance(v, nn.Module):
-            return False
-        seen.add(id(v))
-        if isinstance(v, dict):
-            v = list(v.values())
-        if isinstance(v, (tuple, list)):
-            return any(holds(e, depth + 1) for e in v)
-        attributes = getattr(v, "__dict__", None)
-        return isinstance(attributes, dict) and any(holds(e, depth + 1)
-                                                    for e in attributes.values())
-
-    def walk(v, depth) -> Optional[str]:
-        if isinstance(v, (torch.Tensor, nn.Module)) or depth >= _DEPTH:
-            return None
-        if isinstance(v, dict):
-            v = list(v.values())
-        if isinstance(v, (tuple, list)):
-            return next((h for h in (walk(e, depth + 1) for e in v) if h is not None), None)
-        return type(v).__name__ if holds(v, depth) else None
-
-    return walk(value, 0)
-
-
-def _no_storage(layout) -> BlocksError:
-    return BlocksError(f"blocks: a {printable(str(layout))} tensor is in the batch, handed to a "
-                       "block or saved; accepted: strided (dense) tensors, which have a storage")
-
-
-def _storages(tensors) -> Dict[tuple, int]:
-    """Each tensor's storage and its bytes: BlocksError for a tensor without one (sparse)."""
-    for t in tensors:
-        if t.layout != torch.strided:
-            raise _no_storage(t.layout)
-    return dict(_storage(t) for t in tensors)
-
-
-def _drew(states) -> bool:
-    """Whether a random stream moved since planned._devices_rng took `states`."""
-    devices, host, cuda = states
-    return not torch.equal(host, torch.get_rng_state()) or any(
-        not torch.equal(s, torch.cuda.get_rng_state(d)) for d, s in zip(devices, cuda))
 
 
 @dataclasses.dataclass
@@ -680,116 +580,3 @@ class Applied:
             if forward is not None:
                 block.forward = forward
         self._before = []
-
-
-def _checkpointed(name: str, block: nn.Module, forward: Callable, policy: str) -> Callable:
-    """`forward` under a non-reentrant checkpoint ("selective": ckptlab.selective's), with the
-    random streams and the state its first run read replayed in its rerun (the module docstring
-    says what it keeps)."""
-    buffers = list(block.buffers())
-    modules = list(block.modules())
-
-    def wrapped(*a, **k):
-        if not torch.is_grad_enabled():
-            return forward(*a, **k)
-        # Its plain attributes as its first run reads them, read so by its rerun too (the model
-        # may set them around the call: layer.active = True, then False after it).
-        seen = [plain_attributes(m) for m in modules]
-        guard = selective.Guard() if policy == "selective" else None
-        options = dict(selective.CHECKPOINT, context_fn=guard.contexts) if guard else {}
-        given = _tensors((a, k))
-        states = [_devices_rng(given)]
-        # The buffers as the first run found them: those it updates are kept for the rerun (a
-        # call a profile never saw, a layer drop's, is handled as any other).
-        before = _values(buffers)
-        replay = []  # (the buffers' state, their values before the first run), once it has run
-        ran = []
-
-        def run(*ra):  # the keyword arguments are the block's, never checkpoint()'s
-            if ran:  # a rerun: the first, the step's own, is over
-                if guard is not None and not guard.check():
-                    raise BlocksError(f"blocks: {printable(name)}: an output its selective "
-                                      "checkpoint kept was written in place after (not in the "
-                                      "profiled step), and its rerun would read what was "
-                                      "written: checkpoint it instead")
-                devices, host, cuda = states[0]
-                with torch.random.fork_rng(devices=devices), contextlib.ExitStack() as stack:
-                    if host is not None:  # the first run drew: the rerun draws the same
-                        torch.set_rng_state(host)
-                        for d, s in zip(devices, cuda):
-                            torch.cuda.set_rng_state(s, d)
-                    if replay:  # (its copies are not the block's: unseen by a selective one)
-                        with selective.unseen() if options else contextlib.nullcontext():
-                            stack.enter_context(replay[0].standing_in(replay[1]))
-                    stack.enter_context(_attributes_as(modules, seen))
-                    return forward(*ra, **k)
-            ran.append(True)
-            return forward(*ra, **k)
-
-        out = torch.utils.checkpoint.checkpoint(run, *a, use_reentrant=False,
-                                                preserve_rng_state=False, **options)
-        updated = [(b, value) for b, (_, value), c
-                   in zip(buffers, before, _changed(buffers, before)) if c]
-        del before
-        if updated:
-            state = _State(block, {id(b) for b, _ in updated})
-            replay[:] = [state, state.taken({id(b): v for b, v in updated})]
-        if not _drew(states[0]):
-            states[0] = (states[0][0], None, [])  # nothing to replay: not kept
-        _note_kept(list(given) + (replay[1] if replay else [])
-                   + ([states[0][1]] if states[0][1] is not None else []))
-        return out
-
-    wrapped.ckptlab_checkpointed = True
-    return wrapped
-
-
-@contextlib.contextmanager
-def _attributes_as(modules: List[nn.Module], seen: List[dict]):
-    """The modules' plain attributes set to `seen` (plain_attributes of each), and put back."""
-    now = [plain_attributes(m) for m in modules]
-    try:
-        for m, attributes, current in zip(modules, seen, now):
-            for n in current.keys() - attributes.keys():
-                del vars(m)[n]
-            vars(m).update(attributes)
-        yield
-    finally:
-        for m, attributes, current in zip(modules, seen, now):
-            for n in attributes.keys() - current.keys():
-                vars(m).pop(n, None)
-            vars(m).update(current)
-
-
-def checkpoint_blocks(model: nn.Module, names: Sequence[str], profile: BlockProfile,
-                      selective: Sequence[str] = ()) -> Applied:
-    """The blocks `names` checkpointed in place, and those in `selective` selectively
-    (ckptlab.selective), as `profile` (of this model, profile_blocks) saw them run: the model's
-    own forward runs unchanged, the plain model's gradients and state after a step, bitwise on a
-    CPU. BlocksError naming a block not profiled, one that cannot be checkpointed so, one
-    already checkpointed, or a profile of another model."""
-    if not isinstance(profile, BlockProfile):
-        raise BlocksError(f"blocks: profile= takes profile_blocks' answer; got "
-                          f"{printable(type(profile).__name__)}")
-    chosen, kept_outputs = profile._policies(names, selective)
-    modules = dict(_model(model).named_modules())
-
-    resolved = []
-    for name in sorted(chosen | kept_outputs, key=profile.blocks.index):
-        block = modules.get(name)
-        if block is None or profile.modules[name]() is not block:
-            raise BlocksError(f"blocks: the profile is of another model: "
-                              f"{printable(name)} is not the module it profiled")
-        if getattr(vars(block).get("forward"), "ckptlab_checkpointed", False):
-            raise BlocksError(f"blocks: {printable(name)} is checkpointed already (by a "
-                              "checkpoint_blocks not undone)")
-        resolved.append((name, block))
-    changed = changed_since(model, profile.settings)
-    if changed is not None:
-        raise BlocksError(f"blocks: the model changed since it was profiled "
-                          f"({printable(changed)}); profile it again")
-    applied = Applied(model, resolved)
-    for name, block in resolved:
-        block.forward = _checkpointed(name, block, _forward(block),
-                                      "selective" if name in kept_outputs else "checkpointed")
-    return applied

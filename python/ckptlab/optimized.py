@@ -43,8 +43,9 @@ from torch import nn
 from ckptlab import native
 from ckptlab import selective as selective_policy
 from ckptlab.block_plans import BlockPlan, BudgetError, checkpointable, plan_blocks, plan_of
-from ckptlab.blocks import (Applied, BlocksError, _batch, _loss_of, _tensors,
-                            checkpoint_blocks, profile_blocks)
+from ckptlab.block_checkpoints import checkpoint_blocks
+from ckptlab.block_values import BlocksError, _tensors
+from ckptlab.blocks import Applied, _batch, _loss_of, profile_blocks
 from ckptlab.chains import ChainError, _untouched, chain
 from ckptlab.peaks import step_peak
 from ckptlab.plan import printable
