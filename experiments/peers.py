@@ -29,15 +29,20 @@ libckptlab_planner.so PYTHONPATH=python ENV/bin/python experiments/peers.py --ou
 
 ENV is tools/python_env.sh's environment (torch, transformers, timm). --out is a folder this run
 makes (refused where it exists): peers.csv (written whole after each model: a temporary, then
-renamed), a frontier per model (<model>.svg: peak against step time, every side) and the table
-on stdout. A side that fails on a model is its row, with the error.
+renamed), a frontier per model (<model>.svg: peak against step time, every side) and two tables
+on stdout: every row, and each peer beside ckptlab's plans at the peer's peak. A side that fails
+on a model is its row, with the error; a ckptlab row says whether its peak was within the budget.
+`--report=DIR/peers.csv` prints a run's tables again, running nothing.
 """
 
 import argparse
 import collections
+import csv
 import functools
 import html
+import importlib
 import os
+import re
 import sys
 import time
 import warnings
@@ -52,7 +57,8 @@ from ckptlab.plan import printable  # noqa: E402
 from anymodel import write_csv  # noqa: E402
 from blocks import SEED, call, measure  # noqa: E402  (this folder's: one instrument for both)
 
-FIELDS = ["model", "torch", "side", "setting", "status", "peak_bytes", "peak_vs_plain",
+FIELDS = ["model", "torch", "side", "setting", "status", "within_budget", "peak_bytes",
+          "peak_vs_plain",
           "kept_bytes", "kept_vs_plain", "step_ms", "step_vs_plain", "gradient_difference",
           "estimated_peak_bytes", "estimator", "predicted_kept_bytes", "note"]
 BUDGETS = [1.0, 0.5, 0.3, 0.2, 0.1, 0.05]
@@ -184,7 +190,10 @@ def _memtracker(model, inputs, loss):
 
 def _gradient_difference(grads, plain):
     """The largest difference of any gradient from the plain step's, over the largest plain one."""
-    scale = max((g.abs().max().item() for g in plain if g is not None and g.numel()), default=1.0)
+    if len(grads) != len(plain):
+        return float("inf")
+    scale = max((g.abs().max().item() for g in plain if g is not None and g.numel()), default=0)
+    scale = scale or 1.0
     worst = 0.0
     for g, p in zip(grads, plain):
         if (g is None) != (p is None):
@@ -227,6 +236,8 @@ def rows_of(name, make, steps, budgets, selective):
                                estimator="MemTracker")
                 except Exception as e:  # noqa: BLE001 (whatever the estimator raises)
                     row.update(estimator=f"MemTracker failed: {_line(e)}")
+        except ckptlab.OptimizeError as e:  # (no plan of its blocks peaks within the budget)
+            row.update(status="no plan", note=_line(e))
         except Exception as e:  # noqa: BLE001 (a side that fails on a model is its row)
             row.update(status="failed", note=_line(e))
         rows.append(row)
@@ -254,6 +265,9 @@ def rows_of(name, make, steps, budgets, selective):
             return "aot_eager", torch.compile(m, backend="aot_eager")
         side("torch.compile", f"activation_memory_budget={fraction}", compiled, estimate=False,
              warm=2)
+    import torch._functorch.config as functorch_config
+    functorch_config.activation_memory_budget = 1.0  # (torch's default)
+    torch._dynamo.reset()
     rows.append(dict(base, side="automatic SAC", setting="sac_ilp", status="not run",
                      note=_automatic_sac_why()))
 
@@ -277,17 +291,27 @@ def rows_of(name, make, steps, budgets, selective):
                    optimized, estimate=False)
         if planned:
             row["predicted_kept_bytes"] = planned[0].kept_bytes
+        if row["status"] == "ok":
+            row["within_budget"] = row["peak_bytes"] <= budget
+    if not peaks:
+        rows.append(dict(base, side="ckptlab", setting="optimize", status="not run",
+                         note="no other side peaked below the plain step"))
     return rows
 
 
 def _automatic_sac_why() -> str:
     """Why PyTorch's automatic SAC has no row here: what its estimator needs."""
     try:
-        from torch.distributed._tools.sac_ilp import sac_milp  # noqa: F401
+        importlib.import_module("torch.distributed._tools.sac_ilp")
     except ImportError as e:
         return _line(e)
     return ("SACEstimator runs the model under FakeTensorMode and prices each operator with "
             "a benchmark or a roofline of a CUDA device; this machine has none")
+
+
+def _cell(text: str) -> str:
+    """`text` in a Markdown table's cell."""
+    return text.replace("|", "\\|")
 
 
 def _line(e: BaseException) -> str:
@@ -357,9 +381,14 @@ def write_text(folder, name, text):
     """`text` as `folder`/`name`, whole or not at all (a temporary, then renamed)."""
     path = os.path.join(folder, name)
     temporary = path + ".partial"
-    with open(temporary, "x") as f:
-        f.write(text)
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "x") as f:
+            f.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
 
 
 def fail(message):
@@ -367,28 +396,101 @@ def fail(message):
     sys.exit(2)
 
 
+def _number(value):
+    """A CSV cell or a row's value as a number ('' stays '')."""
+    if value in ("", None) or isinstance(value, (int, float)):
+        return "" if value is None else value
+    return float(value) if any(c in value for c in ".e") else int(value)
+
+
+def print_tables(table):
+    """Every row, then per model each peer beside ckptlab's plans at the peer's peak."""
+    print("| model | side | setting | peak | peak vs plain | kept vs plain | step vs plain | "
+          "gradient difference | estimate (peak) | note |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for t in table:
+        if t.get("status") != "ok":
+            print(f"| {t['model']} | {t.get('side', '')} | {t.get('setting', '')} | "
+                  f"{t.get('status', '')} | | | | | | {_cell(t.get('note', ''))} |")
+            continue
+        estimate = _number(t.get("estimated_peak_bytes", ""))
+        print(f"| {t['model']} | {t['side']} | {t['setting']} | {_number(t['peak_bytes']):,} | "
+              f"{t['peak_vs_plain']} | {t['kept_vs_plain']} | {t['step_vs_plain']} | "
+              f"{t['gradient_difference']} | {f'{estimate:,}' if estimate != '' else ''} | "
+              f"{_cell(t.get('note', ''))} |")
+    print()
+    print("| model | peer | peak vs plain | step vs plain | ckptlab at its peak: peak, step | "
+          "selective: peak, step |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    for t in table:
+        if t.get("status") != "ok" or t["side"] == "plain" or t["side"].startswith("ckptlab"):
+            continue
+        at = f"optimize at {_number(t['peak_bytes']):,}"
+        cells = []
+        for side in ("ckptlab", "ckptlab selective"):
+            ours = next((r for r in table if r["model"] == t["model"] and r.get("side") == side
+                         and r.get("setting") == at), None)
+            cells.append("" if ours is None else ours["status"] if ours["status"] != "ok"
+                         else f"{ours['peak_vs_plain']}, {ours['step_vs_plain']}")
+        print(f"| {t['model']} | {t['side']} {t['setting']} | {t['peak_vs_plain']} | "
+              f"{t['step_vs_plain']} | {cells[0]} | {cells[1]} |")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, its errors one line of fail()'s, no flag abbreviated."""
+
+    def error(self, message):
+        fail(printable(message))
+
+
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="a folder this run makes")
+    parser = _Parser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser.add_argument("--report", help="a run's peers.csv: its tables printed, nothing run")
+    parser.add_argument("--out", help="a folder this run makes")
     parser.add_argument("--models", default=",".join(MODELS), help=",".join(MODELS))
-    parser.add_argument("--steps", type=int, default=5, help="timed steps per row (1 to 100)")
+    parser.add_argument("--steps", default="5", help="timed steps per row (1 to 100)")
     parser.add_argument("--budgets", default=",".join(map(str, BUDGETS)),
                         help="torch.compile's activation_memory_budget fractions, in (0, 1]")
     parser.add_argument("--no-selective", action="store_true",
                         help="no ckptlab rows with selective blocks")
+    flags = [a.split("=", 1)[0] for a in sys.argv[1:] if a.startswith("--")]
+    twice = next((f for f in flags if flags.count(f) > 1), None)
+    if twice is not None:
+        fail(f"{printable(twice)} is given twice; accepted: each flag once")
     args = parser.parse_args()
+    if args.report is not None:
+        others = [f for f in flags if f != "--report"]
+        if others:
+            fail(f"{printable(others[0])} with --report, which runs nothing; accepted: --report "
+                 "alone")
+        if not os.path.isfile(args.report):
+            fail(f"--report={printable(args.report)} is no regular file; accepted: a run's "
+                 "peers.csv")
+        try:
+            with open(args.report, newline="") as f:
+                print_tables(list(csv.DictReader(f)))
+        except OSError as e:
+            fail(f"--report={printable(args.report)}: {e.strerror}; accepted: a run's peers.csv")
+        except (KeyError, ValueError) as e:
+            fail(f"--report={printable(args.report)}: {_line(e)}; accepted: a run's peers.csv")
+        return 0
+    if args.out is None:
+        fail("--out is missing; accepted: a folder this run makes (or --report=CSV)")
     names = args.models.split(",")
     for name in names:
         if name not in MODELS:
             fail(f"--models: '{printable(name)}' is no model here; accepted: {', '.join(MODELS)}")
-    if not 1 <= args.steps <= 100:
-        fail(f"--steps={args.steps}; accepted: 1 to 100")
-    try:
-        budgets = [float(b) for b in args.budgets.split(",")]
-    except ValueError:
-        budgets = []
-    if not budgets or not all(0 < b <= 1 for b in budgets):
-        fail(f"--budgets={printable(args.budgets)}; accepted: fractions in (0, 1] joined by ','")
+    if len(set(names)) != len(names):
+        fail(f"--models={printable(args.models)} names a model twice; accepted: each once")
+    if not re.fullmatch(r"[0-9]{1,3}", args.steps) or not 1 <= int(args.steps) <= 100:
+        fail(f"--steps={printable(args.steps)}; accepted: 1 to 100")
+    steps = int(args.steps)
+    texts = args.budgets.split(",")
+    budgets = [float(b) for b in texts if re.fullmatch(r"(0|1)?\.[0-9]+|1|1\.0*", b)]
+    if (len(budgets) != len(texts) or not all(0 < b <= 1 for b in budgets)
+            or len(set(budgets)) != len(budgets)):
+        fail(f"--budgets={printable(args.budgets)}; accepted: fractions in (0, 1] such as 0.5, "
+             "each once, joined by ','")
     try:
         os.mkdir(args.out)
     except OSError as e:
@@ -400,28 +502,19 @@ def main():
     for name in names:
         print(f"peers: {name} ({time.time() - start:.0f} s in)", file=sys.stderr, flush=True)
         try:
-            rows = rows_of(name, MODELS[name], args.steps, budgets, not args.no_selective)
+            rows = rows_of(name, MODELS[name], steps, budgets, not args.no_selective)
         except ImportError as e:
             rows = [{"model": name, "torch": torch.__version__.split("+")[0], "status": "not run",
+                     "note": _line(e)}]
+        except Exception as e:  # noqa: BLE001 (its plain step failed: the model's row)
+            rows = [{"model": name, "torch": torch.__version__.split("+")[0], "status": "failed",
                      "note": _line(e)}]
         table.extend(rows)
         svg = frontier_svg(name, rows)
         if svg:
             write_text(args.out, f"{name}.svg", svg)
         write_csv(args.out, "peers.csv", FIELDS, table)  # the models so far, whole
-    print("| model | side | setting | peak | peak vs plain | kept vs plain | step vs plain | "
-          "gradient difference | estimate (peak) | note |")
-    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
-    for t in table:
-        if t.get("status") != "ok":
-            print(f"| {t['model']} | {t.get('side', '')} | {t.get('setting', '')} | "
-                  f"{t.get('status', '')} | | | | | | {t.get('note', '')} |")
-            continue
-        estimate = t.get("estimated_peak_bytes", "")
-        print(f"| {t['model']} | {t['side']} | {t['setting']} | {t['peak_bytes']:,} | "
-              f"{t['peak_vs_plain']} | {t['kept_vs_plain']} | {t['step_vs_plain']} | "
-              f"{t['gradient_difference']} | {f'{estimate:,}' if estimate != '' else ''} | "
-              f"{t.get('note', '')} |")
+    print_tables(table)
     return 0
 
 
