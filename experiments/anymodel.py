@@ -79,18 +79,26 @@ def rows_of(path):
         return list(csv.DictReader(f))
 
 
-def write_csv(folder, name, fields, rows):
-    """`rows` as `folder`/`name`, whole or not at all (a temporary, then renamed)."""
+def write_whole(folder, name, write):
+    """`folder`/`name` as write(file) writes it, whole or not at all (a temporary, then
+    renamed)."""
     fd, temporary = tempfile.mkstemp(prefix=f".{name}-", dir=folder)
     try:
         with os.fdopen(fd, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=fields)
-            writer.writeheader()
-            writer.writerows(rows)
+            write(f)
         os.replace(temporary, os.path.join(folder, name))
     except BaseException:
         os.unlink(temporary)
         raise
+
+
+def write_csv(folder, name, fields, rows):
+    """`rows` as `folder`/`name`, whole or not at all."""
+    def write(f):
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    write_whole(folder, name, write)
 
 
 def optimized(name, model, images, labels, budget, executable):

@@ -149,18 +149,31 @@ def same(a, b):
                for x, y in zip(a, b))
 
 
-def rows_of(name, make, steps):
-    """The rows of one model: none, every and every other block checkpointed, Hugging Face's own
-    every layer, and ckptlab.optimize at two budgets (the second Hugging Face's peak, where it
-    has one; else a tenth of the way from every block's peak to the plain step's)."""
+def builder(make):
+    """A function that builds make()'s (model, inputs, loss) anew from SEED's random state, the
+    model in training mode."""
     def build():
         torch.manual_seed(SEED)
         model, inputs, loss = make()
         return model.train(), inputs, loss
+    return build
 
+
+def plain_baseline(build, steps):
+    """The plain model built, warmed up (the process's first steps run slower) and measured:
+    (model, inputs, loss, kept bytes, peak, gradients)."""
     plain, inputs, loss = build()
-    measure(plain, inputs, loss, 1)  # warm-up: the process's first steps run slower
-    plain_kept, plain_peak, plain_grads, _, _ = measure(plain, inputs, loss, steps)
+    measure(plain, inputs, loss, 1)
+    kept, peak, grads, _, _ = measure(plain, inputs, loss, steps)
+    return plain, inputs, loss, kept, peak, grads
+
+
+def rows_of(name, make, steps):
+    """The rows of one model: none, every and every other block checkpointed, Hugging Face's own
+    every layer, and ckptlab.optimize at two budgets (the second Hugging Face's peak, where it
+    has one; else a tenth of the way from every block's peak to the plain step's)."""
+    build = builder(make)
+    plain, inputs, loss, plain_kept, plain_peak, plain_grads = plain_baseline(build, steps)
     names = ckptlab.find_blocks(plain)
     row = {"model": name, "torch": torch.__version__.split("+")[0], "blocks": len(names)}
     rows = []

@@ -54,8 +54,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 import ckptlab  # noqa: E402
 from ckptlab.plan import printable  # noqa: E402
-from anymodel import write_csv  # noqa: E402
-from blocks import SEED, call, measure  # noqa: E402  (this folder's: one instrument for both)
+from anymodel import write_csv, write_whole  # noqa: E402
+from blocks import SEED, builder, call, measure, plain_baseline  # noqa: E402  (one instrument)
 
 FIELDS = ["model", "torch", "side", "setting", "status", "within_budget", "peak_bytes",
           "peak_vs_plain",
@@ -204,14 +204,8 @@ def _gradient_difference(grads, plain):
 
 
 def rows_of(name, make, steps, budgets, selective):
-    def build():
-        torch.manual_seed(SEED)
-        model, inputs, loss = make()
-        return model.train(), inputs, loss
-
-    plain, inputs, loss = build()
-    measure(plain, inputs, loss, 1)  # warm-up: the process's first steps run slower
-    plain_kept, plain_peak, plain_grads, _, _ = measure(plain, inputs, loss, steps)
+    build = builder(make)
+    plain, inputs, loss, plain_kept, plain_peak, plain_grads = plain_baseline(build, steps)
     base = {"model": name, "torch": torch.__version__.split("+")[0]}
     rows = []
 
@@ -377,20 +371,6 @@ def frontier_svg(model, rows) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_text(folder, name, text):
-    """`text` as `folder`/`name`, whole or not at all (a temporary, then renamed)."""
-    path = os.path.join(folder, name)
-    temporary = path + ".partial"
-    try:
-        with open(temporary, "x") as f:
-            f.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
-
-
 def fail(message):
     print(f"peers: {message}", file=sys.stderr)
     sys.exit(2)
@@ -512,7 +492,7 @@ def main():
         table.extend(rows)
         svg = frontier_svg(name, rows)
         if svg:
-            write_text(args.out, f"{name}.svg", svg)
+            write_whole(args.out, f"{name}.svg", lambda f: f.write(svg))
         write_csv(args.out, "peers.csv", FIELDS, table)  # the models so far, whole
     print_tables(table)
     return 0

@@ -36,7 +36,7 @@ import torch.utils.checkpoint
 from ckptlab import selective
 from ckptlab.block_values import BlocksError, _drew, _tensors
 from ckptlab.blocks import Applied, BlockProfile, _forward, _model
-from ckptlab.model_settings import changed_since, plain_attributes
+from ckptlab.model_settings import changed_since, plain_attributes, put_back
 from ckptlab.plan import printable
 from ckptlab.planned import _changed, _devices_rng, _note_kept, _State, _values
 
@@ -111,15 +111,11 @@ def _attributes_as(modules: List[nn.Module], seen: List[dict]):
     now = [plain_attributes(m) for m in modules]
     try:
         for m, attributes, current in zip(modules, seen, now):
-            for n in current.keys() - attributes.keys():
-                del vars(m)[n]
-            vars(m).update(attributes)
+            put_back(m, attributes, attributes.keys() | current.keys())
         yield
     finally:
         for m, attributes, current in zip(modules, seen, now):
-            for n in attributes.keys() - current.keys():
-                vars(m).pop(n, None)
-            vars(m).update(current)
+            put_back(m, current, attributes.keys() | current.keys())
 
 
 def checkpoint_blocks(model: nn.Module, names: Sequence[str], profile: BlockProfile,

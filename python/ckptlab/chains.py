@@ -45,7 +45,7 @@ import torch
 from torch import fx, nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from ckptlab.model_settings import plain_attributes
+from ckptlab.model_settings import plain_attributes, put_back
 from ckptlab.plan import printable
 from ckptlab.planned import _storage
 from ckptlab.trace import (_bases, _copies, _cuts, _detach_what_needs_no_grad,
@@ -139,11 +139,7 @@ def _untouched(model: nn.Module, batch: Sequence[torch.Tensor],
             for k in set(vars(t)) - before:
                 del vars(t)[k]
         for m, before, was_plain in plain:
-            for k in set(plain_attributes(m)) | was_plain:
-                if k in before:
-                    vars(m)[k] = before[k]
-                else:
-                    del vars(m)[k]
+            put_back(m, before, set(plain_attributes(m)) | was_plain)
 
 
 def _same_step(model: nn.Module, chain: "Chain", batch: Sequence[torch.Tensor], inputs: int,

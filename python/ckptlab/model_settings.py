@@ -10,8 +10,8 @@ from typing import Dict, List, Optional
 
 from torch import nn
 
-__all__ = ["attributes_set", "changed_since", "has_lazy", "plain_attributes", "settings_of",
-           "settled"]
+__all__ = ["attributes_set", "changed_since", "has_lazy", "plain_attributes", "put_back",
+           "settings_of", "settled"]
 
 _PLAIN = (bool, int, float, str, type(None))
 
@@ -27,6 +27,16 @@ def plain_attributes(module: nn.Module) -> Dict[str, object]:
     training flag, by name."""
     return {n: v for n, v in vars(module).items()
             if _plain(v) and n != "training" and not n.startswith("__")}
+
+
+def put_back(module: nn.Module, before: Dict[str, object], names) -> None:
+    """The attributes `names` of `module` as `before` holds them (a name it lacks deleted): a
+    module's vars then, or plain_attributes then."""
+    for n in names:
+        if n in before:
+            vars(module)[n] = before[n]
+        else:
+            vars(module).pop(n, None)
 
 
 def _signature(value) -> tuple:
