@@ -177,6 +177,27 @@ class Optimize(unittest.TestCase):
         planned = self.answer(model, (images,), (labels,), loss=F.cross_entropy, exact=False)
         self.assertGreaterEqual(len(planned.stages), 11)  # its blocks
 
+    def test_a_layer_no_gradient_reaches_is_kept_as_pytorch_keeps_it(self):
+        """A linear and tanh whose output only a mask's shape reads: PyTorch frees their graph
+        with their output, and so does the chain's step. The memory model, which keeps a
+        stage's graph until its backward, predicted 192 bytes more than PyTorch kept, until the
+        chain ran such layers without gradients."""
+        torch.manual_seed(0)
+        model = Program([("linear", (0, 0)), ("shape_mask", (1, 0)), ("linear", (0, 0)),
+                         ("linear", (2, 0))])
+        inputs = (torch.randn(6, WIDTH, requires_grad=True),
+                  torch.tensor([1., 1., 0., 1., 1., 0.]))
+        target = torch.randn(6, WIDTH)
+        batch = inputs + (target,)
+        planned = ckptlab.optimize(model, inputs, "16GiB", loss=program_loss, targets=(target,),
+                                   sweep=SWEEP, progress=False)
+        run = lambda *b: program_loss(model(*b[:2]), b[2])  # noqa: E731
+        python_chain_test.ChainTest.assert_steps_equal(self, model, run, planned, batch, steps=2)
+        self.assertIsNone(model.layers[0].weight.grad)  # as in the plain step: no gradient
+        _, kept = ckptlab.kept_bytes(lambda: planned(*batch),
+                                     list(model.parameters()) + list(model.buffers()) + list(batch))
+        self.assert_keeps_the_prediction(planned, batch, kept, exact=True)
+
     @settings(max_examples=int(os.environ.get("EXAMPLES", 12)), deadline=None,
               suppress_health_check=[HealthCheck.too_slow])
     @given(generated_models())

@@ -89,21 +89,24 @@ def _detach_what_needs_no_grad(graph_module: fx.GraphModule, batch: Sequence[tor
             n.replace_all_uses_with(_aliased(n))
     written_with_grad = {base.get(w, w) for n in nodes
                          if n.op == "call_function" and n not in off for w in _written(n)}
-    # An op run with gradients whose result only such regions read (a scale computed from an
-    # activation, nothing else reading it) runs without them too: its graph, which no gradient
-    # crosses, would live only until its result died.
-    for n in reversed(nodes):
-        if (n.op == "call_function" and n not in off and n.users and not _written(n)
-                and (_schema(n) is not None or n.target.__name__ == "getitem")
-                and base.get(n, n) not in written_with_grad and all(u in off for u in n.users)):
-            off.add(n)
-            n.meta[_GRAD] = False
     # What each op reads that requires no grad, as autograd itself says: a replay of the step
     # under the model's grad modes, the batch and the parameters requiring grad as the model's
     # do (a frozen backbone's activations need no gradient: the chain keeps none of them; it is
     # cut for that freezing, Chain.check_frozen).
     replay = _Replay(graph_module)
-    replay.run(*_copies(batch))
+    reached = _reached(replay.run(*_copies(batch)))
+    # An op whose result requires grad but no gradient from the loss reaches (read only where
+    # no gradient flows: a shape, ones_like, a region without gradients) runs without them, and
+    # whatever reads its result reads it detached: its graph would live only until its result
+    # died, which a stage's profile does not see (a linear and tanh whose output only a mask's
+    # shape reads kept 192 bytes in the memory model that the chain's step freed).
+    dead = {n for n in nodes
+            if n in replay.grad_fns and reached.isdisjoint(replay.grad_fns[n]) and n not in off
+            and (_schema(n) is not None or n.target.__name__ == "getitem") and not _written(n)
+            and base.get(n, n) not in written_with_grad and not any(_written(u) for u in n.users)}
+    for n in dead:
+        off.add(n)
+        n.meta[_GRAD] = False
     for n in nodes:
         if n.op != "call_function":
             continue
@@ -117,8 +120,8 @@ def _detach_what_needs_no_grad(graph_module: fx.GraphModule, batch: Sequence[tor
                 return m  # a tuple or a number
             # Not the base of a write in place with gradients, which gives it a graph (a buffer
             # made of zeros that an activation is copied into, buf[:, :8] = h).
-            if n not in off and (m not in replay.reads_no_grad[n]
-                                 or base.get(m, m) in written_with_grad):
+            if n not in off and m not in dead and (m not in replay.reads_no_grad[n]
+                                                   or base.get(m, m) in written_with_grad):
                 return m
             if m not in detached:
                 with graph.inserting_before(n):
@@ -132,14 +135,34 @@ def _detach_what_needs_no_grad(graph_module: fx.GraphModule, batch: Sequence[tor
     graph_module.recompile()
 
 
+def _grad_fns(value) -> list:
+    """The autograd nodes of a tensor, or of the tensors of a tuple or list, that have one."""
+    tensors = value if isinstance(value, (tuple, list)) else [value]
+    return [t.grad_fn for t in tensors if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+
+
+def _reached(loss) -> set:
+    """The autograd nodes a backward from `loss` (the step's result) runs through."""
+    reached, todo = set(), _grad_fns(loss)
+    while todo:
+        node = todo.pop()
+        if node in reached:
+            continue
+        reached.add(node)
+        todo.extend(next_node for next_node, _ in node.next_functions if next_node is not None)
+    return reached
+
+
 class _Replay(fx.Interpreter):
     """Runs a traced step, each op under the grad mode it was traced in, noting the
     floating-point inputs of each op that require no grad as it reads them (after any in-place
-    write that made them require it)."""
+    write that made them require it), and the autograd nodes of the tensors each op returns,
+    as they were made."""
 
     def __init__(self, graph_module: fx.GraphModule):
         super().__init__(graph_module)
         self.reads_no_grad = {}
+        self.grad_fns = {}
 
     def run_node(self, n: fx.Node):
         if n.op != "call_function":
@@ -149,7 +172,10 @@ class _Replay(fx.Interpreter):
                                  and self.env[m].is_floating_point()
                                  and not self.env[m].requires_grad}
         with torch.set_grad_enabled(n.meta.get(_GRAD, True)):
-            return super().run_node(n)
+            result = super().run_node(n)
+        if _grad_fns(result):
+            self.grad_fns[n] = _grad_fns(result)
+        return result
 
 
 def _is_tensor_meta(meta) -> bool:
