@@ -100,10 +100,13 @@ def _detach_what_needs_no_grad(graph_module: fx.GraphModule, batch: Sequence[tor
     # whatever reads its result reads it detached: its graph would live only until its result
     # died, which a stage's profile does not see (a linear and tanh whose output only a mask's
     # shape reads kept 192 bytes in the memory model that the chain's step freed).
+    # Not what anything writes in place, with gradients or without: a view of a tensor written
+    # after it gets a new autograd node when next read (the one noted is then never reached).
+    written = {base.get(w, w) for n in nodes if n.op == "call_function" for w in _written(n)}
     dead = {n for n in nodes
             if n in replay.grad_fns and reached.isdisjoint(replay.grad_fns[n]) and n not in off
-            and (_schema(n) is not None or n.target.__name__ == "getitem") and not _written(n)
-            and base.get(n, n) not in written_with_grad and not any(_written(u) for u in n.users)}
+            and (_schema(n) is not None or n.target.__name__ == "getitem")
+            and base.get(n, n) not in written and not any(_written(u) for u in n.users)}
     for n in dead:
         off.add(n)
         n.meta[_GRAD] = False
@@ -173,8 +176,12 @@ class _Replay(fx.Interpreter):
                                  and not self.env[m].requires_grad}
         with torch.set_grad_enabled(n.meta.get(_GRAD, True)):
             result = super().run_node(n)
-        if _grad_fns(result):
-            self.grad_fns[n] = _grad_fns(result)
+        try:
+            made = _grad_fns(result)
+        except RuntimeError:  # a view made without gradients of a base written with them
+            made = []
+        if made:
+            self.grad_fns[n] = made
         return result
 
 
