@@ -1,7 +1,6 @@
 // The CPU memory meter is exact, so measured bytes can be compared with bytes computed by
 // hand. All tensors are float32 (4 bytes per element).
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,7 +52,7 @@ TEST(CpuMemoryMeter, CachesFreedBlocksByClassAndReleasesThemOnRequest) {
   const MemoryStats empty = Cpu().Stats();
   EXPECT_EQ(empty.reserved_bytes, empty.allocated_bytes);  // nothing cached
   // 300 floats ask for 1200 bytes, served by a block of 1216 (a multiple of 64 up to 4 KiB).
-  std::optional<at::Tensor> t = at::empty({300});
+  at::Tensor t = at::empty({300});
   MemoryStats s = Cpu().Stats();
   EXPECT_EQ(s.live_bytes - empty.live_bytes, 1200);
   EXPECT_EQ(s.allocated_bytes - empty.allocated_bytes, 1216);

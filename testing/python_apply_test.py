@@ -20,7 +20,7 @@ or scripted. The plans are trees of every segment mode. Properties:
   - `python3 -m ckptlab.apply` prints a plan's segments, and nothing else; bad input (a missing,
     special, oversized or foreign file, a plan too deep or for another model) is one line and
     exit status 2.
-Runs on the torch of the Python that runs it (1.13 here, 2.6 in CI's trixie root).
+Runs on the torch of the Python that runs it (1.13 here, PyPI's 2.15 in CI).
 """
 
 import copy

@@ -25,7 +25,7 @@ Properties:
   - a model that cannot be traced, writes a parameter, gives a buffer a new tensor, or does what
     a trace cannot see, a bad batch, loss, max_stages or ranks: ChainError, one line naming the
     module or the value.
-Runs on the torch of the Python that runs it (1.13 here, 2.6 in CI's trixie root).
+Runs on the torch of the Python that runs it (1.13 here, PyPI's 2.15 in CI).
 """
 
 import copy

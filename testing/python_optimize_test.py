@@ -313,18 +313,6 @@ class DataParallel(unittest.TestCase):
             path = os.path.join(folder, "unet.pt")
             chain.save(path)
             model = f"--models=chain:file={path}"
-            out = os.path.join(folder, "two")
-            run = subprocess.run([SWEEP, model, "--strategies=store_all,recompute_all,uniform",
-                                  "--nproc=2", "--steps=1", "--warmup=0", f"--out={out}"],
-                                 capture_output=True, text=True, timeout=600)
-            self.assertEqual(run.returncode, 0, run.stderr)
-            with open(os.path.join(out, "results.csv")) as f:
-                rows = list(csv.DictReader(f))
-            self.assertEqual(len(rows), 3)
-            for row in rows:
-                self.assertEqual((row["status"], row["world_size"]), ("ok", "2"), row["message"])
-                self.assertEqual(row["activation_bytes"], row["predicted_activation_bytes"],
-                                 row["strategy"])
             one = os.path.join(folder, "one")
             run = subprocess.run([SWEEP, model, "--strategies=store_all", f"--out={one}"],
                                  capture_output=True, text=True, timeout=600)
@@ -333,6 +321,21 @@ class DataParallel(unittest.TestCase):
             self.assertIn(f"model chain:file={path} holds its batch for 2 ranks", run.stderr)
             self.assertIn("accepted: 2 ranks (--nproc=2)", run.stderr)
             self.assertFalse(os.path.exists(one))
+            out = os.path.join(folder, "two")
+            run = subprocess.run([SWEEP, model, "--strategies=store_all,recompute_all,uniform",
+                                  "--nproc=2", "--steps=1", "--warmup=0", f"--out={out}"],
+                                 capture_output=True, text=True, timeout=600)
+            if run.returncode == 2 and "data parallel on cpu is not built" in run.stderr:
+                # A build on a LibTorch without Gloo's headers (PyPI's wheel): NCCL alone.
+                self.skipTest(run.stderr.strip())
+            self.assertEqual(run.returncode, 0, run.stderr)
+            with open(os.path.join(out, "results.csv")) as f:
+                rows = list(csv.DictReader(f))
+            self.assertEqual(len(rows), 3)
+            for row in rows:
+                self.assertEqual((row["status"], row["world_size"]), ("ok", "2"), row["message"])
+                self.assertEqual(row["activation_bytes"], row["predicted_activation_bytes"],
+                                 row["strategy"])
 
 
 if __name__ == "__main__":

@@ -2,8 +2,7 @@
 # Runs the Python test $1 (a path in the runfiles, relative to this script's folder), with the
 # arguments after it, on a Python that has torch: $CKPT_PYTHON where set (and nothing else:
 # CI's PyPI phase passes tools/python_env.sh's with --test_env), else python3 on PATH where it
-# has one, else Debian's /usr/bin/python3 (python3-torch, which tools/bazel installs; in CI's
-# trixie root, python3-torch-cuda).
+# has one, else Debian's /usr/bin/python3 (python3-torch, which tools/bazel installs).
 set -uo pipefail
 here="$(dirname "$0")"
 # One thread of each pool, as the C++ tests (testing/torch_test_main.cc): LibTorch's OpenMP

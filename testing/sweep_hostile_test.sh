@@ -195,8 +195,7 @@ no_temporaries "$tmp/dirout"
 # with copies of the shared libraries nobody cannot read there (a CMake build's and the C++
 # bundle's, under root's home in tools/gpu/rehearse.sh: found through LD_LIBRARY_PATH once the
 # RPATH's folder cannot be entered); where root cannot become nobody (Bazel's sandbox maps no
-# other user), it is skipped, and runs under ctest (tools/gpu/rehearse.sh and the trixie check
-# in CI).
+# other user), it is skipped, and runs under ctest (tools/gpu/rehearse.sh, as CI runs it).
 as_user=()
 ((EUID == 0)) && as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups)
 if ((EUID == 0)) && ! "${as_user[@]}" true 2>/dev/null; then

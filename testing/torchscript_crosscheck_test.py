@@ -28,7 +28,7 @@ With --torchvision (torchvision_crosscheck_test) the models are torchvision's in
 convnext_tiny, densenet121, efficientnet_b0, swin_t and a small VisionTransformer, cut by ckptlab.chain at
 32 px under cross-entropy, checked the same way. Under Bazel the sweep is in the runfiles;
 elsewhere $SWEEP names it. Runs on the torch of the Python that runs it (Debian's python3-torch
-1.13 here, 2.6 in CI's trixie root).
+1.13 here, PyPI's 2.15 in CI).
 """
 
 import csv

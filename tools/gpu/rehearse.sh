@@ -6,16 +6,27 @@
 #     GoogleTest/GoogleMock, RapidCheck, Google Benchmark) is hidden (whited out by an overlay in
 #     a private mount namespace), as on the GPU host, which has none of them: the build succeeds
 #     only from the bundle; gnuplot too;
-#   - LibTorch is the system's ($CKPT_TORCH_CMAKE_DIR: CI's is trixie's CUDA build, 2.6), and
-#     the device the CPU, so the sweep is small.
+#   - LibTorch is $PYTHON's torch where $PYTHON is set (CI's: PyPI's CUDA wheel in the pinned
+#     environment of tools/python_env.sh, whose Python also runs the Python tests), else
+#     $CKPT_TORCH_CMAKE_DIR's, else the system's; the device is the CPU, so the sweep is small.
 # Then it checks what run.sh handed back in $OUT, that tools/gpu/publish.sh turns it into a
 # docs/results folder, that the programs it built load their libraries from the bundle, and
 # that a sweep killed at the budget's end still leaves a report.
-# CI runs this in Debian trixie's root (tools/check_libtorch_versions.sh trixie+cuda), building
-# every target there. Needs root for the mount namespace; where that is refused, it says so and
-# runs without hiding the packages.
+# CI runs this on PyPI's torch, building every target (.ci/run); tools/check_libtorch_versions.sh
+# runs it in other Debian releases' roots, on their LibTorch. Needs root for the mount namespace;
+# where that is refused, it says so and runs without hiding the packages.
+#
+# --all, as CI runs it: every target built, and ctest runs every test but the sweep command
+# line's two end-to-end tests (CI's bare root runs them: their flags, folders and hostile input
+# are the same code whatever the LibTorch) and those testing/BUILD tags no_torch (their outcome
+# is the same whatever torch is installed), RapidCheck's properties at most 25 cases each
+# (RC_PARAMS; what differs between LibTorch versions shows in most cases of a property, and the
+# full search runs against 1.13 in CI's bare root). The LibTorch must be a CUDA build that CMake
+# finds with CUDA and NCCL, of the toolkit's CUDA major version where there is an nvcc (Python's
+# torch.version.cuda against it; LibTorch's CMake config compiles with it).
 #
 #   tools/gpu/rehearse.sh            # most of its time compiling
+#   PYTHON=/var/tmp/ckptlab-pypi-env/bin/python tools/gpu/rehearse.sh --all   # CI's
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # The inner half, run in the private mount namespace: hide the packages, then run run.sh.
@@ -58,6 +69,15 @@ if [[ "${1:-}" == --inside ]]; then
   exec "$@"
 fi
 
+all=no
+case "${1:-}" in
+  --all) all=yes ;;
+  "") ;;
+  *)
+    echo "rehearse: unknown argument '$1'; accepted: --all, or none" >&2
+    exit 2
+    ;;
+esac
 root=$(mktemp -d /tmp/ckpt-rehearsal.XXXXXX)
 failures=0
 fail() {
@@ -76,9 +96,18 @@ mkdir -p "$OUT"
 # Every run.sh call here: the LibTorch and the bundle above, one build folder. By default it
 # builds the library, the programs, the tests a GPU run's device phases run and three that use
 # every bundled test library (GoogleTest, GoogleMock, RapidCheck) and the registries' lists, and
-# ctest runs those less conformance_test, which is long on a CPU. CI builds and runs every test
-# (both settings empty) but the two it runs elsewhere.
-host=(CKPT_TORCH_CMAKE_DIR="${CKPT_TORCH_CMAKE_DIR:-/usr/lib/x86_64-linux-gnu/cmake/Torch}"
+# ctest runs those less conformance_test, which is long on a CPU; --all sets both (above).
+torch_cmake=${CKPT_TORCH_CMAKE_DIR:-}
+[[ -n "$torch_cmake" || -n "${PYTHON:-}" ]] || torch_cmake=/usr/lib/x86_64-linux-gnu/cmake/Torch
+python=${PYTHON:-/usr/bin/python3}
+if [[ $all == yes ]]; then
+  no_torch=$(awk '/^    name = "/ { gsub(/[",]/, "", $3); name = $3 }
+    /^    tags = \["no_torch"\]/ { print name }' testing/BUILD | paste -sd'|')
+  export CKPT_BUILD_TARGETS=""
+  export CKPT_CTEST_EXCLUDE="^(sweep_cli_test|sweep_hostile_test|$no_torch)(_shard[0-9]+)?\$"
+  export RC_PARAMS="${RC_PARAMS:-max_success=25}"
+fi
+host=(CKPT_TORCH_CMAKE_DIR="$torch_cmake"
       CKPT_BUNDLE="$bundle"
       CKPT_BUILD_DIR="$root/build"
       CKPT_BUILD_TARGETS="${CKPT_BUILD_TARGETS-sweep benchmarks device_meter_test conformance_test registry_test model_registry_test plan_text_test}")
@@ -91,8 +120,8 @@ x = torch.randn(2, 1024, 2, 2, requires_grad=True)
 w = torch.randn(2048, 1024, 1, 1)
 torch.nn.functional.conv2d(x, w, stride=2).sum().backward()'
 # (Without torch both runs fail, and nothing is set.)
-if ! /usr/bin/python3 -c "$probe" 2>/dev/null &&
-  ONEDNN_MAX_CPU_ISA=SSE41 /usr/bin/python3 -c "$probe" 2>/dev/null; then
+if ! "$python" -c "$probe" 2>/dev/null &&
+  ONEDNN_MAX_CPU_ISA=SSE41 "$python" -c "$probe" 2>/dev/null; then
   host+=(ONEDNN_MAX_CPU_ISA=SSE41)
   echo "rehearse: oneDNN's convolution backward dies on this CPU (no cache sizes reported?);" \
     "ONEDNN_MAX_CPU_ISA=SSE41 for every run here" >&2
@@ -242,6 +271,23 @@ elif [[ -s "$OUT/gpu-results.tar.gz" ]]; then
     fail "publish.sh over an existing folder: exit $rc, $(cat "$root/publish.stderr")"
   [[ -z $(find "$docs" -mindepth 1 -maxdepth 1 -name '.publish.*' 2>/dev/null) ]] ||
     fail "publish.sh left a staging folder in $docs"
+fi
+# --all: a build without warnings, CUDA and NCCL found by CMake (LibTorch's config found the
+# toolkit, the NCCL route is on), and LibTorch's CUDA of the toolkit's major version.
+if [[ $all == yes ]]; then
+  # (A warning may be GCC's reading of ckptlab's code through LibTorch's inlined headers, as
+  # -Wmaybe-uninitialized through an optional<Tensor>'s destructor was: it is still a warning.)
+  ! grep -E "^[^ ]+:[0-9]+:[0-9]+: warning:" "$root/results/build.log" ||
+    fail "the build printed the warnings above"
+  grep -q "ckptlab: .*CUDA 1" "$OUT/run.log" || fail "CMake found no CUDA in the LibTorch"
+  grep -q "ckptlab: .*NCCL 1" "$OUT/run.log" || fail "CMake found no NCCL beside the LibTorch"
+  torch_cuda=$("$python" -c 'import torch; print(torch.version.cuda or "")' 2>/dev/null || true)
+  nvcc_cuda=$(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\),.*/\1/p' || true)
+  if [[ -n "$torch_cuda" && -n "$nvcc_cuda" ]]; then
+    echo "rehearse: LibTorch's CUDA $torch_cuda, the toolkit's nvcc $nvcc_cuda" >&2
+    [[ ${torch_cuda%%.*} == "${nvcc_cuda%%.*}" ]] ||
+      fail "LibTorch's CUDA $torch_cuda and nvcc's $nvcc_cuda differ in major version"
+  fi
 fi
 # The programs load Abseil from the bundle, not from the system (hidden or not).
 absl=$(ldd "$root/build/sweep" | grep -m1 'libabsl_' || true)

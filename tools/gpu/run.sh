@@ -157,13 +157,16 @@ if [[ "$steps" == *" build "* ]]; then
   # LibTorch's own folder too (two above its CMake files), so that its libraries are found before
   # another LibTorch on the system's paths (CMakeLists.txt refuses such a mixed build).
   cmake_lib="$bundle/lib/x86_64-linux-gnu/cmake"
+  # The Python tests run on $PYTHON, the Python whose torch is the LibTorch, where it is given.
+  python_tests=()
+  [[ -z "${PYTHON:-}" ]] || python_tests=(-DPython3_EXECUTABLE="$(command -v "$PYTHON")")
   cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$torch_cmake;$torch_cmake/../..;$bundle" \
     -Dabsl_DIR="$cmake_lib/absl" -DGTest_DIR="$cmake_lib/GTest" \
     -Drapidcheck_DIR="$cmake_lib/rapidcheck" -Dbenchmark_DIR="$cmake_lib/benchmark" \
     -DCMAKE_BUILD_RPATH="$bundle/lib/x86_64-linux-gnu" \
     -DCMAKE_EXE_LINKER_FLAGS="-Wl,--disable-new-dtags" \
-    -DCMAKE_SHARED_LINKER_FLAGS="-Wl,--disable-new-dtags" \
+    -DCMAKE_SHARED_LINKER_FLAGS="-Wl,--disable-new-dtags" "${python_tests[@]}" \
     >"$out/configure.log" 2>&1 || {
     tail -30 "$out/configure.log" >&2
     die "cmake configure failed (configure.log)"
