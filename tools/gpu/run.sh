@@ -331,7 +331,11 @@ if [[ "$steps" == *" sweep "* ]]; then
   # The limit stops new models from starting; the reserve is for the model in flight and the
   # report (90 s is a guess until a GPU run measures the paper models).
   limit=$((left - reserve))
-  ((limit > 0)) || die "no time left for the sweep ($left s of $budget s, $reserve s reserve)"
+  # The kill comes 10 s before the budget's end, kept for the report. (It must be a positive
+  # number of seconds: `timeout 0` never kills.)
+  kill_s=$((left - 10))
+  ((limit > 0 && kill_s > 0)) ||
+    die "no time left for the sweep ($left s of $budget s, $reserve s reserve, 10 s for the report)"
   log "sweep on $device, time limit $limit s"
   # A folder of its own: the sweep refuses one that holds files it did not write (this
   # script's logs). Its outputs are copied up below, where deliver, publish.sh and rehearse.sh
@@ -340,7 +344,7 @@ if [[ "$steps" == *" sweep "* ]]; then
   sweep_args=(--device="$device" --preset=paper --out="$sweep_out")
   set +e
   # shellcheck disable=SC2086
-  timeout --signal=KILL "$((left - 10))" "$build/sweep" "${sweep_args[@]}" \
+  timeout --signal=KILL "$kill_s" "$build/sweep" "${sweep_args[@]}" \
     --time_limit_s="$limit" --resume ${CKPT_SWEEP_ARGS:-} >"$out/sweep.txt" 2>"$out/sweep.stderr"
   sweep_status=$?
   set -e
