@@ -23,8 +23,10 @@
 #include "absl/strings/str_split.h"
 #include "c10/core/DefaultDtype.h"
 #include "c10/core/GradMode.h"
+#include "caffe2/serialize/inline_container.h"
 #include "core/base/digest.h"
 #include "core/base/files.h"
+#include "core/base/printable.h"
 #include "core/base/status_macros.h"
 #include "core/run/chain_model.h"
 #include "core/run/checkpoint.h"
@@ -51,6 +53,8 @@ constexpr char kAccepted[] =
 constexpr char kBatchPrefix[] = "ckptlab_batch_";
 constexpr char kRanksBuffer[] = "ckptlab_ranks";
 constexpr int64_t kMaxRanks = 1 << 16;
+// The archive's record of the torch release that wrote it (Chain.save's extra file).
+constexpr char kWriterRecord[] = "extra/ckptlab_torch";
 
 // The bytes of each file as this process first read it, by path as given: every spec naming
 // the file, whatever its batch, reads the same model.
@@ -183,6 +187,26 @@ absl::StatusOr<std::string> ReadModelFile(const ParamValues& params) {
   return FileCache().emplace(path, *std::move(bytes)).first->second;
 }
 
+// OK where the torch release `record` names (the archive's writer record) is no newer in
+// major.minor than this LibTorch; InvalidArgument naming both otherwise (see the header).
+absl::Status CheckWriter(const ParamValues& params, absl::string_view record) {
+  absl::StatusOr<TorchRelease> writer = ParseTorchRelease(record);
+  if (!writer.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(Where(params), ": its record ", kWriterRecord,
+                                                   ": ", writer.status().message()));
+  }
+  if (std::pair(writer->major, writer->minor) <=
+      std::pair(TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      Where(params), ": written by torch ", Printable(record.substr(0, 64)),
+      ", newer than the LibTorch ", TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR,
+      " this program is built against, which may misread it; accepted: a file written by torch ",
+      TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR,
+      " or older, or this program built against the writer's LibTorch (docs/build.md)"));
+}
+
 // The module in `bytes` on `device`, its tensors in the dtypes the file holds them in (a float64
 // model's, bfloat16 weights beside float32 norms), as PyTorch trains it; under a float64 default
 // dtype (a float64 twin, experiments/gradient_check.h), every floating-point one in float64.
@@ -190,15 +214,29 @@ absl::StatusOr<torch::jit::Module> LoadModule(const ParamValues& params, const s
                                               c10::Device device) {
   // Pinned before any graph of the module runs (see the header).
   torch::jit::setGraphExecutorOptimize(false);
+  const auto unread = [&](const absl::Status& status) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Where(params), ": not a TorchScript archive this LibTorch (", TORCH_VERSION_MAJOR, ".",
+        TORCH_VERSION_MINOR, ") reads: ", status.message(), "; ", kAccepted));
+  };
+  // The writer's record first, read from the zip archive without LibTorch reading the module.
+  absl::StatusOr<std::optional<std::string>> writer = RunTorch([&] {
+    std::istringstream in(bytes);
+    caffe2::serialize::PyTorchStreamReader archive(&in);
+    std::optional<std::string> record;
+    if (archive.hasRecord(kWriterRecord)) {
+      auto [data, size] = archive.getRecord(kWriterRecord);
+      record.emplace(static_cast<const char*>(data.get()), size);
+    }
+    return record;
+  });
+  if (!writer.ok()) return unread(writer.status());
+  if (writer->has_value()) RETURN_IF_ERROR(CheckWriter(params, **writer));
   absl::StatusOr<torch::jit::Module> module = RunTorch([&] {
     std::istringstream in(bytes);
     return torch::jit::load(in, c10::Device(c10::DeviceType::CPU));
   });
-  if (!module.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Where(params), ": not a TorchScript archive this LibTorch (", TORCH_VERSION_MAJOR, ".",
-        TORCH_VERSION_MINOR, ") reads: ", module.status().message(), "; ", kAccepted));
-  }
+  if (!module.ok()) return unread(module.status());
   const bool twin = c10::get_default_dtype() == caffe2::TypeMeta::Make<double>();
   RETURN_IF_ERROR(RunTorch([&] {
     c10::NoGradGuard no_grad;
@@ -774,6 +812,27 @@ absl::StatusOr<std::vector<int64_t>> ParseShape(absl::string_view text) {
     dims.push_back(d);
   }
   return dims;
+}
+
+absl::StatusOr<TorchRelease> ParseTorchRelease(absl::string_view text) {
+  const auto bad = [&] {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", Printable(text.substr(0, 64)), text.size() > 64 ? "...' " : "' ",
+        "is not a torch release; accepted: MAJOR.MINOR, each of 1 to 4 digits, then anything "
+        "(2.15.0+cu132)"));
+  };
+  std::vector<absl::string_view> parts = absl::StrSplit(text, absl::MaxSplits('.', 2));
+  if (parts.size() < 2) return bad();
+  // The minor number ends where its digits do ("2.6a0").
+  parts[1] = parts[1].substr(0, parts[1].find_first_not_of("0123456789"));
+  TorchRelease release;
+  for (auto [part, number] : {std::pair(parts[0], &release.major), {parts[1], &release.minor}}) {
+    if (part.empty() || part.size() > 4 || part.find_first_not_of("0123456789") != part.npos ||
+        !absl::SimpleAtoi(part, number)) {
+      return bad();
+    }
+  }
+  return release;
 }
 
 std::vector<ParamDef> TorchScriptModel::Params() {

@@ -19,6 +19,11 @@
 // stages are alike (the same code on parameters and inputs of the same shapes: one repeat key,
 // profiled once). A stage declares no parts.
 //
+// A file that records the torch that wrote it (Chain.save: the archive's extra file
+// ckptlab_torch) is refused, before LibTorch reads it, where that torch is newer in major.minor
+// than the LibTorch this program is built against: an older LibTorch may misread a newer one's
+// TorchScript without an error (the archive's format version does not always change).
+//
 // Loading a TorchScript file runs the code in it, as torch.jit.load does: load only files you
 // trust. The file is read once per process through the file policy (core/base/files.h); its
 // parameters are the file's (the run's seed draws only the batch). The JIT's graph executor is
@@ -43,6 +48,15 @@ namespace ckpt {
 // Dimensions written "3x224x224": 1 to 8 positive integers, the product at most 2^40.
 // InvalidArgument naming the text and what is accepted otherwise.
 absl::StatusOr<std::vector<int64_t>> ParseShape(absl::string_view text);
+
+// A torch release as torch.__version__ spells it ("2.15.0+cu132", "1.13.1", "2.6.0a0+git1eba"):
+// its major and minor numbers, each of 1 to 4 digits, then anything. InvalidArgument naming the
+// text (escaped) otherwise.
+struct TorchRelease {
+  int major = 0;
+  int minor = 0;
+};
+absl::StatusOr<TorchRelease> ParseTorchRelease(absl::string_view text);
 
 // How the loss reads the last stage's output (kOutput: it is the loss, a chain file's).
 enum class TorchScriptLoss { kCrossEntropy, kMeanSquare, kOutput };

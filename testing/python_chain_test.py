@@ -213,7 +213,9 @@ class ChainTest(unittest.TestCase):
             self.assertFalse(os.path.islink(path))
             with open(victim) as f:
                 self.assertEqual(f.read(), "not to be written through")
-            saved = torch.jit.load(path)
+            extra = {"ckptlab_torch": ""}
+            saved = torch.jit.load(path, _extra_files=extra)
+            self.assertEqual(extra["ckptlab_torch"], torch.__version__.encode())  # the writer's
             self.assertEqual(len(list(saved.children())), len(chain))
             self.assertTrue(torch.equal(saved.ckptlab_batch_0, chain.example[0]))
             self.assertTrue(torch.equal(saved.ckptlab_ranks, torch.tensor(1)))

@@ -249,7 +249,9 @@ absl::Status WriteChain(const ChainDescription& chain, uint64_t seed, const std:
     }
     if (chain.ranks != 0)
       top.register_buffer("ckptlab_ranks", at::scalar_tensor(chain.ranks, at::kLong));
-    top.save(path);
+    torch::jit::ExtraFilesMap extra;
+    if (!chain.writer.empty()) extra["ckptlab_torch"] = chain.writer;
+    top.save(path, extra);
   });
 }
 

@@ -60,6 +60,7 @@ struct ChainDescription {
   int64_t file_batch = 0;    // rows of a batch kept in the file (chain:file=); 0: none
   bool empty_batch = false;  // a batch of no rows in the file instead (which Chain.save refuses)
   int64_t ranks = 0;         // the ranks that share those rows (buffer ckptlab_ranks); 0: none
+  std::string writer;        // the writer's torch release recorded, as Chain.save does; "": none
 };
 
 // Writes `chain` as a TorchScript archive at `path`, parameters (and a file batch, as the top

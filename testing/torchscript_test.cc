@@ -7,6 +7,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <string>
@@ -23,6 +24,7 @@
 #include "rapidcheck/gtest.h"
 #include "testing/model_cases.h"
 #include "testing/torchscript_chains.h"
+#include "torch/version.h"
 
 namespace ckpt {
 namespace {
@@ -58,6 +60,38 @@ TEST(TorchScriptShape, RefusesWhatIsNotAShape) {
   for (const char* bad : {"", "x", "3x", "0", "3x-1", "3x2.5", "1x1x1x1x1x1x1x1x1",
                           "1048577x1048577", "99999999999999999999", " 3"}) {
     EXPECT_FALSE(ParseShape(bad).ok()) << bad;
+  }
+}
+
+RC_GTEST_PROP(TorchRelease, AnyTextGivesAReleaseOrOneEscapedLineNamingIt,
+              (const std::string& text)) {
+  absl::StatusOr<TorchRelease> release = ParseTorchRelease(text);
+  if (!release.ok()) {
+    const std::string message(release.status().message());
+    RC_ASSERT(release.status().code() == absl::StatusCode::kInvalidArgument);
+    RC_ASSERT(message.find("accepted") != std::string::npos);
+    RC_ASSERT(
+        std::none_of(message.begin(), message.end(), [](char c) { return c >= 0 && c < 0x20; }));
+    return;
+  }
+  RC_ASSERT(release->major >= 0 && release->major <= 9999);
+  RC_ASSERT(release->minor >= 0 && release->minor <= 9999);
+}
+
+RC_GTEST_PROP(TorchRelease, ReleasesReadBackWhatTheyWrite, ()) {
+  const int major = *rc::gen::inRange(0, 10000);
+  const int minor = *rc::gen::inRange(0, 10000);
+  const std::string rest = *rc::gen::element<std::string>("", ".0", ".1+cu132", "a0+git1eba");
+  const absl::StatusOr<TorchRelease> release =
+      ParseTorchRelease(absl::StrCat(major, ".", minor, rest));
+  RC_ASSERT(release.ok());
+  RC_ASSERT(release->major == major && release->minor == minor);
+}
+
+TEST(TorchRelease, RefusesWhatIsNotARelease) {
+  for (const char* bad :
+       {"", "2", "2.", ".15", "v2.15.0", "2.x", "12345.0", "2.12345", "-1.0", " 2.15", "2,15"}) {
+    EXPECT_FALSE(ParseTorchRelease(bad).ok()) << bad;
   }
 }
 
@@ -468,6 +502,14 @@ TEST_F(TorchScriptFile, BadFilesAreOneLineNamingTheFile) {
     ASSERT_TRUE(testing::WriteChain(none, 1, single).ok());
   }
   bad[single] = "not a sequence of stages";
+  // Written by a newer torch than this LibTorch (Chain.save's record), or a record that names no
+  // release: refused before LibTorch reads the module.
+  chain.writer = absl::StrCat(TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR + 1, ".0+cu132");
+  bad[Write(chain, "newer_torch.pt")] =
+      absl::StrCat("written by torch ", chain.writer, ", newer than the LibTorch ",
+                   TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR);
+  chain.writer = "nightly\n";
+  bad[Write(chain, "no_release.pt")] = "record extra/ckptlab_torch: 'nightly\\n' is not a torch";
 
   for (const auto& [path, says] : bad) {
     SCOPED_TRACE(path);
@@ -479,6 +521,15 @@ TEST_F(TorchScriptFile, BadFilesAreOneLineNamingTheFile) {
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
     EXPECT_NE(message.find(path), std::string::npos) << message;
     EXPECT_NE(message.find(says), std::string::npos) << message;
+  }
+  // Written by this LibTorch's release or an older one: read.
+  for (const std::string& writer :
+       {absl::StrCat(TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, ".9+cpu"),
+        std::string("1.0")}) {
+    chain.writer = writer;
+    const std::string path = Write(chain, absl::StrCat("writer_", writer, ".pt"));
+    EXPECT_TRUE(BoundModel::Bind(absl::StrCat("torchscript:file=", path, ":input=3:batch=2")).ok())
+        << writer;
   }
   // Refusing a file leaves it as it was (the FIFO is still a FIFO: it was never opened to read).
   EXPECT_EQ(DescribeWhatIsAt(fifo), "a FIFO (named pipe)");

@@ -365,8 +365,9 @@ class Chain(nn.Sequential):
         take copies, the floating-point ones requiring grad, as every batch of ckptlab's does),
         and the ranks sharing it its buffer ckptlab_ranks (`--nproc` must be that). The file
         is written whole or not at all: a temporary file beside it, renamed over it (a link at
-        `path` is replaced, not followed). Leaves the buffers and the random streams as they
-        were. OSError naming the path where it cannot be written."""
+        `path` is replaced, not followed), and records this torch's release, which a sweep
+        built against an older LibTorch refuses to read. Leaves the buffers and the random
+        streams as they were. OSError naming the path where it cannot be written."""
         batch = self.example
         if batch is None:
             raise ChainError("Chain.save: this chain holds no batch; accepted: a chain "
@@ -386,7 +387,8 @@ class Chain(nn.Sequential):
         fd, temporary = tempfile.mkstemp(prefix=".chain-", suffix=".pt", dir=folder)
         try:
             with os.fdopen(fd, "wb") as f:
-                torch.jit.save(traced, f)
+                # The writer's torch, which a sweep built against an older LibTorch refuses.
+                torch.jit.save(traced, f, _extra_files={"ckptlab_torch": torch.__version__})
             os.replace(temporary, path)
         except BaseException:
             os.unlink(temporary)
