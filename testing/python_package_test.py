@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """python/ is a package a PyTorch user installs: `pip install ./python` into a fresh virtual
-environment (offline: no index; the setuptools venv's ensurepip brings, and the running
-Python's wheel and torch seen through --system-site-packages) installs ckptlab, with its
-version and its torch requirement, and `import ckptlab` then works from any folder, the
-checkout nowhere on the path. Needs venv's ensurepip and wheel (Debian's python3-venv and
-python3-wheel, which tools/bazel installs: without wheel, setuptools has no bdist_wheel).
+environment (offline: no index; the running Python's pip, setuptools and torch) installs
+ckptlab, with its version and its torch requirement, and `import ckptlab` then works from any
+folder, the checkout nowhere on the path. Needs a pip that takes --python (22.3 or later) and a
+setuptools with bdist_wheel (70.1 or later, or wheel's: Debian's python3-wheel, which
+tools/bazel installs).
 """
 
 import ast
 import os
 import shutil
+import site
 import subprocess
 import sys
 import tempfile
@@ -38,36 +39,45 @@ class InstalledPackage(unittest.TestCase):
         shutil.copytree(PACKAGE, cls.source, symlinks=False,
                         ignore=shutil.ignore_patterns("__pycache__", "BUILD"))
         env_dir = os.path.join(cls.scratch, "env")
-        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", env_dir],
-                       check=True)
+        # No pip or setuptools of its own: the running Python's, and its torch, seen after what
+        # is installed there through a .pth file (where the running Python is itself a virtual
+        # environment's, --system-site-packages would show its base's instead).
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", env_dir], check=True)
         cls.python = os.path.join(env_dir, "bin", "python")
         cls.site = subprocess.run(
             [cls.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
             check=True, capture_output=True, text=True).stdout.strip()
+        with open(os.path.join(cls.site, "running-python.pth"), "w", encoding="utf-8") as f:
+            f.write("".join(path + "\n" for path in site.getsitepackages()))
         cls.elsewhere = os.path.join(cls.scratch, "elsewhere")
         os.mkdir(cls.elsewhere)
         # No --no-deps: pip must find the torch the package requires already installed.
-        cls.install = cls.run_in_env("-m", "pip", "install", "--no-index", "--no-build-isolation",
-                                     "--disable-pip-version-check", cls.source)
+        cls.install = cls.pip("install", "--no-index", "--no-build-isolation", cls.source)
 
     @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.scratch, ignore_errors=True)
 
     @classmethod
-    def run_in_env(cls, *args):
+    def pip(cls, command, *args):
+        """The running Python's pip, acting on the new environment."""
+        return cls.run_in_env(*args, python=[sys.executable, "-m", "pip", "--python", cls.python,
+                                             command, "--disable-pip-version-check"])
+
+    @classmethod
+    def run_in_env(cls, *args, python=None):
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-        return subprocess.run([cls.python, *args], cwd=cls.elsewhere, env=env,
+        return subprocess.run([*(python or [cls.python]), *args], cwd=cls.elsewhere, env=env,
                               capture_output=True, text=True)
 
     def test_installs_offline_with_its_requirement_met(self):
         self.assertEqual(self.install.returncode, 0, self.install.stdout + self.install.stderr)
-        show = self.run_in_env("-m", "pip", "show", "ckptlab")
+        show = self.pip("show", "ckptlab")
         self.assertEqual(show.returncode, 0, show.stderr)
         fields = dict(line.split(": ", 1) for line in show.stdout.splitlines() if ": " in line)
         self.assertEqual(fields.get("Version"), declared_version())
         self.assertEqual(fields.get("Requires"), "torch")
-        check = self.run_in_env("-m", "pip", "check")
+        check = self.pip("check")
         self.assertNotIn("ckptlab", check.stdout + check.stderr)
 
     def test_imports_from_any_folder_the_installed_copy(self):

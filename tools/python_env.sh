@@ -5,9 +5,10 @@
 #   tools/python_env.sh DIR          # then DIR/bin/python
 #
 # Every package is pinned in tools/requirements-pypi.txt with the sha256 of its files, installed
-# with --require-hashes --no-deps (nothing resolved, nothing else fetched). DIR is made anew when
-# it holds an environment this script made from other requirements (its marker file names their
-# digest); it is ready, in a second, when the digest is the same. A DIR that exists and is not
+# with --require-hashes --no-deps (nothing resolved, nothing else fetched), and `pip check` must
+# then find every package's requirements met. DIR is made anew when it holds an environment this
+# script made from other requirements (its marker file names their digest); it is ready, in a
+# second, when the digest is the same. A DIR that exists and is not
 # such an environment is refused, and nothing in it touched. The interpreter is $PYTHON, else
 # the first python3 on PATH that has pip and venv (Debian's own refuses pip: python3-venv).
 set -euo pipefail
@@ -42,6 +43,8 @@ echo "made by tools/python_env.sh; the requirements' digest follows when they ar
 start=$SECONDS
 "$dir/bin/python" -m pip install --quiet --no-deps --require-hashes --only-binary=:all: \
   -r "$requirements" || die "pip could not install $requirements into $dir (above)"
+"$dir/bin/python" -m pip check --disable-pip-version-check ||
+  die "$requirements leaves the requirements above unmet: pin them there"
 echo "$digest" >"$dir/$marker_name"
 echo "tools/python_env.sh: $dir made in $((SECONDS - start)) s" \
   "($("$dir/bin/python" -c 'import torch; print("torch", torch.__version__)'))"
