@@ -444,17 +444,66 @@ class Refusals(unittest.TestCase):
             frozen = tuple(t.clone() for t in self.inputs)
         self.refused(lambda: ckptlab.profile_blocks(self.model, frozen), "an inference tensor")
 
-    def test_nested_blocks_found_outermost(self):
-        """Stages of repeated blocks (an EfficientNet's): the stages are the blocks, and the
-        blocks inside them are not searched."""
-        def stage(n):
-            return nn.Sequential(*(nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh())
-                                   for _ in range(n)))
+    def test_a_stage_gives_way_to_its_blocks(self):
+        """Stages of repeated blocks (ConvNeXt's, EfficientNet's, Swin's): each stage whose body
+        holds at least half of its parameters gives way to the blocks of its body, refined in
+        turn; a stage of one block stays; experts inside a child, a block's own layers held in a
+        container, and a body holding less than half are not blocks."""
+        class Block(nn.Module):  # a module of modules
+            def __init__(self, width=WIDTH):
+                super().__init__()
+                self.mlp = nn.Sequential(nn.Linear(width, width), nn.Tanh())
 
-        model = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Sequential(stage(1), stage(2), stage(3)))
-        self.assertEqual(ckptlab.find_blocks(model), ["1.0", "1.1", "1.2"])
-        profile = ckptlab.profile_blocks(model, torch.randn(2, WIDTH))
-        self.assertEqual(profile.blocks, ["1.0", "1.1", "1.2"])
+            def forward(self, x):
+                return x + self.mlp(x)
+
+        class Stage(nn.Module):  # a downsampling layer, then its body
+            def __init__(self, n, listed=False, down=WIDTH):
+                super().__init__()
+                blocks = [Block(down) for _ in range(n)]
+                self.blocks = nn.ModuleList(blocks) if listed else nn.Sequential(*blocks)
+                self.down, self.back = nn.Linear(WIDTH, down), nn.Linear(down, WIDTH)
+
+            def forward(self, x):
+                x = self.down(x)
+                for block in self.blocks:
+                    x = block(x)
+                return self.back(x)
+
+        def stages(*each):
+            return nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Sequential(*each))
+
+        model = stages(Stage(1), Stage(2), Stage(3, listed=True))
+        names = ["1.0", "1.1.blocks.0", "1.1.blocks.1", "1.2.blocks.0", "1.2.blocks.1",
+                 "1.2.blocks.2"]
+        self.assertEqual(ckptlab.find_blocks(model), names)
+        x = torch.randn(2, WIDTH)
+        profile = ckptlab.profile_blocks(model, x)
+        self.assertEqual(profile.blocks, names)
+        self.assertEqual(len(profile.calls), len(names))
+        # A stage that is its body (an EfficientNet's nn.Sequential of blocks), in a stage.
+        nested = stages(nn.Sequential(Block(), Block()), nn.Sequential(Block(), Block()))
+        self.assertEqual(ckptlab.find_blocks(nested), ["1.0.0", "1.0.1", "1.1.0", "1.1.1"])
+        # A body holding less than half of its stage's parameters: the stages stay.
+        wide = stages(Stage(2, down=1), Stage(2, down=1))
+        self.assertEqual(ckptlab.find_blocks(wide), ["1.0", "1.1"])
+
+        class Experts(nn.Module):  # a layer whose mixture holds its experts
+            def __init__(self):
+                super().__init__()
+                self.attention = nn.Linear(WIDTH, WIDTH)
+                self.mixture = nn.Module()
+                self.mixture.experts = nn.ModuleList(Block() for _ in range(EXPERTS))
+
+            def forward(self, x):
+                x = self.attention(x)
+                return x + sum(e(x) for e in self.mixture.experts)
+
+        self.assertEqual(ckptlab.find_blocks(stages(Experts(), Experts())), ["1.0", "1.1"])
+        # Layers in a container of their own (torchvision's Conv2dNormActivation, a Sequential).
+        layers = stages(*(nn.Sequential(*(nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh())
+                                          for _ in range(3))) for _ in range(2)))
+        self.assertEqual(ckptlab.find_blocks(layers), ["1.0", "1.1"])
 
     def test_selective(self):
         """A block under two policies, a selective policy on a torch without it, and a kept

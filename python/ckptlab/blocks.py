@@ -13,8 +13,13 @@ model's own forward runs unchanged, and only the chosen blocks' forwards are wra
 
 Blocks (find_blocks): the children of an nn.ModuleList or nn.Sequential, two or more, all of one
 class and each holding parameters (a transformer's layers, a ResNet stage's blocks), outermost
-first: a container inside a found block is not searched. ModuleLists (which no forward calls) are
-no blocks: the search goes on inside them.
+first; ModuleLists of ModuleLists (which no forward calls) are no blocks: the search goes on
+inside them. A block that is, or has as a child, a stage's body (such blocks, each a module of
+modules and no container, holding at least half of its parameters) gives way to those blocks,
+refined in turn: a ConvNeXt, EfficientNet or Swin stage to its blocks, as timm checkpoints them,
+so that a rerun holds one block's activations, not a stage's. A mixture's experts (inside a
+child of a layer) and a block's own layers (torchvision's Conv2dNormActivation, a container) are
+not blocks.
 
 A profile is the model's own step (its forward and the loss, no backward) run once with every
 block stored, on the batch given, leaving the model's buffers and the random streams as they
@@ -75,16 +80,42 @@ def find_blocks(model: nn.Module) -> List[str]:
     named_modules lists them."""
     found: List[str] = []
     for name, module in _model(model).named_modules():
-        if any(name == f or name.startswith(f + ".") for f in found):
+        if _repeated(module) and not any(name == f or name.startswith(f + ".") for f in found):
+            found.extend(f"{name}.{n}" if name else n for n, _ in module.named_children())
+    return [name + (f".{n}" if n else "") for name in found
+            for n in _body(_model(model).get_submodule(name)) or [""]]
+
+
+def _repeated(module: nn.Module) -> bool:
+    """Whether `module`'s children are blocks: two or more, of one class, each holding parameters,
+    in an nn.ModuleList or an nn.Sequential (not lists of lists, which no forward calls)."""
+    children = list(module.children())
+    return (isinstance(module, (nn.ModuleList, nn.Sequential)) and len(children) >= 2
+            and len({type(c) for c in children}) == 1
+            and not isinstance(children[0], (nn.ModuleList, nn.ModuleDict))
+            and all(next(c.parameters(), None) is not None for c in children))
+
+
+def _body(block: nn.Module) -> List[str]:
+    """The names of the blocks `block` gives way to, refined in turn: those of its stage body, if
+    it has one (the block itself or a child of it, repeated blocks that are modules of modules,
+    not containers, holding at least half of its parameters); else none (also where a parameter
+    is not initialized yet, which profile_blocks refuses by name)."""
+    if has_lazy(block):
+        return []
+    total = sum(p.numel() for p in block.parameters())
+    for name, body in [("", block), *block.named_children()]:
+        children = list(body.children())
+        if not _repeated(body) or not all(
+                next(c.children(), None) is not None
+                and not isinstance(c, (nn.Sequential, nn.ModuleList)) for c in children):
             continue
-        if not isinstance(module, (nn.ModuleList, nn.Sequential)):
-            continue
-        children = list(module.named_children())
-        if (len(children) >= 2 and len({type(c) for _, c in children}) == 1
-                and not isinstance(children[0][1], (nn.ModuleList, nn.ModuleDict))  # never called
-                and all(next(c.parameters(), None) is not None for _, c in children)):
-            found.extend(f"{name}.{n}" if name else n for n, _ in children)
-    return found
+        held = {id(p): p.numel() for c in children for p in c.parameters()}
+        if 2 * sum(held.values()) >= total:
+            prefix = f"{name}." if name else ""
+            return [prefix + n + (f".{m}" if m else "")
+                    for n, child in body.named_children() for m in _body(child) or [""]]
+    return []
 
 
 @dataclasses.dataclass
