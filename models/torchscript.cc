@@ -23,11 +23,11 @@
 #include "absl/strings/str_split.h"
 #include "c10/core/DefaultDtype.h"
 #include "c10/core/GradMode.h"
-#include "caffe2/serialize/inline_container.h"
 #include "core/base/digest.h"
 #include "core/base/files.h"
 #include "core/base/printable.h"
 #include "core/base/status_macros.h"
+#include "core/base/zip.h"
 #include "core/run/chain_model.h"
 #include "core/run/checkpoint.h"
 #include "core/run/torch_status.h"
@@ -53,8 +53,10 @@ constexpr char kAccepted[] =
 constexpr char kBatchPrefix[] = "ckptlab_batch_";
 constexpr char kRanksBuffer[] = "ckptlab_ranks";
 constexpr int64_t kMaxRanks = 1 << 16;
-// The archive's record of the torch release that wrote it (Chain.save's extra file).
+// The archive's record of the torch release that wrote it (Chain.save's extra file), and the
+// most it may hold.
 constexpr char kWriterRecord[] = "extra/ckptlab_torch";
+constexpr uint64_t kMaxWriterBytes = 64;
 
 // The bytes of each file as this process first read it, by path as given: every spec naming
 // the file, whatever its batch, reads the same model.
@@ -187,9 +189,18 @@ absl::StatusOr<std::string> ReadModelFile(const ParamValues& params) {
   return FileCache().emplace(path, *std::move(bytes)).first->second;
 }
 
-// OK where the torch release `record` names (the archive's writer record) is no newer in
-// major.minor than this LibTorch; InvalidArgument naming both otherwise (see the header).
-absl::Status CheckWriter(const ParamValues& params, absl::string_view record) {
+// OK where the torch release the archive's writer record names is no newer in major.minor than
+// this LibTorch; InvalidArgument naming both otherwise (see the header), or where the record is
+// not what Chain.save writes (stored, a release of at most kMaxWriterBytes).
+absl::Status CheckWriter(const ParamValues& params, const ZipMember& member) {
+  if (member.method != 0 || member.size > kMaxWriterBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Where(params), ": its record ", kWriterRecord, " is ",
+                     member.method != 0 ? "compressed" : absl::StrCat(member.size, " bytes long"),
+                     "; accepted: a torch release of at most ", kMaxWriterBytes,
+                     " bytes, stored, as ", "Chain.save writes it"));
+  }
+  const absl::string_view record = member.stored;
   absl::StatusOr<TorchRelease> writer = ParseTorchRelease(record);
   if (!writer.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(Where(params), ": its record ", kWriterRecord,
@@ -200,8 +211,8 @@ absl::Status CheckWriter(const ParamValues& params, absl::string_view record) {
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      Where(params), ": written by torch ", Printable(record.substr(0, 64)),
-      ", newer than the LibTorch ", TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR,
+      Where(params), ": written by torch ", Printable(record), ", newer than the LibTorch ",
+      TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR,
       " this program is built against, which may misread it; accepted: a file written by torch ",
       TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR,
       " or older, or this program built against the writer's LibTorch (docs/build.md)"));
@@ -219,17 +230,8 @@ absl::StatusOr<torch::jit::Module> LoadModule(const ParamValues& params, const s
         Where(params), ": not a TorchScript archive this LibTorch (", TORCH_VERSION_MAJOR, ".",
         TORCH_VERSION_MINOR, ") reads: ", status.message(), "; ", kAccepted));
   };
-  // The writer's record first, read from the zip archive without LibTorch reading the module.
-  absl::StatusOr<std::optional<std::string>> writer = RunTorch([&] {
-    std::istringstream in(bytes);
-    caffe2::serialize::PyTorchStreamReader archive(&in);
-    std::optional<std::string> record;
-    if (archive.hasRecord(kWriterRecord)) {
-      auto [data, size] = archive.getRecord(kWriterRecord);
-      record.emplace(static_cast<const char*>(data.get()), size);
-    }
-    return record;
-  });
+  // The writer's record first, found in the zip archive's directory, before LibTorch reads it.
+  absl::StatusOr<std::optional<ZipMember>> writer = FindZipMember(bytes, kWriterRecord);
   if (!writer.ok()) return unread(writer.status());
   if (writer->has_value()) RETURN_IF_ERROR(CheckWriter(params, **writer));
   absl::StatusOr<torch::jit::Module> module = RunTorch([&] {

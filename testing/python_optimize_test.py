@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -272,6 +273,14 @@ class Optimize(unittest.TestCase):
         self.assertIn("the sweep exited 2", str(caught.exception))
         self.assertIn("12parsecs", str(caught.exception))
         self.assertNotIn("\n", str(caught.exception))
+        # A chain written by a newer torch than the sweep's LibTorch: refused, the model named
+        # in place of the file, which is gone.
+        with mock.patch.object(torch, "__version__", "99.0.0"):
+            with self.assertRaises(OptimizeError) as caught:
+                ckptlab.optimize(model, images, "1GiB", sweep=SWEEP, progress=False)
+        self.assertIn("the model (UNet): written by torch 99.0.0, newer than the LibTorch",
+                      str(caught.exception))
+        self.assertNotIn("chain.pt", str(caught.exception))
 
 
 class KeptProfiles(unittest.TestCase):

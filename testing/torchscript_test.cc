@@ -510,6 +510,8 @@ TEST_F(TorchScriptFile, BadFilesAreOneLineNamingTheFile) {
                    TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR);
   chain.writer = "nightly\n";
   bad[Write(chain, "no_release.pt")] = "record extra/ckptlab_torch: 'nightly\\n' is not a torch";
+  chain.writer = "2.0." + std::string(96, '0');
+  bad[Write(chain, "long_release.pt")] = "record extra/ckptlab_torch is 100 bytes long";
 
   for (const auto& [path, says] : bad) {
     SCOPED_TRACE(path);

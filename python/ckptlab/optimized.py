@@ -172,16 +172,20 @@ def optimize(model: nn.Module, inputs, budget, loss: Optional[Callable[..., torc
         path = os.path.join(folder, "chain.pt")
         cut.save(path)
         out = os.path.join(folder, "out")
-        _run_sweep([executable, "--predict", f"--models=chain:file={path}",
-                    f"--strategies=store_all,optimal:budget={text}", f"--out={out}"], progress)
+        # The chain's file is gone when a message is read: the model is named instead.
+        spec, named = f"chain:file={path}", f"the model ({type(model).__name__})"
+        try:
+            _run_sweep([executable, "--predict", f"--models={spec}",
+                        f"--strategies=store_all,optimal:budget={text}", f"--out={out}"],
+                       progress)
+        except OptimizeError as e:
+            raise OptimizeError(str(e).replace(spec, named)) from None
         with open(os.path.join(out, "predict.csv"), newline="") as f:
             rows = list(csv.DictReader(f))
     baseline = next(r for r in rows if r["strategy"] == "store_all")
     row = next(r for r in rows if r["strategy"].startswith("optimal:"))
-    if row["status"] != "ok":  # the chain's file is gone: the model is named instead
-        message = row["message"].replace(f"chain:file={path}",
-                                         f"the model ({type(model).__name__})")
-        raise OptimizeError(f"ckptlab.optimize: {printable(message)}")
+    if row["status"] != "ok":
+        raise OptimizeError(f"ckptlab.optimize: {printable(row['message'].replace(spec, named))}")
     prediction = Prediction(
         plan=row["plan"], activation_bytes=int(row["predicted_activation_bytes"]),
         step_peak_bytes=int(row["predicted_step_peak_bytes"]),
