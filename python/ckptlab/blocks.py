@@ -78,12 +78,12 @@ __all__ = ["Applied", "BlockCall", "BlockProfile", "BlocksError", "find_blocks",
 def find_blocks(model: nn.Module) -> List[str]:
     """The names of `model`'s repeated blocks (the module docstring says which), in the order
     named_modules lists them."""
-    found: List[str] = []
-    for name, module in _model(model).named_modules():
+    model, found = _model(model), []
+    for name, module in model.named_modules():
         if _repeated(module) and not any(name == f or name.startswith(f + ".") for f in found):
             found.extend(f"{name}.{n}" if name else n for n, _ in module.named_children())
     return [name + (f".{n}" if n else "") for name in found
-            for n in _body(_model(model).get_submodule(name)) or [""]]
+            for n in _body(model.get_submodule(name)) or [""]]
 
 
 def _repeated(module: nn.Module) -> bool:
