@@ -309,6 +309,39 @@ class ChainTest(unittest.TestCase):
                 self.assertEqual(kind, "penalty")
                 self.assert_steps_equal(model, lambda x: model(x).square().mean(), chain, (x,))
 
+    def test_a_detach_in_the_forward_is_a_detach_of_the_chain(self):
+        """h + relu(h).detach(), cut on a batch where the detached branch is zero (where the
+        chain's own check cannot tell a detach from an alias, which newer torches trace it as),
+        steps as the model on a batch where it is not; an in-place detach_ is either followed
+        or refused by name."""
+        class Model(nn.Module):
+            def __init__(self, in_place):
+                super().__init__()
+                self.in_place, self.inner, self.outer = in_place, nn.Linear(8, 8), nn.Linear(8, 1)
+
+            def forward(self, x):
+                h = self.inner(x)
+                kept = torch.relu(h) * 2
+                kept = kept.detach_() if self.in_place else kept.detach()
+                return self.outer(torch.tanh(h) + kept * h)
+
+        for in_place in (False, True):
+            with self.subTest(in_place=in_place):
+                torch.manual_seed(0)
+                model = Model(in_place)
+                with torch.no_grad():
+                    model.inner.bias.fill_(-10)
+                quiet, loud = torch.randn(4, 8) / 100, torch.randn(4, 8) * 100
+                try:
+                    chain = ckptlab.chain(model, quiet)
+                except ChainError as e:
+                    self.assertTrue(in_place, str(e))
+                    self.assertIn("x.detach_() in the forward", str(e))
+                    self.assertNotIn("\n", str(e))
+                    continue
+                self.assert_steps_equal(model, lambda x: model(x).square().mean(), chain,
+                                        (loud,))
+
     def test_a_chain_is_cut_for_its_frozen_layers_and_leaves_the_batch_untouched(self):
         class Writes(nn.Module):  # writes its input in place
             def __init__(self):

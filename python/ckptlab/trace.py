@@ -35,18 +35,41 @@ _READ_BY = "ckptlab_read_by"
 @contextlib.contextmanager
 def _grad_mode_recorded():
     """Every node make_fx creates inside notes torch.is_grad_enabled() as its op is dispatched
-    (the user's grad mode: dispatch below autograd leaves it as it was)."""
+    (the user's grad mode: dispatch below autograd leaves it as it was), and the model's detaches
+    are kept: newer torches trace `x.detach()` as aten.alias, which a replay would differentiate,
+    so an alias made inside a detach is recorded as aten.detach; an in-place `x.detach_()`, of
+    which such a trace keeps nothing, is refused (RuntimeError, which chain names)."""
     tracer = torch.fx.experimental.proxy_tensor.PythonKeyTracer
     original = tracer.create_node
+    detaching = []  # per detach call in progress: whether it has made its detach node
 
-    def create_node(self, *args, **kwargs):
-        node = original(self, *args, **kwargs)
+    def create_node(self, kind, target, *args, **kwargs):
+        if detaching and target is torch.ops.aten.alias.default:
+            target = torch.ops.aten.detach.default
+        node = original(self, kind, target, *args, **kwargs)
         node.meta[_GRAD] = torch.is_grad_enabled()
+        if detaching and target is torch.ops.aten.detach.default:
+            detaching[-1] = True
         return node
+
+    class Detaches(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func not in (torch.Tensor.detach, torch.detach, torch.Tensor.detach_):
+                return func(*args, **(kwargs or {}))
+            detaching.append(False)
+            try:
+                result = func(*args, **(kwargs or {}))
+            finally:
+                made = detaching.pop()
+            if not made and func is torch.Tensor.detach_:
+                raise RuntimeError("x.detach_() in the forward, which this torch's trace does "
+                                   "not record; accepted: x = x.detach()")
+            return result
 
     tracer.create_node = create_node
     try:
-        yield
+        with Detaches():
+            yield
     finally:
         tracer.create_node = original
 
