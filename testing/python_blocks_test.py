@@ -331,7 +331,9 @@ def check_optimized(test, make, inputs, seed, loss_fn, fractions, selective=Fals
     lowest = re.search("below the peaks of every plan of its blocks it measured: the lowest, "
                        "([0-9]+) bytes, with", str(caught.exception))
     test.assertIsNotNone(lowest, str(caught.exception))
-    test.assertLessEqual(int(lowest.group(1)), least)  # every block it can checkpoint, measured
+    # Every block it can checkpoint, measured: within 1 KiB of this test's measurement of that
+    # plan (two runs of a step may place a small allocation apart: 64 bytes on wav2vec2 once).
+    test.assertLessEqual(int(lowest.group(1)), least + 1024)
     test.assertFalse(any("forward" in vars(m) for m in model.modules()))
 
 
