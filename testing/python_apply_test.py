@@ -190,6 +190,21 @@ class Apply(unittest.TestCase):
         for e, g in zip(expected[1] + expected[2], got[1] + got[2]):
             self.assertTrue(same(e, g))  # its statistics updated once, not by the rerun again
 
+    def test_a_statistic_the_first_step_leaves_as_it_was_is_state_too(self):
+        # A batch whose mean is the running mean (0: a batch of opposite rows, a BatchNorm after
+        # a normalization) leaves running_mean's value as it was, and the kernel gives it no new
+        # version; its module's other statistics change, so it is state all the same, and a
+        # later step's rerun must not update it a second time.
+        torch.manual_seed(0)
+        stages = [nn.BatchNorm1d(WIDTH), nn.BatchNorm1d(WIDTH)]
+        plain = nn.Sequential(*made(stages, False))
+        planned = ckptlab.apply(nn.Sequential(*made(stages, False)), "[0,2) checkpointed")
+        half = torch.randn(1, WIDTH)  # x + -x is 0 exactly
+        for x in (torch.cat([half, -half]), torch.randn(4, WIDTH)):
+            expected, got = step(plain, x, 1), step(planned, x, 1)
+            for k, (e, g) in enumerate(zip(expected[1] + expected[2], got[1] + got[2])):
+                self.assertTrue(same(e, g), f"gradient or buffer {k}: {e} != {g}")
+
     def test_two_forwards_before_one_backward_rerun_each_from_its_own_state(self):
         # A GAN's discriminator on real and fake, gradient accumulation into one loss: each
         # rerun must read the state its own first run read (spectral_norm's u and v, BatchNorm's

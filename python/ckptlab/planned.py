@@ -247,6 +247,13 @@ class _Facts:
                             p.copy_(v)
                     written |= {id(b) for b, c in zip(buffers, _changed(buffers, buffer_values))
                                 if c}
+            # A module's buffers are state together: a kernel may write one without a new
+            # version or a new value (BatchNorm's running_mean, where the batch's mean is the
+            # running mean), as ckptlab's executor takes every buffer of a stage updating state.
+            for m in {id(m): m for s in stages for m in s.modules()}.values():
+                own = list(m.buffers(recurse=False))
+                if any(id(b) in written for b in own):
+                    written |= {id(b) for b in own}
             # A stage holding a buffer any stage updates reads state: it reruns from what its
             # first run read (a later stage reading what an earlier one updated too).
             for i, stage in enumerate(stages):
